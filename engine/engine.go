@@ -1,0 +1,163 @@
+// Package engine holds replyd's inference pipeline: decode the uploaded audio,
+// transcribe it, build the prompt and generate candidate replies. It knows
+// nothing of HTTP and compiles no C: the speech-to-text and language-model
+// engines live in the cgo leaves engine/whisper and engine/llm, which implement
+// the Transcriber and Generator interfaces declared here.
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Dialog roles accepted in a Message.
+const (
+	RoleSpeaker        = "speaker"
+	RoleDisabledPerson = "disabled_person"
+)
+
+// Message is one turn of the dialog between the conversation partner
+// (RoleSpeaker) and the AAC user (RoleDisabledPerson).
+type Message struct {
+	Role    string
+	Content string
+	// Audio marks the speaker message whose content comes from the uploaded
+	// recording. The pipeline fills Content with the transcript.
+	Audio bool
+}
+
+// Profile is what the payload says about the AAC user.
+type Profile struct {
+	Biography   string // disabled_person_biography
+	Persona     string
+	UserProfile string
+	Language    string // BCP 47 or ISO 639-1 code such as "en"; empty means unknown
+}
+
+// Request is one validated /v1/infer call.
+type Request struct {
+	Messages []Message
+	Profile  Profile
+
+	UserID        string
+	DialogID      string
+	StepID        string
+	TimeWindowSec int
+
+	MaxCandidates int     // 1..MaxCandidatesLimit, already defaulted by the API
+	Temperature   float64 // 0..2, already defaulted by the API
+	// Seed makes sampling repeatable when non-zero.
+	Seed uint32
+
+	// SystemPrompt is the current system prompt from the store.
+	SystemPrompt string
+
+	// Audio is the raw uploaded recording, nil when none was sent.
+	Audio []byte
+	// AudioContentType is the media type the client declared on the part.
+	// It is informational: the decoder detects the format from the bytes.
+	AudioContentType string
+}
+
+// Candidate is one suggested reply: the spec's AnswerCandidate plus the score
+// it was ranked by.
+type Candidate struct {
+	Text     string
+	Rank     int // 1 = best
+	Length   int // tokens generated
+	Language string
+	// MeanLogProb is the mean token log-probability the ranking used.
+	MeanLogProb float64
+}
+
+// Timings records how long each stage of one inference took.
+type Timings struct {
+	Decode     time.Duration // audio bytes to 16 kHz PCM
+	STT        time.Duration // speech to text
+	Prompt     time.Duration // prompt rendering and evaluation
+	Generation time.Duration // sampling the candidates
+	Queue      time.Duration // waiting for the language model
+	Total      time.Duration
+}
+
+// Result is what the pipeline returns for one Request.
+type Result struct {
+	// Transcript is the text of the recording; HasTranscript tells whether
+	// audio was sent at all (an empty transcript is a valid result for silence).
+	Transcript    string
+	HasTranscript bool
+	// TranscriptLanguage is the language the speech-to-text step used.
+	TranscriptLanguage string
+	AudioSeconds       float64
+	Candidates         []Candidate
+	Timings            Timings
+}
+
+// TranscribeOptions tunes one transcription.
+type TranscribeOptions struct {
+	// Language is a Whisper language code ("en", "de", ...). Empty means
+	// detect it (multilingual models) or English (English-only models).
+	Language string
+}
+
+// Transcript is the result of speech-to-text.
+type Transcript struct {
+	Text     string
+	Language string
+	Tokens   []int
+	// Stage timings, for /metrics and the admin page.
+	Mel, Encoder, Decoder time.Duration
+}
+
+// Transcriber turns 16 kHz mono float32 samples into text. Implementations
+// must be safe for concurrent use (they may serialise internally).
+type Transcriber interface {
+	Transcribe(ctx context.Context, pcm []float32, opts TranscribeOptions) (Transcript, error)
+}
+
+// GenerateRequest is everything the language model needs for one request.
+// Messages already carry the transcript in place of the audio marker.
+type GenerateRequest struct {
+	SystemPrompt string
+	Profile      Profile
+	Messages     []Message
+	DialogID     string
+
+	N           int
+	Temperature float64
+	Seed        uint32
+}
+
+// Generation is what a Generator returns: ranked candidates and timings.
+type Generation struct {
+	Candidates   []Candidate
+	PromptTokens int
+	CachedTokens int // prompt tokens reused from the dialog prefix cache
+	Queue        time.Duration
+	Prompt       time.Duration
+	Generation   time.Duration
+	GenTokens    int
+}
+
+// Generator produces candidate replies. Implementations must be safe for
+// concurrent use; a full queue returns ErrOverloaded at once.
+type Generator interface {
+	Generate(ctx context.Context, req GenerateRequest) (Generation, error)
+}
+
+// EngineStatus describes one engine for /healthz and the admin page.
+type EngineStatus struct {
+	Name      string    `json:"name"`  // "llm" or "stt"
+	Model     string    `json:"model"` // path of the model file
+	Ready     bool      `json:"ready"`
+	Demo      bool      `json:"demo"` // a generated demo model is in use
+	Error     string    `json:"error,omitempty"`
+	Backend   string    `json:"backend,omitempty"` // e.g. "cpu", "cuda"
+	LoadedAt  time.Time `json:"loaded_at,omitempty"`
+	QueueSize int       `json:"queue_depth,omitempty"`
+}
+
+// StatusReporter is implemented by engines that can describe their state.
+type StatusReporter interface {
+	Status() EngineStatus
+}

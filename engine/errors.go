@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies a pipeline failure so the API can map it to a status.
+type Kind int
+
+// Kinds of pipeline failure.
+const (
+	KindInternal         Kind = iota
+	KindUnsupportedAudio      // 415 unsupported_media_type
+	KindBadAudio              // 400 invalid_request: the audio part is malformed or empty
+	KindAudioTooLong          // 413 payload_too_large
+	KindSTT                   // 502 stt_failed
+	KindLLM                   // 502 llm_failed
+	KindOverloaded            // 503 overloaded
+	KindNotReady              // 503 not_ready: models still loading or failed to load
+	KindCanceled              // the client went away or the deadline passed
+)
+
+// Error is the typed error the pipeline and the engines return.
+type Error struct {
+	Kind    Kind
+	Message string // safe to show to the client: never dialog text
+	Err     error  // the cause, for logs only
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Message, e.Err)
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error of the given kind.
+func Errorf(kind Kind, cause error, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...), Err: cause}
+}
+
+// ErrOverloaded is returned by a Generator whose queue is full.
+var ErrOverloaded = &Error{Kind: KindOverloaded, Message: "the inference queue is full; retry shortly"}
+
+// KindOf returns the Kind of err: the Kind of the first *Error in its chain,
+// KindCanceled for context errors, KindInternal otherwise.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	if isContextErr(err) {
+		return KindCanceled
+	}
+	return KindInternal
+}

@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// DecodeFunc turns uploaded audio bytes into 16 kHz mono float32 samples,
+// refusing recordings longer than max before allocating for them. Its errors
+// wrap the sentinels of engine/audio.
+type DecodeFunc func(data []byte, max time.Duration) ([]float32, error)
+
+// Pipeline runs one inference: decode → transcribe → prompt → candidates.
+// Its fields are set once at start and never changed; it is safe for
+// concurrent use when its engines are.
+type Pipeline struct {
+	Decode   DecodeFunc
+	STT      Transcriber
+	LLM      Generator
+	MaxAudio time.Duration // longest accepted recording
+	Now      func() time.Time
+}
+
+func (p *Pipeline) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// Infer runs req through the pipeline. Errors are *Error values whose Kind
+// says how the API should answer.
+func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
+	start := p.now()
+	var res Result
+	msgs := append([]Message(nil), req.Messages...)
+
+	if req.Audio != nil {
+		res.HasTranscript = true
+		t0 := p.now()
+		pcm, err := p.Decode(req.Audio, p.MaxAudio)
+		res.Timings.Decode = p.now().Sub(t0)
+		if err != nil {
+			return res, classifyAudioErr(err)
+		}
+		res.AudioSeconds = float64(len(pcm)) / 16000
+		t1 := p.now()
+		tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
+		res.Timings.STT = p.now().Sub(t1)
+		if err != nil {
+			return res, wrapEngineErr(err, KindSTT, "speech-to-text failed")
+		}
+		res.Transcript = tr.Text
+		res.TranscriptLanguage = tr.Language
+		for i := range msgs {
+			if msgs[i].Audio {
+				msgs[i].Content = tr.Text
+			}
+		}
+	}
+
+	gen, err := p.LLM.Generate(ctx, GenerateRequest{
+		SystemPrompt: req.SystemPrompt,
+		Profile:      req.Profile,
+		Messages:     msgs,
+		DialogID:     req.DialogID,
+		N:            req.MaxCandidates,
+		Temperature:  req.Temperature,
+		Seed:         req.Seed,
+	})
+	res.Timings.Queue = gen.Queue
+	res.Timings.Prompt = gen.Prompt
+	res.Timings.Generation = gen.Generation
+	res.Timings.Total = p.now().Sub(start)
+	if err != nil {
+		return res, wrapEngineErr(err, KindLLM, "reply generation failed")
+	}
+	res.Candidates = gen.Candidates
+	return res, nil
+}
+
+// wrapEngineErr keeps an engine's own *Error (overloaded, not ready,
+// canceled) and classifies anything else as kind.
+func wrapEngineErr(err error, kind Kind, msg string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if isContextErr(err) {
+		return &Error{Kind: KindCanceled, Message: "the request was canceled or timed out", Err: err}
+	}
+	return &Error{Kind: kind, Message: msg, Err: err}
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,9 @@
+# Source this file to get the cgo flags replyd is built with (the Makefile
+# exports the same values). Keep them identical everywhere: the Go build cache
+# is keyed on them, and llama.cpp takes minutes to rebuild.
+_replyd_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)"
+export CGO_ENABLED=1
+export CGO_CFLAGS="-O3 -march=x86-64-v3 -mtune=generic"
+export CGO_CXXFLAGS="-O3 -march=x86-64-v3 -mtune=generic"
+export CGO_CPPFLAGS="-I${_replyd_root}/third_party/include"
+unset _replyd_root
