@@ -59,7 +59,7 @@ test-race:
 	$(GO) test -race -count=1 -timeout 40m ./...
 
 test-conformance:
-	$(GO) test -count=1 -timeout 30m -tags conformance -run Conformance ./engine/whisper/ ./engine/audio/
+	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
 
 test-browser: build
 	@cd tests/browser && npm ci --no-audit --no-fund --silent && node run.mjs

@@ -1,0 +1,65 @@
+// Package testdata finds the shared conformance data (../shared/testdata
+// beside the clone, or $REPLYD_TESTDATA) for tests. Where the data is absent,
+// as in a stranger's fresh clone, tests skip loudly; with
+// REPLYD_REQUIRE_TESTDATA=1 (set by .ci/run) its absence fails them instead.
+package testdata
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Dir returns the directory holding the shared test data (the folder that
+// contains whisper/), or skips or fails tb as described in the package doc.
+func Dir(tb testing.TB) string {
+	tb.Helper()
+	if d := Find(); d != "" {
+		return d
+	}
+	msg := "SHARED TEST DATA NOT FOUND: set REPLYD_TESTDATA or put shared/testdata beside the clone; conformance tests are NOT running"
+	if os.Getenv("REPLYD_REQUIRE_TESTDATA") == "1" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+	return ""
+}
+
+// Whisper returns Dir(tb)/whisper.
+func Whisper(tb testing.TB) string {
+	tb.Helper()
+	return filepath.Join(Dir(tb), "whisper")
+}
+
+// Find returns the shared test data directory or "" when there is none.
+func Find() string {
+	if d := os.Getenv("REPLYD_TESTDATA"); d != "" {
+		if ok(d) {
+			return d
+		}
+		return ""
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	// Walk up to the module root (the directory with go.mod), then look
+	// beside it.
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			d := filepath.Join(filepath.Dir(dir), "shared", "testdata")
+			if ok(d) {
+				return d
+			}
+			return ""
+		}
+		if filepath.Dir(dir) == dir {
+			return ""
+		}
+	}
+}
+
+func ok(d string) bool {
+	st, err := os.Stat(filepath.Join(d, "whisper"))
+	return err == nil && st.IsDir()
+}
