@@ -1,0 +1,303 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Default model paths: the demo models `replyd models demo` writes.
+const (
+	DefaultLLMModel     = "models/demo/llm-demo.gguf"
+	DefaultWhisperModel = "models/demo/whisper-demo.bin"
+)
+
+// Config is replyd's whole configuration. Values come from flags, which
+// override REPLYD_* environment variables, which override the defaults.
+type Config struct {
+	Addr        string
+	DataDir     string
+	AdminKey    string
+	MetricsAddr string
+
+	LLMModel       string
+	WhisperModel   string
+	GPULayers      int
+	Threads        int
+	STTThreads     int
+	ContextPerSeq  int
+	QueueSize      int
+	MaxReplyTokens int
+	PrefixCacheMiB int
+	Seed           int
+
+	OTPChannel       string
+	OTPWebhookURL    string
+	TelegramBotToken string
+	TelegramChatID   string
+	TelegramAPIURL   string
+	NtfyURL          string
+	GotifyURL        string
+	GotifyToken      string
+
+	TLS     string // off, auto, on
+	TLSCert string
+	TLSKey  string
+
+	MaxBodyMiB    int
+	MaxAudio      time.Duration
+	InferTimeout  time.Duration
+	SessionTTL    time.Duration
+	LogRetention  time.Duration
+	LogLevel      string
+	LogFormat     string
+	ShutdownGrace time.Duration
+}
+
+// option describes one configuration value: its flag, its environment
+// variable, its default and whether it is a secret (masked by `replyd config`).
+type option struct {
+	flag   string
+	env    string
+	def    string
+	usage  string
+	secret bool
+	set    func(c *Config, v string) error
+	get    func(c *Config) string
+}
+
+func strOpt(flagName, env, def, usage string, secret bool, p func(c *Config) *string) option {
+	return option{flag: flagName, env: env, def: def, usage: usage, secret: secret,
+		set: func(c *Config, v string) error { *p(c) = v; return nil },
+		get: func(c *Config) string { return *p(c) }}
+}
+
+func intOpt(flagName, env, def, usage string, p func(c *Config) *int) option {
+	return option{flag: flagName, env: env, def: def, usage: usage,
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("not an integer: %q", v)
+			}
+			*p(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*p(c)) }}
+}
+
+func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) option {
+	return option{flag: flagName, env: env, def: def, usage: usage,
+		set: func(c *Config, v string) error {
+			d, err := ParseDuration(v)
+			if err != nil {
+				return err
+			}
+			*p(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return FormatDuration(*p(c)) }}
+}
+
+// defaultThreads is cores-1, at least 1: one core stays free for the HTTP
+// server and the speech-to-text step.
+func defaultThreads() int {
+	n := runtime.NumCPU() - 1
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+func options() []option {
+	return []option{
+		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
+		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
+		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
+
+		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
+		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
+		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
+		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "CPU threads for the language model (default cores-1)", func(c *Config) *int { return &c.Threads }),
+		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(runtime.NumCPU()), "CPU threads for speech-to-text", func(c *Config) *int { return &c.STTThreads }),
+		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
+		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
+		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "48", "token cap of one candidate reply", func(c *Config) *int { return &c.MaxReplyTokens }),
+		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
+		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
+
+		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console, webhook, telegram, ntfy, gotify", false, func(c *Config) *string { return &c.OTPChannel }),
+		strOpt("otp-webhook-url", "REPLYD_OTP_WEBHOOK_URL", "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
+		strOpt("telegram-bot-token", "REPLYD_TELEGRAM_BOT_TOKEN", "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
+		strOpt("telegram-chat-id", "REPLYD_TELEGRAM_CHAT_ID", "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
+		strOpt("telegram-api-url", "REPLYD_TELEGRAM_API_URL", "https://api.telegram.org", "telegram channel: Bot API base URL (a LAN relay)", false, func(c *Config) *string { return &c.TelegramAPIURL }),
+		strOpt("ntfy-url", "REPLYD_NTFY_URL", "", "ntfy channel: topic URL on the LAN", true, func(c *Config) *string { return &c.NtfyURL }),
+		strOpt("gotify-url", "REPLYD_GOTIFY_URL", "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
+		strOpt("gotify-token", "REPLYD_GOTIFY_TOKEN", "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
+
+		strOpt("tls", "REPLYD_TLS", "off", "off; auto (a self-signed certificate made on first start in the data dir); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
+		strOpt("tls-cert", "REPLYD_TLS_CERT", "", "TLS certificate file (PEM); setting it and --tls-key turns TLS on", false, func(c *Config) *string { return &c.TLSCert }),
+		strOpt("tls-key", "REPLYD_TLS_KEY", "", "TLS private key file (PEM)", false, func(c *Config) *string { return &c.TLSKey }),
+
+		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", "25", "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
+		durOpt("max-audio", "REPLYD_MAX_AUDIO", "120s", "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
+		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
+		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
+		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
+		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
+		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
+	}
+}
+
+// LoadConfig builds a Config from the defaults, then env (getenv), then the
+// flags in args. It returns the remaining positional arguments.
+func LoadConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, []string, error) {
+	c := &Config{}
+	opts := options()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, o := range opts {
+		v := o.def
+		if e := getenv(o.env); e != "" {
+			v = e
+		}
+		if err := o.set(c, v); err != nil {
+			return nil, nil, fmt.Errorf("%s=%q: %w", o.env, v, err)
+		}
+		o := o
+		fs.Func(o.flag, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env, o.def), func(s string) error { return o.set(c, s) })
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: replyd %s [options]\n\nEvery option can also be set by its REPLYD_* environment variable; a flag wins over the environment.\n\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return c, fs.Args(), nil
+}
+
+// Validate checks values that no single option can check alone.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.OTPChannel {
+	case "console", "webhook", "telegram", "ntfy", "gotify":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify)", c.OTPChannel))
+	}
+	switch c.TLS {
+	case "off", "auto", "on":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_TLS: %q is not off, auto or on", c.TLS))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("REPLYD_TLS_CERT and REPLYD_TLS_KEY must be set together"))
+	}
+	if c.TLS == "on" && c.TLSCert == "" {
+		errs = append(errs, errors.New("REPLYD_TLS=on needs REPLYD_TLS_CERT and REPLYD_TLS_KEY (or use REPLYD_TLS=auto for a self-signed certificate)"))
+	}
+	if c.Threads < 1 || c.STTThreads < 1 {
+		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))
+	}
+	if c.QueueSize < 1 {
+		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE must be at least 1"))
+	}
+	if c.ContextPerSeq < 256 {
+		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))
+	}
+	if c.MaxReplyTokens < 1 {
+		errs = append(errs, errors.New("REPLYD_MAX_REPLY_TOKENS must be at least 1"))
+	}
+	if c.MaxBodyMiB < 1 {
+		errs = append(errs, errors.New("REPLYD_MAX_BODY_MIB must be at least 1"))
+	}
+	if c.MaxAudio <= 0 || c.InferTimeout <= 0 || c.SessionTTL <= 0 {
+		errs = append(errs, errors.New("REPLYD_MAX_AUDIO, REPLYD_INFER_TIMEOUT and REPLYD_SESSION_TTL must be positive"))
+	}
+	if c.LogRetention < 0 {
+		errs = append(errs, errors.New("REPLYD_LOG_RETENTION must not be negative"))
+	}
+	if c.Seed < 0 || c.Seed > 1<<32-1 {
+		errs = append(errs, errors.New("REPLYD_SEED must be between 0 and 4294967295"))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_LOG_FORMAT: %q is not text or json", c.LogFormat))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// TLSEnabled reports whether replyd serves HTTPS.
+func (c *Config) TLSEnabled() bool { return c.TLS != "off" || c.TLSCert != "" }
+
+// Print writes the effective configuration, one `ENV=value` line each,
+// sorted, with secrets masked.
+func (c *Config) Print(w io.Writer) {
+	lines := make([]string, 0, len(options()))
+	for _, o := range options() {
+		v := o.get(c)
+		if o.secret && v != "" {
+			v = mask(v)
+		}
+		lines = append(lines, fmt.Sprintf("%s=%s", o.env, v))
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// mask hides a secret, keeping only a hint of its length. URLs are secrets
+// too (webhook and ntfy URLs often carry a token).
+func mask(s string) string {
+	if len(s) <= 4 {
+		return "****"
+	}
+	return "****(" + strconv.Itoa(len(s)) + " chars)"
+}
+
+// ParseDuration accepts Go durations ("90s", "15m", "24h") and a day suffix
+// ("7d", "30d"). "0" is zero.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" {
+		return 0, nil
+	}
+	if strings.HasSuffix(s, "d") {
+		n, err := strconv.ParseFloat(strings.TrimSuffix(s, "d"), 64)
+		if err != nil || n < 0 || n > 36500 {
+			return 0, fmt.Errorf("invalid duration %q (use e.g. 30s, 15m, 24h, 7d)", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (use e.g. 30s, 15m, 24h, 7d)", s)
+	}
+	return d, nil
+}
+
+// FormatDuration prints whole days as "Nd", anything else as Go does.
+func FormatDuration(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+func envOrEmpty(k string) string { return os.Getenv(k) }

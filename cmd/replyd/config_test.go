@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	env := envMap(map[string]string{"REPLYD_ADDR": ":9000", "REPLYD_QUEUE_SIZE": "4", "REPLYD_LOG_RETENTION": "7d"})
+	cfg, rest, err := LoadConfig("serve", []string{"--addr", "127.0.0.1:7000", "extra"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:7000" {
+		t.Errorf("flag must win over env: addr %q", cfg.Addr)
+	}
+	if cfg.QueueSize != 4 {
+		t.Errorf("env must win over default: queue %d", cfg.QueueSize)
+	}
+	if cfg.LogRetention != 7*24*time.Hour {
+		t.Errorf("retention %v", cfg.LogRetention)
+	}
+	if cfg.DataDir != "./data" || cfg.LLMModel != DefaultLLMModel || cfg.OTPChannel != "console" || cfg.MaxBodyMiB != 25 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	if len(rest) != 1 || rest[0] != "extra" {
+		t.Errorf("rest %q", rest)
+	}
+}
+
+func TestConfigRejects(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"REPLYD_OTP_CHANNEL": "pigeon"}, nil, "unknown channel"},
+		{map[string]string{"REPLYD_QUEUE_SIZE": "many"}, nil, "REPLYD_QUEUE_SIZE"},
+		{nil, []string{"--tls", "on"}, "REPLYD_TLS=on needs"},
+		{map[string]string{"REPLYD_TLS_CERT": "c.pem"}, nil, "set together"},
+		{map[string]string{"REPLYD_LOG_RETENTION": "forever"}, nil, "invalid duration"},
+		{nil, []string{"--threads", "0"}, "at least 1"},
+		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
+		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+	}
+	for _, c := range cases {
+		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v args %v: err %v, want it to mention %q", c.env, c.args, err, c.want)
+		}
+	}
+}
+
+func TestConfigPrintMasksSecrets(t *testing.T) {
+	env := envMap(map[string]string{
+		"REPLYD_ADMIN_KEY":          "super-secret-admin-key",
+		"REPLYD_OTP_WEBHOOK_URL":    "http://hook.lan/t0ken",
+		"REPLYD_TELEGRAM_BOT_TOKEN": "123:abc",
+		"REPLYD_GOTIFY_TOKEN":       "gotify-token-value",
+		"REPLYD_OTP_CHANNEL":        "webhook",
+	})
+	cfg, _, err := LoadConfig("config", nil, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	cfg.Print(&buf)
+	out := buf.String()
+	for _, secret := range []string{"super-secret-admin-key", "t0ken", "123:abc", "gotify-token-value"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("config output shows secret %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"REPLYD_ADMIN_KEY=****(22 chars)", "REPLYD_OTP_CHANNEL=webhook", "REPLYD_ADDR=:8080", "REPLYD_LOG_RETENTION=30d"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("config output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestServeHelpListsEveryOption(t *testing.T) {
+	var buf bytes.Buffer
+	if code := run(t.Context(), []string{"serve", "--help"}, envMap(nil), io.Discard, &buf); code != 0 {
+		t.Fatalf("serve --help exited %d", code)
+	}
+	for _, o := range options() {
+		if !strings.Contains(buf.String(), "-"+o.flag) || !strings.Contains(buf.String(), o.env) {
+			t.Errorf("serve --help lacks -%s / %s", o.flag, o.env)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"0": 0, "90s": 90 * time.Second, "15m": 15 * time.Minute, "7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour} {
+		got, err := ParseDuration(in)
+		if err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "d", "-1d", "7 days", "1e9d"} {
+		if _, err := ParseDuration(bad); err == nil {
+			t.Errorf("ParseDuration(%q) accepted", bad)
+		}
+	}
+	if FormatDuration(30*24*time.Hour) != "30d" || FormatDuration(90*time.Second) != "1m30s" {
+		t.Error("FormatDuration")
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var buf bytes.Buffer
+	if code := run(t.Context(), []string{"frobnicate"}, envMap(nil), io.Discard, &buf); code != 2 || !strings.Contains(buf.String(), "unknown command") {
+		t.Fatalf("code %d: %s", code, buf.String())
+	}
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/whisper"
+)
+
+// engines holds the two models while they load and after. It implements
+// engine.Transcriber and engine.Generator for the pipeline (answering
+// KindNotReady until the model is loaded) and api.HealthSource for /healthz.
+type engines struct {
+	mu   sync.RWMutex
+	stt  *whisper.Model
+	llm  *llm.Engine
+	pend map[string]engine.EngineStatus // status of engines not loaded yet
+}
+
+func newEngines(cfg *Config) *engines {
+	return &engines{pend: map[string]engine.EngineStatus{
+		"stt": {Name: "stt", Model: cfg.WhisperModel, Demo: isDemoModel(cfg.WhisperModel)},
+		"llm": {Name: "llm", Model: cfg.LLMModel, Demo: isDemoModel(cfg.LLMModel)},
+	}}
+}
+
+// isDemoModel reports whether path names one of the generated demo models.
+func isDemoModel(path string) bool {
+	base := filepath.Base(path)
+	return base == filepath.Base(DefaultLLMModel) || base == filepath.Base(DefaultWhisperModel)
+}
+
+// load loads Whisper, then the language model, one after the other (they
+// would only compete for the same cores). It returns the first error, which
+// names the file and the reason.
+func (e *engines) load(cfg *Config, log *slog.Logger) error {
+	t0 := time.Now()
+	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
+		Threads: cfg.STTThreads,
+		Demo:    isDemoModel(cfg.WhisperModel),
+		Logger:  log.With("engine", "stt"),
+	})
+	if err != nil {
+		e.setError("stt", err)
+		return fmt.Errorf("speech-to-text model %s: %w", cfg.WhisperModel, err)
+	}
+	e.mu.Lock()
+	e.stt = stt
+	delete(e.pend, "stt")
+	e.mu.Unlock()
+	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds())
+
+	t1 := time.Now()
+	lm, err := llm.Open(llm.Options{
+		ModelPath:      cfg.LLMModel,
+		ContextPerSeq:  cfg.ContextPerSeq,
+		Threads:        cfg.Threads,
+		GPULayers:      cfg.GPULayers,
+		Seed:           uint32(cfg.Seed),
+		QueueSize:      cfg.QueueSize,
+		MaxReplyTokens: cfg.MaxReplyTokens,
+		MaxCandidates:  maxCandidates,
+		PrefixCacheMiB: cfg.PrefixCacheMiB,
+		Demo:           isDemoModel(cfg.LLMModel),
+		Logger:         log.With("engine", "llm"),
+	})
+	if err != nil {
+		e.setError("llm", err)
+		return fmt.Errorf("language model %s: %w", cfg.LLMModel, err)
+	}
+	e.mu.Lock()
+	e.llm = lm
+	delete(e.pend, "llm")
+	e.mu.Unlock()
+	log.Info("language model loaded and warmed up", "model", cfg.LLMModel, "ms", time.Since(t1).Milliseconds())
+	return nil
+}
+
+func (e *engines) setError(name string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.pend[name]
+	st.Error = err.Error()
+	e.pend[name] = st
+}
+
+// Transcribe implements engine.Transcriber.
+func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
+	e.mu.RLock()
+	stt := e.stt
+	e.mu.RUnlock()
+	if stt == nil {
+		return engine.Transcript{}, &engine.Error{Kind: engine.KindNotReady, Message: "the speech-to-text model is still loading; retry shortly"}
+	}
+	return stt.Transcribe(ctx, pcm, opts)
+}
+
+// Generate implements engine.Generator.
+func (e *engines) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
+	e.mu.RLock()
+	lm := e.llm
+	e.mu.RUnlock()
+	if lm == nil {
+		return engine.Generation{}, &engine.Error{Kind: engine.KindNotReady, Message: "the language model is still loading; retry shortly"}
+	}
+	return lm.Generate(ctx, req)
+}
+
+// Engines implements api.HealthSource: speech-to-text first, then the LLM.
+func (e *engines) Engines() []engine.EngineStatus {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]engine.EngineStatus, 0, 2)
+	if e.stt != nil {
+		out = append(out, e.stt.Status())
+	} else {
+		out = append(out, e.pend["stt"])
+	}
+	if e.llm != nil {
+		out = append(out, e.llm.Status())
+	} else {
+		out = append(out, e.pend["llm"])
+	}
+	return out
+}
+
+// QueueDepth implements api.HealthSource.
+func (e *engines) QueueDepth() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.llm == nil {
+		return 0
+	}
+	return e.llm.QueueDepth()
+}
+
+// close releases the engines. The llama.cpp context itself lives until the
+// process exits (the Go binding cannot free it).
+func (e *engines) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.llm != nil {
+		_ = e.llm.Close()
+	}
+	if e.stt != nil {
+		_ = e.stt.Close()
+	}
+}
+
+// ensureModels checks that both model files exist. When a model path is the
+// default demo path and the file is missing, it writes the demo models there:
+// that is the out-of-the-box experience of `make run`. A configured path that
+// does not exist is an error naming the file.
+func ensureModels(cfg *Config, log *slog.Logger) error {
+	var missing []string
+	for _, p := range []string{cfg.WhisperModel, cfg.LLMModel} {
+		if _, err := os.Stat(p); err != nil {
+			if p == DefaultLLMModel || p == DefaultWhisperModel {
+				missing = append(missing, p)
+				continue
+			}
+			return fmt.Errorf("model file %s: %w (set REPLYD_LLM_MODEL / REPLYD_WHISPER_MODEL, or run `replyd models demo`)", p, err)
+		}
+	}
+	if len(missing) > 0 {
+		dir := filepath.Dir(DefaultLLMModel)
+		log.Warn("no model configured: writing the demo models", "dir", dir, "missing", strings.Join(missing, ","))
+		if err := writeDemoModels(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeDemoModels writes the two tiny random-weight demo models into dir.
+func writeDemoModels(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("demo models: %w", err)
+	}
+	if err := llm.WriteDemoModel(filepath.Join(dir, filepath.Base(DefaultLLMModel))); err != nil {
+		return fmt.Errorf("demo language model: %w", err)
+	}
+	if err := whisper.WriteDemoModel(filepath.Join(dir, filepath.Base(DefaultWhisperModel))); err != nil {
+		return fmt.Errorf("demo Whisper model: %w", err)
+	}
+	return nil
+}

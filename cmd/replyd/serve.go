@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/replyd/replyd/api"
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/notify"
+	"github.com/replyd/replyd/store"
+)
+
+// maxCandidates is the upper bound of options.max_candidates; the API
+// enforces it and the language model sizes its sequences for it.
+var maxCandidates = api.DefaultLimits().MaxCandidates
+
+// Server is a running replyd: the store, the engines, the HTTP listeners and
+// the background jobs. Run starts it; Close stops it.
+type Server struct {
+	cfg    *Config
+	log    *slog.Logger
+	stderr io.Writer
+
+	db      *store.DB
+	eng     *engines
+	http    *http.Server
+	metrics *http.Server
+	ln      net.Listener
+	tls     bool
+
+	fatal chan error // a model failed to load, or a listener died
+	stop  context.CancelFunc
+	bg    chan struct{}
+}
+
+// dbPath is where the bbolt file lives.
+func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db") }
+
+// openStore creates the data directory and opens the store, turning the
+// common failures into messages an admin can act on.
+func openStore(cfg *Config) (*store.DB, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
+	}
+	db, err := store.Open(dbPath(cfg), store.Options{})
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
+		}
+		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
+	}
+	return db, nil
+}
+
+// Run opens everything and starts serving. Models load in the background:
+// /healthz answers 503 {"status":"loading"} until both are ready.
+func (s *Server) Run(ctx context.Context) error {
+	cfg := s.cfg
+	db, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	s.db = db
+
+	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
+		return err
+	}
+	if _, ok, err := db.CurrentPrompt(); err != nil {
+		return fmt.Errorf("reading the system prompt: %w", err)
+	} else if !ok {
+		if err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()}); err != nil {
+			return fmt.Errorf("saving the default system prompt: %w", err)
+		}
+	}
+
+	notifier, err := notify.New(notifyConfig(cfg, s.stderr))
+	if err != nil {
+		return fmt.Errorf("OTP channel: %w", err)
+	}
+
+	if err := ensureModels(cfg, s.log); err != nil {
+		return err
+	}
+	s.eng = newEngines(cfg)
+
+	var tlsCfg *tls.Config
+	if cfg.TLSEnabled() {
+		tlsCfg, err = loadTLS(cfg, s.stderr)
+		if err != nil {
+			return err
+		}
+		s.tls = true
+	}
+
+	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	limits := api.DefaultLimits()
+	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
+	limits.MaxAudio = cfg.MaxAudio
+	limits.InferTimeout = cfg.InferTimeout
+	limits.SessionTTL = cfg.SessionTTL
+	srv := api.New(api.Options{
+		Store:         db,
+		Inferer:       pipe,
+		Notifier:      notifier,
+		Health:        s.eng,
+		Logger:        s.log,
+		Version:       version,
+		Limits:        limits,
+		MetricsPublic: cfg.MetricsAddr != "",
+		TLS:           s.tls,
+		DataFile:      dbPath(cfg),
+	})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	s.ln = ln
+	s.http = srv.HTTPServer(cfg.Addr)
+	s.http.TLSConfig = tlsCfg
+	s.fatal = make(chan error, 4)
+	go func() {
+		var err error
+		if tlsCfg != nil {
+			err = s.http.ServeTLS(ln, "", "")
+		} else {
+			err = s.http.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.fatal <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	scheme := "http"
+	if s.tls {
+		scheme = "https"
+	}
+	s.log.Info("replyd listening", "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
+	if !s.tls && !isLoopback(ln.Addr()) {
+		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
+	}
+
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s (metrics): %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.fatal <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+		s.log.Info("metrics listening without auth", "addr", mln.Addr().String())
+	}
+
+	bgctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.bg = make(chan struct{})
+	go func() {
+		defer close(s.bg)
+		s.housekeeping(bgctx)
+	}()
+	go func() {
+		if err := s.eng.load(cfg, s.log); err != nil {
+			s.fatal <- err
+			return
+		}
+		s.log.Info("replyd ready")
+	}()
+	return nil
+}
+
+// Wait blocks until ctx ends (a signal) or a fatal error happens.
+func (s *Server) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.fatal:
+		return err
+	}
+}
+
+// Close shuts down gracefully: stop accepting, let in-flight requests finish
+// within the grace period, stop the background jobs, release the engines and
+// close the store (which flushes batched log writes).
+func (s *Server) Close() error {
+	var errs []error
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		cancel()
+	}
+	if s.metrics != nil {
+		_ = s.metrics.Close()
+	}
+	if s.stop != nil {
+		s.stop()
+		<-s.bg
+	}
+	if s.eng != nil {
+		s.eng.close()
+	}
+	if s.db != nil {
+		if err := s.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// housekeeping prunes old log entries (in small transactions, so the data
+// file stays bounded without blocking writers) and expired sessions.
+func (s *Server) housekeeping(ctx context.Context) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		s.prune(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) prune(ctx context.Context) {
+	now := time.Now()
+	if err := s.db.PruneSessions(now); err != nil {
+		s.log.Warn("pruning sessions", "err", err)
+	}
+	if s.cfg.LogRetention <= 0 {
+		return
+	}
+	total := 0
+	for ctx.Err() == nil {
+		n, err := s.db.PruneLogs(now.Add(-s.cfg.LogRetention), 500)
+		if err != nil {
+			s.log.Warn("pruning logs", "err", err)
+			return
+		}
+		total += n
+		if n < 500 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // let writers in between batches
+	}
+	if total > 0 {
+		s.log.Info("pruned old log entries", "count", total, "retention", FormatDuration(s.cfg.LogRetention))
+	}
+}
+
+func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
+	return notify.Config{
+		Channel:          cfg.OTPChannel,
+		Console:          stderr,
+		WebhookURL:       cfg.OTPWebhookURL,
+		TelegramBotToken: cfg.TelegramBotToken,
+		TelegramChatID:   cfg.TelegramChatID,
+		TelegramAPIURL:   cfg.TelegramAPIURL,
+		NtfyURL:          cfg.NtfyURL,
+		GotifyURL:        cfg.GotifyURL,
+		GotifyToken:      cfg.GotifyToken,
+	}
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// displayAddr turns a wildcard listen address into something a person can
+// paste into a browser.
+func displayAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ta.IP.IsUnspecified() {
+		host, _ := os.Hostname()
+		if host == "" || strings.ContainsAny(host, " /") {
+			host = "localhost"
+		}
+		return net.JoinHostPort(host, fmt.Sprint(ta.Port))
+	}
+	return ta.String()
+}
