@@ -1,0 +1,118 @@
+package whisper
+
+/*
+#cgo LDFLAGS: -lopenblas -lm
+#include <cblas.h>
+#include "kernels.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// setBLASThreads sets the number of threads OpenBLAS uses for every later
+// product in this process.
+func setBLASThreads(n int) {
+	C.openblas_set_num_threads(C.int(n))
+}
+
+// sgemmNT computes c[m][n] (row stride ldc) = a[m][k] (stride lda) ·
+// b[n][k]ᵀ (stride ldb), adding to c when accumulate is true.
+func sgemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	if m == 0 || n == 0 {
+		return
+	}
+	beta := C.float(0)
+	if accumulate {
+		beta = 1
+	}
+	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasTrans, C.blasint(m), C.blasint(n), C.blasint(k),
+		1, (*C.float)(&a[0]), C.blasint(lda), (*C.float)(&b[0]), C.blasint(ldb), beta, (*C.float)(&c[0]), C.blasint(ldc))
+}
+
+// sgemmNN computes c[m][n] (stride ldc) = a[m][k] (stride lda) · b[k][n]
+// (stride ldb).
+func sgemmNN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasNoTrans, C.blasint(m), C.blasint(n), C.blasint(k),
+		1, (*C.float)(&a[0]), C.blasint(lda), (*C.float)(&b[0]), C.blasint(ldb), 0, (*C.float)(&c[0]), C.blasint(ldc))
+}
+
+// dequant writes n values of type typ from src to dst (len(dst) ≥ n).
+func dequant(typ ggmlType, src []byte, dst []float32, n int) {
+	if n == 0 {
+		return
+	}
+	C.rd_dequant(C.int(typ), (*C.uint8_t)(&src[0]), (*C.float)(&dst[0]), C.long(n))
+}
+
+// gemvRows computes y[t*ldy+r] = row r of w · x[t] for r in [r0, r1) and
+// t in [0, n); tmp holds w.cols floats.
+func gemvRows(w *weight, x []float32, n int, y []float32, ldy, r0, r1 int, tmp []float32) {
+	if r0 >= r1 || n == 0 {
+		return
+	}
+	var raw unsafe.Pointer
+	if w.typ == typeF32 {
+		raw = unsafe.Pointer(&w.f32[0])
+	} else {
+		raw = unsafe.Pointer(&w.raw[0])
+	}
+	C.rd_gemv_rows(C.int(w.typ), (*C.uint8_t)(raw), C.long(w.rowBytes), (*C.float)(&x[0]), C.int(n), C.int(w.cols),
+		(*C.float)(&y[0]), C.int(ldy), C.int(r0), C.int(r1), (*C.float)(&tmp[0]))
+}
+
+// softmaxRows replaces n rows of length l (stride ld) of x by softmax(scale·row);
+// with valid non-nil, row i keeps only its first valid[i] entries.
+func softmaxRows(x []float32, n, l, ld int, scale float32, valid []int32) {
+	if n == 0 {
+		return
+	}
+	var vp *C.int
+	if valid != nil {
+		vp = (*C.int)(unsafe.Pointer(&valid[0]))
+	}
+	C.rd_softmax_rows((*C.float)(&x[0]), C.int(n), C.int(l), C.int(ld), C.float(scale), vp)
+}
+
+// gelu applies GELU (tanh approximation) in place.
+func gelu(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	C.rd_gelu((*C.float)(&x[0]), C.long(len(x)))
+}
+
+// f16ToF32 converts little-endian half-precision values in src to dst.
+func f16ToF32(src []byte, dst []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	C.rd_dequant(C.RD_F16, (*C.uint8_t)(&src[0]), (*C.float)(&dst[0]), C.long(len(dst)))
+}
+
+// parallel runs fn over [0, n) split into at most threads contiguous
+// ranges, one goroutine per range, and waits for all of them.
+func parallel(threads, n int, fn func(lo, hi int)) {
+	if threads <= 1 || n < 2 {
+		fn(0, n)
+		return
+	}
+	if threads > n {
+		threads = n
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < threads; i++ {
+		lo, hi := i*n/threads, (i+1)*n/threads
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,192 @@
+#include "kernels.h"
+#include <math.h>
+#include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+static inline float h2f(uint16_t h) {
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+void rd_f16_to_f32(const uint16_t *src, float *dst, long n) {
+    long i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+#endif
+    for (; i < n; i++) dst[i] = h2f(src[i]);
+}
+
+void rd_dequant(int typ, const uint8_t *src, float *dst, long n) {
+    long nb = n / 32;
+    switch (typ) {
+    case RD_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    case RD_F16:
+        rd_f16_to_f32((const uint16_t *)src, dst, n);
+        return;
+    case RD_Q8_0:
+        for (long b = 0; b < nb; b++, src += 34, dst += 32) {
+            float d = h2f(ld16(src));
+            const int8_t *q = (const int8_t *)(src + 2);
+            for (int j = 0; j < 32; j++) dst[j] = d * (float)q[j];
+        }
+        return;
+    case RD_Q4_0:
+        for (long b = 0; b < nb; b++, src += 18, dst += 32) {
+            float d = h2f(ld16(src));
+            const uint8_t *q = src + 2;
+            for (int j = 0; j < 16; j++) {
+                dst[j] = d * (float)((q[j] & 15) - 8);
+                dst[j + 16] = d * (float)((q[j] >> 4) - 8);
+            }
+        }
+        return;
+    case RD_Q4_1:
+        for (long b = 0; b < nb; b++, src += 20, dst += 32) {
+            float d = h2f(ld16(src)), m = h2f(ld16(src + 2));
+            const uint8_t *q = src + 4;
+            for (int j = 0; j < 16; j++) {
+                dst[j] = d * (float)(q[j] & 15) + m;
+                dst[j + 16] = d * (float)(q[j] >> 4) + m;
+            }
+        }
+        return;
+    case RD_Q5_0:
+        for (long b = 0; b < nb; b++, src += 22, dst += 32) {
+            float d = h2f(ld16(src));
+            uint32_t qh = ld32(src + 2);
+            const uint8_t *q = src + 6;
+            for (int j = 0; j < 16; j++) {
+                int lo = (q[j] & 15) | (((qh >> j) & 1) << 4);
+                int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+                dst[j] = d * (float)(lo - 16);
+                dst[j + 16] = d * (float)(hi - 16);
+            }
+        }
+        return;
+    case RD_Q5_1:
+        for (long b = 0; b < nb; b++, src += 24, dst += 32) {
+            float d = h2f(ld16(src)), m = h2f(ld16(src + 2));
+            uint32_t qh = ld32(src + 4);
+            const uint8_t *q = src + 8;
+            for (int j = 0; j < 16; j++) {
+                int lo = (q[j] & 15) | (((qh >> j) & 1) << 4);
+                int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+                dst[j] = d * (float)lo + m;
+                dst[j + 16] = d * (float)hi + m;
+            }
+        }
+        return;
+    }
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    // Eight partial sums let the compiler vectorise without -ffast-math.
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
+                  float *y, int ldy, int r0, int r1, float *tmp) {
+    for (int r = r0; r < r1; r++) {
+        const float *row;
+        if (typ == RD_F32) {
+            row = (const float *)(W + (long)r * rowBytes);
+        } else {
+            rd_dequant(typ, W + (long)r * rowBytes, tmp, cols);
+            row = tmp;
+        }
+        for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot(row, x + (long)t * cols, cols);
+    }
+}
+
+// expf for x <= 0 (softmax inputs after max subtraction), accurate to a few
+// ulp, written so that gcc vectorises loops over it.
+static inline float exp_neg(float x) {
+    if (x < -87.0f) x = -87.0f;
+    float t = x * 1.44269504088896341f;
+    float k = floorf(t + 0.5f);
+    float r = x - k * 0.693145751953125f - k * 1.428606765330187045e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)k + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return p * s;
+}
+
+void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid) {
+    for (int i = 0; i < n; i++) {
+        float *row = x + (long)i * ld;
+        int m = valid ? valid[i] : len;
+        float mx = -INFINITY;
+        for (int j = 0; j < m; j++) {
+            row[j] *= scale;
+            if (row[j] > mx) mx = row[j];
+        }
+        float sum = 0;
+        for (int j = 0; j < m; j++) {
+            float e = exp_neg(row[j] - mx);
+            row[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < m; j++) row[j] *= inv;
+        for (int j = m; j < len; j++) row[j] = 0;
+    }
+}
+
+void rd_gelu(float *x, long n) {
+    const float c = 0.7978845608028654f; // sqrt(2/pi)
+    for (long i = 0; i < n; i++) {
+        float v = x[i];
+        float u = c * (v + 0.044715f * v * v * v);
+        // tanh(u) = 1 - 2/(exp(2u)+1), computed from exp of a non-positive value.
+        float a = fabsf(u);
+        float e = exp_neg(-2.0f * a);
+        float th = (1.0f - e) / (1.0f + e);
+        th = u < 0 ? -th : th;
+        x[i] = 0.5f * v * (1.0f + th);
+    }
+}

@@ -1,0 +1,31 @@
+// Numeric kernels of engine/whisper: weight dequantisation, small-batch
+// matrix products on compact weights, and the element-wise functions the
+// network needs. Matrix products with many rows go to OpenBLAS instead.
+#ifndef REPLYD_WHISPER_KERNELS_H
+#define REPLYD_WHISPER_KERNELS_H
+#include <stdint.h>
+
+// Weight types, numbered as ggml numbers them.
+enum { RD_F32 = 0, RD_F16 = 1, RD_Q4_0 = 2, RD_Q4_1 = 3, RD_Q5_0 = 6, RD_Q5_1 = 7, RD_Q8_0 = 8 };
+
+// rd_dequant writes the n values (a multiple of 32 for quantised types) that
+// start at src to dst as float32.
+void rd_dequant(int typ, const uint8_t *src, float *dst, long n);
+
+// rd_gemv_rows computes y[t*ldy + r] = dot(row r of W, x[t*cols ..]) for
+// rows r in [r0, r1) and tokens t in [0, n). W holds rows of cols values of
+// type typ, rowBytes bytes each. tmp must hold cols floats.
+void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
+                  float *y, int ldy, int r0, int r1, float *tmp);
+
+// rd_softmax_rows replaces each of the n rows of length len (stride ld) by
+// its softmax after scaling by scale; entries past valid[i] (when valid is
+// not NULL) are set to 0.
+void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid);
+
+// rd_gelu applies the tanh approximation of GELU to n values in place.
+void rd_gelu(float *x, long n);
+
+// rd_f16_to_f32 converts n IEEE half-precision values to float32.
+void rd_f16_to_f32(const uint16_t *src, float *dst, long n);
+#endif

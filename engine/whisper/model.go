@@ -1,0 +1,346 @@
+// Package whisper runs OpenAI's Whisper speech recognition on the CPU. It
+// reads whisper.cpp's ggml model files (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 and
+// Q8_0 weights), computes the log-mel spectrogram, the encoder and the
+// decoder the way whisper.cpp does, and decodes greedily with whisper.cpp's
+// default rules and no timestamps. Matrix products run on OpenBLAS through
+// cgo; everything else is Go or small C kernels. A *Model implements
+// engine.Transcriber.
+package whisper
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// DefaultMaxTokensPerWindow is the number of tokens one 30 s window may
+// produce when Options.MaxTokensPerWindow is 0 (n_text_ctx/2 for Whisper).
+const DefaultMaxTokensPerWindow = 224
+
+// Options configure Load.
+type Options struct {
+	// Threads is the number of CPU threads used by OpenBLAS and by this
+	// package's own loops; 0 means runtime.NumCPU(). OpenBLAS's setting is
+	// process-wide, so the last loaded model's value applies.
+	Threads int
+	// MaxTokensPerWindow caps the tokens decoded in one 30 s window,
+	// counting the closing <|endoftext|>; 0 means DefaultMaxTokensPerWindow.
+	// whisper.cpp's max_tokens = k corresponds to k+1 here (the reference
+	// data's max_tokens 31 is 32). The cap is also kept below what the
+	// text context can hold.
+	MaxTokensPerWindow int
+	// Demo marks a generated demo model in Status.
+	Demo bool
+	// Logger receives load and transcription logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ModelInfo describes a loaded model.
+type ModelInfo struct {
+	Path         string  `json:"path"`
+	HParams      HParams `json:"hparams"`
+	Type         string  `json:"type"` // "tiny", "base", "small", "medium", "large", by layer count
+	Multilingual bool    `json:"multilingual"`
+	WeightType   string  `json:"weight_type"` // type of the linear-layer weights: "f32", "f16", "q8_0", ...
+	Bytes        int64   `json:"bytes"`       // memory held by weights and vocabulary
+	Languages    int     `json:"languages"`
+}
+
+// specialTokens are the ids of Whisper's control tokens in one vocabulary.
+type specialTokens struct {
+	eot, sot, translate, transcribe, solm, prev, nosp, not, beg int
+	space                                                   int // the token whose text is " ", -1 if none
+}
+
+type layerNorm struct{ w, b []float32 }
+
+type attention struct {
+	q, k, v, o    *weight
+	qb, vb, ob    []float32
+}
+
+type block struct {
+	attnLn  layerNorm
+	attn    attention
+	crossLn layerNorm // decoder only
+	cross   attention // decoder only
+	mlpLn   layerNorm
+	fc1     *weight
+	fc1b    []float32
+	fc2     *weight
+	fc2b    []float32
+}
+
+// Model is a loaded Whisper model. It is safe for concurrent use: one
+// transcription runs at a time and the others wait for their turn (or for
+// their context to end).
+type Model struct {
+	path    string
+	hp      HParams
+	opts    Options
+	log     *slog.Logger
+	threads int
+	maxTok  int
+	loaded  time.Time
+
+	multilingual bool
+	nLangs       int
+	tok          specialTokens
+	vocab        [][]byte
+
+	filters []float32 // [n_mels][nFilter]
+	nFilter int
+
+	conv1w, conv1b []float32 // [d][n_mels·3], [d]
+	conv2w, conv2b []float32 // [d][d·3], [d]
+	encPos         []float32 // [n_audio_ctx][d]
+	enc            []block
+	encLn          layerNorm
+
+	decPos []float32 // [n_text_ctx][d]
+	tokEmb *weight   // [n_vocab][d], also the output projection
+	dec    []block
+	decLn  layerNorm
+
+	bytes int64
+	wtype ggmlType
+
+	scr    scratch       // buffers of the running transcription
+	sem    chan struct{} // one transcription at a time
+	mu     sync.Mutex
+	closed bool
+}
+
+// Load reads the whisper.cpp model file at path. A missing, truncated or
+// malformed file gives an error that names the file and the reason.
+func Load(path string, opts Options) (*Model, error) {
+	g, err := readGGMLFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("whisper: load %s: %w", path, err)
+	}
+	m, err := newModel(g, opts)
+	if err != nil {
+		return nil, fmt.Errorf("whisper: load %s: %w", path, err)
+	}
+	m.path = path
+	m.log.Info("whisper model loaded", "path", path, "type", m.Info().Type, "weight_type", m.wtype.String(),
+		"multilingual", m.multilingual, "bytes", m.bytes, "threads", m.threads)
+	return m, nil
+}
+
+// newModel builds a Model from a parsed file.
+func newModel(g *ggmlFile, opts Options) (*Model, error) {
+	hp := g.hp
+	m := &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	m.threads = opts.Threads
+	if m.threads <= 0 {
+		m.threads = runtime.NumCPU()
+	}
+	setBLASThreads(m.threads)
+	m.maxTok = opts.MaxTokensPerWindow
+	if m.maxTok <= 0 {
+		m.maxTok = DefaultMaxTokensPerWindow
+	}
+
+	if g.nFilter < 2 {
+		return nil, fmt.Errorf("%w: mel filter bank has %d bins", errFormat, g.nFilter)
+	}
+	if g.nFilter != nFFT/2+1 {
+		return nil, fmt.Errorf("%w: mel filter bank has %d bins, want %d", errFormat, g.nFilter, nFFT/2+1)
+	}
+	m.filters, m.nFilter = g.filters, g.nFilter
+	m.vocab = g.vocab
+
+	m.multilingual = hp.NVocab >= 51865
+	ml := 0
+	if m.multilingual {
+		ml = 1
+	}
+	m.nLangs = hp.NVocab - 51765 - ml
+	t := specialTokens{eot: 50256, sot: 50257, translate: 50357, transcribe: 50358, solm: 50359, prev: 50360,
+		nosp: 50361, not: 50362, beg: 50363, space: -1}
+	if m.multilingual {
+		t.eot++
+		t.sot++
+		dt := m.nLangs - 98
+		t.translate += dt
+		t.transcribe += dt
+		t.solm += dt
+		t.prev += dt
+		t.nosp += dt
+		t.not += dt
+		t.beg += dt
+	}
+	if t.beg >= hp.NVocab || len(g.vocab) > t.eot {
+		return nil, fmt.Errorf("%w: vocabulary of %d stored tokens does not fit n_vocab %d", errFormat, len(g.vocab), hp.NVocab)
+	}
+	for id, s := range g.vocab {
+		if string(s) == " " {
+			t.space = id
+			break
+		}
+	}
+	m.tok = t
+
+	d := hp.NAudioState
+	s := &tensorSet{g: g, used: map[string]bool{}}
+	m.conv1w = s.vec("encoder.conv1.weight", 3, hp.NMels, d)
+	m.conv1b = s.vec("encoder.conv1.bias", 1, d)
+	m.conv2w = s.vec("encoder.conv2.weight", 3, d, d)
+	m.conv2b = s.vec("encoder.conv2.bias", 1, d)
+	m.encPos = s.vec("encoder.positional_embedding", d, hp.NAudioCtx)
+	ln := func(name string, n int) layerNorm {
+		return layerNorm{w: s.vec(name+".weight", n), b: s.vec(name+".bias", n)}
+	}
+	att := func(p string, n int) attention {
+		return attention{
+			q: s.mat(p+".query.weight", n, n), qb: s.vec(p+".query.bias", n),
+			k: s.mat(p+".key.weight", n, n),
+			v: s.mat(p+".value.weight", n, n), vb: s.vec(p+".value.bias", n),
+			o: s.mat(p+".out.weight", n, n), ob: s.vec(p+".out.bias", n),
+		}
+	}
+	blk := func(p string, n int, cross bool) block {
+		b := block{attnLn: ln(p+".attn_ln", n), attn: att(p+".attn", n), mlpLn: ln(p+".mlp_ln", n),
+			fc1: s.mat(p+".mlp.0.weight", n, 4*n), fc1b: s.vec(p+".mlp.0.bias", 4*n),
+			fc2: s.mat(p+".mlp.2.weight", 4*n, n), fc2b: s.vec(p+".mlp.2.bias", n)}
+		if cross {
+			b.crossLn = ln(p+".cross_attn_ln", n)
+			b.cross = att(p+".cross_attn", n)
+		}
+		return b
+	}
+	for l := 0; l < hp.NAudioLayer; l++ {
+		m.enc = append(m.enc, blk(fmt.Sprintf("encoder.blocks.%d", l), d, false))
+	}
+	m.encLn = ln("encoder.ln_post", d)
+	dt := hp.NTextState
+	m.decPos = s.vec("decoder.positional_embedding", dt, hp.NTextCtx)
+	m.tokEmb = s.mat("decoder.token_embedding.weight", dt, hp.NVocab)
+	for l := 0; l < hp.NTextLayer; l++ {
+		m.dec = append(m.dec, blk(fmt.Sprintf("decoder.blocks.%d", l), dt, true))
+	}
+	m.decLn = ln("decoder.ln", dt)
+	if s.err != nil {
+		return nil, s.err
+	}
+	for _, name := range g.order {
+		if !s.used[name] {
+			m.log.Warn("whisper model has an unused tensor", "tensor", name)
+		}
+	}
+	m.wtype = m.enc[0].attn.q.typ
+	m.bytes = 4 * int64(len(m.filters)+len(m.conv1w)+len(m.conv1b)+len(m.conv2w)+len(m.conv2b)+len(m.encPos)+len(m.decPos))
+	for _, v := range g.vocab {
+		m.bytes += int64(len(v)) + 24
+	}
+	m.bytes += m.tokEmb.bytes()
+	for _, bs := range [][]block{m.enc, m.dec} {
+		for i := range bs {
+			b := &bs[i]
+			for _, w := range []*weight{b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.k, b.cross.v, b.cross.o, b.fc1, b.fc2} {
+				if w != nil {
+					m.bytes += w.bytes()
+				}
+			}
+			for _, v := range [][]float32{b.attnLn.w, b.attnLn.b, b.crossLn.w, b.crossLn.b, b.mlpLn.w, b.mlpLn.b,
+				b.attn.qb, b.attn.vb, b.attn.ob, b.cross.qb, b.cross.vb, b.cross.ob, b.fc1b, b.fc2b} {
+				m.bytes += 4 * int64(len(v))
+			}
+		}
+	}
+	return m, nil
+}
+
+// modelType names the model size the way whisper.cpp does, by encoder
+// layer count.
+func modelType(layers int) string {
+	switch layers {
+	case 4:
+		return "tiny"
+	case 6:
+		return "base"
+	case 12:
+		return "small"
+	case 24:
+		return "medium"
+	case 32:
+		return "large"
+	}
+	return "unknown"
+}
+
+// Info describes the model.
+func (m *Model) Info() ModelInfo {
+	return ModelInfo{Path: m.path, HParams: m.hp, Type: modelType(m.hp.NAudioLayer), Multilingual: m.multilingual,
+		WeightType: m.wtype.String(), Bytes: m.bytes, Languages: m.nLangs}
+}
+
+// Status reports the engine for /healthz and the admin page.
+func (m *Model) Status() engine.EngineStatus {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	st := engine.EngineStatus{Name: "stt", Model: m.path, Ready: !closed, Demo: m.opts.Demo, Backend: "cpu", LoadedAt: m.loaded,
+		QueueSize: len(m.sem)}
+	if closed {
+		st.Error = "closed"
+	}
+	return st
+}
+
+// Close releases the model. It waits for a running transcription to end;
+// later calls to Transcribe fail. Close is idempotent.
+func (m *Model) Close() error {
+	m.sem <- struct{}{}
+	defer func() { <-m.sem }()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	m.enc, m.dec, m.tokEmb = nil, nil, nil
+	return nil
+}
+
+// langCodes are Whisper's language codes by language id (whisper.cpp's
+// table of 100).
+var langCodes = strings.Fields(`en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no
+th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af oc
+ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue`)
+
+// langID returns the id of a language code such as "de" or "de-AT", or -1.
+func langID(code string) int {
+	code = strings.ToLower(strings.TrimSpace(code))
+	if i := strings.IndexAny(code, "-_"); i > 0 {
+		code = code[:i]
+	}
+	for i, c := range langCodes {
+		if c == code {
+			return i
+		}
+	}
+	return -1
+}
+
+// WriteDemoModel writes a tiny valid model with deterministic random
+// weights (English-only, d = 64, 4 layers, F16) to path. Its transcripts
+// are meaningless token strings; it exists so that replyd runs end to end
+// without a real model.
+func WriteDemoModel(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return WriteModel(path, DemoConfig())
+}

@@ -1,0 +1,290 @@
+package whisper
+
+import (
+	"math"
+)
+
+// scratch holds the buffers one transcription reuses; a Model runs one
+// transcription at a time, so it keeps one scratch.
+type scratch struct {
+	tmp  [][]float32 // per-thread row buffers for gemvRows
+	tile []float32   // dequantised weight tile for large products
+}
+
+// tileFloats is the size of the dequantised weight tile, in floats.
+const tileFloats = 1 << 17
+
+// linear computes out[t][r] = x[t] · w[r] + b[r] for t < n (b may be nil).
+// Few rows of x go through the compact weights directly; many rows go to
+// OpenBLAS, with non-F32 weights dequantised a tile of rows at a time.
+func (m *Model) linear(out, x []float32, n int, w *weight, b []float32) {
+	rows, cols := w.rows, w.cols
+	switch {
+	case n <= 8:
+		tmps := m.tmpBuffers(cols)
+		chunks := m.threads
+		parallel(m.threads, chunks, func(c0, c1 int) {
+			for c := c0; c < c1; c++ {
+				r0, r1 := c*rows/chunks, (c+1)*rows/chunks
+				gemvRows(w, x, n, out, rows, r0, r1, tmps[c])
+			}
+		})
+	case w.typ == typeF32:
+		sgemmNT(n, rows, cols, x, cols, w.f32, cols, out, rows, false)
+	default:
+		tr := max(tileFloats/cols, 1)
+		tile := m.tileBuffer(tr * cols)
+		for r0 := 0; r0 < rows; r0 += tr {
+			r1 := min(r0+tr, rows)
+			parallel(m.threads, r1-r0, func(a, b int) {
+				dequant(w.typ, w.raw[(r0+a)*w.rowBytes:(r0+b)*w.rowBytes], tile[a*cols:], (b-a)*cols)
+			})
+			sgemmNT(n, r1-r0, cols, x, cols, tile, cols, out[r0:], rows, false)
+		}
+	}
+	if b != nil {
+		for t := 0; t < n; t++ {
+			o := out[t*rows : (t+1)*rows]
+			for i := range o {
+				o[i] += b[i]
+			}
+		}
+	}
+}
+
+func (m *Model) tmpBuffers(cols int) [][]float32 {
+	if len(m.scr.tmp) != m.threads || len(m.scr.tmp[0]) < cols {
+		m.scr.tmp = m.scr.tmp[:0]
+		for i := 0; i < m.threads; i++ {
+			m.scr.tmp = append(m.scr.tmp, make([]float32, cols))
+		}
+	}
+	return m.scr.tmp
+}
+
+func (m *Model) tileBuffer(n int) []float32 {
+	if len(m.scr.tile) < n {
+		m.scr.tile = make([]float32, n)
+	}
+	return m.scr.tile[:n]
+}
+
+// layerNormInto writes LayerNorm(x) (eps 1e-5) of n rows of width d to out.
+func layerNormInto(out, x []float32, n, d int, ln layerNorm) {
+	for t := 0; t < n; t++ {
+		row := x[t*d : (t+1)*d]
+		o := out[t*d : (t+1)*d]
+		var mean float64
+		for _, v := range row {
+			mean += float64(v)
+		}
+		mean /= float64(d)
+		var vr float64
+		for _, v := range row {
+			dv := float64(v) - mean
+			vr += dv * dv
+		}
+		vr /= float64(d)
+		inv := 1 / math.Sqrt(vr+1e-5)
+		for i, v := range row {
+			o[i] = float32((float64(v)-mean)*inv)*ln.w[i] + ln.b[i]
+		}
+	}
+}
+
+func addInto(dst, src []float32) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// encode runs the encoder on one window's log-mel input ([n_mels][3000])
+// and returns its output, [n_audio_ctx][d].
+func (m *Model) encode(mel []float32) []float32 {
+	hp := m.hp
+	d, nm := hp.NAudioState, hp.NMels
+	T := hp.NAudioCtx
+	T1 := 2 * T // frames after conv1
+	// conv1 (kernel 3, padding 1) as im2col · weightᵀ.
+	col := make([]float32, T1*nm*3)
+	parallel(m.threads, T1, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			c := col[t*nm*3 : (t+1)*nm*3]
+			for i := 0; i < nm; i++ {
+				for k := 0; k < 3; k++ {
+					s := t + k - 1
+					var v float32
+					if s >= 0 && s < T1 && s < windowFrames {
+						v = mel[i*windowFrames+s]
+					}
+					c[i*3+k] = v
+				}
+			}
+		}
+	})
+	h1 := make([]float32, T1*d)
+	sgemmNT(T1, d, nm*3, col, nm*3, m.conv1w, nm*3, h1, d, false)
+	for t := 0; t < T1; t++ {
+		addInto(h1[t*d:(t+1)*d], m.conv1b)
+	}
+	gelu(h1)
+	// conv2 (kernel 3, padding 1, stride 2).
+	col = make([]float32, T*d*3)
+	parallel(m.threads, T, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			c := col[t*d*3 : (t+1)*d*3]
+			for k := 0; k < 3; k++ {
+				s := 2*t + k - 1
+				for i := 0; i < d; i++ {
+					var v float32
+					if s >= 0 && s < T1 {
+						v = h1[s*d+i]
+					}
+					c[i*3+k] = v
+				}
+			}
+		}
+	})
+	x := make([]float32, T*d)
+	sgemmNT(T, d, d*3, col, d*3, m.conv2w, d*3, x, d, false)
+	for t := 0; t < T; t++ {
+		addInto(x[t*d:(t+1)*d], m.conv2b)
+	}
+	gelu(x)
+	addInto(x, m.encPos[:T*d])
+
+	h := make([]float32, T*d)
+	q := make([]float32, T*d)
+	k := make([]float32, T*d)
+	v := make([]float32, T*d)
+	a := make([]float32, T*d)
+	ff := make([]float32, T*4*d)
+	scores := make([]float32, T*T)
+	nh := hp.NAudioHead
+	hd := d / nh
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	for l := range m.enc {
+		b := &m.enc[l]
+		layerNormInto(h, x, T, d, b.attnLn)
+		m.linear(q, h, T, b.attn.q, b.attn.qb)
+		m.linear(k, h, T, b.attn.k, nil)
+		m.linear(v, h, T, b.attn.v, b.attn.vb)
+		for hh := 0; hh < nh; hh++ {
+			o := hh * hd
+			sgemmNT(T, T, hd, q[o:], d, k[o:], d, scores, T, false)
+			parallel(m.threads, T, func(lo, hi int) {
+				softmaxRows(scores[lo*T:], hi-lo, T, T, scale, nil)
+			})
+			sgemmNN(T, hd, T, scores, T, v[o:], d, a[o:], d)
+		}
+		m.linear(h, a, T, b.attn.o, b.attn.ob)
+		addInto(x, h)
+		layerNormInto(h, x, T, d, b.mlpLn)
+		m.linear(ff, h, T, b.fc1, b.fc1b)
+		parallel(m.threads, T, func(lo, hi int) { gelu(ff[lo*4*d : hi*4*d]) })
+		m.linear(h, ff, T, b.fc2, b.fc2b)
+		addInto(x, h)
+	}
+	layerNormInto(x, x, T, d, m.encLn)
+	return x
+}
+
+// decState is the decoder's state for one window: the self-attention KV
+// cache and the cross-attention K/V computed once from the encoder output.
+type decState struct {
+	n      int         // positions filled in the self-attention cache
+	k, v   [][]float32 // per layer, [n_text_ctx][d]
+	ck, cv [][]float32 // per layer, [n_audio_ctx][d]
+}
+
+// newDecState computes the cross-attention keys and values of enc.
+func (m *Model) newDecState(enc []float32) *decState {
+	hp := m.hp
+	d, T := hp.NTextState, hp.NAudioCtx
+	st := &decState{}
+	for l := range m.dec {
+		b := &m.dec[l]
+		ck := make([]float32, T*d)
+		cv := make([]float32, T*d)
+		m.linear(ck, enc, T, b.cross.k, nil)
+		m.linear(cv, enc, T, b.cross.v, b.cross.vb)
+		st.ck = append(st.ck, ck)
+		st.cv = append(st.cv, cv)
+		st.k = append(st.k, make([]float32, hp.NTextCtx*d))
+		st.v = append(st.v, make([]float32, hp.NTextCtx*d))
+	}
+	return st
+}
+
+// reset empties the self-attention cache, keeping the cross K/V.
+func (st *decState) reset() { st.n = 0 }
+
+// decode feeds tokens at positions st.n.. and returns the final
+// (layer-normed) hidden states, [len(tokens)][d]. The caller guarantees that
+// st.n+len(tokens) ≤ n_text_ctx and that every token is below n_vocab.
+func (m *Model) decode(st *decState, tokens []int) []float32 {
+	hp := m.hp
+	d, T := hp.NTextState, hp.NAudioCtx
+	n := len(tokens)
+	x := make([]float32, n*d)
+	for i, tk := range tokens {
+		m.tokEmb.row(tk, x[i*d:(i+1)*d])
+		addInto(x[i*d:(i+1)*d], m.decPos[(st.n+i)*d:(st.n+i+1)*d])
+	}
+	h := make([]float32, n*d)
+	q := make([]float32, n*d)
+	a := make([]float32, n*d)
+	ff := make([]float32, n*4*d)
+	nh := hp.NTextHead
+	hd := d / nh
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	kv := st.n + n
+	scores := make([]float32, n*max(T, kv))
+	valid := make([]int32, n)
+	for i := range valid {
+		valid[i] = int32(st.n + i + 1)
+	}
+	for l := range m.dec {
+		b := &m.dec[l]
+		K, V := st.k[l], st.v[l]
+		layerNormInto(h, x, n, d, b.attnLn)
+		m.linear(q, h, n, b.attn.q, b.attn.qb)
+		m.linear(K[st.n*d:], h, n, b.attn.k, nil)
+		m.linear(V[st.n*d:], h, n, b.attn.v, b.attn.vb)
+		for hh := 0; hh < nh; hh++ {
+			o := hh * hd
+			sgemmNT(n, kv, hd, q[o:], d, K[o:], d, scores, kv, false)
+			softmaxRows(scores, n, kv, kv, scale, valid)
+			sgemmNN(n, hd, kv, scores, kv, V[o:], d, a[o:], d)
+		}
+		m.linear(h, a, n, b.attn.o, b.attn.ob)
+		addInto(x, h)
+
+		layerNormInto(h, x, n, d, b.crossLn)
+		m.linear(q, h, n, b.cross.q, b.cross.qb)
+		for hh := 0; hh < nh; hh++ {
+			o := hh * hd
+			sgemmNT(n, T, hd, q[o:], d, st.ck[l][o:], d, scores, T, false)
+			softmaxRows(scores, n, T, T, scale, nil)
+			sgemmNN(n, hd, T, scores, T, st.cv[l][o:], d, a[o:], d)
+		}
+		m.linear(h, a, n, b.cross.o, b.cross.ob)
+		addInto(x, h)
+
+		layerNormInto(h, x, n, d, b.mlpLn)
+		m.linear(ff, h, n, b.fc1, b.fc1b)
+		gelu(ff)
+		m.linear(h, ff, n, b.fc2, b.fc2b)
+		addInto(x, h)
+	}
+	st.n += n
+	layerNormInto(x, x, n, d, m.decLn)
+	return x
+}
+
+// logits returns the n_vocab output logits for one hidden state.
+func (m *Model) logits(hidden []float32) []float32 {
+	out := make([]float32, m.hp.NVocab)
+	m.linear(out, hidden, 1, m.tokEmb, nil)
+	return out
+}

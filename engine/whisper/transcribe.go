@@ -1,0 +1,284 @@
+package whisper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// No-speech rule of whisper_full: a window whose no-speech probability
+// exceeds noSpeechThold while its mean token log-probability is below
+// logprobThold produces no text.
+const (
+	noSpeechThold = 0.6
+	logprobThold  = -1.0
+	// minContextFrames: a window that starts with fewer frames than this
+	// left gets no context from the previous window.
+	minContextFrames = 500
+)
+
+// windowResult is what greedy decoding produced for one 30 s window.
+type windowResult struct {
+	seek         int
+	prompt       []int
+	tokens       []int // sampled tokens, ending in eot when the window ended on it
+	logits       [][2]float32
+	avgLogprob   float64
+	noSpeechProb float64 // softmax of the logits at the sot position, at <|nospeech|>
+	text         []byte
+	noSpeech     bool // the no-speech rule fired: no text, no context
+}
+
+// runResult is the outcome of one transcription.
+type runResult struct {
+	windows   []windowResult
+	lang      int       // language id, -1 for English-only models
+	langProbs []float64 // detection probabilities of the 100 ids, nil unless detected
+	mel       *melSpec
+	melDur    time.Duration
+	encDur    time.Duration
+	decDur    time.Duration
+}
+
+// Transcribe turns 16 kHz mono samples into text. It waits for its turn
+// (one transcription at a time per Model) while honouring ctx, and stops
+// between windows and between tokens once ctx ends, returning an error of
+// kind engine.KindCanceled. opts.Language selects the language of a
+// multilingual model; empty or unknown means detect it on the first window.
+// English-only models ignore it.
+func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return engine.Transcript{}, engine.Errorf(engine.KindCanceled, ctx.Err(), "transcription canceled while queued")
+	}
+	defer func() { <-m.sem }()
+	if m.isClosed() {
+		return engine.Transcript{}, engine.Errorf(engine.KindNotReady, nil, "the speech-to-text model is closed")
+	}
+	lang := -1
+	if opts.Language != "" {
+		if lang = langID(opts.Language); lang < 0 {
+			m.log.Warn("unknown transcription language, detecting instead", "language", opts.Language)
+		}
+	}
+	res, err := m.run(ctx, pcm, lang, m.maxTok)
+	if err != nil {
+		if ctx.Err() != nil {
+			return engine.Transcript{}, engine.Errorf(engine.KindCanceled, ctx.Err(), "transcription canceled")
+		}
+		return engine.Transcript{}, engine.Errorf(engine.KindSTT, err, "speech-to-text failed")
+	}
+	tr := engine.Transcript{Language: "en", Mel: res.melDur, Encoder: res.encDur, Decoder: res.decDur, Tokens: []int{}}
+	if res.lang >= 0 && res.lang < len(langCodes) {
+		tr.Language = langCodes[res.lang]
+	}
+	var text []byte
+	for _, w := range res.windows {
+		if w.noSpeech {
+			continue
+		}
+		text = append(text, w.text...)
+		for _, t := range w.tokens {
+			if t < m.tok.eot {
+				tr.Tokens = append(tr.Tokens, t)
+			}
+		}
+	}
+	tr.Text = string(text)
+	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
+		"language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
+		"decoder_ms", res.decDur.Milliseconds())
+	return tr, nil
+}
+
+func (m *Model) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// startPrompt returns sot [language transcribe] notimestamps.
+func (m *Model) startPrompt(lang int) []int {
+	if !m.multilingual {
+		return []int{m.tok.sot, m.tok.not}
+	}
+	return []int{m.tok.sot, m.tok.sot + 1 + lang, m.tok.transcribe, m.tok.not}
+}
+
+// detectLanguage decodes [sot] alone on st and returns the softmax over the
+// 100 language tokens and its argmax, as whisper_lang_auto_detect does.
+func (m *Model) detectLanguage(st *decState) (int, []float64) {
+	st.reset()
+	lg := m.logits(m.decode(st, []int{m.tok.sot}))
+	st.reset()
+	probs := make([]float64, len(langCodes))
+	mx := math.Inf(-1)
+	for i := range probs {
+		id := m.tok.sot + 1 + i
+		probs[i] = float64(lg[id])
+		mx = math.Max(mx, probs[i])
+	}
+	var sum float64
+	best := 0
+	for i := range probs {
+		if probs[i] > probs[best] {
+			best = i
+		}
+		probs[i] = math.Exp(probs[i] - mx)
+		sum += probs[i]
+	}
+	for i := range probs {
+		probs[i] /= sum
+	}
+	return best, probs
+}
+
+// run transcribes pcm window by window (README §4.3 of the conformance
+// data): lang is a language id or -1 to detect it (multilingual models),
+// maxTokens caps the tokens of one window.
+func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int) (*runResult, error) {
+	if len(pcm) == 0 {
+		return nil, errors.New("no audio samples")
+	}
+	for _, v := range pcm {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, errors.New("audio samples are not finite")
+		}
+	}
+	res := &runResult{lang: -1}
+	t0 := time.Now()
+	mel := m.logMel(pcm)
+	res.mel = mel
+	res.melDur = time.Since(t0)
+	if !m.multilingual {
+		lang = -1
+	}
+	hp := m.hp
+	input := make([]float32, hp.NMels*windowFrames)
+	var context []int
+	for seek := 0; seek+10 < mel.nLenOrg; seek += windowFrames {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if seek+minContextFrames >= mel.nLenOrg {
+			context = nil
+		}
+		t1 := time.Now()
+		mel.window(seek, input)
+		enc := m.encode(input)
+		st := m.newDecState(enc)
+		res.encDur += time.Since(t1)
+		t2 := time.Now()
+		if m.multilingual && lang < 0 {
+			lang, res.langProbs = m.detectLanguage(st)
+		}
+		res.lang = lang
+		w, err := m.greedyWindow(ctx, st, seek, context, lang, maxTokens)
+		res.decDur += time.Since(t2)
+		if err != nil {
+			return nil, err
+		}
+		res.windows = append(res.windows, w)
+		if !w.noSpeech {
+			next := append([]int(nil), context...)
+			next = append(next, w.tokens...)
+			keep := hp.NTextCtx/2 - 1
+			if len(next) > keep {
+				next = next[len(next)-keep:]
+			}
+			context = next
+		}
+	}
+	return res, nil
+}
+
+// greedyWindow decodes one window: prompt ([startofprev context...] start
+// prompt) as one batch, then one token at a time with whisper.cpp's
+// suppression rules until <|endoftext|> or maxTokens tokens.
+func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, context []int, lang, maxTokens int) (windowResult, error) {
+	w := windowResult{seek: seek}
+	if len(context) > 0 {
+		w.prompt = append([]int{m.tok.prev}, context...)
+	}
+	sotPos := len(w.prompt)
+	w.prompt = append(w.prompt, m.startPrompt(max(lang, 0))...)
+	st.reset()
+	hidden := m.decode(st, w.prompt)
+	d := m.hp.NTextState
+	sotLogits := m.logits(hidden[sotPos*d : (sotPos+1)*d])
+	w.noSpeechProb = softmaxAt(sotLogits, m.tok.nosp)
+	lg := m.logits(hidden[(len(w.prompt)-1)*d:])
+	// Never run past the text context.
+	limit := min(maxTokens, m.hp.NTextCtx-len(w.prompt))
+	var sumLogprob float64
+	for i := 0; i < limit; i++ {
+		if err := ctx.Err(); err != nil {
+			return w, err
+		}
+		best, bestLogit, runner, runnerLogit := -1, float32(math.Inf(-1)), -1, float32(math.Inf(-1))
+		mx := math.Inf(-1)
+		for id := 0; id <= m.tok.eot; id++ {
+			if i == 0 && (id == m.tok.eot || id == m.tok.space) {
+				continue
+			}
+			v := lg[id]
+			if v > bestLogit {
+				runner, runnerLogit = best, bestLogit
+				best, bestLogit = id, v
+			} else if v > runnerLogit {
+				runner, runnerLogit = id, v
+			}
+		}
+		mx = float64(bestLogit)
+		var sum float64
+		for id := 0; id <= m.tok.eot; id++ {
+			if i == 0 && (id == m.tok.eot || id == m.tok.space) {
+				continue
+			}
+			sum += math.Exp(float64(lg[id]) - mx)
+		}
+		sumLogprob += -math.Log(sum) // log-softmax of the best id
+		_ = runner
+		w.tokens = append(w.tokens, best)
+		w.logits = append(w.logits, [2]float32{bestLogit, runnerLogit})
+		if best == m.tok.eot || i == limit-1 {
+			break
+		}
+		lg = m.logits(m.decode(st, []int{best}))
+	}
+	if len(w.tokens) > 0 {
+		w.avgLogprob = sumLogprob / float64(len(w.tokens))
+	}
+	w.noSpeech = w.noSpeechProb > noSpeechThold && w.avgLogprob < logprobThold
+	if !w.noSpeech {
+		for _, t := range w.tokens {
+			if t < m.tok.eot && t < len(m.vocab) {
+				w.text = append(w.text, m.vocab[t]...)
+			}
+		}
+	}
+	return w, nil
+}
+
+// softmaxAt returns softmax(logits)[id], computed in float64.
+func softmaxAt(logits []float32, id int) float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return math.Exp(float64(logits[id])-mx) / sum
+}
+
+// String describes a window for test failures.
+func (w windowResult) String() string {
+	return fmt.Sprintf("window seek=%d prompt=%v tokens=%v", w.seek, w.prompt, w.tokens)
+}
