@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# fetch-models.sh: run on a machine WITH internet access. Downloads replyd's
+# recommended model files from their pinned URLs into a folder, with a progress
+# bar, and verifies each file's exact size and SHA-256 (and whisper.cpp's
+# published SHA-1 where there is one) before it is given its final name.
+# Copy the folder to the appliance (USB stick, scp) and check it there,
+# offline, with `replyd models verify --dir <folder>`.
+#
+# Usage:
+#   scripts/fetch-models.sh [--dir DIR] [--all | NAME...]
+#   scripts/fetch-models.sh --list
+#   scripts/fetch-models.sh --from MIRROR_DIR [--dir DIR] [NAME...]
+#   scripts/fetch-models.sh --dry-run [...]
+#
+# Without NAME the recommended pair is fetched (one Whisper model, one
+# language model). --from copies from a local folder (another appliance, a
+# mirror) instead of downloading, with the same checks.
+#
+# The pins below must equal models/manifest.json: `go test ./models/` fails
+# when they differ. The script stands alone so it can be copied by itself to
+# the online machine.
+set -euo pipefail
+
+# name|file|bytes|sha256|sha1|recommended|url
+PINS=(
+	"whisper-base.en|ggml-base.en.bin|147964211|a03779c86df3323075f5e796cb2ce5029f00ec8869eee3fdfb897afe36c6d002|137c40403d78fd54d454da0f9bd998f78703390c|yes|https://huggingface.co/ggerganov/whisper.cpp/resolve/80da2d8bfee42b0e836fc3a9890373e5defc00a6/ggml-base.en.bin"
+	"whisper-small.en-q5_1|ggml-small.en-q5_1.bin|190098681|bfdff4894dcb76bbf647d56263ea2a96645423f1669176f4844a1bf8e478ad30|20f54878d608f94e4a8ee3ae56016571d47cba34|no|https://huggingface.co/ggerganov/whisper.cpp/resolve/98aa99a0a9db05ae2342309f5096248665f7cba3/ggml-small.en-q5_1.bin"
+	"whisper-small-q5_1|ggml-small-q5_1.bin|190085487|ae85e4a935d7a567bd102fe55afc16bb595bdb618e11b2fc7591bc08120411bb|6fe57ddcfdd1c6b07cdcc73aaf620810ce5fc771|no|https://huggingface.co/ggerganov/whisper.cpp/resolve/c521a4b02f422512d734391fdf08bb08c0862f68/ggml-small-q5_1.bin"
+	"qwen2.5-1.5b-instruct-q4_k_m|qwen2.5-1.5b-instruct-q4_k_m.gguf|1117320736|6a1a2eb6d15622bf3c96857206351ba97e1af16c30d7a74ee38970e434e9407e||yes|https://huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF/resolve/main/qwen2.5-1.5b-instruct-q4_k_m.gguf"
+	"llama-3.2-1b-instruct-q4_k_m|Llama-3.2-1B-Instruct-Q4_K_M.gguf|807694464|6f85a640a97cf2bf5b8e764087b1e83da0fdb51d7c9fab7d0fece9385611df83||no|https://huggingface.co/bartowski/Llama-3.2-1B-Instruct-GGUF/resolve/d52af3776f99ddf220e5ffd3f93b2a4e4df105be/Llama-3.2-1B-Instruct-Q4_K_M.gguf"
+)
+
+dir="replyd-models"
+from=""
+dry_run=0
+all=0
+names=()
+
+die() {
+	echo "fetch-models: $*" >&2
+	exit 1
+}
+
+usage() {
+	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--dir)
+		[ $# -ge 2 ] || die "--dir needs a folder"
+		dir="$2"
+		shift 2
+		;;
+	--from)
+		[ $# -ge 2 ] || die "--from needs a folder"
+		from="$2"
+		shift 2
+		;;
+	--all)
+		all=1
+		shift
+		;;
+	--dry-run)
+		dry_run=1
+		shift
+		;;
+	--list)
+		printf '%-30s %-36s %12s  %s\n' NAME FILE BYTES RECOMMENDED
+		for p in "${PINS[@]}"; do
+			IFS='|' read -r n f b _ _ r _ <<<"$p"
+			printf '%-30s %-36s %12s  %s\n' "$n" "$f" "$b" "$r"
+		done
+		exit 0
+		;;
+	-h | --help)
+		usage
+		exit 0
+		;;
+	-*) die "unknown option $1 (see --help)" ;;
+	*)
+		names+=("$1")
+		shift
+		;;
+	esac
+done
+
+# pin_for NAME: prints the pin line for a model name, fails for an unknown one.
+pin_for() {
+	local p n
+	for p in "${PINS[@]}"; do
+		IFS='|' read -r n _ <<<"$p"
+		if [ "$n" = "$1" ]; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+selected=()
+if [ "${#names[@]}" -gt 0 ]; then
+	[ "$all" -eq 0 ] || die "give either --all or model names, not both"
+	for n in "${names[@]}"; do
+		p=$(pin_for "$n") || die "unknown model '$n' (see --list)"
+		selected+=("$p")
+	done
+else
+	for p in "${PINS[@]}"; do
+		IFS='|' read -r _ _ _ _ _ r _ <<<"$p"
+		if [ "$all" -eq 1 ] || [ "$r" = yes ]; then selected+=("$p"); fi
+	done
+fi
+
+command -v sha256sum >/dev/null 2>&1 || die "sha256sum (coreutils) is required"
+if [ -z "$from" ] && [ "$dry_run" -eq 0 ]; then
+	command -v curl >/dev/null 2>&1 || command -v wget >/dev/null 2>&1 || die "curl or wget is required"
+fi
+
+# verify FILE BYTES SHA256 SHA1: exits non-zero and says why on a mismatch.
+verify() {
+	local file="$1" bytes="$2" want256="$3" want1="$4" size got
+	size=$(stat -c %s "$file")
+	if [ "$size" != "$bytes" ]; then
+		echo "  size $size bytes, expected $bytes" >&2
+		return 1
+	fi
+	echo "  checking SHA-256 ..."
+	got=$(sha256sum "$file" | cut -d' ' -f1)
+	if [ "$got" != "$want256" ]; then
+		echo "  SHA-256 $got, expected $want256" >&2
+		return 1
+	fi
+	if [ -n "$want1" ]; then
+		got=$(sha1sum "$file" | cut -d' ' -f1)
+		if [ "$got" != "$want1" ]; then
+			echo "  SHA-1 $got, expected $want1" >&2
+			return 1
+		fi
+	fi
+	return 0
+}
+
+# download URL OUT: resumes a partial OUT, shows a progress bar.
+download() {
+	if command -v curl >/dev/null 2>&1; then
+		curl --fail --location --retry 3 --continue-at - --progress-bar --output "$2" "$1"
+	else
+		wget --continue --progress=bar:force:noscroll --output-document="$2" "$1"
+	fi
+}
+
+if [ "$dry_run" -eq 0 ]; then mkdir -p "$dir"; fi
+failed=0
+for p in "${selected[@]}"; do
+	IFS='|' read -r name file bytes sha256 sha1 _ url <<<"$p"
+	out="$dir/$file"
+	src="$url"
+	if [ -n "$from" ]; then src="$from/$file"; fi
+	if [ "$dry_run" -eq 1 ]; then
+		echo "would fetch $name: $src -> $out ($bytes bytes, sha256 $sha256${sha1:+, sha1 $sha1})"
+		continue
+	fi
+	echo "$name -> $out"
+	if [ -f "$out" ] && verify "$out" "$bytes" "$sha256" "$sha1" 2>/dev/null; then
+		echo "  already present and verified"
+		continue
+	fi
+	part="$out.part"
+	if [ -n "$from" ]; then
+		[ -f "$src" ] || {
+			echo "  not found: $src" >&2
+			failed=1
+			continue
+		}
+		cp -- "$src" "$part"
+	else
+		if ! download "$src" "$part"; then
+			echo "  download failed: $src (run again to resume)" >&2
+			failed=1
+			continue
+		fi
+	fi
+	if verify "$part" "$bytes" "$sha256" "$sha1"; then
+		mv -f -- "$part" "$out"
+		echo "  verified"
+	else
+		mv -f -- "$part" "$out.bad"
+		echo "  REJECTED: kept as $out.bad for inspection; the pinned checksum did not match" >&2
+		failed=1
+	fi
+done
+
+if [ "$dry_run" -eq 1 ]; then exit 0; fi
+if [ "$failed" -ne 0 ]; then
+	die "some models failed; nothing unverified was given a model's name"
+fi
+(cd "$dir" && find . -maxdepth 1 -type f \( -name '*.bin' -o -name '*.gguf' \) -printf '%f\n' | sort | xargs -r sha256sum >SHA256SUMS)
+cat <<EOF
+All models verified in $dir (SHA256SUMS written beside them).
+Next: copy the folder to the appliance, e.g. into /var/lib/replyd/models, then run
+  replyd models verify --dir /var/lib/replyd/models
+and set REPLYD_WHISPER_MODEL / REPLYD_LLM_MODEL in /etc/replyd/replyd.env.
+EOF
