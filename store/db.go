@@ -1,0 +1,254 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout version this package writes into the meta
+// bucket. Open refuses a file written with a newer version.
+const SchemaVersion = 1
+
+// Bucket names. Every bucket is created by Open in one transaction.
+var (
+	bucketMeta      = []byte("meta")         // schema_version, admin key hash, current prompt, OTP
+	bucketKeys      = []byte("keys")         // key hash -> JSON APIKey
+	bucketKeysByAge = []byte("keys_by_age")  // created nanos ‖ seq -> key hash
+	bucketPrompts   = []byte("prompts")      // seq -> JSON PromptVersion
+	bucketPromptIdx = []byte("prompt_index") // version -> seq
+	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
+	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
+	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+
+	allBuckets = [][]byte{
+		bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx,
+		bucketSessions, bucketLogs, bucketInferIdx,
+	}
+)
+
+// Keys inside the meta bucket.
+var (
+	metaSchemaVersion = []byte("schema_version")
+	metaAdminKeyHash  = []byte("admin_key_hash")
+	metaPromptCurrent = []byte("prompt_current")
+	metaOTP           = []byte("otp")
+	metaOTPLastIssued = []byte("otp_last_issued")
+)
+
+// DefaultTimeout is how long Open waits for the file lock when
+// Options.Timeout is zero.
+const DefaultTimeout = time.Second
+
+// touchInterval is the least time between two persisted LastUsedAt updates
+// of one key.
+const touchInterval = time.Minute
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// Now is the clock used for defaults (a zero LogEntry.Timestamp, a zero
+	// CreatedAt). It defaults to time.Now; tests inject a fixed clock.
+	Now func() time.Time
+	// Timeout bounds the wait for the file lock held by another process.
+	// Zero means DefaultTimeout; a negative value is treated as zero too.
+	Timeout time.Duration
+	// ReadOnly opens the file with a shared lock and no write access: every
+	// write method then fails. The file must exist and carry our schema.
+	ReadOnly bool
+
+	// openFile replaces os.OpenFile; tests use it to simulate read-only and
+	// full file systems as root.
+	openFile func(string, int, os.FileMode) (*os.File, error)
+}
+
+// DB is replyd's state in one bbolt file. It is safe for concurrent use by
+// many goroutines. Exactly one process may hold a DB open for writing.
+type DB struct {
+	bolt *bolt.DB
+	path string
+	now  func() time.Time
+
+	touchMu sync.Mutex
+	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+}
+
+// Open opens (creating if needed, mode 0600) the bbolt file at path and makes
+// sure every bucket and the schema version exist. When another process holds
+// the file, Open fails after opts.Timeout with an error wrapping ErrLocked.
+// A missing, read-only or full data directory gives an error naming the path.
+func Open(path string, opts Options) (*DB, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.Timeout,
+		ReadOnly:     opts.ReadOnly,
+		OpenFile:     opts.openFile,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, describeOpenError(path, err)
+	}
+	db := &DB{bolt: bdb, path: path, now: opts.Now, touched: make(map[string]time.Time)}
+	if opts.ReadOnly {
+		err = bdb.View(func(tx *bolt.Tx) error { return checkSchema(tx) })
+	} else {
+		err = bdb.Update(initSchema)
+	}
+	if err != nil {
+		_ = bdb.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, describeIOError(err))
+	}
+	return db, nil
+}
+
+// initSchema creates every bucket and records the schema version, or checks
+// it when the file already has one.
+func initSchema(tx *bolt.Tx) error {
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(metaSchemaVersion) == nil {
+		return meta.Put(metaSchemaVersion, u64(SchemaVersion))
+	}
+	return checkSchema(tx)
+}
+
+// checkSchema verifies that tx holds every bucket and a schema version this
+// code understands.
+func checkSchema(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return errors.New("not a replyd data file: no meta bucket")
+	}
+	v := meta.Get(metaSchemaVersion)
+	if len(v) != 8 {
+		return errors.New("not a replyd data file: no schema version")
+	}
+	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
+	}
+	for _, name := range allBuckets {
+		if tx.Bucket(name) == nil {
+			return fmt.Errorf("not a replyd data file: bucket %s missing", name)
+		}
+	}
+	return nil
+}
+
+// describeOpenError turns bbolt's and the OS's errors from opening path into
+// one an operator can act on; it keeps the cause for errors.Is.
+func describeOpenError(path string, err error) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("store: %s: %w (another replyd process holds it; stop it or choose another data directory)", path, ErrLocked)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("store: open %s: the file or its data directory does not exist: %w", path, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
+		return fmt.Errorf("store: open %s: not a valid bbolt data file: %w", path, err)
+	}
+	return fmt.Errorf("store: open %s: %w", path, describeIOError(err))
+}
+
+// describeIOError adds an explanation to the errors a data directory gives
+// when it is read-only, not ours, or full.
+func describeIOError(err error) error {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("the data directory is on a read-only file system: %w", err)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("permission denied: the data directory must be writable by this user: %w", err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("no space left on the data directory's device: %w", err)
+	}
+	return err
+}
+
+// Close releases the file and its lock. It waits for running transactions.
+func (db *DB) Close() error {
+	if err := db.bolt.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// Path returns the file the DB was opened on.
+func (db *DB) Path() string { return db.path }
+
+// update runs fn in one read-write transaction and explains I/O errors.
+func (db *DB) update(fn func(*bolt.Tx) error) error {
+	if err := db.bolt.Update(fn); err != nil {
+		return db.wrap(err)
+	}
+	return nil
+}
+
+// view runs fn in one read-only transaction.
+func (db *DB) view(fn func(*bolt.Tx) error) error {
+	if err := db.bolt.View(fn); err != nil {
+		return db.wrap(err)
+	}
+	return nil
+}
+
+// wrap leaves the sentinel errors of this package as they are and prefixes
+// everything else with the file's path.
+func (db *DB) wrap(err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) {
+		return err
+	}
+	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
+}
+
+// errInvalidArg marks a caller's mistake (an empty hash, a bad range).
+var errInvalidArg = errors.New("invalid argument")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("store: %w: %s", errInvalidArg, fmt.Sprintf(format, args...))
+}
+
+// u64 encodes v big-endian so that byte order equals numeric order.
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// nanos maps t to a sortable unsigned count of nanoseconds since 1970,
+// clamping times before 1970 (and the zero Time) to 0 and times after 2262 to
+// the largest value.
+func nanos(t time.Time) uint64 {
+	if t.IsZero() || t.Before(time.Unix(0, 0)) {
+		return 0
+	}
+	if t.After(time.Unix(0, math.MaxInt64)) {
+		return math.MaxInt64
+	}
+	return uint64(t.UnixNano())
+}
+
+// timeKey is the 16-byte key "nanos ‖ seq" of an entry that sorts by time.
+func timeKey(t time.Time, seq uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, nanos(t))
+	binary.BigEndian.PutUint64(k[8:], seq)
+	return k
+}
+
+// keyNanos reads the time part of a timeKey.
+func keyNanos(k []byte) uint64 { return binary.BigEndian.Uint64(k[:8]) }

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package store
+
+// lockFile is a no-op where flock is unavailable; replyd ships for Linux.
+func lockFile(string) (func(), error) { return func() {}, nil }
