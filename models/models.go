@@ -91,12 +91,38 @@ type Result struct {
 	Detail string
 }
 
-// Failed reports whether any file present on disk is corrupt or cannot be
-// verified. Missing and unknown files do not fail a check: an appliance holds
+// OK reports whether r is acceptable: the file matches, or is absent, or is
+// not ours to judge. Missing and unknown files are fine: an appliance holds
 // only the models it uses, and may hold models of the operator's choosing.
+// A present file that differs from its pins, or that has no pin, is not.
+func (r Result) OK() bool {
+	return r.Status != StatusMismatch && r.Status != StatusUnpinned
+}
+
+// String is one line for `replyd models verify`.
+func (r Result) String() string {
+	label := r.File
+	if r.Name != "" {
+		label += " (" + r.Name + ")"
+	}
+	switch r.Status {
+	case StatusOK:
+		return fmt.Sprintf("ok               %s: %d bytes, sha256 %s", label, r.Bytes, r.SHA256)
+	case StatusMissing:
+		return fmt.Sprintf("missing          %s", label)
+	case StatusUnknown:
+		return fmt.Sprintf("not in manifest  %s: %d bytes, not checked", label, r.Bytes)
+	case StatusUnpinned:
+		return fmt.Sprintf("UNPINNED         %s: %s", label, r.Detail)
+	default:
+		return fmt.Sprintf("MISMATCH         %s: %s", label, r.Detail)
+	}
+}
+
+// Failed reports whether any result is not OK.
 func Failed(results []Result) bool {
 	for _, r := range results {
-		if r.Status == StatusMismatch || r.Status == StatusUnpinned {
+		if !r.OK() {
 			return true
 		}
 	}

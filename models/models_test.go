@@ -108,6 +108,27 @@ func TestFailed(t *testing.T) {
 	}
 }
 
+func TestResultString(t *testing.T) {
+	for _, tc := range []struct {
+		r    Result
+		ok   bool
+		want string
+	}{
+		{Result{Name: "w", File: "w.bin", Status: StatusOK, Bytes: 3, SHA256: "abc"}, true, "ok               w.bin (w): 3 bytes, sha256 abc"},
+		{Result{Name: "w", File: "w.bin", Status: StatusMissing}, true, "missing          w.bin (w)"},
+		{Result{File: "x.gguf", Status: StatusUnknown, Bytes: 7}, true, "not in manifest  x.gguf: 7 bytes, not checked"},
+		{Result{Name: "w", File: "w.bin", Status: StatusMismatch, Detail: "size 1 bytes, expected 2"}, false, "MISMATCH         w.bin (w): size 1 bytes, expected 2"},
+		{Result{Name: "u", File: "u.bin", Status: StatusUnpinned, Detail: "no pin"}, false, "UNPINNED         u.bin (u): no pin"},
+	} {
+		if got := tc.r.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+		if got := tc.r.OK(); got != tc.ok {
+			t.Errorf("%s: OK() = %v, want %v", tc.r.Status, got, tc.ok)
+		}
+	}
+}
+
 func TestVerifyMissingDir(t *testing.T) {
 	if _, err := Verify(filepath.Join(t.TempDir(), "nope")); err == nil {
 		t.Fatal("Verify of a missing folder: no error")
