@@ -1,0 +1,148 @@
+package llm
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// defaultSystemPrompt is used when the store has no system prompt.
+const defaultSystemPrompt = "You help a person who uses an AAC device to take part in a conversation."
+
+// replyInstruction closes the system message: it asks for one short reply in
+// the AAC user's voice. The assistant turns of the chat are the AAC user's.
+const replyInstruction = "You speak as the AAC user: your turns in this chat are theirs. " +
+	"Write the next thing they would say: one short reply of a few words, in the first person, " +
+	"on one line, with no quotes and no explanation."
+
+// languageNames spells out the common language codes for the prompt; other
+// codes are passed through as they are.
+var languageNames = map[string]string{
+	"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
+	"nl": "Dutch", "pt": "Portuguese", "pl": "Polish", "sv": "Swedish", "da": "Danish",
+	"nb": "Norwegian", "no": "Norwegian", "fi": "Finnish", "cs": "Czech", "ru": "Russian",
+	"uk": "Ukrainian", "tr": "Turkish", "ja": "Japanese", "zh": "Chinese", "ko": "Korean",
+}
+
+// languageName returns the English name of a BCP 47 or ISO 639-1 code, or
+// the code itself when it is not a common one.
+func languageName(code string) string {
+	base := strings.ToLower(strings.SplitN(strings.ReplaceAll(code, "_", "-"), "-", 2)[0])
+	if n, ok := languageNames[base]; ok {
+		return n
+	}
+	return code
+}
+
+// systemMessage renders the system prompt, then what the payload says about
+// the AAC user, then the reply instruction.
+func systemMessage(req engine.GenerateRequest) string {
+	var b strings.Builder
+	sp := strings.TrimSpace(req.SystemPrompt)
+	if sp == "" {
+		sp = defaultSystemPrompt
+	}
+	b.WriteString(sp)
+	p := req.Profile
+	field := func(label, v string) {
+		if v = strings.TrimSpace(v); v != "" {
+			b.WriteString("\n")
+			b.WriteString(label)
+			b.WriteString(": ")
+			b.WriteString(v)
+		}
+	}
+	if strings.TrimSpace(p.Biography+p.Persona+p.UserProfile+p.Language) != "" {
+		b.WriteString("\n\nAbout the AAC user:")
+		field("Biography", p.Biography)
+		field("Persona", p.Persona)
+		field("Profile", p.UserProfile)
+		if l := strings.TrimSpace(p.Language); l != "" {
+			field("Language", "reply in "+languageName(l))
+		}
+	}
+	b.WriteString("\n\n")
+	b.WriteString(replyInstruction)
+	return b.String()
+}
+
+// turn is one dialog turn in chat form.
+type turn struct {
+	role    string // "user" (the speaker) or "assistant" (the AAC user)
+	content string
+}
+
+// dialogTurns maps the dialog to chat turns: the speaker is the chat's user
+// and the AAC user is the assistant, whose next turn the model writes. Empty
+// messages are skipped and consecutive messages of one role are joined with
+// a newline, because several templates require alternating roles.
+func dialogTurns(msgs []engine.Message) []turn {
+	var out []turn
+	for _, m := range msgs {
+		c := strings.TrimSpace(m.Content)
+		if c == "" {
+			continue
+		}
+		role := "user"
+		if m.Role == engine.RoleDisabledPerson {
+			role = "assistant"
+		}
+		if n := len(out); n > 0 && out[n-1].role == role {
+			out[n-1].content += "\n" + c
+			continue
+		}
+		out = append(out, turn{role: role, content: c})
+	}
+	return out
+}
+
+// chatFor assembles the system message and turns into template messages.
+func chatFor(system string, turns []turn) []chatMessage {
+	msgs := make([]chatMessage, 0, len(turns)+1)
+	msgs = append(msgs, chatMessage{Role: "system", Content: system})
+	for _, t := range turns {
+		msgs = append(msgs, chatMessage{Role: t.role, Content: t.content})
+	}
+	return msgs
+}
+
+// errPromptTooLong is returned when even the system prompt and the last
+// speaker turn alone exceed the token budget.
+var errPromptTooLong = errors.New("the system prompt and the last speaker turn do not fit in the context")
+
+// fitTurns drops the oldest turns until fits accepts the chat, never the
+// system message and never the last speaker turn. It returns the chat that
+// fits and how many turns were dropped.
+func fitTurns(system string, turns []turn, fits func([]chatMessage) (bool, error)) ([]chatMessage, int, error) {
+	lastSpeaker := -1
+	for i, t := range turns {
+		if t.role == "user" {
+			lastSpeaker = i
+		}
+	}
+	dropped := 0
+	for {
+		msgs := chatFor(system, turns)
+		ok, err := fits(msgs)
+		if err != nil {
+			return nil, dropped, err
+		}
+		if ok {
+			return msgs, dropped, nil
+		}
+		// Drop the oldest turn that is not the last speaker turn.
+		i := 0
+		if lastSpeaker == 0 {
+			i = 1
+		}
+		if i >= len(turns) {
+			return nil, dropped, errPromptTooLong
+		}
+		turns = append(turns[:i:i], turns[i+1:]...)
+		if lastSpeaker > i {
+			lastSpeaker--
+		}
+		dropped++
+	}
+}

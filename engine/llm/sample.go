@@ -1,0 +1,168 @@
+package llm
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"unicode"
+)
+
+// Sampling settings: llama.cpp's defaults for top-k, top-p and min-p.
+const (
+	topK = 40
+	topP = 0.95
+	minP = 0.05
+	// diverseTemp is the temperature of the second and later candidates
+	// when the request asks for temperature 0: the first candidate is the
+	// greedy one and the others must differ from it.
+	diverseTemp = 0.5
+)
+
+// sampler draws tokens for one candidate sequence with its own random
+// stream, so a seed gives the same tokens whatever else is batched with it.
+type sampler struct {
+	temp float64
+	rng  *rand.Rand
+	// scratch buffers reused across steps.
+	top []tokenLogit
+}
+
+type tokenLogit struct {
+	id    int
+	logit float32
+}
+
+func newSampler(temp float64, seed uint64, stream uint64) *sampler {
+	return &sampler{temp: temp, rng: rand.New(rand.NewPCG(seed, stream)), top: make([]tokenLogit, 0, topK+1)}
+}
+
+// sample picks the next token from logits and returns it with its
+// log-probability under the untempered distribution (what ranking uses).
+// Temperature 0 picks the most likely token.
+func (s *sampler) sample(logits []float32) (int, float64) {
+	// Top-k by a bounded insertion sort: k is small and the vocabulary big.
+	top := s.top[:0]
+	maxLogit := float32(math.Inf(-1))
+	for id, l := range logits {
+		if l > maxLogit {
+			maxLogit = l
+		}
+		if len(top) == topK && l <= top[topK-1].logit {
+			continue
+		}
+		i := len(top)
+		if i < topK {
+			top = append(top, tokenLogit{})
+		} else {
+			i = topK - 1
+		}
+		for i > 0 && top[i-1].logit < l {
+			top[i] = top[i-1]
+			i--
+		}
+		top[i] = tokenLogit{id: id, logit: l}
+	}
+	s.top = top
+	// log-sum-exp of the full distribution for the token's log-probability.
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l - maxLogit))
+	}
+	logZ := float64(maxLogit) + math.Log(sum)
+
+	choice := top[0].id
+	if s.temp > 0 && len(top) > 1 {
+		probs := make([]float64, len(top))
+		var z float64
+		for i, t := range top {
+			probs[i] = math.Exp(float64(t.logit-top[0].logit) / s.temp)
+			z += probs[i]
+		}
+		// min-p: drop tokens below minP times the best one; top-p: keep
+		// the smallest head whose mass reaches topP.
+		n, mass := 0, 0.0
+		for i, p := range probs {
+			if i > 0 && (p < minP*probs[0] || mass >= topP*z) {
+				break
+			}
+			mass += p
+			n++
+		}
+		r := s.rng.Float64() * mass
+		for i := 0; i < n; i++ {
+			r -= probs[i]
+			if r <= 0 || i == n-1 {
+				choice = top[i].id
+				break
+			}
+		}
+	}
+	return choice, float64(logits[choice]) - logZ
+}
+
+// cleanReply turns the raw bytes of a reply into display text: invalid UTF-8
+// and control characters are dropped, whitespace collapsed and trimmed.
+func cleanReply(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return ' '
+		}
+		if !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// dedupKey is the form two replies are compared in: lower case, letters and
+// digits only, single spaces. Replies with an empty key count as empty.
+func dedupKey(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			return unicode.ToLower(r)
+		default:
+			return ' '
+		}
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// scored is one finished candidate before ranking.
+type scored struct {
+	text    string
+	tokens  int
+	logprob float64 // sum over the reply's tokens
+}
+
+// mean returns the mean token log-probability, -Inf for no tokens.
+func (c scored) mean() float64 {
+	if c.tokens == 0 {
+		return math.Inf(-1)
+	}
+	return c.logprob / float64(c.tokens)
+}
+
+// uniqueCandidates keeps, in order, the non-empty candidates whose dedupKey
+// was not seen before, skipping keys already in seen (which it updates).
+func uniqueCandidates(cands []scored, seen map[string]bool) []scored {
+	var out []scored
+	for _, c := range cands {
+		k := dedupKey(c.text)
+		if k == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, c)
+	}
+	return out
+}
+
+// rankCandidates sorts by mean token log-probability, best first; ties keep
+// their sampling order.
+func rankCandidates(cands []scored) {
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].mean() > cands[j].mean() })
+}
