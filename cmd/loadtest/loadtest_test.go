@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"math/rand"
+	"mime"
+	"mime/multipart"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{50: 50 * time.Millisecond, 95: 95 * time.Millisecond, 99: 99 * time.Millisecond, 100: 100 * time.Millisecond} {
+		if got := percentile(d, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if got := percentile([]time.Duration{7}, 99); got != 7 {
+		t.Errorf("p99 of one = %v", got)
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of none = %v", got)
+	}
+}
+
+func TestVoicedWAV(t *testing.T) {
+	b := voicedWAV(2, 16000)
+	if string(b[0:4]) != "RIFF" || string(b[8:16]) != "WAVEfmt " || string(b[36:40]) != "data" {
+		t.Fatalf("bad header % x", b[:44])
+	}
+	if n := binary.LittleEndian.Uint32(b[40:44]); n != 2*2*16000 || len(b) != 44+int(n) {
+		t.Fatalf("data length %d, file %d", n, len(b))
+	}
+	pcm := make([]int16, 2*16000)
+	if err := binary.Read(bytes.NewReader(b[44:]), binary.LittleEndian, pcm); err != nil {
+		t.Fatal(err)
+	}
+	var peak int16
+	var energy [4]float64 // per half second: the envelope never goes silent
+	for i, v := range pcm {
+		if v > peak {
+			peak = v
+		}
+		energy[i/8000] += float64(v) * float64(v)
+	}
+	if peak < 8000 || peak > 16383 {
+		t.Errorf("peak %d, want about half of full scale", peak)
+	}
+	for i, e := range energy {
+		if e == 0 {
+			t.Errorf("half-second %d is silent", i)
+		}
+	}
+}
+
+func TestRequireLoopback(t *testing.T) {
+	for u, ok := range map[string]bool{
+		"http://127.0.0.1:8080":   true,
+		"https://[::1]:8443":      true,
+		"http://localhost:8080":   true,
+		"http://10.0.0.5:8080":    false,
+		"http://example.org:8080": false,
+		"ftp://127.0.0.1":         false,
+		"127.0.0.1:8080":          false,
+	} {
+		if err := requireLoopback(u); (err == nil) != ok {
+			t.Errorf("requireLoopback(%q) = %v", u, err)
+		}
+	}
+}
+
+func TestInferBody(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	wav := voicedWAV(0.1, 16000)
+	for _, audio := range [][]byte{nil, wav} {
+		ct, body, err := inferBody(rng, 3, audio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, params, err := mime.ParseMediaType(ct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+		parts := map[string][]byte{}
+		for {
+			p, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(p)
+			parts[p.FormName()] = b
+		}
+		var payload struct {
+			Messages []struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+				Audio   bool   `json:"audio"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(parts["payload"], &payload); err != nil {
+			t.Fatal(err)
+		}
+		last := payload.Messages[len(payload.Messages)-1]
+		if last.Role != "speaker" || last.Audio != (audio != nil) {
+			t.Errorf("last message %+v with audio=%v", last, audio != nil)
+		}
+		if !bytes.Equal(parts["audio"], audio) {
+			t.Errorf("audio part: %d bytes, want %d", len(parts["audio"]), len(audio))
+		}
+	}
+}
+
+func TestProblems(t *testing.T) {
+	r := newResults()
+	r.add(outcome{route: routeInfer, status: 200})
+	r.add(outcome{route: routeInfer, status: 503, code: "overloaded"})
+	r.statsTotal, r.loggedInfer = 2, 2
+	if p := r.problems(); len(p) != 0 {
+		t.Errorf("clean run: %v", p)
+	}
+	r.add(outcome{route: routeInferAudio, status: 503, code: "timeout"})
+	r.add(outcome{route: routeLogs, status: 500, code: "internal"})
+	r.add(outcome{route: routeKeys, err: io.ErrUnexpectedEOF})
+	got := strings.Join(r.problems(), "\n")
+	for _, want := range []string{"503 timeout", "500 internal", "no response", "stats count 2 infer calls, the tablets received 3", "2 infer log entries for 3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems lack %q:\n%s", want, got)
+		}
+	}
+}
