@@ -56,14 +56,14 @@ type ModelInfo struct {
 // specialTokens are the ids of Whisper's control tokens in one vocabulary.
 type specialTokens struct {
 	eot, sot, translate, transcribe, solm, prev, nosp, not, beg int
-	space                                                   int // the token whose text is " ", -1 if none
+	space                                                       int // the token whose text is " ", -1 if none
 }
 
 type layerNorm struct{ w, b []float32 }
 
 type attention struct {
-	q, k, v, o    *weight
-	qb, vb, ob    []float32
+	q, k, v, o *weight
+	qb, vb, ob []float32
 }
 
 type block struct {

@@ -123,12 +123,14 @@ func (m *Model) detectLanguage(st *decState) (int, []float64) {
 		probs[i] = float64(lg[id])
 		mx = math.Max(mx, probs[i])
 	}
-	var sum float64
 	best := 0
 	for i := range probs {
 		if probs[i] > probs[best] {
 			best = i
 		}
+	}
+	var sum float64
+	for i := range probs {
 		probs[i] = math.Exp(probs[i] - mx)
 		sum += probs[i]
 	}
