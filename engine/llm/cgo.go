@@ -87,8 +87,11 @@ func replydLlamaLog(level C.int, text *C.char, _ unsafe.Pointer) {
 	if line == "" {
 		return
 	}
-	if cLog.level >= slog.LevelError {
-		cLog.lastErr = line
+	if cLog.level >= slog.LevelError && len(cLog.lastErr) < 1000 {
+		if cLog.lastErr != "" {
+			cLog.lastErr += "; "
+		}
+		cLog.lastErr += line
 	}
 	l := cLog.logger.Load()
 	if l == nil {
@@ -97,7 +100,8 @@ func replydLlamaLog(level C.int, text *C.char, _ unsafe.Pointer) {
 	l.Log(context.Background(), cLog.level, line, "component", "llama.cpp")
 }
 
-// takeLastCError returns the last error line llama.cpp logged and forgets it.
+// takeLastCError returns the error lines llama.cpp logged since the last
+// call, joined with "; ", and forgets them.
 func takeLastCError() string {
 	cLog.mu.Lock()
 	defer cLog.mu.Unlock()

@@ -151,23 +151,24 @@ func Open(opts Options) (*Engine, error) {
 	log := opts.Logger.With("component", "llm")
 	cLog.logger.Store(opts.Logger)
 	path := opts.ModelPath
-	fail := func(cause error, reason string) (*Engine, error) {
-		return nil, engine.Errorf(engine.KindLLM, cause, "cannot load language model %s: %s", path, reason)
+	// The error reads "cannot load language model PATH: REASON".
+	fail := func(reason string) (*Engine, error) {
+		return nil, engine.Errorf(engine.KindLLM, errors.New(reason), "cannot load language model %s", path)
 	}
 	if path == "" {
-		return fail(nil, "no model path configured")
+		return fail("no model path configured")
 	}
 	if st, err := os.Stat(path); err != nil {
-		return fail(err, strings.TrimPrefix(err.Error(), "stat "+path+": "))
+		return fail(strings.TrimPrefix(err.Error(), "stat "+path+": "))
 	} else if st.IsDir() {
-		return fail(nil, "is a directory")
+		return fail("is a directory")
 	}
 	info, err := readGGUFInfo(path)
 	if err != nil {
-		return fail(err, err.Error())
+		return fail(err.Error())
 	}
 	if opts.ContextPerSeq <= opts.MaxReplyTokens+16 {
-		return fail(nil, fmt.Sprintf("context per sequence %d leaves no room for a prompt", opts.ContextPerSeq))
+		return fail(fmt.Sprintf("context per sequence %d leaves no room for a prompt", opts.ContextPerSeq))
 	}
 
 	backendOnce.Do(llama.BackendInit)
@@ -188,9 +189,9 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		reason := takeLastCError()
 		if reason == "" {
-			reason = "llama.cpp could not load it"
+			reason = err.Error()
 		}
-		return fail(err, reason)
+		return fail(reason)
 	}
 
 	// The KV cache is split per sequence: candidates get MaxCandidates
@@ -206,12 +207,12 @@ func Open(opts Options) (*Engine, error) {
 		if reason == "" {
 			reason = "llama.cpp could not create a context"
 		}
-		return fail(err, reason)
+		return fail(reason)
 	}
 	batch, err := llama.NewBatch(512, 1, 0)
 	if err != nil {
 		// The context cannot be freed; it is small when this fails.
-		return fail(err, "cannot allocate a batch")
+		return fail("cannot allocate a batch")
 	}
 	e := &Engine{
 		opts: opts, log: log, model: model, lctx: lctx, vocab: newVocabRef(model),
@@ -225,7 +226,7 @@ func Open(opts Options) (*Engine, error) {
 	e.genLen = make([]int, opts.MaxCandidates)
 	e.tmpl = e.chooseTemplate(info.ChatTemplate)
 	if err := e.warmUp(); err != nil {
-		return fail(err, "warm-up decode failed: "+err.Error())
+		return fail("warm-up decode failed: "+err.Error())
 	}
 	e.loaded = time.Now()
 	log.Info("language model loaded", "model", path, "arch", info.Arch, "backend", backend,

@@ -1,0 +1,482 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/replyd/replyd/engine"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// demoPath is the demo model written once for the package's tests.
+var demoPath = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "replyd-llm-test")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "llm-demo.gguf")
+	return p, WriteDemoModel(p)
+})
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if p, err := demoPath(); err == nil {
+		os.RemoveAll(filepath.Dir(p))
+	}
+	os.Exit(code)
+}
+
+// openDemo opens an engine on the demo model. Engines are not freed (the
+// llama.cpp binding cannot free a context); the demo model's are tiny.
+func openDemo(tb testing.TB, opts Options) *Engine {
+	tb.Helper()
+	p, err := demoPath()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts.ModelPath = p
+	opts.Demo = true
+	if opts.PrefixCacheMiB == 0 {
+		opts.PrefixCacheMiB = 8
+	}
+	e, err := Open(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close() })
+	return e
+}
+
+func dialog(n int) []engine.Message {
+	lines := []string{
+		"Good morning! Did you sleep well?", "Yes thanks.",
+		"Would you like some tea or coffee?", "Tea please.",
+		"Milk and sugar?", "Just milk.",
+		"Shall we go outside later?", "Maybe after lunch.",
+		"Your sister is coming at three.", "Great!",
+		"Do you want music on?",
+	}
+	var msgs []engine.Message
+	for i := 0; i < n; i++ {
+		role := engine.RoleSpeaker
+		if i%2 == 1 {
+			role = engine.RoleDisabledPerson
+		}
+		msgs = append(msgs, engine.Message{Role: role, Content: lines[i%len(lines)]})
+	}
+	return msgs
+}
+
+func request(n int, seed uint32) engine.GenerateRequest {
+	return engine.GenerateRequest{
+		SystemPrompt: "You suggest replies for Sam.",
+		Profile:      engine.Profile{Biography: "Sam is 34 and has ALS.", Persona: "dry humour", Language: "en"},
+		Messages:     dialog(3),
+		N:            n, Temperature: 0.8, Seed: seed,
+	}
+}
+
+func texts(g engine.Generation) []string {
+	var out []string
+	for _, c := range g.Candidates {
+		out = append(out, c.Text)
+	}
+	return out
+}
+
+func mustGenerate(tb testing.TB, e *Engine, req engine.GenerateRequest) engine.Generation {
+	tb.Helper()
+	g, err := e.Generate(context.Background(), req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
+}
+
+func TestPromptGolden(t *testing.T) {
+	req := engine.GenerateRequest{
+		SystemPrompt: "You suggest short replies for an AAC user.",
+		Profile: engine.Profile{
+			Biography: "Alex, 52, former teacher, lives with MND.", Persona: "warm, brief",
+			UserProfile: "likes jazz and gardening", Language: "de-AT",
+		},
+		Messages: []engine.Message{
+			{Role: engine.RoleSpeaker, Content: "Hi Alex, how was the physio?"},
+			{Role: engine.RoleDisabledPerson, Content: "Tiring."},
+			{Role: engine.RoleDisabledPerson, Content: "But good."},
+			{Role: engine.RoleSpeaker, Content: "  "},
+			{Role: engine.RoleSpeaker, Content: "Do you want to rest now?", Audio: true},
+		},
+	}
+	msgs := chatFor(systemMessage(req), dialogTurns(req.Messages))
+	for _, tmpl := range []string{"chatml", "llama3", "gemma", "mistral-v7", "phi3", chatMLTemplate} {
+		name := tmpl
+		if tmpl == chatMLTemplate {
+			name = "demo-model"
+		}
+		t.Run(name, func(t *testing.T) {
+			got, err := applyTemplate(tmpl, msgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", "prompt_"+name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(string(want), got); d != "" {
+				t.Errorf("prompt mismatch (-want +got):\n%s", d)
+			}
+		})
+	}
+	if _, err := applyTemplate("no such template", msgs); !errors.Is(err, errUnknownTemplate) {
+		t.Errorf("unknown template: err = %v, want errUnknownTemplate", err)
+	}
+}
+
+func TestFitTurnsKeepsSystemAndLastSpeaker(t *testing.T) {
+	turns := dialogTurns([]engine.Message{
+		{Role: engine.RoleSpeaker, Content: "s1"}, {Role: engine.RoleDisabledPerson, Content: "d1"},
+		{Role: engine.RoleSpeaker, Content: "s2"}, {Role: engine.RoleDisabledPerson, Content: "d2"},
+	})
+	for _, tc := range []struct {
+		limit   int // messages accepted, system included
+		want    []string
+		dropped int
+		err     error
+	}{
+		{limit: 5, want: []string{"sys", "s1", "d1", "s2", "d2"}},
+		{limit: 3, want: []string{"sys", "s2", "d2"}, dropped: 2},
+		{limit: 2, want: []string{"sys", "s2"}, dropped: 3},
+		{limit: 1, err: errPromptTooLong},
+	} {
+		msgs, dropped, err := fitTurns("sys", append([]turn(nil), turns...), func(m []chatMessage) (bool, error) {
+			return len(m) <= tc.limit, nil
+		})
+		if !errors.Is(err, tc.err) {
+			t.Fatalf("limit %d: err = %v, want %v", tc.limit, err, tc.err)
+		}
+		if err != nil {
+			continue
+		}
+		var got []string
+		for _, m := range msgs {
+			got = append(got, m.Content)
+		}
+		if d := cmp.Diff(tc.want, got); d != "" || dropped != tc.dropped {
+			t.Errorf("limit %d: dropped %d (want %d), messages (-want +got):\n%s", tc.limit, dropped, tc.dropped, d)
+		}
+	}
+}
+
+func TestReplyText(t *testing.T) {
+	if got := cleanReply([]byte(" Yes\tplease\x01 \xff!  ")); got != "Yes please !" {
+		t.Errorf("cleanReply = %q", got)
+	}
+	if a, b := dedupKey("Yes, please!"), dedupKey("  yes please"); a != b {
+		t.Errorf("dedupKey differs: %q vs %q", a, b)
+	}
+	got := uniqueCandidates([]scored{{text: "Yes, please!"}, {text: "..."}, {text: "yes please"}, {text: "No"}}, map[string]bool{})
+	if len(got) != 2 || got[0].text != "Yes, please!" || got[1].text != "No" {
+		t.Errorf("uniqueCandidates = %+v", got)
+	}
+}
+
+func TestOpenBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	good, err := demoPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		path, reason string
+	}{
+		{filepath.Join(dir, "missing.gguf"), "no such file"},
+		{dir, "is a directory"},
+		{write("text.gguf", []byte("hello, not a model")), "not a GGUF file"},
+		{write("header.gguf", data[:100]), "truncated"},
+		{write("tensors.gguf", data[:len(data)/2]), "failed to load model"},
+	} {
+		e, err := Open(Options{ModelPath: tc.path})
+		if err == nil {
+			e.Close()
+			t.Errorf("%s: Open succeeded", tc.path)
+			continue
+		}
+		if engine.KindOf(err) != engine.KindLLM || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("%s: err = %v (kind %v), want KindLLM naming the file and %q", tc.path, err, engine.KindOf(err), tc.reason)
+		}
+	}
+}
+
+func TestWriteDemoModel(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
+	for _, p := range []string{a, b} {
+		if err := WriteDemoModel(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da, _ := os.ReadFile(a)
+	db, _ := os.ReadFile(b)
+	if !bytes.Equal(da, db) {
+		t.Error("two demo models differ: the generator is not deterministic")
+	}
+	info, err := readGGUFInfo(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ggufInfo{Arch: "llama", Name: "replyd-demo", ChatTemplate: chatMLTemplate, Layers: 2, Embd: 64, Heads: 4, KVHeads: 2}
+	if d := cmp.Diff(want, info); d != "" {
+		t.Errorf("metadata (-want +got):\n%s", d)
+	}
+}
+
+func TestGenerateDistinctCandidates(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 24})
+	req := request(4, 11)
+	g := mustGenerate(t, e, req)
+	if len(g.Candidates) != 4 {
+		t.Fatalf("got %d candidates, want 4: %q", len(g.Candidates), texts(g))
+	}
+	seen := map[string]bool{}
+	for i, c := range g.Candidates {
+		k := dedupKey(c.Text)
+		if k == "" || seen[k] {
+			t.Errorf("candidate %d %q is empty or a duplicate", i, c.Text)
+		}
+		seen[k] = true
+		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "en" {
+			t.Errorf("candidate %d: rank %d length %d language %q", i, c.Rank, c.Length, c.Language)
+		}
+		if i > 0 && c.MeanLogProb > g.Candidates[i-1].MeanLogProb {
+			t.Errorf("candidate %d ranks below a lower mean log-probability", i)
+		}
+	}
+	if g.PromptTokens == 0 || g.GenTokens < 4 {
+		t.Errorf("prompt tokens %d, generated tokens %d", g.PromptTokens, g.GenTokens)
+	}
+}
+
+func TestGenerateRepeatableWithSeed(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 16})
+	a := texts(mustGenerate(t, e, request(3, 42)))
+	b := texts(mustGenerate(t, e, request(3, 42)))
+	if d := cmp.Diff(a, b); d != "" {
+		t.Errorf("same seed gave different candidates (-first +second):\n%s", d)
+	}
+	c := texts(mustGenerate(t, e, request(3, 43)))
+	if cmp.Equal(a, c) {
+		t.Errorf("seeds 42 and 43 gave the same candidates %q", a)
+	}
+}
+
+func TestGenerationModesAgree(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 16})
+	want := texts(mustGenerate(t, e, request(3, 5)))
+	for _, m := range []mode{modeShared, modeNaive} {
+		g, err := e.generate(context.Background(), request(3, 5), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, texts(g)); d != "" {
+			t.Errorf("mode %d differs from batched (-batched +mode):\n%s", m, d)
+		}
+	}
+}
+
+func TestMaxCandidatesAndTemperatureBounds(t *testing.T) {
+	e := openDemo(t, Options{MaxCandidates: 3, MaxReplyTokens: 12})
+	if g := mustGenerate(t, e, request(10, 1)); len(g.Candidates) != 3 {
+		t.Errorf("N=10 with MaxCandidates 3 gave %d candidates", len(g.Candidates))
+	}
+	if g := mustGenerate(t, e, request(0, 1)); len(g.Candidates) != 1 {
+		t.Errorf("N=0 gave %d candidates, want 1", len(g.Candidates))
+	}
+	// Temperature 0: the first candidate is greedy, so the seed does not
+	// change it, and with N=3 the others still differ from it.
+	greedy := func(n int, seed uint32) engine.Generation {
+		r := request(n, seed)
+		r.Temperature = 0
+		return mustGenerate(t, e, r)
+	}
+	g1, g2 := texts(greedy(1, 1)), texts(greedy(1, 2))
+	if d := cmp.Diff(g1, g2); d != "" || len(g1) != 1 {
+		t.Errorf("temperature 0 depends on the seed (-seed 1 +seed 2):\n%s", d)
+	}
+	if g3 := greedy(3, 1); len(g3.Candidates) != 3 || !containsText(g3, g1[0]) {
+		t.Errorf("temperature 0, N=3 gave %q, want 3 candidates including the greedy %q", texts(g3), g1)
+	}
+	// Temperatures above 2 are clamped to 2.
+	hot, max2 := request(3, 9), request(3, 9)
+	hot.Temperature, max2.Temperature = 7, 2
+	if d := cmp.Diff(texts(mustGenerate(t, e, max2)), texts(mustGenerate(t, e, hot))); d != "" {
+		t.Errorf("temperature 7 not clamped to 2 (-2 +7):\n%s", d)
+	}
+}
+
+func containsText(g engine.Generation, s string) bool {
+	for _, c := range g.Candidates {
+		if c.Text == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCancelFreesSequences(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 16})
+	want := texts(mustGenerate(t, e, request(4, 3)))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	e.stepHook = func(step int) {
+		if step == 3 {
+			cancel()
+			close(stopped)
+		}
+	}
+	req := request(4, 3)
+	req.DialogID = "cancelled"
+	_, err := e.Generate(ctx, req)
+	if engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("cancelled request: err = %v, want KindCanceled", err)
+	}
+	<-stopped
+	// The next request runs after the owner left the cancelled one.
+	e.stepHook = nil
+	got := texts(mustGenerate(t, e, request(4, 3)))
+	for i, n := range e.genLen {
+		if n != 0 {
+			t.Errorf("candidate sequence %d still holds %d positions", i, n)
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("request after a cancelled one differs (-before +after):\n%s", d)
+	}
+}
+
+func TestQueueOverflowAndLeaving(t *testing.T) {
+	e := openDemo(t, Options{QueueSize: 1, MaxReplyTokens: 8})
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	var once sync.Once
+	e.stepHook = func(int) {
+		once.Do(func() { close(blocked); <-release })
+	}
+	first := make(chan error, 1)
+	go func() { _, err := e.Generate(context.Background(), request(2, 1)); first <- err }()
+	<-blocked // the first request is running and holds the owner
+
+	waitCtx, leave := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() { _, err := e.Generate(waitCtx, request(2, 1)); second <- err }()
+	for e.QueueDepth() != 2 {
+		// Wait until the second request is queued.
+		waitForOwner()
+	}
+	if _, err := e.Generate(context.Background(), request(2, 1)); !errors.Is(err, engine.ErrOverloaded) {
+		t.Fatalf("third request: err = %v, want ErrOverloaded", err)
+	}
+	leave()
+	if err := <-second; engine.KindOf(err) != engine.KindCanceled {
+		t.Errorf("queued request that left: err = %v, want KindCanceled", err)
+	}
+	if d := e.QueueDepth(); d != 1 {
+		t.Errorf("queue depth after the waiting request left = %d, want 1 (the running one)", d)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Errorf("first request: %v", err)
+	}
+	mustGenerate(t, e, request(2, 1))
+}
+
+// waitForOwner lets the other goroutines run before a condition is polled
+// again.
+func waitForOwner() { time.Sleep(time.Millisecond) }
+
+func TestPrefixCacheMatchesColdRun(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 16})
+	warm := request(3, 21)
+	warm.DialogID = "dialog-1"
+	warm.Messages = dialog(9)
+	g := mustGenerate(t, e, warm)
+	if g.CachedTokens != 0 {
+		t.Errorf("first request of a dialog reused %d tokens", g.CachedTokens)
+	}
+	warm.Messages = dialog(11)
+	gw := mustGenerate(t, e, warm)
+	if gw.CachedTokens == 0 || gw.CachedTokens >= gw.PromptTokens {
+		t.Fatalf("extended dialog reused %d of %d prompt tokens", gw.CachedTokens, gw.PromptTokens)
+	}
+	cold := warm
+	cold.DialogID = ""
+	gc := mustGenerate(t, e, cold)
+	if gc.CachedTokens != 0 || gc.PromptTokens != gw.PromptTokens {
+		t.Errorf("cold run: cached %d, prompt %d (warm prompt %d)", gc.CachedTokens, gc.PromptTokens, gw.PromptTokens)
+	}
+	if d := cmp.Diff(texts(gc), texts(gw)); d != "" {
+		t.Errorf("prefix cache hit differs from a cold run (-cold +warm):\n%s", d)
+	}
+	// The same request again reuses all but the last token.
+	if g := mustGenerate(t, e, warm); g.CachedTokens != g.PromptTokens-1 {
+		t.Errorf("repeated request reused %d of %d tokens", g.CachedTokens, g.PromptTokens)
+	}
+}
+
+func TestLongDialogDropsOldestTurns(t *testing.T) {
+	e := openDemo(t, Options{ContextPerSeq: 300, MaxReplyTokens: 8, PrefixCacheMiB: 1})
+	req := request(2, 4)
+	req.Messages = dialog(11)
+	g := mustGenerate(t, e, req)
+	if g.PromptTokens > 300-8-1 || len(g.Candidates) == 0 {
+		t.Errorf("prompt %d tokens, %d candidates", g.PromptTokens, len(g.Candidates))
+	}
+	req.SystemPrompt = strings.Repeat("Be kind. ", 100)
+	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindLLM {
+		t.Errorf("a system prompt longer than the context: err = %v, want KindLLM", err)
+	}
+}
+
+func TestCloseRejects(t *testing.T) {
+	e := openDemo(t, Options{})
+	if st := e.Status(); !st.Ready || !st.Demo || st.Backend != "cpu" || st.Name != "llm" {
+		t.Errorf("status before Close = %+v", st)
+	}
+	e.Close()
+	if _, err := e.Generate(context.Background(), request(1, 1)); engine.KindOf(err) != engine.KindNotReady {
+		t.Errorf("after Close: err = %v, want KindNotReady", err)
+	}
+	if st := e.Status(); st.Ready {
+		t.Errorf("status after Close = %+v", st)
+	}
+}
