@@ -226,7 +226,7 @@ func Open(opts Options) (*Engine, error) {
 	e.genLen = make([]int, opts.MaxCandidates)
 	e.tmpl = e.chooseTemplate(info.ChatTemplate)
 	if err := e.warmUp(); err != nil {
-		return fail("warm-up decode failed: "+err.Error())
+		return fail("warm-up decode failed: " + err.Error())
 	}
 	e.loaded = time.Now()
 	log.Info("language model loaded", "model", path, "arch", info.Arch, "backend", backend,
