@@ -99,7 +99,10 @@ func Decode(data []byte, max time.Duration) ([]float32, error) {
 		return nil, err
 	}
 	if len(pcm) == 0 {
-		return nil, fmt.Errorf("%w: the %s file contains no audio samples", ErrEmpty, f)
+		return nil, errEmptyFile(f)
+	}
+	for i, v := range pcm {
+		pcm[i] = finite(v) // a damaged stream must not feed NaN to Whisper
 	}
 	if int64(len(pcm)) > maxFrames(max, SampleRate) {
 		// Resampling can add a sample or two; the source-rate checks are

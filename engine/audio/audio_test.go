@@ -1,0 +1,428 @@
+package audio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/internal/testdata"
+)
+
+// wavSpec describes a synthetic WAV file.
+type wavSpec struct {
+	bits       int  // 8, 16, 24, 32 or 64
+	float      bool // IEEE float (format tag 3) instead of integer PCM
+	extensible bool // WAVE_FORMAT_EXTENSIBLE fmt chunk
+	rate, ch   int
+}
+
+func (s wavSpec) String() string {
+	kind := "int"
+	if s.float {
+		kind = "float"
+	}
+	ext := ""
+	if s.extensible {
+		ext = "-ext"
+	}
+	return fmt.Sprintf("%s%d%s-%dHz-%dch", kind, s.bits, ext, s.rate, s.ch)
+}
+
+// makeWAV encodes frames (one []float32 per channel, equal lengths) as a
+// WAV file with a LIST chunk before the data chunk, as real writers do.
+func makeWAV(s wavSpec, chans [][]float32) []byte {
+	width := s.bits / 8
+	n := len(chans[0])
+	tag := 1
+	if s.float {
+		tag = 3
+	}
+	fmtBody := make([]byte, 16)
+	if s.extensible {
+		fmtBody = make([]byte, 40)
+		binary.LittleEndian.PutUint16(fmtBody[16:], 22)
+		binary.LittleEndian.PutUint16(fmtBody[18:], uint16(s.bits))
+		binary.LittleEndian.PutUint32(fmtBody[20:], 0) // channel mask
+		binary.LittleEndian.PutUint16(fmtBody[24:], uint16(tag))
+		copy(fmtBody[26:], "\x00\x00\x00\x00\x10\x00\x80\x00\x00\xAA\x00\x38\x9B\x71")
+		tag = 0xFFFE
+	}
+	binary.LittleEndian.PutUint16(fmtBody[0:], uint16(tag))
+	binary.LittleEndian.PutUint16(fmtBody[2:], uint16(s.ch))
+	binary.LittleEndian.PutUint32(fmtBody[4:], uint32(s.rate))
+	binary.LittleEndian.PutUint32(fmtBody[8:], uint32(s.rate*s.ch*width))
+	binary.LittleEndian.PutUint16(fmtBody[12:], uint16(s.ch*width))
+	binary.LittleEndian.PutUint16(fmtBody[14:], uint16(s.bits))
+
+	data := make([]byte, 0, n*s.ch*width)
+	for i := 0; i < n; i++ {
+		for c := 0; c < s.ch; c++ {
+			v := float64(chans[c][i])
+			switch {
+			case s.float && s.bits == 32:
+				data = binary.LittleEndian.AppendUint32(data, math.Float32bits(float32(v)))
+			case s.float && s.bits == 64:
+				data = binary.LittleEndian.AppendUint64(data, math.Float64bits(v))
+			case s.bits == 8:
+				data = append(data, byte(math.Round(v*127)+128))
+			case s.bits == 16:
+				data = binary.LittleEndian.AppendUint16(data, uint16(int16(math.Round(v*32767))))
+			case s.bits == 24:
+				x := int32(math.Round(v * 8388607))
+				data = append(data, byte(x), byte(x>>8), byte(x>>16))
+			case s.bits == 32:
+				data = binary.LittleEndian.AppendUint32(data, uint32(int32(math.Round(v*2147483647))))
+			}
+		}
+	}
+	var b []byte
+	b = append(b, "RIFF\x00\x00\x00\x00WAVE"...)
+	b = appendChunk(b, "fmt ", fmtBody)
+	b = appendChunk(b, "LIST", []byte("INFOISFT\x04\x00\x00\x00odd\x00x")) // odd size: padded
+	b = appendChunk(b, "data", data)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-8))
+	return b
+}
+
+func appendChunk(b []byte, id string, body []byte) []byte {
+	b = append(b, id...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
+	b = append(b, body...)
+	if len(body)%2 == 1 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// sine returns n samples of amp·sin(2π·freq·t) at rate.
+func sine(freq float64, rate, n int, amp float64) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(amp * math.Sin(2*math.Pi*freq*float64(i)/float64(rate)))
+	}
+	return out
+}
+
+func rms(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s / float64(len(x)))
+}
+
+// TestDecodeWAVSine decodes a one-second 440 Hz sine written in every
+// supported WAV layout. The channels carry the sine plus a 3 kHz tone of
+// alternating sign, which only a true mean of the channels cancels. The
+// result must be 16000 samples that match a 440 Hz sine generated at 16 kHz
+// in phase and amplitude.
+func TestDecodeWAVSine(t *testing.T) {
+	var specs []wavSpec
+	for _, rate := range []int{8000, 16000, 22050, 44100, 48000} {
+		for _, ch := range []int{1, 2, 6} {
+			specs = append(specs,
+				wavSpec{bits: 8, rate: rate, ch: ch},
+				wavSpec{bits: 16, rate: rate, ch: ch},
+				wavSpec{bits: 24, rate: rate, ch: ch},
+				wavSpec{bits: 32, rate: rate, ch: ch},
+				wavSpec{bits: 32, float: true, rate: rate, ch: ch},
+			)
+		}
+	}
+	specs = append(specs,
+		wavSpec{bits: 64, float: true, rate: 44100, ch: 1},
+		wavSpec{bits: 16, extensible: true, rate: 48000, ch: 6},
+		wavSpec{bits: 24, extensible: true, rate: 44100, ch: 2},
+		wavSpec{bits: 32, float: true, extensible: true, rate: 48000, ch: 2},
+	)
+	want := sine(440, SampleRate, SampleRate, 0.5)
+	for _, s := range specs {
+		t.Run(s.String(), func(t *testing.T) {
+			tone := sine(440, s.rate, s.rate, 0.5)
+			hum := sine(3000, s.rate, s.rate, 0.3)
+			chans := make([][]float32, s.ch)
+			for c := range chans {
+				chans[c] = make([]float32, s.rate)
+				sign := float32(1)
+				if c%2 == 1 {
+					sign = -1
+				}
+				for i := range chans[c] {
+					if s.ch == 1 {
+						chans[c][i] = tone[i]
+					} else {
+						chans[c][i] = tone[i] + sign*hum[i]
+					}
+				}
+			}
+			data := makeWAV(s, chans)
+			if f := Detect(data); f != FormatWAV {
+				t.Fatalf("Detect = %q", f)
+			}
+			pcm, err := Decode(data, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pcm) != SampleRate {
+				t.Fatalf("got %d samples, want %d", len(pcm), SampleRate)
+			}
+			// Skip the edges, where the resampler sees zeros beyond the
+			// signal.
+			mid, ref := pcm[400:len(pcm)-400], want[400:len(want)-400]
+			c, lag := correlation(ref, mid, 4)
+			if c < 0.9995 || lag != 0 {
+				t.Errorf("correlation with a 16 kHz 440 Hz sine = %.5f at lag %d, want ≥ 0.9995 at 0", c, lag)
+			}
+			if r, w := rms(mid), 0.5/math.Sqrt2; math.Abs(r/w-1) > 0.01 {
+				t.Errorf("RMS %.4f, want %.4f ± 1%%", r, w)
+			}
+		})
+	}
+}
+
+// TestResampleStopband checks that tones above the lower Nyquist frequency
+// are suppressed rather than aliased into the speech band, and that tones
+// well inside the passband keep their level.
+func TestResampleStopband(t *testing.T) {
+	cases := []struct {
+		from       int
+		freq       float64
+		minAttenDB float64 // for stopband tones; 0 means passband
+	}{
+		{48000, 8200, 80},
+		{48000, 8800, 80},
+		{48000, 10000, 80},
+		{48000, 15000, 80},
+		{44100, 9000, 70},
+		{44100, 20000, 80},
+		{22050, 10000, 80},
+		{48000, 1000, 0},
+		{44100, 6000, 0},
+		{8000, 3000, 0},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%dHz-tone-%.0fHz", c.from, c.freq), func(t *testing.T) {
+			in := sine(c.freq, c.from, c.from, 0.9)
+			out := Resample(in, c.from, SampleRate)
+			if len(out) != SampleRate {
+				t.Fatalf("len = %d, want %d", len(out), SampleRate)
+			}
+			mid := out[800 : len(out)-800]
+			ratio := rms(mid) / (0.9 / math.Sqrt2)
+			if c.minAttenDB == 0 {
+				if db := 20 * math.Log10(ratio); math.Abs(db) > 0.1 {
+					t.Errorf("passband tone changed level by %.3f dB", db)
+				}
+				return
+			}
+			if atten := -20 * math.Log10(ratio); atten < c.minAttenDB {
+				t.Errorf("stopband tone attenuated by %.1f dB, want ≥ %.0f dB", atten, c.minAttenDB)
+			}
+		})
+	}
+}
+
+// TestResampleRates checks lengths and a round trip at rates that share
+// few factors with 16 kHz, where the phase table is rounded.
+func TestResampleRates(t *testing.T) {
+	for _, from := range []int{8000, 11025, 12000, 32000, 44101, 96000} {
+		in := sine(700, from, from/2, 0.5)
+		out := Resample(in, from, SampleRate)
+		if want := len(in) * SampleRate / from; len(out) != want {
+			t.Errorf("%d Hz: len = %d, want %d", from, len(out), want)
+		}
+		ref := sine(700, SampleRate, len(out), 0.5)
+		if c, lag := correlation(ref[200:len(ref)-200], out[200:len(out)-200], 2); c < 0.9999 || lag != 0 {
+			t.Errorf("%d Hz: correlation %.6f at lag %d", from, c, lag)
+		}
+	}
+	if got := Resample([]float32{1, 2}, 0, 16000); got != nil {
+		t.Errorf("Resample with rate 0 = %v, want nil", got)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	tone := sine(440, 8000, 8000*3, 0.5)
+	threeSec := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone})
+	silent := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{{}})
+	alaw := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:100]})
+	binary.LittleEndian.PutUint16(alaw[20:], 6)
+	huge := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:800]})
+	binary.LittleEndian.PutUint32(huge[len(huge)-1600-4:], 0xFFFFFFF0) // data claims 4 GB
+	badRate := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:100]})
+	binary.LittleEndian.PutUint32(badRate[24:], 4_000_000_000)
+
+	cases := []struct {
+		name string
+		data []byte
+		max  time.Duration
+		want error
+	}{
+		{"zero bytes", nil, time.Minute, ErrEmpty},
+		{"no samples", silent, time.Minute, ErrEmpty},
+		{"longer than max", threeSec, 2 * time.Second, ErrTooLong},
+		{"non-positive max", threeSec, 0, ErrTooLong},
+		{"garbage", []byte("SECRET garbage that is no audio format at all"), time.Minute, ErrUnsupported},
+		{"ogg vorbis", append([]byte("OggS\x00\x02"), make([]byte, 40)...), time.Minute, ErrUnsupported},
+		{"a-law wav", alaw, time.Minute, ErrUnsupported},
+		{"absurd rate", badRate, time.Minute, ErrUnsupported},
+		{"riff header only", []byte("RIFF\x04\x00\x00\x00WAVE"), time.Minute, ErrCorrupt},
+		{"wav without data", threeSec[:36], time.Minute, ErrCorrupt},
+		{"flac magic only", []byte("fLaCSECRET"), time.Minute, ErrCorrupt},
+		{"id3 larger than file", []byte("ID3\x04\x00\x00\x7f\x7f\x7f\x7fSECRET"), time.Minute, ErrCorrupt},
+		{"mp3 header only", []byte{0xFF, 0xFB, 0x90, 0x64}, time.Minute, ErrCorrupt},
+		{"ogg opus head truncated", oggPageBytes(2, 0, []byte("OpusHead\x01")), time.Minute, ErrCorrupt},
+		{"webm without tracks", []byte{0x1A, 0x45, 0xDF, 0xA3, 0x80}, time.Minute, ErrCorrupt},
+		{"webm opus-less", webmWithCodec("V_VP8"), time.Minute, ErrUnsupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pcm, err := Decode(c.data, c.max)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Decode = %d samples, %v; want %v", len(pcm), err, c.want)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "SECRET") || !strings.HasPrefix(msg, c.want.Error()+": ") {
+				t.Errorf("message %q must start with %q and not quote the input", msg, c.want.Error()+": ")
+			}
+		})
+	}
+
+	// A data chunk claiming 4 GB is read up to the end of the file.
+	pcm, err := Decode(huge, time.Minute)
+	if err != nil || len(pcm) != 1600 {
+		t.Errorf("WAV with a 4 GB data size: %d samples, %v; want 1600, nil", len(pcm), err)
+	}
+}
+
+// TestDecodeM4AWithoutFFmpeg checks the message a server without ffmpeg
+// gives for M4A uploads.
+func TestDecodeM4AWithoutFFmpeg(t *testing.T) {
+	data := []byte("\x00\x00\x00\x1cftypM4A \x00\x00\x02\x00M4A isomiso2")
+	if f := Detect(data); f != FormatM4A {
+		t.Fatalf("Detect = %q, want m4a", f)
+	}
+	_, err := decodeM4A(data, time.Minute, "")
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "M4A/AAC needs ffmpeg, which is not installed") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// TestDecodeTooLongBoundedMemory checks that a recording far longer than
+// max is refused without decoding it: a 60 s WAV against a 1 s limit
+// allocates far less than its 3.8 MB of samples would take as float32.
+func TestDecodeTooLongBoundedMemory(t *testing.T) {
+	n := 32000 * 60
+	data := makeWAV(wavSpec{bits: 16, rate: 32000, ch: 1}, [][]float32{make([]float32, n)})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Decode(data, time.Second)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooLong) {
+		t.Fatalf("err = %v, want ErrTooLong", err)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 64<<10 {
+		t.Errorf("refusing the long WAV allocated %d bytes, want < 64 KiB", d)
+	}
+}
+
+// TestDecodeTooLongFormats checks that every format, including those
+// decoded frame by frame, refuses the 5.5 s reference sentence against a
+// 2 s limit.
+func TestDecodeTooLongFormats(t *testing.T) {
+	dir := filepath.Join(testdata.Whisper(t), "audio-formats")
+	files, err := filepath.Glob(filepath.Join(dir, "speech.*"))
+	if err != nil || len(files) != 8 {
+		t.Fatalf("found %d format files (%v), want 8", len(files), err)
+	}
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Detect(data) == FormatM4A && lookFFmpeg() == "" {
+			continue
+		}
+		if _, err := Decode(data, 2*time.Second); !errors.Is(err, ErrTooLong) {
+			t.Errorf("%s: err = %v, want ErrTooLong", filepath.Base(path), err)
+		}
+	}
+}
+
+func TestDetect(t *testing.T) {
+	cases := []struct {
+		data string
+		want Format
+	}{
+		{"RIFF\x00\x00\x00\x00WAVEfmt ", FormatWAV},
+		{"RIFF\x00\x00\x00\x00AVI LIST", FormatUnknown},
+		{string(oggPageBytes(2, 0, []byte("OpusHead\x01\x01\x38\x01"))), FormatOggOpus},
+		{string(oggPageBytes(2, 0, []byte("\x01vorbis"))), FormatUnknown},
+		{"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01", FormatWebMOpus},
+		{"fLaC\x00\x00\x00\x22", FormatFLAC},
+		{"ID3\x04\x00\x00\x00\x00\x00\x00fLaC", FormatFLAC},
+		{"ID3\x04\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x64", FormatMP3},
+		{"\xff\xfb\x90\x64", FormatMP3},
+		{"\xff\xf1\x50\x80", FormatUnknown}, // ADTS AAC
+		{"\x00\x00\x00\x20ftypisom", FormatM4A},
+		{"", FormatUnknown},
+		{"hello", FormatUnknown},
+	}
+	for _, c := range cases {
+		if got := Detect([]byte(c.data)); got != c.want {
+			t.Errorf("Detect(%q) = %q, want %q", c.data, got, c.want)
+		}
+	}
+}
+
+// oggPageBytes builds one Ogg page with the given header type and granule
+// holding body as a single packet.
+func oggPageBytes(headerType byte, granule int64, body []byte) []byte {
+	var b []byte
+	b = append(b, "OggS\x00"...)
+	b = append(b, headerType)
+	b = binary.LittleEndian.AppendUint64(b, uint64(granule))
+	b = append(b, 1, 0, 0, 0) // serial
+	b = append(b, 0, 0, 0, 0) // sequence
+	b = append(b, 0, 0, 0, 0) // CRC, not checked
+	var seg []byte
+	n := len(body)
+	for n >= 255 {
+		seg = append(seg, 255)
+		n -= 255
+	}
+	seg = append(seg, byte(n))
+	b = append(b, byte(len(seg)))
+	b = append(b, seg...)
+	return append(b, body...)
+}
+
+// webmWithCodec builds a WebM file with one track of the given codec and one
+// SimpleBlock, in unknown-size Segment and Cluster elements.
+func webmWithCodec(codec string) []byte {
+	el := func(id []byte, body []byte) []byte {
+		out := append([]byte{}, id...)
+		out = append(out, 0x80|byte(len(body))) // 1-byte size; bodies here are < 127
+		return append(out, body...)
+	}
+	unknown := []byte{0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+	var b []byte
+	b = append(b, el([]byte{0x1A, 0x45, 0xDF, 0xA3}, el([]byte{0x42, 0x82}, []byte("webm")))...)
+	b = append(b, 0x18, 0x53, 0x80, 0x67)
+	b = append(b, unknown...)
+	entry := el([]byte{0xD7}, []byte{1})
+	entry = append(entry, el([]byte{0x86}, []byte(codec))...)
+	b = append(b, el([]byte{0x16, 0x54, 0xAE, 0x6B}, el([]byte{0xAE}, entry))...)
+	b = append(b, 0x1F, 0x43, 0xB6, 0x75)
+	b = append(b, unknown...)
+	b = append(b, el([]byte{0xA3}, []byte{0x81, 0, 0, 0x80, 0xF8, 0xFF, 0xFE})...)
+	return b
+}
