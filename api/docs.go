@@ -1,0 +1,125 @@
+package api
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"text/template"
+	"time"
+)
+
+// The integration guide and the OpenAPI file are text/template sources
+// rendered once in New with the server's Limits, so every number they state
+// is the number the server enforces.
+var (
+	//go:embed client.md
+	clientMDTemplate string
+	//go:embed openapi.yaml
+	openAPITemplate string
+)
+
+// docData are the values the documents are rendered with.
+type docData struct {
+	MaxBody              string
+	MaxBodyBytes         int64
+	MaxPayload           string
+	MaxPayloadBytes      int64
+	MaxJSONBody          string
+	MaxAudioSeconds      int64
+	MaxMessages          int
+	MaxContentChars      int
+	MaxProfileChars      int
+	MaxIDChars           int
+	MaxCandidates        int
+	DefaultCandidates    int
+	DefaultTemperature   string
+	MaxTemperature       string
+	InferTimeoutSeconds  int64
+	DefaultRateLimit     int
+	MaxRateLimit         int
+	DefaultListLimit     int
+	MaxListLimit         int
+	DefaultWindow        string
+	DefaultWindowSeconds int64
+	MaxWindow            string
+	MaxSeriesBuckets     int
+	MaxPromptChars       int
+	MaxTimeWindowSec     int
+	OTPTTLMinutes        int64
+	OTPResendSeconds     int64
+	OTPMaxAttempts       int
+	SessionTTLHours      string
+	OverloadedRetryAfter int64
+	NotReadyRetryAfter   int64
+	APIKeyPrefix         string
+	MaxClientIDChars     int
+	MaxVersionChars      int
+}
+
+func (s *Server) docData() docData {
+	l := s.limits
+	return docData{
+		MaxBody:              formatBytes(l.MaxBodyBytes),
+		MaxBodyBytes:         l.MaxBodyBytes,
+		MaxPayload:           formatBytes(l.MaxPayloadBytes),
+		MaxPayloadBytes:      l.MaxPayloadBytes,
+		MaxJSONBody:          formatBytes(l.MaxJSONBodyBytes),
+		MaxAudioSeconds:      int64(l.MaxAudio / time.Second),
+		MaxMessages:          l.MaxMessages,
+		MaxContentChars:      l.MaxContentChars,
+		MaxProfileChars:      l.MaxProfileChars,
+		MaxIDChars:           l.MaxIDChars,
+		MaxCandidates:        l.MaxCandidates,
+		DefaultCandidates:    l.DefaultCandidates,
+		DefaultTemperature:   strconv.FormatFloat(l.DefaultTemperature, 'g', -1, 64),
+		MaxTemperature:       strconv.FormatFloat(l.MaxTemperature, 'g', -1, 64),
+		InferTimeoutSeconds:  int64(l.InferTimeout / time.Second),
+		DefaultRateLimit:     l.DefaultRateLimit,
+		MaxRateLimit:         l.MaxRateLimit,
+		DefaultListLimit:     l.DefaultListLimit,
+		MaxListLimit:         l.MaxListLimit,
+		DefaultWindow:        formatWindow(l.DefaultWindow),
+		DefaultWindowSeconds: int64(l.DefaultWindow / time.Second),
+		MaxWindow:            formatDays(l.MaxWindow),
+		MaxSeriesBuckets:     l.MaxSeriesBuckets,
+		MaxPromptChars:       l.MaxPromptChars,
+		MaxTimeWindowSec:     maxTimeWindowSec,
+		OTPTTLMinutes:        int64(l.OTPTTL / time.Minute),
+		OTPResendSeconds:     int64(l.OTPResendInterval / time.Second),
+		OTPMaxAttempts:       l.OTPMaxAttempts,
+		SessionTTLHours:      strconv.FormatFloat(l.SessionTTL.Hours(), 'g', -1, 64),
+		OverloadedRetryAfter: retryAfterSeconds(l.OverloadedRetryAfter),
+		NotReadyRetryAfter:   retryAfterSeconds(l.NotReadyRetryAfter),
+		APIKeyPrefix:         APIKeyPrefix,
+		MaxClientIDChars:     maxClientIDChars,
+		MaxVersionChars:      maxVersionChars,
+	}
+}
+
+// formatWindow renders a window as the shortest of "Nd", "Nh", "Nm" or a Go
+// duration.
+func formatWindow(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0 && d >= 48*time.Hour:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
+}
+
+// renderDoc executes one document template with data.
+func renderDoc(name, src string, data docData) ([]byte, error) {
+	t, err := template.New(name).Option("missingkey=error").Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("api: parsing %s: %w", name, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("api: rendering %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,226 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
+)
+
+// APIKeyPrefix starts every API key replyd issues, so that secret scanners
+// and people can recognise one.
+const APIKeyPrefix = "rpd_"
+
+// maxClientIDChars bounds client_id.
+const maxClientIDChars = 200
+
+// keyCreateRequest is APIKeyCreateRequest; pointers tell omitted from zero.
+type keyCreateRequest struct {
+	ClientID           string    `json:"client_id"`
+	Scopes             *[]string `json:"scopes"`
+	RateLimitPerMinute *int      `json:"rate_limit_per_minute"`
+	Status             *string   `json:"status"`
+}
+
+// keyCreateResponse is APIKeyCreateResponse: the only place api_key appears.
+type keyCreateResponse struct {
+	APIKey             string    `json:"api_key"`
+	APIKeyHash         string    `json:"api_key_hash"`
+	ClientID           string    `json:"client_id"`
+	Status             string    `json:"status"`
+	Scopes             []string  `json:"scopes"`
+	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
+	CreatedAt          time.Time `json:"created_at"`
+}
+
+// keyRecord is APIKeyRecord with its capitalised field names. RevokedAt and
+// LastUsedAt are null until set.
+type keyRecord struct {
+	APIKeyHash         string     `json:"APIKeyHash"`
+	ClientID           string     `json:"ClientID"`
+	Status             string     `json:"Status"`
+	Scopes             []string   `json:"Scopes"`
+	RateLimitPerMinute int        `json:"RateLimitPerMinute"`
+	CreatedAt          time.Time  `json:"CreatedAt"`
+	RevokedAt          *time.Time `json:"RevokedAt"`
+	LastUsedAt         *time.Time `json:"LastUsedAt"`
+}
+
+type keyListResponse struct {
+	Items []keyRecord `json:"items"`
+	Count int         `json:"count"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func toKeyRecord(k store.APIKey) keyRecord {
+	scopes := k.Scopes
+	if scopes == nil {
+		scopes = []string{}
+	}
+	return keyRecord{
+		APIKeyHash:         k.Hash,
+		ClientID:           k.ClientID,
+		Status:             k.Status,
+		Scopes:             scopes,
+		RateLimitPerMinute: k.RateLimitPerMinute,
+		CreatedAt:          k.CreatedAt.UTC(),
+		RevokedAt:          optTime(k.RevokedAt),
+		LastUsedAt:         optTime(k.LastUsedAt),
+	}
+}
+
+// handleCreateKey serves POST /v1/admin/keys. Defaults: scopes ["infer"],
+// rate_limit_per_minute DefaultRateLimit, status active. rate_limit_per_minute
+// 0 means unlimited. A key created with status revoked is revoked at once.
+func (s *Server) handleCreateKey(c echo.Context) error {
+	var req keyCreateRequest
+	if err := s.readJSON(c, &req, true); err != nil {
+		return err
+	}
+	if n := utf8.RuneCountInString(req.ClientID); n > maxClientIDChars {
+		return badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
+	}
+	scopes := []string{ScopeInfer}
+	if req.Scopes != nil {
+		scopes = []string{}
+		for i, sc := range *req.Scopes {
+			if !slices.Contains(knownScopes, sc) {
+				return badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
+			}
+			if !slices.Contains(scopes, sc) {
+				scopes = append(scopes, sc)
+			}
+		}
+	}
+	limit := s.limits.DefaultRateLimit
+	if req.RateLimitPerMinute != nil {
+		limit = *req.RateLimitPerMinute
+		if limit < 0 || limit > s.limits.MaxRateLimit {
+			return badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
+		}
+	}
+	status := store.StatusActive
+	if req.Status != nil {
+		status = *req.Status
+		if status != store.StatusActive && status != store.StatusRevoked {
+			return badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
+		}
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	secret := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	now := s.now().UTC()
+	k := store.APIKey{
+		Hash:               hashHex(secret),
+		ClientID:           req.ClientID,
+		Status:             status,
+		Scopes:             scopes,
+		RateLimitPerMinute: limit,
+		CreatedAt:          now,
+	}
+	if status == store.StatusRevoked {
+		k.RevokedAt = now
+	}
+	if err := s.store.CreateKey(k); err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
+		status, strings.Join(scopes, ","), limit)
+	return c.JSON(http.StatusOK, keyCreateResponse{
+		APIKey:             secret,
+		APIKeyHash:         k.Hash,
+		ClientID:           k.ClientID,
+		Status:             k.Status,
+		Scopes:             scopes,
+		RateLimitPerMinute: limit,
+		CreatedAt:          now,
+	})
+}
+
+// handleListKeys serves GET /v1/admin/keys: newest first, limit
+// DefaultListLimit (1..MaxListLimit), include_revoked false by default.
+func (s *Server) handleListKeys(c echo.Context) error {
+	limit, err := s.listLimit(c)
+	if err != nil {
+		return err
+	}
+	includeRevoked := false
+	if v := c.QueryParam("include_revoked"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return badRequest("include_revoked must be true or false")
+		}
+		includeRevoked = b
+	}
+	keys, err := s.store.ListKeys(limit, includeRevoked)
+	if err != nil {
+		return err
+	}
+	out := keyListResponse{Items: make([]keyRecord, 0, len(keys))}
+	for _, k := range keys {
+		out.Items = append(out.Items, toKeyRecord(k))
+	}
+	out.Count = len(out.Items)
+	return c.JSON(http.StatusOK, out)
+}
+
+// handleRevokeKey serves DELETE /v1/admin/keys/{api_key_hash}: it sets the
+// status to revoked and RevokedAt, answers the record, and is idempotent (a
+// second call keeps the first RevokedAt). The key is refused from the next
+// request on. An unknown hash is 404.
+func (s *Server) handleRevokeKey(c echo.Context) error {
+	hash := strings.ToLower(c.Param("api_key_hash"))
+	if !isKeyHash(hash) {
+		return errorf(CodeNotFound, "no API key has this api_key_hash (it is 64 hex characters)")
+	}
+	before, err := s.store.GetKey(hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(CodeNotFound, "no API key has this api_key_hash")
+	}
+	if err != nil {
+		return err
+	}
+	k, err := s.store.RevokeKey(hash, s.now().UTC())
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(CodeNotFound, "no API key has this api_key_hash")
+	}
+	if err != nil {
+		return err
+	}
+	if before.Status != store.StatusRevoked {
+		s.adminLog(c, store.LevelInfo, hash, "api key revoked")
+	}
+	return c.JSON(http.StatusOK, toKeyRecord(k))
+}
+
+// listLimit parses the limit query parameter: DefaultListLimit when absent,
+// 1..MaxListLimit otherwise.
+func (s *Server) listLimit(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return s.limits.DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > s.limits.MaxListLimit {
+		return 0, badRequest("limit must be an integer between 1 and %d", s.limits.MaxListLimit)
+	}
+	return n, nil
+}

@@ -1,0 +1,189 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
+)
+
+// logEntry is AdminLogEntry; status and latency_ms are additive and omitted
+// for admin actions.
+type logEntry struct {
+	Timestamp    time.Time `json:"timestamp"`
+	Level        string    `json:"level"`
+	Message      string    `json:"message"`
+	ResourceType string    `json:"resource_type"`
+	ResourceID   string    `json:"resource_id"`
+	StreamName   string    `json:"stream_name"`
+	Status       int       `json:"status,omitempty"`
+	LatencyMS    int64     `json:"latency_ms,omitempty"`
+}
+
+type logsResponse struct {
+	Items         []logEntry `json:"items"`
+	Count         int        `json:"count"`
+	Since         time.Time  `json:"since"`
+	WindowSeconds int64      `json:"window_seconds"`
+}
+
+type statsBucket struct {
+	Start         time.Time `json:"start"`
+	TotalRequests int       `json:"total_requests"`
+	ActiveUsers   int       `json:"active_users"`
+}
+
+type statsResponse struct {
+	Since         time.Time     `json:"since"`
+	WindowSeconds int64         `json:"window_seconds"`
+	TotalRequests int           `json:"total_requests"`
+	ActiveUsers   int           `json:"active_users"`
+	Series        []statsBucket `json:"series,omitempty"`
+}
+
+// parseDuration accepts a Go duration ("15m", "1h30m", "24h") or a whole
+// number of days or weeks ("7d", "2w").
+func parseDuration(v string) (time.Duration, bool) {
+	if n := len(v); n >= 2 && (v[n-1] == 'd' || v[n-1] == 'w') {
+		k, err := strconv.Atoi(v[:n-1])
+		if err != nil || k < 0 || k > 100000 {
+			return 0, false
+		}
+		unit := 24 * time.Hour
+		if v[n-1] == 'w' {
+			unit *= 7
+		}
+		return time.Duration(k) * unit, true
+	}
+	d, err := time.ParseDuration(v)
+	return d, err == nil
+}
+
+// window resolves the since and window query parameters: since (RFC 3339,
+// not in the future) wins over window; window is a duration between 1 s and
+// MaxWindow; DefaultWindow when both are absent. It returns the start and the
+// window length in whole seconds.
+func (s *Server) window(c echo.Context) (time.Time, int64, error) {
+	now := s.now().UTC()
+	if v := c.QueryParam("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return time.Time{}, 0, badRequest("since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
+		}
+		if t.After(now) {
+			return time.Time{}, 0, badRequest("since is in the future")
+		}
+		return t.UTC(), int64(now.Sub(t) / time.Second), nil
+	}
+	w := s.limits.DefaultWindow
+	if v := c.QueryParam("window"); v != "" {
+		d, ok := parseDuration(v)
+		if !ok || d < time.Second || d > s.limits.MaxWindow {
+			return time.Time{}, 0, badRequest("window must be a duration such as 15m, 24h or 7d, between 1s and %s", formatDays(s.limits.MaxWindow))
+		}
+		w = d
+	}
+	return now.Add(-w), int64(w / time.Second), nil
+}
+
+// formatDays renders a whole number of days as "Nd", anything else as a Go
+// duration.
+func formatDays(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+var (
+	logLevels  = []string{store.LevelInfo, store.LevelWarn, store.LevelError}
+	logStreams = []string{store.StreamInfer, store.StreamAdmin}
+)
+
+func oneOf(v string, allowed []string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}
+
+// handleLogs serves GET /v1/admin/logs: newest first, limit DefaultListLimit
+// (1..MaxListLimit), the window rules of window(), optional level and stream
+// filters.
+func (s *Server) handleLogs(c echo.Context) error {
+	limit, err := s.listLimit(c)
+	if err != nil {
+		return err
+	}
+	since, secs, err := s.window(c)
+	if err != nil {
+		return err
+	}
+	level, stream := c.QueryParam("level"), c.QueryParam("stream")
+	if level != "" && !oneOf(level, logLevels) {
+		return badRequest("level must be one of %s", strings.Join(logLevels, ", "))
+	}
+	if stream != "" && !oneOf(stream, logStreams) {
+		return badRequest("stream must be one of %s", strings.Join(logStreams, ", "))
+	}
+	entries, err := s.store.Logs(store.LogQuery{Since: since, Limit: limit, Level: level, Stream: stream})
+	if err != nil {
+		return err
+	}
+	out := logsResponse{Items: make([]logEntry, 0, len(entries)), Since: since, WindowSeconds: secs}
+	for _, e := range entries {
+		out.Items = append(out.Items, logEntry{
+			Timestamp:    e.Timestamp.UTC(),
+			Level:        e.Level,
+			Message:      e.Message,
+			ResourceType: e.ResourceType,
+			ResourceID:   e.ResourceID,
+			StreamName:   e.StreamName,
+			Status:       e.Status,
+			LatencyMS:    e.LatencyMS,
+		})
+	}
+	out.Count = len(out.Items)
+	return c.JSON(http.StatusOK, out)
+}
+
+// handleStats serves GET /v1/admin/stats: total_requests counts /v1/infer
+// calls (and admin "Try it" runs) in the window whatever their outcome;
+// active_users counts distinct user_id hashes, or key hashes for calls
+// without user_id. With bucket (a duration), series splits the window.
+func (s *Server) handleStats(c echo.Context) error {
+	since, secs, err := s.window(c)
+	if err != nil {
+		return err
+	}
+	until := s.now().UTC()
+	st, err := s.store.Stats(since, until)
+	if err != nil {
+		return err
+	}
+	out := statsResponse{Since: since, WindowSeconds: secs, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers}
+	if v := c.QueryParam("bucket"); v != "" {
+		b, ok := parseDuration(v)
+		if !ok || b < time.Minute {
+			return badRequest("bucket must be a duration of at least 1m, such as 1h or 1d")
+		}
+		if n := until.Sub(since) / b; n >= time.Duration(s.limits.MaxSeriesBuckets) {
+			return badRequest("bucket is too small for the window: at most %d buckets", s.limits.MaxSeriesBuckets)
+		}
+		series, err := s.store.StatsSeries(since, until, b)
+		if err != nil {
+			return err
+		}
+		out.Series = make([]statsBucket, 0, len(series))
+		for _, sb := range series {
+			out.Series = append(out.Series, statsBucket{Start: sb.Start.UTC(), TotalRequests: sb.TotalRequests, ActiveUsers: sb.ActiveUsers})
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}

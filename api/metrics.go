@@ -1,0 +1,94 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// metrics are the Prometheus collectors of one Server, registered on the
+// Server's own registry so that several Servers (tests) never collide.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	stages      *prometheus.HistogramVec
+	rateLimited prometheus.Counter
+	inferences  *prometheus.CounterVec
+	audio       prometheus.Histogram
+}
+
+func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_http_requests_total",
+			Help: "HTTP requests by route template, method and status.",
+		}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "replyd_http_request_duration_seconds",
+			Help:    "HTTP request latency by route template and status.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route", "status"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "replyd_inference_stage_seconds",
+			Help:    "Time spent in each inference stage: decode, stt, prompt, generation, queue, total.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"stage"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "replyd_rate_limited_total",
+			Help: "Inference requests refused with 429 by the per-key rate limit.",
+		}),
+		inferences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_inferences_total",
+			Help: "Inference requests by outcome code (ok or the error code).",
+		}, []string{"outcome"}),
+		audio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "replyd_inference_audio_seconds",
+			Help:    "Duration of the decoded recordings.",
+			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120},
+		}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if health != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "replyd_inference_queue_depth",
+			Help: "Requests waiting for the language model.",
+		}, func() float64 { return float64(health.QueueDepth()) }))
+	}
+	return m
+}
+
+func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
+	st := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, st).Inc()
+	m.latency.WithLabelValues(route, st).Observe(d.Seconds())
+}
+
+// observeInference records the stage timings of one finished inference.
+func (m *metrics) observeInference(res engine.Result) {
+	t := res.Timings
+	for _, st := range []struct {
+		name string
+		d    time.Duration
+	}{{"decode", t.Decode}, {"stt", t.STT}, {"prompt", t.Prompt}, {"generation", t.Generation}, {"queue", t.Queue}, {"total", t.Total}} {
+		if st.d > 0 {
+			m.stages.WithLabelValues(st.name).Observe(st.d.Seconds())
+		}
+	}
+	if res.AudioSeconds > 0 {
+		m.audio.Observe(res.AudioSeconds)
+	}
+}
+
+// MetricsHandler serves the Prometheus metrics of this Server. With
+// Options.MetricsPublic cmd mounts it on a separate listener; otherwise it
+// is also served at GET /metrics behind admin authentication.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
+}

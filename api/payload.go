@@ -1,0 +1,186 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// wirePayload is the InferPayload JSON. Unknown fields are ignored. Pointer
+// fields tell an omitted option from an explicit zero.
+type wirePayload struct {
+	Messages      []wireMessage `json:"messages"`
+	Biography     string        `json:"disabled_person_biography"`
+	Language      string        `json:"language"`
+	Persona       string        `json:"persona"`
+	UserID        string        `json:"user_id"`
+	UserProfile   string        `json:"user_profile"`
+	DialogID      string        `json:"dialog_id"`
+	StepID        string        `json:"step_id"`
+	TimeWindowSec *int64        `json:"time_window_sec"`
+	Options       *wireOptions  `json:"options"`
+}
+
+type wireMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	Audio   bool   `json:"audio"`
+}
+
+type wireOptions struct {
+	MaxCandidates *int     `json:"max_candidates"`
+	Temperature   *float64 `json:"temperature"`
+}
+
+// maxTimeWindowSec bounds time_window_sec (one year).
+const maxTimeWindowSec = 366 * 24 * 3600
+
+// parsePayload decodes and validates the payload part of an inference
+// request against lim. It returns the engine request without the system
+// prompt and audio, and the index of the message marked audio: true (-1 when
+// none). Every error is an *Error with code invalid_request whose message
+// names the offending field; it never quotes dialog text.
+func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
+	var req engine.Request
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 BOM some tools add
+	if len(bytes.TrimSpace(data)) == 0 {
+		return req, -1, badRequest("payload is empty; it must be a JSON object with messages")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var p wirePayload
+	if err := dec.Decode(&p); err != nil {
+		return req, -1, jsonError("payload", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, -1, badRequest("payload must hold exactly one JSON object")
+	}
+	if p.Messages == nil {
+		return req, -1, badRequest("messages is required")
+	}
+	if len(p.Messages) == 0 {
+		return req, -1, badRequest("messages must not be empty")
+	}
+	if len(p.Messages) > lim.MaxMessages {
+		return req, -1, badRequest("messages has %d entries; the limit is %d", len(p.Messages), lim.MaxMessages)
+	}
+	audioIdx := -1
+	msgs := make([]engine.Message, len(p.Messages))
+	for i, m := range p.Messages {
+		switch m.Role {
+		case engine.RoleSpeaker, engine.RoleDisabledPerson:
+		case "":
+			return req, -1, badRequest("messages[%d].role is required (speaker or disabled_person)", i)
+		default:
+			return req, -1, badRequest("messages[%d].role must be \"speaker\" or \"disabled_person\"", i)
+		}
+		if n := utf8.RuneCountInString(m.Content); n > lim.MaxContentChars {
+			return req, -1, badRequest("messages[%d].content has %d characters; the limit is %d", i, n, lim.MaxContentChars)
+		}
+		if m.Audio {
+			if m.Role != engine.RoleSpeaker {
+				return req, -1, badRequest("messages[%d].audio may be true only on a speaker message", i)
+			}
+			if audioIdx >= 0 {
+				return req, -1, badRequest("messages[%d].audio: at most one message may have audio: true (messages[%d] already has)", i, audioIdx)
+			}
+			audioIdx = i
+		}
+		msgs[i] = engine.Message{Role: m.Role, Content: m.Content, Audio: m.Audio}
+	}
+	for _, f := range []struct {
+		name, val string
+		max       int
+	}{
+		{"disabled_person_biography", p.Biography, lim.MaxProfileChars},
+		{"persona", p.Persona, lim.MaxProfileChars},
+		{"user_profile", p.UserProfile, lim.MaxProfileChars},
+		{"language", p.Language, lim.MaxIDChars},
+		{"user_id", p.UserID, lim.MaxIDChars},
+		{"dialog_id", p.DialogID, lim.MaxIDChars},
+		{"step_id", p.StepID, lim.MaxIDChars},
+	} {
+		if n := utf8.RuneCountInString(f.val); n > f.max {
+			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
+		}
+	}
+	if p.TimeWindowSec != nil && (*p.TimeWindowSec < 0 || *p.TimeWindowSec > maxTimeWindowSec) {
+		return req, -1, badRequest("time_window_sec must be between 0 and %d", maxTimeWindowSec)
+	}
+	req.MaxCandidates = lim.DefaultCandidates
+	req.Temperature = lim.DefaultTemperature
+	if o := p.Options; o != nil {
+		if o.MaxCandidates != nil {
+			if *o.MaxCandidates < 1 || *o.MaxCandidates > lim.MaxCandidates {
+				return req, -1, badRequest("options.max_candidates must be between 1 and %d", lim.MaxCandidates)
+			}
+			req.MaxCandidates = *o.MaxCandidates
+		}
+		if o.Temperature != nil {
+			if !(*o.Temperature >= 0 && *o.Temperature <= lim.MaxTemperature) {
+				return req, -1, badRequest("options.temperature must be between 0 and %g", lim.MaxTemperature)
+			}
+			req.Temperature = *o.Temperature
+		}
+	}
+	req.Messages = msgs
+	req.Profile = engine.Profile{
+		Biography:   p.Biography,
+		Persona:     p.Persona,
+		UserProfile: p.UserProfile,
+		Language:    strings.TrimSpace(p.Language),
+	}
+	req.UserID = p.UserID
+	req.DialogID = p.DialogID
+	req.StepID = p.StepID
+	if p.TimeWindowSec != nil {
+		req.TimeWindowSec = int(*p.TimeWindowSec)
+	}
+	return req, audioIdx, nil
+}
+
+// jsonError turns a decoding error of the JSON document called what into a
+// 400 whose message names the field and never quotes the document.
+func jsonError(what string, err error) *Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is not valid JSON (syntax error at byte %d)", what, se.Offset), Err: err}
+	case errors.As(err, &te):
+		// te.Field is the dotted path encoding/json reports, such as
+		// "options.max_candidates" or "messages.role".
+		field := te.Field
+		if field == "" {
+			return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s must be a JSON object", what), Err: err}
+		}
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s has the wrong type: expected %s", field, jsonTypeName(te.Type.Kind().String())), Err: err}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is not valid JSON (unexpected end)", what), Err: err}
+	default:
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is not valid JSON", what), Err: err}
+	}
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "int", "int64", "int32", "uint32":
+		return "an integer"
+	case "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	case "struct", "ptr", "map":
+		return "an object"
+	}
+	return kind
+}

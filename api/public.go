@@ -1,0 +1,225 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/api/web"
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
+)
+
+// engineReadiness is one engine's entry in /healthz: no model paths, which
+// only the admin status shows.
+type engineReadiness struct {
+	Name  string `json:"name"`
+	Ready bool   `json:"ready"`
+}
+
+type healthResponse struct {
+	Status  string            `json:"status"`
+	Engines []engineReadiness `json:"engines"`
+}
+
+// handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
+// is ready, 503 {"status":"loading"} with Retry-After while one is loading,
+// 503 {"status":"error"} when one failed to load. engines lists each
+// engine's readiness.
+func (s *Server) handleHealthz(c echo.Context) error {
+	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
+	if s.health != nil {
+		for _, e := range s.health.Engines() {
+			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready})
+			if !e.Ready {
+				if e.Error != "" {
+					out.Status = "error"
+				} else if out.Status == "ok" {
+					out.Status = "loading"
+				}
+			}
+		}
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	if out.Status != "ok" {
+		if out.Status == "loading" {
+			c.Response().Header().Set("Retry-After", fmt.Sprint(retryAfterSeconds(s.limits.NotReadyRetryAfter)))
+		}
+		return c.JSON(http.StatusServiceUnavailable, out)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// handleClientMD serves the integration guide rendered with the limits.
+func (s *Server) handleClientMD(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-cache")
+	return c.Blob(http.StatusOK, "text/markdown; charset=utf-8", s.clientMD)
+}
+
+// handleOpenAPI serves the OpenAPI 3.1 description rendered with the limits.
+func (s *Server) handleOpenAPI(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-cache")
+	return c.Blob(http.StatusOK, "application/yaml; charset=utf-8", s.openAPIYAML)
+}
+
+// handleRoot redirects / and /admin to the admin page.
+func (s *Server) handleRoot(c echo.Context) error {
+	return c.Redirect(http.StatusFound, "/admin/")
+}
+
+// staticFiles is the admin page held in memory with an ETag per file.
+type staticFiles struct {
+	files map[string]staticFile
+}
+
+type staticFile struct {
+	data  []byte
+	etag  string
+	ctype string
+}
+
+// newStaticFiles loads every file of web.FS into memory.
+func newStaticFiles() (*staticFiles, error) {
+	sf := &staticFiles{files: map[string]staticFile{}}
+	err := fs.WalkDir(web.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(web.FS(), p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		ctype := mime.TypeByExtension(path.Ext(p))
+		if ctype == "" {
+			ctype = http.DetectContentType(data)
+		}
+		sf.files[p] = staticFile{data: data, etag: `"` + hex.EncodeToString(sum[:12]) + `"`, ctype: ctype}
+		return nil
+	})
+	return sf, err
+}
+
+// handleAdminPage serves the admin page's files under /admin/. Only names
+// that are valid fs paths of files in web.FS are served ("..", absolute and
+// encoded traversal are 404); a directory serves its index.html. Every file
+// is revalidated (Cache-Control: no-cache) against its ETag.
+func (s *Server) handleAdminPage(c echo.Context) error {
+	name := c.Param("*")
+	if name == "" || strings.HasSuffix(name, "/") {
+		name += "index.html"
+	}
+	if !fs.ValidPath(name) || strings.Contains(name, `\`) {
+		return errorf(CodeNotFound, "no such file")
+	}
+	f, ok := s.static.files[name]
+	if !ok {
+		if idx, ok2 := s.static.files[path.Join(name, "index.html")]; ok2 {
+			f, ok = idx, true
+		}
+	}
+	if !ok {
+		return errorf(CodeNotFound, "no such file")
+	}
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("ETag", f.etag)
+	if match := c.Request().Header.Get("If-None-Match"); match != "" && strings.Contains(match, f.etag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	http.ServeContent(c.Response(), c.Request(), name, time.Time{}, bytes.NewReader(f.data))
+	return nil
+}
+
+// statusResponse is GET /v1/admin/status, the admin page's overview.
+type statusResponse struct {
+	Version       string                `json:"version"`
+	UptimeSeconds int64                 `json:"uptime_seconds"`
+	Engines       []engine.EngineStatus `json:"engines"`
+	QueueDepth    int                   `json:"queue_depth"`
+	DataFile      string                `json:"data_file"`
+	DataFileBytes int64                 `json:"data_file_bytes"`
+	OTPChannel    string                `json:"otp_channel"`
+	TLS           bool                  `json:"tls"`
+	Limits        limitsView            `json:"limits"`
+}
+
+// limitsView shows the enforced limits on the admin page.
+type limitsView struct {
+	MaxBodyBytes      int64 `json:"max_body_bytes"`
+	MaxPayloadBytes   int64 `json:"max_payload_bytes"`
+	MaxAudioSeconds   int64 `json:"max_audio_seconds"`
+	MaxMessages       int   `json:"max_messages"`
+	MaxContentChars   int   `json:"max_content_chars"`
+	MaxCandidates     int   `json:"max_candidates"`
+	DefaultCandidates int   `json:"default_candidates"`
+	InferTimeoutSecs  int64 `json:"infer_timeout_seconds"`
+	SessionTTLSeconds int64 `json:"session_ttl_seconds"`
+}
+
+// handleStatus serves GET /v1/admin/status.
+func (s *Server) handleStatus(c echo.Context) error {
+	size, err := s.store.Size()
+	if err != nil {
+		return err
+	}
+	out := statusResponse{
+		Version:       s.version,
+		UptimeSeconds: s.uptime(),
+		Engines:       []engine.EngineStatus{},
+		DataFile:      s.dataFile,
+		DataFileBytes: size,
+		TLS:           s.tls,
+		Limits: limitsView{
+			MaxBodyBytes:      s.limits.MaxBodyBytes,
+			MaxPayloadBytes:   s.limits.MaxPayloadBytes,
+			MaxAudioSeconds:   int64(s.limits.MaxAudio / time.Second),
+			MaxMessages:       s.limits.MaxMessages,
+			MaxContentChars:   s.limits.MaxContentChars,
+			MaxCandidates:     s.limits.MaxCandidates,
+			DefaultCandidates: s.limits.DefaultCandidates,
+			InferTimeoutSecs:  int64(s.limits.InferTimeout / time.Second),
+			SessionTTLSeconds: int64(s.limits.SessionTTL / time.Second),
+		},
+	}
+	if s.health != nil {
+		out.Engines = append(out.Engines, s.health.Engines()...)
+		out.QueueDepth = s.health.QueueDepth()
+	}
+	if s.notifier != nil {
+		out.OTPChannel = s.notifier.Channel()
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// handleBackup serves GET /v1/admin/backup: a hot, consistent copy of the
+// data file as an attachment. Once the first bytes are sent, a failure can
+// only be logged (the error handler sees a committed response) and the
+// client sees a truncated download.
+func (s *Server) handleBackup(c echo.Context) error {
+	name := fmt.Sprintf("replyd-backup-%s.db", s.now().UTC().Format("20060102T150405Z"))
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, "application/octet-stream")
+	h.Set(echo.HeaderContentDisposition, fmt.Sprintf("attachment; filename=%q", name))
+	h.Set("Cache-Control", "no-store")
+	// The first Write commits status 200; a failure before it is answered
+	// as a normal error.
+	n, err := s.store.Backup(c.Response())
+	if err != nil {
+		if !c.Response().Committed {
+			h.Del(echo.HeaderContentDisposition)
+		}
+		return fmt.Errorf("backup after %d bytes: %w", n, err)
+	}
+	s.adminLog(c, store.LevelInfo, "backup", "backup downloaded: %d bytes", n)
+	return nil
+}
