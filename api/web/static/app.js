@@ -1,0 +1,165 @@
+// The replyd admin page: sign-in, the hash router (#/keys, ...) and the views.
+import { api, auth, onUnauthorized } from './api.js';
+import { $, showError, fmtTime } from './util.js';
+import status from './status.js';
+import keys from './keys.js';
+import prompt from './prompt.js';
+import logs from './logs.js';
+import stats from './stats.js';
+import tryit from './try.js';
+
+const views = { status, keys, prompt, logs, stats, try: tryit };
+let current = null;
+
+/** Asks a yes/no question in a modal dialog; resolves true on OK. */
+export function confirmDialog(title, text, okLabel) {
+  const dlg = $('#confirm');
+  $('#confirm-h').textContent = title;
+  $('#confirm-text').textContent = text;
+  $('#confirm-ok').textContent = okLabel;
+  const opener = document.activeElement;
+  dlg.returnValue = 'cancel';
+  dlg.showModal();
+  return new Promise((resolve) => {
+    dlg.addEventListener('close', () => {
+      if (opener && opener.isConnected) opener.focus();
+      resolve(dlg.returnValue === 'ok');
+    }, { once: true });
+  });
+}
+
+function routeName() {
+  const name = location.hash.replace(/^#\/?/, '');
+  return Object.hasOwn(views, name) ? name : 'status';
+}
+
+function show(name, focus) {
+  if (current && current !== name) views[current].leave?.();
+  const signedIn = name !== 'login';
+  $('#nav').hidden = !signedIn;
+  $('#logout').hidden = !signedIn;
+  for (const sec of document.querySelectorAll('main > .view')) sec.hidden = sec.id !== `view-${name}`;
+  for (const a of document.querySelectorAll('#nav a')) {
+    if (a.getAttribute('href') === `#/${name}`) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  const heading = $(`#view-${name} h1`);
+  document.title = `${heading.textContent} · replyd admin`;
+  if (focus) heading.focus();
+  current = signedIn ? name : null;
+  if (signedIn) views[name].enter();
+}
+
+function route(focus = true) {
+  if (!auth.header()) {
+    show('login', focus);
+    return;
+  }
+  const name = routeName();
+  if (location.hash !== `#/${name}`) history.replaceState(null, '', `#/${name}`);
+  show(name, focus);
+}
+
+/** Shows the demo-model banner when any engine runs a demo model. */
+export function setDemoBanner(engines) {
+  $('#demo-banner').hidden = !(engines || []).some((e) => e.demo);
+}
+
+async function afterSignIn() {
+  $('#otp-code').value = '';
+  $('#admin-key').value = '';
+  $('#otp-sent').textContent = '';
+  $('#login-msg').textContent = '';
+  showError($('#login-error'), null);
+  route(true);
+}
+
+function signOut(message) {
+  auth.clear();
+  $('#demo-banner').hidden = true;
+  $('#login-msg').textContent = message;
+  route(true);
+}
+
+function initLogin() {
+  const sendBtn = $('#otp-send');
+  $('#otp-send-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    showError($('#login-error'), null);
+    sendBtn.disabled = true;
+    try {
+      const r = await api('POST', '/v1/admin/otp/send', { anonymous: true });
+      const until = r && r.expires_at ? `; it is valid until ${fmtTime(r.expires_at)}` : '';
+      $('#otp-sent').textContent = `Code sent${r && r.channel ? ` through ${r.channel}` : ''}${until}.`;
+      $('#otp-code').focus();
+    } catch (err) {
+      if (err.status === 429 && err.retryAfter) err.message = `${err.message} Try again in ${err.retryAfter} s.`;
+      showError($('#login-error'), err);
+    } finally {
+      sendBtn.disabled = false;
+    }
+  });
+
+  $('#otp-verify-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    showError($('#login-error'), null);
+    const code = $('#otp-code').value.replace(/\s+/g, '');
+    const btn = $('#otp-verify');
+    btn.disabled = true;
+    try {
+      const r = await api('POST', '/v1/admin/otp/verify', { anonymous: true, json: { code } });
+      auth.setSession(r.session_token);
+      await afterSignIn();
+    } catch (err) {
+      if (err.status === 401) err.message = `${err.message} Check the code or send a new one.`;
+      showError($('#login-error'), err);
+      $('#otp-code').select();
+    } finally {
+      btn.disabled = false;
+    }
+  });
+
+  $('#key-login-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    showError($('#login-error'), null);
+    const key = $('#admin-key').value.trim();
+    const btn = $('#key-login');
+    btn.disabled = true;
+    try {
+      // Check the key before keeping it.
+      await api('GET', '/v1/admin/status', { credential: ['X-ADMIN-KEY', key] });
+      auth.setAdminKey(key);
+      await afterSignIn();
+    } catch (err) {
+      showError($('#login-error'), err);
+      $('#admin-key').select();
+    } finally {
+      btn.disabled = false;
+    }
+  });
+
+  $('#logout').addEventListener('click', async () => {
+    if (auth.isSession()) {
+      try { await api('DELETE', '/v1/admin/session'); } catch { /* signed out locally anyway */ }
+    }
+    signOut('You are signed out.');
+  });
+}
+
+function init() {
+  initLogin();
+  const ctx = { confirm: confirmDialog, setDemoBanner };
+  for (const v of Object.values(views)) v.init(ctx);
+  onUnauthorized((err) => {
+    if (current) signOut(`Signed out: ${err.message}`);
+  });
+  $('#skip').addEventListener('click', (ev) => {
+    ev.preventDefault();
+    const h1 = document.querySelector('main > .view:not([hidden]) h1');
+    (h1 || $('#main')).focus();
+  });
+  window.addEventListener('hashchange', () => route(true));
+  route(false);
+}
+
+init();

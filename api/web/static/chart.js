@@ -1,0 +1,60 @@
+// A small SVG bar chart drawn to the width of its container.
+import { h, fmtShort } from './util.js';
+
+const HEIGHT = 180;
+const PAD = { top: 12, right: 8, bottom: 26, left: 40 };
+
+function niceMax(v) {
+  if (v <= 4) return 4;
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+/**
+ * Draws points ({t: Date, v: number}) as bars into figure, replacing any
+ * earlier chart, with label (e.g. "Requests per hour") as its accessible
+ * name and a summary in words.
+ */
+export function barChart(figure, points, label) {
+  figure.querySelector('svg')?.remove();
+  const width = Math.max(260, Math.floor(figure.clientWidth || 600));
+  const plotW = width - PAD.left - PAD.right;
+  const plotH = HEIGHT - PAD.top - PAD.bottom;
+  const max = niceMax(Math.max(0, ...points.map((p) => p.v)));
+  const y = (v) => PAD.top + plotH - (v / max) * plotH;
+  const total = points.reduce((s, p) => s + p.v, 0);
+  const peak = points.reduce((b, p) => (p.v > (b ? b.v : -1) ? p : b), null);
+
+  const summary = points.length
+    ? `${label}: ${points.length} intervals, ${total} in all, peak ${peak.v} at ${fmtShort(peak.t)}.`
+    : `${label}: no data.`;
+  const svg = h('svg', { viewBox: `0 0 ${width} ${HEIGHT}`, width, height: HEIGHT, role: 'img', 'aria-label': summary });
+
+  for (const v of [0, max / 2, max]) {
+    svg.append(
+      h('line', { svg: true, class: 'grid', x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v) }),
+      h('text', { svg: true, class: 'tick', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', text: String(Math.round(v * 10) / 10) }),
+    );
+  }
+  const n = points.length;
+  const slot = n ? plotW / n : plotW;
+  const barW = Math.max(1, slot * 0.78);
+  points.forEach((p, i) => {
+    const x = PAD.left + i * slot + (slot - barW) / 2;
+    const top = y(p.v);
+    svg.append(h('rect', { svg: true, class: 'bar', x, y: top, width: barW, height: Math.max(0, PAD.top + plotH - top) },
+      h('title', { svg: true, text: `${fmtShort(p.t)}: ${p.v}` })));
+  });
+  if (n) {
+    const marks = n === 1 ? [0] : [0, Math.floor((n - 1) / 2), n - 1];
+    for (const i of new Set(marks)) {
+      const x = PAD.left + i * slot + slot / 2;
+      const anchor = i === 0 ? 'start' : i === n - 1 ? 'end' : 'middle';
+      svg.append(h('text', { svg: true, class: 'tick', x: anchor === 'start' ? PAD.left : anchor === 'end' ? width - PAD.right : x, y: HEIGHT - 8, 'text-anchor': anchor, text: fmtShort(points[i].t) }));
+    }
+  } else {
+    svg.append(h('text', { svg: true, class: 'tick', x: width / 2, y: HEIGHT / 2, 'text-anchor': 'middle', text: 'No data' }));
+  }
+  figure.append(svg);
+}

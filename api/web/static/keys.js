@@ -1,0 +1,120 @@
+// Keys view: list (optionally with revoked keys), create (shown once), revoke.
+import { api } from './api.js';
+import { $, h, showError, timeEl, shortHash } from './util.js';
+
+let ctx;
+
+function hideCreated() {
+  $('#key-created-value').value = '';
+  $('#key-created-client').textContent = '';
+  $('#key-copy-msg').textContent = '';
+  $('#key-created').hidden = true;
+}
+
+async function load() {
+  try {
+    const r = await api('GET', '/v1/admin/keys', {
+      query: { limit: 500, include_revoked: $('#keys-revoked').checked ? 'true' : '' },
+    });
+    showError($('#keys-error'), null);
+    render((r && r.items) || []);
+  } catch (err) {
+    showError($('#keys-error'), err);
+  }
+}
+
+function render(items) {
+  $('#keys-empty').hidden = items.length > 0;
+  $('#keys-table tbody').replaceChildren(...items.map((k) => {
+    const active = k.Status === 'active';
+    const revokedAt = timeEl(k.RevokedAt);
+    return h('tr', { 'data-hash': k.APIKeyHash, 'data-client': k.ClientID, class: active ? '' : 'dim' },
+      h('th', { scope: 'row', text: k.ClientID || '(none)' }),
+      h('td', {},
+        h('span', { class: `badge ${active ? 'ok' : 'bad'}`, text: k.Status }),
+        revokedAt ? h('span', { class: 'hint block' }, 'at ', revokedAt) : ''),
+      h('td', { text: (k.Scopes || []).join(', ') || '–' }),
+      h('td', { class: 'num', text: k.RateLimitPerMinute ?? '–' }),
+      h('td', {}, timeEl(k.CreatedAt)),
+      h('td', { class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
+      h('td', {}, active
+        ? h('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke key ${k.ClientID}`, text: 'Revoke', onclick: () => revoke(k) })
+        : ''),
+    );
+  }));
+}
+
+async function revoke(k) {
+  const ok = await ctx.confirm('Revoke this key?',
+    `Apps using the key for ${k.ClientID} stop working at once. A revoked key cannot be restored.`, 'Revoke key');
+  if (!ok) return;
+  try {
+    await api('DELETE', `/v1/admin/keys/${encodeURIComponent(k.APIKeyHash)}`);
+    showError($('#keys-error'), null);
+    $('#keys-msg').textContent = `Key for ${k.ClientID} revoked.`;
+  } catch (err) {
+    showError($('#keys-error'), err);
+  }
+  await load();
+}
+
+async function create(ev) {
+  ev.preventDefault();
+  const btn = $('#kc-submit');
+  const scopes = $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean);
+  const body = {
+    client_id: $('#kc-client').value.trim(),
+    scopes,
+    rate_limit_per_minute: Number($('#kc-rate').value),
+  };
+  btn.disabled = true;
+  try {
+    const r = await api('POST', '/v1/admin/keys', { json: body });
+    showError($('#keys-error'), null);
+    $('#keys-msg').textContent = '';
+    $('#key-created-client').textContent = r.client_id || body.client_id;
+    $('#key-created-value').value = r.api_key;
+    $('#key-created').hidden = false;
+    $('#key-created').focus();
+    $('#kc-client').value = '';
+    await load();
+  } catch (err) {
+    showError($('#keys-error'), err);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+async function copy() {
+  const input = $('#key-created-value');
+  const msg = $('#key-copy-msg');
+  try {
+    await navigator.clipboard.writeText(input.value);
+    msg.textContent = 'Copied to the clipboard.';
+  } catch {
+    // No clipboard API (plain HTTP on a LAN): select the text for the admin.
+    input.focus();
+    input.select();
+    const copied = document.execCommand && document.execCommand('copy');
+    msg.textContent = copied ? 'Copied to the clipboard.' : 'The key is selected: copy it with your device\'s copy command.';
+  }
+}
+
+export default {
+  init(c) {
+    ctx = c;
+    $('#key-create-form').addEventListener('submit', create);
+    $('#keys-revoked').addEventListener('change', load);
+    $('#key-copy').addEventListener('click', copy);
+    $('#key-created-done').addEventListener('click', () => {
+      hideCreated();
+      $('#kc-client').focus();
+    });
+  },
+  enter() {
+    $('#keys-msg').textContent = '';
+    load();
+  },
+  // The key is never shown again once the admin leaves the view.
+  leave: hideCreated,
+};

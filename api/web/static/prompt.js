@@ -1,0 +1,93 @@
+// System prompt view: edit and save as a new version, history, restore.
+import { api } from './api.js';
+import { $, h, showError, timeEl } from './util.js';
+
+let ctx;
+let saved = ''; // the text of the current version, to tell edits apart
+
+const dirty = () => $('#prompt-text').value !== saved;
+
+async function load() {
+  const err = $('#prompt-error');
+  try {
+    const [cur, hist] = await Promise.all([
+      api('GET', '/v1/admin/system-prompt').catch((e) => {
+        if (e.status === 404) return { prompt: '', version: '' };
+        throw e;
+      }),
+      api('GET', '/v1/admin/system-prompt/history', { query: { limit: 50 } }),
+    ]);
+    showError(err, null);
+    saved = (cur && cur.prompt) || '';
+    $('#prompt-text').value = saved;
+    $('#prompt-version').textContent = (cur && cur.version) || 'none';
+    renderHistory((hist && hist.items) || [], cur && cur.version);
+  } catch (e) {
+    showError(err, e);
+  }
+}
+
+function renderHistory(items, currentVersion) {
+  $('#prompt-history-empty').hidden = items.length > 0;
+  $('#prompt-history').replaceChildren(...items.map((p) => {
+    const isCurrent = p.version === currentVersion;
+    return h('li', { 'data-version': p.version },
+      h('details', {},
+        h('summary', {},
+          h('span', { class: 'ver', text: `Version ${p.version}` }),
+          isCurrent ? h('span', { class: 'badge ok', text: 'current' }) : '',
+          ' ', timeEl(p.created_at)),
+        h('pre', { class: 'prompt-text', text: p.prompt })),
+      isCurrent ? '' : h('button', {
+        type: 'button', class: 'small', text: 'Restore',
+        'aria-label': `Restore version ${p.version}`,
+        onclick: () => restore(p),
+      }),
+    );
+  }));
+}
+
+async function save(text, message) {
+  const btn = $('#prompt-save');
+  btn.disabled = true;
+  try {
+    const r = await api('POST', '/v1/admin/system-prompt', { json: { prompt: text } });
+    showError($('#prompt-error'), null);
+    await load();
+    const version = (r && r.version) || $('#prompt-version').textContent;
+    $('#prompt-msg').textContent = message(version);
+  } catch (e) {
+    showError($('#prompt-error'), e);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+async function restore(p) {
+  if (dirty() && !(await ctx.confirm('Discard your edits?',
+    `Restoring version ${p.version} replaces the text you have not saved.`, 'Restore'))) return;
+  await save(p.prompt, (v) => `Version ${p.version} restored as version ${v}.`);
+  $('#prompt-text').focus();
+}
+
+export default {
+  init(c) {
+    ctx = c;
+    $('#prompt-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      if (!dirty()) {
+        $('#prompt-msg').textContent = 'Nothing changed: edit the text first.';
+        return;
+      }
+      save($('#prompt-text').value, (v) => `Saved as version ${v}.`);
+    });
+    $('#prompt-discard').addEventListener('click', () => {
+      $('#prompt-text').value = saved;
+      $('#prompt-msg').textContent = 'Edits discarded.';
+    });
+  },
+  enter() {
+    $('#prompt-msg').textContent = '';
+    load();
+  },
+};

@@ -1,0 +1,55 @@
+// Status view: version, uptime, queue, data file, and the model files.
+import { api } from './api.js';
+import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
+
+const engineNames = { llm: 'Language model', stt: 'Speech to text', whisper: 'Speech to text' };
+let ctx;
+
+function fact(term, value) {
+  return h('div', {}, h('dt', { text: term }), h('dd', {}, value));
+}
+
+function engineState(e) {
+  const parts = [];
+  if (e.error) parts.push(h('span', { class: 'badge bad', text: 'Error' }), ` ${e.error}`);
+  else if (e.ready) parts.push(h('span', { class: 'badge ok', text: 'Loaded' }));
+  else parts.push(h('span', { class: 'badge', text: 'Loading' }));
+  if (e.demo) parts.push(' ', h('span', { class: 'badge warn', text: 'Demo model' }));
+  if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: `since ${fmtTime(e.loaded_at)}` }));
+  return parts;
+}
+
+async function load() {
+  const err = $('#status-error');
+  try {
+    const s = await api('GET', '/v1/admin/status');
+    showError(err, null);
+    ctx.setDemoBanner(s.engines);
+    $('#status-facts').replaceChildren(
+      fact('Version', s.version || '–'),
+      fact('Uptime', fmtDuration(s.uptime_seconds)),
+      fact('Queue depth', fmtInt(s.queue_depth)),
+      fact('Data file', fmtBytes(s.data_file_bytes)),
+      fact('Code channel', s.otp_channel || '–'),
+      fact('HTTPS', s.tls ? 'on' : 'off'),
+    );
+    const rows = (s.engines || []).map((e) => h('tr', {},
+      h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
+      h('td', {}, engineState(e)),
+      h('td', { class: 'mono wrap', text: e.model || '–' }),
+      h('td', { text: e.backend || '–' }),
+    ));
+    if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 4, text: 'No engines reported.' })));
+    $('#engines tbody').replaceChildren(...rows);
+  } catch (e) {
+    showError(err, e);
+  }
+}
+
+export default {
+  init(c) {
+    ctx = c;
+    $('#status-refresh').addEventListener('click', load);
+  },
+  enter: load,
+};

@@ -1,0 +1,239 @@
+// Try it view: pick a key, type a dialog, add the partner's speech (recorded
+// or uploaded), and see the transcript, the candidates and the stage timings.
+import { api } from './api.js';
+import { $, h, showError, fmtInt, fmtBytes } from './util.js';
+
+const roles = [['speaker', 'Partner'], ['disabled_person', 'AAC user']];
+const stages = [['decode', 'Decode audio'], ['stt', 'Speech to text'], ['prompt', 'Build prompt'],
+  ['queue', 'Wait in queue'], ['generation', 'Generate replies'], ['total', 'Total']];
+
+let audio = null; // {blob, name}
+let recorder = null;
+let recTimer = 0;
+let turnSeq = 0;
+
+function addTurn(role = 'speaker', text = '') {
+  const n = ++turnSeq;
+  const li = h('li', { class: 'turn' },
+    h('label', { for: `turn-role-${n}`, class: 'sr-only', text: 'Who speaks' }),
+    h('select', { id: `turn-role-${n}`, class: 'turn-role' },
+      roles.map(([v, t]) => h('option', { value: v, selected: v === role, text: t }))),
+    h('label', { for: `turn-text-${n}`, class: 'sr-only', text: 'What they say' }),
+    h('input', { id: `turn-text-${n}`, class: 'turn-text grow', value: text, autocomplete: 'off' }),
+    h('button', { type: 'button', class: 'small quiet', text: 'Remove', 'aria-label': 'Remove this turn',
+      onclick: () => {
+        const next = li.nextElementSibling || li.previousElementSibling;
+        li.remove();
+        (next ? next.querySelector('input') : $('#try-add')).focus();
+      } }),
+  );
+  $('#try-turns').append(li);
+  return li;
+}
+
+let blobMedia = null; // whether the page's CSP lets <audio> play blob: URLs
+
+/** Reads the page's own CSP: a player for the audio only where it is allowed. */
+async function canPlayBlobs() {
+  if (blobMedia === null) {
+    try {
+      const r = await fetch(location.pathname, { cache: 'no-store', credentials: 'omit' });
+      const csp = r.headers.get('Content-Security-Policy') || '';
+      const dirs = new Map(csp.split(';').map((d) => d.trim().split(/\s+/)).filter((d) => d[0]).map((d) => [d[0].toLowerCase(), d.slice(1)]));
+      const src = dirs.get('media-src') || dirs.get('default-src');
+      blobMedia = !src || src.includes('blob:');
+    } catch {
+      blobMedia = false;
+    }
+  }
+  return blobMedia;
+}
+
+async function setAudio(blob, name) {
+  const el = $('#try-audio');
+  if (el.src) URL.revokeObjectURL(el.src);
+  el.removeAttribute('src');
+  el.hidden = true;
+  audio = blob ? { blob, name } : null;
+  $('#try-audio-row').hidden = !blob;
+  $('#try-audio-info').textContent = blob ? `${name}, ${fmtBytes(blob.size)}` : '';
+  if (blob && (await canPlayBlobs()) && audio && audio.blob === blob) {
+    el.src = URL.createObjectURL(blob);
+    el.hidden = false;
+  }
+}
+
+async function loadKeys() {
+  const sel = $('#try-key');
+  const keep = sel.value;
+  try {
+    const r = await api('GET', '/v1/admin/keys', { query: { limit: 500 } });
+    const items = ((r && r.items) || []).filter((k) => k.Status === 'active');
+    sel.replaceChildren(...(items.length
+      ? items.map((k) => h('option', { value: k.APIKeyHash, selected: k.APIKeyHash === keep, text: `${k.ClientID} (${k.APIKeyHash.slice(0, 8)})` }))
+      : [h('option', { value: '', text: 'No active key: create one under Keys' })]));
+  } catch (err) {
+    showError($('#try-error'), err);
+  }
+}
+
+function recState(text) {
+  $('#try-rec-state').textContent = text;
+}
+
+async function startRecording() {
+  if (!navigator.mediaDevices || !window.MediaRecorder) {
+    recState('Recording needs HTTPS (or localhost) and a browser with MediaRecorder.');
+    return;
+  }
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+  } catch (err) {
+    recState(`No microphone: ${err.message}`);
+    return;
+  }
+  const type = MediaRecorder.isTypeSupported('audio/webm;codecs=opus') ? 'audio/webm;codecs=opus' : '';
+  recorder = new MediaRecorder(stream, type ? { mimeType: type } : undefined);
+  const chunks = [];
+  recorder.addEventListener('dataavailable', (ev) => { if (ev.data.size) chunks.push(ev.data); });
+  recorder.addEventListener('stop', () => {
+    stream.getTracks().forEach((t) => t.stop());
+    clearInterval(recTimer);
+    $('#try-rec-time').textContent = '';
+    const blob = new Blob(chunks, { type: recorder.mimeType || 'audio/webm' });
+    recorder = null;
+    $('#try-rec').disabled = false;
+    $('#try-stop').disabled = true;
+    $('#try-file').value = '';
+    setAudio(blob, 'recording.webm');
+    recState('Recording done.');
+    $('#try-rec').focus();
+  });
+  recorder.start();
+  const t0 = Date.now();
+  const clock = $('#try-rec-time');
+  const tick = () => {
+    const s = Math.floor((Date.now() - t0) / 1000);
+    clock.textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+  };
+  tick();
+  recTimer = setInterval(tick, 1000);
+  recState('Recording. Press Stop when the partner is done.');
+  $('#try-rec').disabled = true;
+  $('#try-stop').disabled = false;
+  $('#try-stop').focus();
+}
+
+function stopRecording() {
+  return new Promise((resolve) => {
+    if (!recorder) { resolve(); return; }
+    recorder.addEventListener('stop', () => setTimeout(resolve), { once: true });
+    recorder.stop();
+  });
+}
+
+function payload() {
+  const messages = [];
+  for (const li of $('#try-turns').children) {
+    const content = li.querySelector('.turn-text').value.trim();
+    if (content) messages.push({ role: li.querySelector('.turn-role').value, content });
+  }
+  if (audio) messages.push({ role: 'speaker', content: '', audio: true });
+  const p = { messages, options: {} };
+  const lang = $('#try-lang').value.trim();
+  if (lang) p.language = lang;
+  const max = parseInt($('#try-max').value, 10);
+  if (max > 0) p.options.max_candidates = max;
+  const temp = parseFloat($('#try-temp').value);
+  if (Number.isFinite(temp)) p.options.temperature = temp;
+  return p;
+}
+
+async function run(ev) {
+  ev.preventDefault();
+  showError($('#try-error'), null);
+  await stopRecording();
+  const key = $('#try-key').value;
+  if (!key) {
+    showError($('#try-error'), new Error('Pick an active API key first (create one under Keys).'));
+    $('#try-key').focus();
+    return;
+  }
+  const p = payload();
+  if (!p.messages.length) {
+    showError($('#try-error'), new Error('Type at least one turn or add the partner\'s speech.'));
+    return;
+  }
+  const form = new FormData();
+  form.append('payload', JSON.stringify(p));
+  form.append('api_key_hash', key);
+  if (audio) form.append('audio', audio.blob, audio.name);
+  const btn = $('#try-run');
+  btn.disabled = true;
+  btn.setAttribute('aria-busy', 'true');
+  const label = btn.textContent;
+  btn.textContent = 'Working…';
+  try {
+    const r = await api('POST', '/v1/admin/try', { form });
+    render(r, Boolean(audio));
+  } catch (err) {
+    showError($('#try-error'), err);
+  } finally {
+    btn.disabled = false;
+    btn.removeAttribute('aria-busy');
+    btn.textContent = label;
+  }
+}
+
+function render(r, hadAudio) {
+  const tr = $('#try-transcript');
+  const text = r.transcript || '';
+  tr.textContent = text || (hadAudio ? '(nothing recognised)' : '(no audio sent)');
+  tr.classList.toggle('empty', !text);
+  const cands = r.candidates && r.candidates.length
+    ? r.candidates.slice().sort((a, b) => (a.rank ?? 0) - (b.rank ?? 0))
+    : (r.response || []).map((t) => ({ text: t }));
+  $('#try-candidates').replaceChildren(...(cands.length
+    ? cands.map((c) => h('li', {}, h('span', { class: 'cand', text: c.text }),
+      c.language ? h('span', { class: 'hint', text: ` ${c.language}` }) : ''))
+    : [h('li', { class: 'empty', text: 'No candidates.' })]));
+  const t = r.timings_ms || {};
+  const total = t.total || 0;
+  $('#try-timings tbody').replaceChildren(...stages.filter(([k]) => k in t).map(([k, name]) => h('tr', { 'data-stage': k },
+    h('th', { scope: 'row', text: name }),
+    h('td', { class: 'num', text: fmtInt(t[k]) }),
+    h('td', {}, k === 'total' ? '' : h('meter', { min: 0, max: total || 1, value: t[k] || 0, 'aria-hidden': 'true' })),
+  )));
+  const box = $('#try-result');
+  box.hidden = false;
+  box.focus();
+}
+
+export default {
+  init() {
+    addTurn('speaker', 'Hello, how are you feeling today?');
+    addTurn('disabled_person', 'Tired.');
+    $('#try-add').addEventListener('click', () => addTurn(
+      $('#try-turns').lastElementChild?.querySelector('.turn-role').value === 'speaker' ? 'disabled_person' : 'speaker',
+    ).querySelector('input').focus());
+    $('#try-file').addEventListener('change', () => {
+      const f = $('#try-file').files[0];
+      setAudio(f || null, f ? f.name : '');
+      recState('');
+    });
+    $('#try-audio-clear').addEventListener('click', () => {
+      $('#try-file').value = '';
+      setAudio(null);
+      recState('');
+      $('#try-file').focus();
+    });
+    $('#try-rec').addEventListener('click', startRecording);
+    $('#try-stop').addEventListener('click', stopRecording);
+    $('#try-form').addEventListener('submit', run);
+  },
+  enter: loadKeys,
+  leave() {
+    if (recorder) stopRecording();
+  },
+};

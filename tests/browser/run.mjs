@@ -1,0 +1,681 @@
+#!/usr/bin/env node
+// End-to-end tests of the admin page: the real bin/replyd on demo models, a
+// webhook receiver that catches the one-time codes, and headless Chromium
+// driven by playwright-core. Walks sign-in, keys, the prompt, Try it, logs and
+// stats the way an admin would, checks keyboard access, labels and contrast,
+// and writes screenshots to artifacts/. Ends with "browser: N passed, M failed"
+// and a non-zero exit status on any failure.
+//
+// Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
+// /usr/bin/chromium), REPLYD_TESTDATA (the shared test data, for jfk.wav).
+import { chromium } from 'playwright-core';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd'));
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const artifacts = path.join(here, 'artifacts');
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 375, height: 812 };
+
+// ---------------------------------------------------------------- harness
+
+const results = [];
+const notRun = [];
+let stopped = false;
+let page;
+
+function fail(msg) {
+  throw new Error(msg);
+}
+function check(cond, msg) {
+  if (!cond) fail(msg);
+}
+function equal(got, want, what) {
+  if (got !== want) fail(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+
+async function step(name, fn) {
+  if (stopped) {
+    notRun.push(name);
+    return;
+  }
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok    ${name} (${Date.now() - t0} ms)`);
+  } catch (err) {
+    results.push({ name, ok: false });
+    console.log(`FAIL  ${name} (${Date.now() - t0} ms)\n      ${String(err && err.stack || err).split('\n').join('\n      ')}`);
+    await shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`).catch(() => {});
+    // The steps build on each other: stop at the first failure.
+    stopped = true;
+  }
+}
+
+async function shot(name) {
+  if (!page) return;
+  const file = path.join(artifacts, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+}
+
+/** Polls fn until it returns a truthy value or the time is up. */
+async function until(fn, what, timeoutMs = 15000) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) fail(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// ---------------------------------------------------------------- processes
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** A webhook receiver standing in for the messaging channel. */
+async function startWebhook() {
+  const messages = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      let json = null;
+      try { json = JSON.parse(body); } catch { /* recorded as null */ }
+      messages.push({ method: req.method, type: req.headers['content-type'] || '', json });
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end('{"ok":true}');
+    });
+  });
+  const port = await freePort();
+  await new Promise((r) => server.listen(port, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${port}/otp`, messages, close: () => new Promise((r) => server.close(r)) };
+}
+
+async function startReplyd(env, logFile) {
+  const out = fs.openSync(logFile, 'w');
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
+  const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+  let exited = null;
+  child.on('exit', (code, signal) => { exited = { code, signal }; });
+  const base = `http://${env.REPLYD_ADDR}`;
+  const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
+  const end = Date.now() + 120000;
+  for (;;) {
+    if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
+    try {
+      const r = await fetch(`${base}/healthz`);
+      if (r.status === 200) {
+        const j = await r.json();
+        if (j.status === 'ok') break;
+      }
+    } catch { /* not listening yet */ }
+    if (Date.now() > end) {
+      child.kill('SIGKILL');
+      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    base,
+    async stop() {
+      if (exited) return;
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
+      await gone;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** The speech clip for Try it: jfk.wav from the shared test data, or espeak-ng. */
+function speechFile(tmp) {
+  const dirs = [process.env.REPLYD_TESTDATA, path.resolve(root, '../shared/testdata')].filter(Boolean);
+  for (const d of dirs) {
+    const f = path.join(d, 'whisper/audio/jfk.wav');
+    if (fs.existsSync(f)) return f;
+  }
+  const f = path.join(tmp, 'speech.wav');
+  execFileSync('espeak-ng', ['-v', 'en-us', '-w', f, 'Good morning. Would you like some tea or a glass of water?']);
+  return f;
+}
+
+// ---------------------------------------------------------------- page checks
+
+/** Every form control in the visible part of the page has a non-empty accessible label. */
+async function checkLabels(where) {
+  const bad = await page.evaluate(() => {
+    const name = (el) => {
+      const by = el.getAttribute('aria-labelledby');
+      if (by) return by.split(/\s+/).map((id) => document.getElementById(id)?.textContent || '').join(' ').trim();
+      if (el.getAttribute('aria-label')) return el.getAttribute('aria-label').trim();
+      if (el.labels && el.labels.length) return [...el.labels].map((l) => l.textContent).join(' ').trim();
+      if (el.tagName === 'BUTTON') return el.textContent.trim();
+      return '';
+    };
+    const visible = (el) => el.getClientRects().length > 0 && !el.closest('[hidden]');
+    const out = [];
+    for (const el of document.querySelectorAll('input:not([type=hidden]), select, textarea, button')) {
+      if (!visible(el) && !el.closest('details')) continue;
+      if (el.closest('[hidden]')) continue;
+      if (!name(el)) out.push(el.outerHTML.slice(0, 120));
+    }
+    if (!document.documentElement.lang) out.push('<html> has no lang');
+    for (const svg of document.querySelectorAll('svg[role=img]')) if (!svg.getAttribute('aria-label')) out.push('chart without aria-label');
+    return out;
+  });
+  check(bad.length === 0, `${where}: controls without a label:\n${bad.join('\n')}`);
+}
+
+/** Text contrast of every visible text element against its background: WCAG AA. */
+async function checkContrast(where) {
+  const bad = await page.evaluate(() => {
+    const parse = (c) => {
+      const m = c.match(/rgba?\(([^)]+)\)/);
+      if (!m) return null;
+      const p = m[1].split(/[\s,/]+/).filter(Boolean).map(Number);
+      return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
+    };
+    const lum = ({ r, g, b }) => {
+      const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const bgOf = (el) => {
+      for (let e = el; e; e = e.parentElement) {
+        const c = parse(getComputedStyle(e).backgroundColor);
+        if (c && c.a > 0.9) return c;
+      }
+      return { r: 255, g: 255, b: 255, a: 1 };
+    };
+    const out = [];
+    for (const el of document.querySelectorAll('body *')) {
+      if (!el.getClientRects().length || el.closest('[hidden]') || el.closest('svg')) continue;
+      if (!(el.shadowRoot === null)) continue;
+      const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+      if (!own || el.closest(':disabled') || el.closest('option')) continue;
+      const cs = getComputedStyle(el);
+      if (cs.visibility === 'hidden' || cs.opacity === '0') continue;
+      const fg = parse(cs.color);
+      const bg = bgOf(el);
+      const l1 = lum(fg), l2 = lum(bg);
+      const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+      const size = parseFloat(cs.fontSize);
+      const large = size >= 24 || (size >= 18.66 && Number(cs.fontWeight) >= 700);
+      if (ratio < (large ? 3 : 4.5)) out.push(`${ratio.toFixed(2)}:1 "${el.textContent.trim().slice(0, 40)}" (${el.tagName.toLowerCase()}.${el.className})`);
+    }
+    // Skip the off-screen skip link's position trick: it is measured when focused.
+    return out;
+  });
+  check(bad.length === 0, `${where}: text below WCAG AA contrast:\n${bad.join('\n')}`);
+}
+
+async function go(view) {
+  await page.click(`#nav a[href="#/${view}"]`);
+  await until(() => page.isVisible(`#view-${view}`), `the ${view} view`);
+}
+
+async function apiJSON(base, method, p, headers = {}, body) {
+  const r = await fetch(base + p, {
+    method,
+    headers: { ...(body ? { 'Content-Type': 'application/json' } : {}), ...headers },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: r.status, json, text };
+}
+
+/** A text-only inference with a client key, straight to /v1/infer. */
+async function inferStatus(base, key) {
+  const fd = new FormData();
+  fd.append('payload', JSON.stringify({ messages: [{ role: 'speaker', content: 'Are you warm enough?' }] }));
+  const r = await fetch(`${base}/v1/infer`, { method: 'POST', headers: { 'X-API-KEY': key }, body: fd });
+  await r.arrayBuffer();
+  return r.status;
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  if (!fs.existsSync(bin)) {
+    console.error(`browser: ${bin} is missing; run "make build" first`);
+    console.log('browser: 0 passed, 1 failed');
+    return 1;
+  }
+  if (!fs.existsSync(chromiumPath)) {
+    console.error(`browser: ${chromiumPath} is missing; run scripts/deps.sh (Debian package chromium)`);
+    console.log('browser: 0 passed, 1 failed');
+    return 1;
+  }
+  fs.rmSync(artifacts, { recursive: true, force: true });
+  fs.mkdirSync(artifacts, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replyd-browser-'));
+  const cleanups = [];
+  try {
+    const models = path.join(tmp, 'models');
+    execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
+    const llm = path.join(models, 'llm-demo.gguf');
+    const whisper = path.join(models, 'whisper-demo.bin');
+    check(fs.existsSync(llm) && fs.existsSync(whisper), `replyd models demo did not write ${llm} and ${whisper}`);
+
+    const hook = await startWebhook();
+    cleanups.push(hook.close);
+    const adminKey = crypto.randomBytes(24).toString('base64url');
+    const replyd = await startReplyd({
+      REPLYD_ADDR: `127.0.0.1:${await freePort()}`,
+      REPLYD_DATA_DIR: path.join(tmp, 'data'),
+      REPLYD_ADMIN_KEY: adminKey,
+      REPLYD_LLM_MODEL: llm,
+      REPLYD_WHISPER_MODEL: whisper,
+      REPLYD_OTP_CHANNEL: 'webhook',
+      REPLYD_OTP_WEBHOOK_URL: hook.url,
+    }, path.join(artifacts, 'replyd.log'));
+    cleanups.push(replyd.stop);
+    const base = replyd.base;
+    const audioFile = speechFile(tmp);
+
+    const context = await chromium.launchPersistentContext(path.join(tmp, 'chromium-profile'), {
+      executablePath: chromiumPath,
+      headless: true,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync', '--no-first-run'],
+      viewport: DESKTOP,
+      permissions: ['clipboard-read', 'clipboard-write'],
+      timeout: 60000,
+    });
+    cleanups.push(() => context.close());
+    page = context.pages()[0] || (await context.newPage());
+    page.setDefaultTimeout(15000);
+    const problems = [];
+    page.on('pageerror', (err) => problems.push(`uncaught: ${err.message}`));
+    page.on('console', (m) => {
+      if (m.type() === 'error' && /Content.Security.Policy|Refused to/i.test(m.text())) problems.push(`CSP: ${m.text()}`);
+    });
+    const offsite = [];
+    page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('blob:') && !r.url().startsWith('data:')) offsite.push(r.url()); });
+    const session = () => page.evaluate(() => ({ ...sessionStorage }));
+
+    let token = '';
+    let statsBefore = 0;
+    let revokeKey = null; // {key, hash}
+    let tryHash = '';
+    const nonce = crypto.randomBytes(4).toString('hex');
+
+    await step('/ redirects to /admin/, which loads under a self-only CSP', async () => {
+      const resp = await page.goto(`${base}/`);
+      check(new URL(page.url()).pathname === '/admin/', `landed on ${page.url()}`);
+      const csp = (await resp.allHeaders())['content-security-policy'] || '';
+      check(/default-src 'self'/.test(csp), `/admin/ has no "default-src 'self'" CSP header (got "${csp}")`);
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      equal(await page.textContent('#login-h'), 'Sign in', 'heading');
+      check(await page.isHidden('#nav'), 'navigation shown before sign-in');
+      await shot('01-login-desktop');
+    });
+
+    await step('Tab reaches every sign-in control in order', async () => {
+      await page.evaluate(() => document.activeElement && document.activeElement.blur());
+      const seen = [];
+      for (let i = 0; i < 12; i++) {
+        await page.keyboard.press('Tab');
+        seen.push(await page.evaluate(() => document.activeElement.id || document.activeElement.tagName));
+      }
+      equal(seen[0], 'skip', 'first Tab stop');
+      const want = ['otp-send', 'otp-code', 'otp-verify', 'admin-key', 'key-login'];
+      const idx = want.map((id) => seen.indexOf(id));
+      check(idx.every((i) => i >= 0), `Tab stops ${seen.join(', ')} miss one of ${want.join(', ')}`);
+      check(idx.every((v, i) => i === 0 || v > idx[i - 1]), `Tab order ${seen.join(', ')}`);
+      // The focused control shows a visible focus ring.
+      await page.focus('#otp-send');
+      await page.keyboard.press('Shift+Tab');
+      await page.keyboard.press('Tab');
+      const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+      check(outline !== 'none', 'no focus outline on the Send code button');
+    });
+
+    await step('sign-in view: every control has a label, text has AA contrast', async () => {
+      await checkLabels('sign-in');
+      await checkContrast('sign-in');
+    });
+
+    await step('a wrong admin key is refused with replyd\'s message', async () => {
+      await page.fill('#admin-key', 'not-the-admin-key');
+      await page.keyboard.press('Enter');
+      const msg = await until(async () => (await page.textContent('#login-error')).trim(), 'an error message');
+      check(msg.length > 3, `error message "${msg}"`);
+      check(await page.isVisible('#view-login'), 'left the sign-in view');
+      equal(JSON.stringify(await session()), '{}', 'session storage after a wrong key');
+    });
+
+    await step('the admin key signs in; Log out signs out', async () => {
+      await page.fill('#admin-key', adminKey);
+      await page.click('#key-login');
+      await until(() => page.isVisible('#view-status'), 'the status view');
+      check(await page.isVisible('#nav'), 'navigation hidden after sign-in');
+      equal((await session())['replyd.admin_key'], adminKey, 'stored admin key');
+      await page.click('#logout');
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      equal(JSON.stringify(await session()), '{}', 'session storage after log out');
+    });
+
+    await step('OTP: the code arrives at the webhook, a wrong code is refused, the right one signs in', async () => {
+      await page.click('#otp-send');
+      const sent = await until(async () => (await page.textContent('#otp-sent')).trim(), 'the "code sent" note');
+      check(/sent/i.test(sent), `note "${sent}"`);
+      const msg = await until(() => hook.messages.find((m) => m.json && m.json.code), 'a code at the webhook', 15000);
+      equal(msg.method, 'POST', 'webhook method');
+      check(/application\/json/.test(msg.type), `webhook content type ${msg.type}`);
+      const code = String(msg.json.code);
+      check(/^\d{4,10}$/.test(code), `code "${code}"`);
+      check(String(msg.json.text || '').includes(code), 'webhook text does not contain the code');
+      check(msg.json.expires_at && !Number.isNaN(Date.parse(msg.json.expires_at)), 'webhook expires_at');
+      check(await page.evaluate(() => document.activeElement.id) === 'otp-code', 'focus did not move to the code field');
+
+      // A second code right away is rate limited; the page shows why.
+      await page.click('#otp-send');
+      const limited = await until(async () => (await page.textContent('#login-error')).trim(), 'the rate-limit message');
+      check(limited.length > 3, `rate-limit message "${limited}"`);
+      equal(hook.messages.length, 1, 'webhook messages after a second send');
+
+      const wrong = code === '000000' ? '111111' : '000000';
+      await page.fill('#otp-code', wrong);
+      await page.click('#otp-verify');
+      await until(async () => /code/i.test(await page.textContent('#login-error')), 'the wrong-code message');
+      check(await page.isVisible('#view-login'), 'a wrong code signed in');
+
+      await page.fill('#otp-code', code);
+      await page.keyboard.press('Enter');
+      await until(() => page.isVisible('#view-status'), 'the status view');
+      token = (await session())['replyd.session'];
+      check(token && token.length >= 16, 'no session token in sessionStorage');
+      equal((await context.cookies()).length, 0, 'cookies set');
+    });
+
+    await step('status: version, uptime, queue, data file, models loaded, demo warning', async () => {
+      await until(async () => (await page.$$('#engines tbody tr')).length >= 2, 'two engines');
+      const facts = await page.$$eval('#status-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
+      for (const k of ['Version', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
+      check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
+      const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
+      for (const r of rows) {
+        check(/Loaded/.test(r), `engine not loaded: ${r}`);
+        check(/Demo model/.test(r), `engine not marked demo: ${r}`);
+      }
+      check(rows.some((r) => r.includes('llm-demo.gguf')) && rows.some((r) => r.includes('whisper-demo.bin')), `model files: ${rows.join(' | ')}`);
+      check(await page.isVisible('#demo-banner'), 'no demo-model warning');
+      await checkLabels('status');
+      await checkContrast('status');
+      await shot('02-status-desktop');
+    });
+
+    await step('stats: read the totals before any inference', async () => {
+      await go('stats');
+      const t = await until(async () => {
+        const s = (await page.textContent('#stats-total')).trim();
+        return s !== '–' && s;
+      }, 'the request total');
+      statsBefore = Number(t.replace(/\D/g, ''));
+      check(Number.isFinite(statsBefore), `total "${t}"`);
+    });
+
+    await step('keys: create a key, see it once, copy it, and it works', async () => {
+      await go('keys');
+      await page.fill('#kc-client', `e2e-revoke-${nonce}`);
+      await page.fill('#kc-scopes', 'infer');
+      await page.fill('#kc-rate', '30');
+      await page.click('#kc-submit');
+      await until(() => page.isVisible('#key-created'), 'the new key panel');
+      const key = await page.inputValue('#key-created-value');
+      check(/^\S{20,}$/.test(key), `key "${key}"`);
+      check((await page.textContent('#key-created')).includes('only this once'), 'no "shown once" warning');
+      const row = page.locator(`#keys-table tr[data-client="e2e-revoke-${nonce}"]`);
+      await until(async () => (await row.count()) === 1, 'the key in the list');
+      const hash = await row.getAttribute('data-hash');
+      equal(hash, crypto.createHash('sha256').update(key).digest('hex'), 'listed hash vs SHA-256 of the shown key');
+      check(/active/.test(await row.textContent()), 'new key not active');
+      check(/30/.test(await row.textContent()) && /infer/.test(await row.textContent()), `row ${await row.textContent()}`);
+      await page.click('#key-copy');
+      await until(async () => /Copied/.test(await page.textContent('#key-copy-msg')), 'the "copied" note');
+      equal(await page.evaluate(() => navigator.clipboard.readText()), key, 'clipboard');
+      equal(await inferStatus(base, key), 200, '/v1/infer status with the new key');
+      revokeKey = { key, hash };
+      await checkLabels('keys');
+      await checkContrast('keys');
+      await shot('03-keys-created-desktop');
+    });
+
+    await step('keys: after a reload the key is never shown again', async () => {
+      await page.reload();
+      await until(() => page.isVisible('#view-keys'), 'the keys view after reload');
+      await until(async () => (await page.locator(`#keys-table tr[data-hash="${revokeKey.hash}"]`).count()) === 1, 'the key in the list');
+      check(await page.isHidden('#key-created'), 'new-key panel visible after reload');
+      check(!(await page.content()).includes(revokeKey.key), 'the key appears in the page after reload');
+      const list = await apiJSON(base, 'GET', '/v1/admin/keys?include_revoked=true', { 'X-ADMIN-SESSION': token });
+      equal(list.status, 200, 'GET /v1/admin/keys');
+      check(!list.text.includes(revokeKey.key), 'the key appears in the key list JSON');
+    });
+
+    await step('keys: revoke asks first (Escape cancels), then marks the key revoked', async () => {
+      const sel = `#keys-table tr[data-hash="${revokeKey.hash}"] button`;
+      await page.click(sel);
+      await until(() => page.isVisible('#confirm'), 'the confirmation dialog');
+      check((await page.textContent('#confirm-text')).includes(`e2e-revoke-${nonce}`), 'dialog does not name the client');
+      equal(await page.evaluate(() => document.activeElement.id), 'confirm-cancel', 'focus in the dialog');
+      await shot('04-keys-revoke-dialog-desktop');
+      await page.keyboard.press('Escape');
+      await until(() => page.isHidden('#confirm'), 'the dialog to close');
+      equal(await page.evaluate(() => document.activeElement.textContent), 'Revoke', 'focus back on the Revoke button');
+      check(/active/.test(await page.textContent(`#keys-table tr[data-hash="${revokeKey.hash}"]`)), 'Escape revoked the key');
+      equal(await inferStatus(base, revokeKey.key), 200, 'key works after a cancelled revoke');
+
+      await page.click(sel);
+      await page.click('#confirm-ok');
+      await until(async () => /revoked/.test(await page.textContent('#keys-msg')), 'the "revoked" note');
+      await until(async () => (await page.locator(`#keys-table tr[data-hash="${revokeKey.hash}"]`).count()) === 0, 'the key to leave the active list');
+      await page.check('#keys-revoked');
+      const row = page.locator(`#keys-table tr[data-hash="${revokeKey.hash}"]`);
+      await until(async () => (await row.count()) === 1, 'the revoked key with "Include revoked"');
+      const text = await row.textContent();
+      check(/revoked/.test(text) && !/active/.test(text), `row "${text}"`);
+      equal(await row.locator('button').count(), 0, 'a revoked key still has a Revoke button');
+      equal(await inferStatus(base, revokeKey.key), 401, '/v1/infer status with the revoked key');
+      await shot('05-keys-revoked-desktop');
+      await page.uncheck('#keys-revoked');
+    });
+
+    await step('prompt: save two new versions, then restore the first', async () => {
+      await go('prompt');
+      await until(async () => (await page.textContent('#prompt-version')) !== '' , 'the prompt');
+      await page.waitForLoadState('networkidle');
+      const v0 = (await page.textContent('#prompt-version')).trim();
+      const textA = `You suggest short, kind replies for an AAC user. (e2e A ${nonce})`;
+      const textB = `Offer three brief answers in the user's own voice. (e2e B ${nonce})`;
+      const saveAs = async (text) => {
+        const before = (await page.textContent('#prompt-version')).trim();
+        await page.fill('#prompt-text', text);
+        await page.click('#prompt-save');
+        await until(async () => /Saved as version/.test(await page.textContent('#prompt-msg')) && (await page.textContent('#prompt-version')).trim() !== before, 'the saved note');
+        return (await page.textContent('#prompt-version')).trim();
+      };
+      const vA = await saveAs(textA);
+      const vB = await saveAs(textB);
+      if (/^\d+$/.test(v0)) equal(Number(vA), Number(v0) + 1, 'version after the first save');
+      equal(Number(vB), Number(vA) + 1, 'version after the second save');
+      equal(await page.inputValue('#prompt-text'), textB, 'editor text');
+      const hist = await page.$$eval('#prompt-history li', (lis) => lis.map((li) => li.dataset.version));
+      check(hist.includes(vA) && hist.includes(vB), `history ${hist.join(',')}`);
+      await page.click(`#prompt-history li[data-version="${vA}"] button`);
+      await until(async () => /restored/.test(await page.textContent('#prompt-msg')), 'the restored note');
+      const vC = (await page.textContent('#prompt-version')).trim();
+      equal(Number(vC), Number(vB) + 1, 'version after restore');
+      equal(await page.inputValue('#prompt-text'), textA, 'editor text after restore');
+      const cur = await apiJSON(base, 'GET', '/v1/admin/system-prompt', { 'X-ADMIN-SESSION': token });
+      equal(cur.json && cur.json.prompt, textA, 'GET /v1/admin/system-prompt after restore');
+      equal(cur.json && String(cur.json.version), vC, 'served version');
+      await page.click(`#prompt-history li[data-version="${vA}"] summary`);
+      await checkLabels('prompt');
+      await checkContrast('prompt');
+      await shot('06-prompt-desktop');
+    });
+
+    await step('Try it: an uploaded audio file gives a transcript, candidates and stage timings', async () => {
+      await go('keys');
+      await page.fill('#kc-client', `e2e-try-${nonce}`);
+      await page.click('#kc-submit');
+      await until(() => page.isVisible('#key-created'), 'the new key panel');
+      await page.click('#key-created-done');
+      check(await page.isHidden('#key-created'), 'Done did not hide the key');
+      await go('try');
+      const opt = page.locator('#try-key option', { hasText: `e2e-try-${nonce}` });
+      await until(async () => (await opt.count()) === 1, 'the key in the picker');
+      equal(await page.locator('#try-key option', { hasText: `e2e-revoke-${nonce}` }).count(), 0, 'revoked key offered in the picker');
+      tryHash = await opt.getAttribute('value');
+      await page.selectOption('#try-key', tryHash);
+      await page.setInputFiles('#try-file', audioFile);
+      await until(async () => (await page.textContent('#try-audio-info')).startsWith(path.basename(audioFile)), 'the chosen file named');
+      let posted = null;
+      await page.route('**/v1/admin/try', (route) => {
+        posted = route.request().postDataBuffer();
+        return route.continue();
+      });
+      await page.click('#try-run');
+      await until(() => posted, 'the POST to /v1/admin/try');
+      await page.unroute('**/v1/admin/try');
+      await until(() => page.isVisible('#try-result'), 'the result', 180000);
+      const body = posted.toString('latin1');
+      check(body.includes(`filename="${path.basename(audioFile)}"`), 'the audio part is missing');
+      check(body.includes('"audio":true') && body.includes(tryHash), 'payload lacks audio:true or the key hash');
+      check(await page.isVisible('#try-transcript'), 'no transcript field');
+      const transcript = (await page.textContent('#try-transcript')).trim();
+      check(transcript.length > 0 && transcript !== '(no audio sent)', `transcript "${transcript}"`);
+      const cands = await page.$$eval('#try-candidates li:not(.empty)', (lis) => lis.map((li) => li.textContent.trim()));
+      check(cands.length >= 1 && cands.every((c) => c.length > 0), `candidates ${JSON.stringify(cands)}`);
+      const timings = await page.$$eval('#try-timings tbody tr', (trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.stage, Number(tr.querySelector('td').textContent.replace(/\D/g, ''))])));
+      for (const k of ['decode', 'stt', 'generation', 'total']) check(Number.isFinite(timings[k]), `timing ${k}: ${JSON.stringify(timings)}`);
+      check(timings.total >= timings.stt && timings.total >= timings.generation && timings.total > 0, `timings ${JSON.stringify(timings)}`);
+      equal(await page.textContent('#try-error'), '', 'error shown');
+      await checkLabels('try');
+      await checkContrast('try');
+      await shot('07-try-desktop');
+    });
+
+    await step('logs: the infer line appears; level and stream filters and auto-refresh work', async () => {
+      await go('logs');
+      await page.selectOption('#logs-stream', 'infer');
+      const ours = page.locator(`#logs-table tbody tr[data-stream="infer"] td[title="${tryHash}"]`);
+      await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
+      const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
+      equal(streams.join(','), 'infer', 'streams shown with the infer filter');
+      await page.selectOption('#logs-level', 'info');
+      await page.waitForLoadState('networkidle');
+      const levels = await page.$$eval('#logs-table tbody tr[data-level]', (trs) => [...new Set(trs.map((t) => t.dataset.level))]);
+      check(levels.every((l) => l === 'info'), `levels shown with the info filter: ${levels}`);
+      await page.selectOption('#logs-level', '');
+      await page.selectOption('#logs-window', '15m');
+      await until(async () => (await ours.count()) >= 1, 'the line within 15 minutes');
+      const meta1 = await page.textContent('#logs-meta');
+      await page.check('#logs-auto');
+      await until(async () => (await page.textContent('#logs-meta')) !== meta1, 'an automatic refresh', 12000);
+      await page.uncheck('#logs-auto');
+      await checkLabels('logs');
+      await checkContrast('logs');
+      await shot('08-logs-desktop');
+    });
+
+    await step('stats: the request total went up and the charts show it', async () => {
+      await go('stats');
+      await page.click('#stats-refresh');
+      const after = await until(async () => {
+        const n = Number((await page.textContent('#stats-total')).replace(/\D/g, ''));
+        return n > statsBefore && n;
+      }, `a total above ${statsBefore}`);
+      check(after >= statsBefore + 3, `total ${after}, was ${statsBefore}; three inferences ran since`);
+      const users = Number((await page.textContent('#stats-users')).replace(/\D/g, ''));
+      check(users >= 1, `active users ${users}`);
+      const bars = await page.$$eval('#chart-requests rect.bar', (rs) => rs.map((r) => Number(r.getAttribute('height'))));
+      check(bars.some((hgt) => hgt > 0), `request bars ${bars}`);
+      const label = await page.getAttribute('#chart-requests svg', 'aria-label');
+      check(/Requests per/.test(label), `chart label "${label}"`);
+      await checkLabels('stats');
+      await checkContrast('stats');
+      await shot('09-stats-desktop');
+    });
+
+    await step('phone (375×812): every view fits without sideways scrolling', async () => {
+      await page.setViewportSize(PHONE);
+      for (const v of ['status', 'keys', 'prompt', 'logs', 'stats', 'try']) {
+        await go(v);
+        await page.waitForLoadState('networkidle');
+        const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+        check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
+        await shot(`10-${v}-phone`);
+      }
+      await page.setViewportSize(DESKTOP);
+    });
+
+    await step('Log out ends the session on the server too', async () => {
+      await page.click('#logout');
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      equal(JSON.stringify(await session()), '{}', 'session storage after log out');
+      const r = await apiJSON(base, 'GET', '/v1/admin/keys', { 'X-ADMIN-SESSION': token });
+      equal(r.status, 401, 'GET /v1/admin/keys with the old session token');
+      await page.setViewportSize(PHONE);
+      await shot('11-login-phone');
+      await page.setViewportSize(DESKTOP);
+    });
+
+    await step('no script errors, CSP violations or requests off the box', async () => {
+      check(problems.length === 0, problems.join('\n'));
+      check(offsite.length === 0, `requests elsewhere: ${offsite.join(', ')}`);
+    });
+  } catch (err) {
+    results.push({ name: 'setup', ok: false });
+    console.log(`FAIL  setup\n      ${String(err && err.stack || err).split('\n').join('\n      ')}`);
+  } finally {
+    for (const c of cleanups.reverse()) {
+      try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  const passed = results.filter((r) => r.ok).length;
+  const failed = results.length - passed;
+  if (notRun.length) console.log(`not run after the failure: ${notRun.join('; ')}`);
+  console.log(`screenshots and replyd.log: ${path.relative(process.cwd(), artifacts) || '.'}/`);
+  console.log(`browser: ${passed} passed, ${failed + notRun.length} failed`);
+  return failed + notRun.length ? 1 : 0;
+}
+
+let code = 1;
+try {
+  code = await main();
+} finally {
+  process.exitCode = code;
+}
