@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +49,12 @@ var (
 // DefaultTimeout is how long Open waits for the file lock when
 // Options.Timeout is zero.
 const DefaultTimeout = time.Second
+
+// initialMmapSize is mapped up front (address space only: on Linux the
+// file does not grow with it) so that a long read transaction, such as a
+// Backup streamed to a slow client, does not block writers on a remap until
+// the file passes this size (bbolt's advice in DB.Begin). 64-bit only.
+const initialMmapSize = 1 << 30
 
 // touchInterval is the least time between two persisted LastUsedAt updates
 // of one key.
@@ -97,6 +104,12 @@ func Open(path string, opts Options) (*DB, error) {
 		ReadOnly:     opts.ReadOnly,
 		OpenFile:     opts.openFile,
 		FreelistType: bolt.FreelistMapType,
+		InitialMmapSize: func() int {
+			if strconv.IntSize == 64 {
+				return initialMmapSize
+			}
+			return 0
+		}(),
 	})
 	if err != nil {
 		return nil, describeOpenError(path, err)

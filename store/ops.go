@@ -12,7 +12,11 @@ import (
 
 // Backup writes a consistent copy of the whole file to w from one read
 // transaction (bbolt's Tx.WriteTo), while writers go on. It returns the bytes
-// written. The copy is a valid data file for Restore.
+// written. The copy is a valid data file for Restore. The read transaction
+// lasts as long as writing to w does: pages freed meanwhile are not reused
+// until it ends, and once the file outgrows the 1 GiB mapped at Open a writer
+// that must remap waits for it. Callers streaming to a slow client over a
+// large file may prefer to back up to a local file first.
 func (db *DB) Backup(w io.Writer) (int64, error) {
 	var n int64
 	err := db.bolt.View(func(tx *bolt.Tx) error {

@@ -122,6 +122,51 @@ func TestOpenMissingDirectory(t *testing.T) {
 	}
 }
 
+func TestOpenDataDirIsAFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	Must(t, os.WriteFile(file, nil, 0o600))
+	path := filepath.Join(file, "replyd.db")
+	_, err := Open(path, Options{})
+	if err == nil || !errors.Is(err, syscall.ENOTDIR) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open under a file: %v", err)
+	}
+}
+
+func TestMixedConcurrentUse(t *testing.T) {
+	db, _ := MustOpen(t)
+	MustCreateKey(t, db, "k", t0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				at := t0.Add(time.Duration(g*10+i) * time.Minute)
+				errs <- db.TouchKey("k", at)
+				errs <- db.AppendLog(LogEntry{Timestamp: at, StreamName: StreamInfer, Subject: "k"})
+				_, err := db.Stats(t0, t0.Add(24*time.Hour))
+				errs <- err
+				_, err = db.Logs(LogQuery{Limit: 5})
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		Must(t, err)
+	}
+	k, err := db.GetKey("k")
+	Must(t, err)
+	if want := t0.Add(79 * time.Minute); !k.LastUsedAt.Equal(want) {
+		t.Errorf("LastUsedAt = %v, want the latest touch %v", k.LastUsedAt, want)
+	}
+	if s, _ := db.Stats(t0, t0.Add(24*time.Hour)); s.TotalRequests != 80 {
+		t.Errorf("TotalRequests = %d, want 80", s.TotalRequests)
+	}
+}
+
 func TestOpenReadOnlyDirectory(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root ignores directory permissions; TestOpenInjectedFileSystemErrors covers the message")
