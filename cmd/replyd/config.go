@@ -139,6 +139,7 @@ func options() []option {
 		strOpt("telegram-chat-id", "REPLYD_TELEGRAM_CHAT_ID", "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
 		strOpt("telegram-api-url", "REPLYD_TELEGRAM_API_URL", "https://api.telegram.org", "telegram channel: Bot API base URL (a LAN relay)", false, func(c *Config) *string { return &c.TelegramAPIURL }),
 		strOpt("ntfy-url", "REPLYD_NTFY_URL", "", "ntfy channel: topic URL on the LAN", true, func(c *Config) *string { return &c.NtfyURL }),
+		strOpt("ntfy-token", "REPLYD_NTFY_TOKEN", "", "ntfy channel: access token (optional)", true, func(c *Config) *string { return &c.NtfyToken }),
 		strOpt("gotify-url", "REPLYD_GOTIFY_URL", "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
 		strOpt("gotify-token", "REPLYD_GOTIFY_TOKEN", "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
 

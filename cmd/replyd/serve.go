@@ -240,7 +240,7 @@ func (s *Server) housekeeping(ctx context.Context) {
 
 func (s *Server) prune(ctx context.Context) {
 	now := time.Now()
-	if err := s.db.PruneSessions(now); err != nil {
+	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
 	}
 	if s.cfg.LogRetention <= 0 {
@@ -266,15 +266,16 @@ func (s *Server) prune(ctx context.Context) {
 
 func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
 	return notify.Config{
-		Channel:          cfg.OTPChannel,
-		Console:          stderr,
-		WebhookURL:       cfg.OTPWebhookURL,
-		TelegramBotToken: cfg.TelegramBotToken,
-		TelegramChatID:   cfg.TelegramChatID,
-		TelegramAPIURL:   cfg.TelegramAPIURL,
-		NtfyURL:          cfg.NtfyURL,
-		GotifyURL:        cfg.GotifyURL,
-		GotifyToken:      cfg.GotifyToken,
+		Channel:        cfg.OTPChannel,
+		Console:        stderr,
+		WebhookURL:     cfg.OTPWebhookURL,
+		TelegramToken:  cfg.TelegramBotToken,
+		TelegramChatID: cfg.TelegramChatID,
+		TelegramAPIURL: cfg.TelegramAPIURL,
+		NtfyURL:        cfg.NtfyURL,
+		NtfyToken:      cfg.NtfyToken,
+		GotifyURL:      cfg.GotifyURL,
+		GotifyToken:    cfg.GotifyToken,
 	}
 }
 
