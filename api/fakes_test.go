@@ -1,0 +1,444 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
+)
+
+// memStore is an in-memory Store with the contract documented in deps.go and
+// store/records.go. It is what the scenario tests run against.
+type memStore struct {
+	mu        sync.Mutex
+	keys      map[string]store.APIKey
+	keyOrder  []string
+	adminHash string
+	prompts   []store.PromptVersion
+	otp       *memOTP
+	lastOTP   time.Time
+	sessions  map[string]time.Time
+	logs      []store.LogEntry
+	touches   int
+	backup    []byte
+	failWith  error // returned by every method when set
+}
+
+type memOTP struct {
+	hash              string
+	issued, expires   time.Time
+	attempts          int
+}
+
+func newMemStore() *memStore {
+	return &memStore{keys: map[string]store.APIKey{}, sessions: map[string]time.Time{}}
+}
+
+func (m *memStore) CreateKey(k store.APIKey) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return m.failWith
+	}
+	if _, ok := m.keys[k.Hash]; ok {
+		return store.ErrExists
+	}
+	k.Scopes = slices.Clone(k.Scopes)
+	m.keys[k.Hash] = k
+	m.keyOrder = append(m.keyOrder, k.Hash)
+	return nil
+}
+
+func (m *memStore) GetKey(hash string) (store.APIKey, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return store.APIKey{}, m.failWith
+	}
+	k, ok := m.keys[hash]
+	if !ok {
+		return store.APIKey{}, store.ErrNotFound
+	}
+	return k, nil
+}
+
+func (m *memStore) ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.APIKey
+	for i := len(m.keyOrder) - 1; i >= 0 && len(out) < limit; i-- {
+		k := m.keys[m.keyOrder[i]]
+		if k.Status == store.StatusRevoked && !includeRevoked {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (m *memStore) RevokeKey(hash string, at time.Time) (store.APIKey, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.keys[hash]
+	if !ok {
+		return store.APIKey{}, store.ErrNotFound
+	}
+	if k.Status != store.StatusRevoked {
+		k.Status, k.RevokedAt = store.StatusRevoked, at
+		m.keys[hash] = k
+	}
+	return k, nil
+}
+
+func (m *memStore) TouchKey(hash string, at time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.keys[hash]
+	if !ok {
+		return store.ErrNotFound
+	}
+	k.LastUsedAt = at
+	m.keys[hash] = k
+	m.touches++
+	return nil
+}
+
+func (m *memStore) AdminKeyHash() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.adminHash, nil
+}
+
+func (m *memStore) SetAdminKeyHash(hash string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.adminHash = hash
+	return nil
+}
+
+func (m *memStore) CurrentPrompt() (store.PromptVersion, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return store.PromptVersion{}, false, m.failWith
+	}
+	if len(m.prompts) == 0 {
+		return store.PromptVersion{}, false, nil
+	}
+	return m.prompts[len(m.prompts)-1], true, nil
+}
+
+func (m *memStore) SavePrompt(p store.PromptVersion) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, q := range m.prompts {
+		if q.Version == p.Version {
+			return store.ErrExists
+		}
+	}
+	m.prompts = append(m.prompts, p)
+	return nil
+}
+
+func (m *memStore) PromptHistory(limit int) ([]store.PromptVersion, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.PromptVersion
+	for i := len(m.prompts) - 1; i >= 0 && len(out) < limit; i-- {
+		out = append(out, m.prompts[i])
+	}
+	return out, nil
+}
+
+func (m *memStore) NextPromptVersion() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	max := 0
+	for _, p := range m.prompts {
+		if n, err := strconv.Atoi(p.Version); err == nil && n > max {
+			max = n
+		}
+	}
+	return strconv.Itoa(max + 1), nil
+}
+
+func (m *memStore) SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.otp = &memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
+	m.lastOTP = issuedAt
+	return nil
+}
+
+func (m *memStore) LastOTPIssued() (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastOTP, nil
+}
+
+func (m *memStore) VerifyOTP(codeHash string, now time.Time, maxAttempts int) (store.OTPResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.otp == nil {
+		return store.OTPNone, nil
+	}
+	if !now.Before(m.otp.expires) {
+		m.otp = nil
+		return store.OTPExpired, nil
+	}
+	if m.otp.hash == codeHash {
+		m.otp = nil
+		return store.OTPOK, nil
+	}
+	m.otp.attempts++
+	if m.otp.attempts >= maxAttempts {
+		m.otp = nil
+		return store.OTPBurned, nil
+	}
+	return store.OTPWrong, nil
+}
+
+func (m *memStore) CreateSession(tokenHash string, expiresAt time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sessions[tokenHash] = expiresAt
+	return nil
+}
+
+func (m *memStore) SessionValid(tokenHash string, now time.Time) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	exp, ok := m.sessions[tokenHash]
+	return ok && now.Before(exp), nil
+}
+
+func (m *memStore) DeleteSession(tokenHash string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.sessions, tokenHash)
+	return nil
+}
+
+func (m *memStore) AppendLog(e store.LogEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.logs = append(m.logs, e)
+	return nil
+}
+
+func (m *memStore) Logs(q store.LogQuery) ([]store.LogEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.LogEntry
+	for i := len(m.logs) - 1; i >= 0 && len(out) < q.Limit; i-- {
+		e := m.logs[i]
+		if e.Timestamp.Before(q.Since) || (q.Level != "" && e.Level != q.Level) || (q.Stream != "" && e.StreamName != q.Stream) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (m *memStore) statsLocked(since, until time.Time) store.Stats {
+	users := map[string]bool{}
+	var st store.Stats
+	for _, e := range m.logs {
+		if e.StreamName != store.StreamInfer || e.Timestamp.Before(since) || e.Timestamp.After(until) {
+			continue
+		}
+		st.TotalRequests++
+		users[e.Subject] = true
+	}
+	st.ActiveUsers = len(users)
+	return st
+}
+
+func (m *memStore) Stats(since, until time.Time) (store.Stats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.statsLocked(since, until), nil
+}
+
+func (m *memStore) StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.StatsBucket
+	for t := since; t.Before(until); t = t.Add(bucket) {
+		end := t.Add(bucket - time.Nanosecond)
+		st := m.statsLocked(t, end)
+		out = append(out, store.StatsBucket{Start: t, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers})
+	}
+	return out, nil
+}
+
+func (m *memStore) Backup(w io.Writer) (int64, error) {
+	m.mu.Lock()
+	data := m.backup
+	m.mu.Unlock()
+	if data == nil {
+		return 0, errors.New("backup failed")
+	}
+	n, err := w.Write(data)
+	return int64(n), err
+}
+
+func (m *memStore) Size() (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.backup)), nil
+}
+
+// logsCopy returns the log entries oldest first.
+func (m *memStore) logsCopy() []store.LogEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.logs)
+}
+
+// fakeInferer answers with fn and records every request it gets.
+type fakeInferer struct {
+	mu   sync.Mutex
+	fn   func(ctx context.Context, req engine.Request) (engine.Result, error)
+	reqs []engine.Request
+}
+
+func (f *fakeInferer) Infer(ctx context.Context, req engine.Request) (engine.Result, error) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	fn := f.fn
+	f.mu.Unlock()
+	return fn(ctx, req)
+}
+
+func (f *fakeInferer) last() engine.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) == 0 {
+		return engine.Request{}
+	}
+	return f.reqs[len(f.reqs)-1]
+}
+
+func (f *fakeInferer) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reqs)
+}
+
+// echoInferer returns one candidate per requested candidate, built from the
+// request's shape (never its text), and transcribes any audio as
+// "transcript of N bytes" like a pipeline would, filling the marked message.
+func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error) {
+	var res engine.Result
+	if req.Audio != nil {
+		res.HasTranscript = true
+		res.Transcript = "transcript of " + strconv.Itoa(len(req.Audio)) + " bytes"
+		res.AudioSeconds = 4.2
+		res.Timings.Decode = 3 * time.Millisecond
+		res.Timings.STT = 40 * time.Millisecond
+	}
+	for i := 0; i < req.MaxCandidates; i++ {
+		res.Candidates = append(res.Candidates, engine.Candidate{
+			Text:     "reply " + strconv.Itoa(i+1),
+			Rank:     i + 1,
+			Length:   2,
+			Language: "en",
+		})
+	}
+	res.Timings.Prompt = 5 * time.Millisecond
+	res.Timings.Generation = 20 * time.Millisecond
+	res.Timings.Queue = time.Millisecond
+	res.Timings.Total = 70 * time.Millisecond
+	return res, nil
+}
+
+// fakeNotifier captures the codes it is asked to send.
+type fakeNotifier struct {
+	mu    sync.Mutex
+	codes []string
+	texts []string
+	err   error
+}
+
+func (n *fakeNotifier) Channel() string { return "console" }
+
+func (n *fakeNotifier) Send(ctx context.Context, code, text string, expiresAt time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return n.err
+	}
+	n.codes = append(n.codes, code)
+	n.texts = append(n.texts, text)
+	return nil
+}
+
+func (n *fakeNotifier) lastCode() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.codes) == 0 {
+		return ""
+	}
+	return n.codes[len(n.codes)-1]
+}
+
+// fakeHealth reports fixed engine states.
+type fakeHealth struct {
+	mu      sync.Mutex
+	engines []engine.EngineStatus
+	depth   int
+}
+
+func (h *fakeHealth) Engines() []engine.EngineStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.engines)
+}
+
+func (h *fakeHealth) QueueDepth() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.depth
+}
+
+func (h *fakeHealth) set(engines ...engine.EngineStatus) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.engines = engines
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// sortedKeys is used to print maps deterministically in failures.
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
+)
+
+// t0 is the fixed start of every test clock.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const testAdminKey = "admin-secret-for-tests"
+
+// env is one Server wired to fakes.
+type env struct {
+	t        *testing.T
+	srv      *Server
+	h        http.Handler
+	st       *memStore
+	inf      *fakeInferer
+	notifier *fakeNotifier
+	health   *fakeHealth
+	clock    *fakeClock
+}
+
+// newEnv builds a Server on fakes; mod may adjust the options.
+func newEnv(t *testing.T, mod ...func(*Options)) *env {
+	t.Helper()
+	e := &env{
+		t:        t,
+		st:       newMemStore(),
+		inf:      &fakeInferer{fn: echoInferer},
+		notifier: &fakeNotifier{},
+		health:   &fakeHealth{engines: []engine.EngineStatus{{Name: "llm", Ready: true}, {Name: "stt", Ready: true}}},
+		clock:    &fakeClock{t: t0},
+	}
+	if err := e.st.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{
+		Store:    e.st,
+		Inferer:  e.inf,
+		Notifier: e.notifier,
+		Health:   e.health,
+		Now:      e.clock.Now,
+		Version:  "1.2.3",
+		DataFile: "/var/lib/replyd/replyd.db",
+	}
+	for _, m := range mod {
+		m(&o)
+	}
+	e.srv = New(o)
+	e.h = e.srv.Handler()
+	return e
+}
+
+// do serves req and returns the recorder.
+func (e *env) do(req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// admin builds an admin request authenticated with the admin key.
+func adminReq(method, target, body string) *http.Request {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(HeaderAdminKey, testAdminKey)
+	return req
+}
+
+// addKey stores an API key directly and returns its secret.
+func (e *env) addKey(secret string, limit int, scopes ...string) string {
+	e.t.Helper()
+	if scopes == nil {
+		scopes = []string{ScopeInfer}
+	}
+	err := e.st.CreateKey(store.APIKey{
+		Hash: hashHex(secret), ClientID: "tablet-" + secret, Status: store.StatusActive,
+		Scopes: scopes, RateLimitPerMinute: limit, CreatedAt: e.clock.Now(),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return secret
+}
+
+// part is one multipart part of an inference body.
+type part struct {
+	name     string
+	filename string // "" makes a plain form field
+	ctype    string // "" sends no Content-Type header
+	data     []byte
+}
+
+// payloadPart is the payload as a file part with application/json.
+func payloadPart(js string) part {
+	return part{name: "payload", filename: "payload.json", ctype: "application/json", data: []byte(js)}
+}
+
+func audioPart(data []byte) part {
+	return part{name: "audio", filename: "a.wav", ctype: "audio/wav", data: data}
+}
+
+// multipartBody encodes parts and returns the body and its Content-Type.
+func multipartBody(t testing.TB, parts ...part) (*bytes.Buffer, string) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		cd := `form-data; name="` + p.name + `"`
+		if p.filename != "" {
+			cd += `; filename="` + p.filename + `"`
+		}
+		h.Set("Content-Disposition", cd)
+		if p.ctype != "" {
+			h.Set("Content-Type", p.ctype)
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pw.Write(p.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &b, w.FormDataContentType()
+}
+
+// inferReq builds POST /v1/infer with key ("" sends no header) and parts.
+func inferReq(t testing.TB, key string, parts ...part) *http.Request {
+	t.Helper()
+	body, ct := multipartBody(t, parts...)
+	req := httptest.NewRequest(http.MethodPost, "/v1/infer", body)
+	req.Header.Set("Content-Type", ct)
+	if key != "" {
+		req.Header.Set(HeaderAPIKey, key)
+	}
+	return req
+}
+
+// compact returns js compacted, failing the test when it is not JSON.
+func compact(t testing.TB, js string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(js)); err != nil {
+		t.Fatalf("expected JSON is invalid: %v\n%s", err, js)
+	}
+	return b.String()
+}
+
+// wantJSON asserts the status and the exact JSON body (key order included).
+func wantJSON(t testing.TB, rec *httptest.ResponseRecorder, status int, body string) {
+	t.Helper()
+	if rec.Code != status {
+		t.Errorf("status = %d, want %d; body: %s", rec.Code, status, rec.Body.String())
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	got := strings.TrimSuffix(rec.Body.String(), "\n")
+	if want := compact(t, body); got != want {
+		t.Errorf("body:\n got %s\nwant %s", got, want)
+	}
+}
+
+// errJSON is the body of an error response.
+func errJSON(code, msg string) string {
+	b, _ := json.Marshal(errorBody{Error: code, Message: msg})
+	return string(b)
+}
+
+// decode decodes a JSON response into v.
+func decode(t testing.TB, rec *httptest.ResponseRecorder, v any) {
+	t.Helper()
+	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+		t.Fatalf("decoding %q: %v", rec.Body.String(), err)
+	}
+}
