@@ -324,7 +324,7 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 		{"tokenizer.chat_template", func() { w.str(chatMLTemplate) }},
 	}
 
-	w.w.WriteString("GGUF")
+	w.write([]byte("GGUF"))
 	w.u32(3)
 	w.u64(uint64(len(ts)))
 	w.u64(uint64(len(kvs)))

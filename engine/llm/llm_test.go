@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -260,6 +261,32 @@ func TestWriteDemoModel(t *testing.T) {
 	}
 }
 
+// TestQuantizedModel catches a misaligned tensor data section, which f32
+// weights survive as shifted garbage but q8_0 blocks turn into NaN.
+func TestQuantizedModel(t *testing.T) {
+	cfg := DemoModelConfig()
+	cfg.Quant = "q8_0"
+	cfg.TiedEmbeddings = true
+	p := filepath.Join(t.TempDir(), "q8.gguf")
+	if err := WriteModel(p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(Options{ModelPath: p, MaxReplyTokens: 8, PrefixCacheMiB: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	g := mustGenerate(t, e, request(2, 1))
+	if len(g.Candidates) == 0 {
+		t.Fatal("no candidates")
+	}
+	for _, c := range g.Candidates {
+		if math.IsNaN(c.MeanLogProb) || math.IsInf(c.MeanLogProb, 0) || c.MeanLogProb > 0 {
+			t.Errorf("candidate %q has mean log-probability %v", c.Text, c.MeanLogProb)
+		}
+	}
+}
+
 func TestGenerateDistinctCandidates(t *testing.T) {
 	e := openDemo(t, Options{MaxReplyTokens: 24})
 	req := request(4, 11)
@@ -276,6 +303,9 @@ func TestGenerateDistinctCandidates(t *testing.T) {
 		seen[k] = true
 		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "en" {
 			t.Errorf("candidate %d: rank %d length %d language %q", i, c.Rank, c.Length, c.Language)
+		}
+		if math.IsNaN(c.MeanLogProb) || c.MeanLogProb > 0 {
+			t.Errorf("candidate %d: mean log-probability %v", i, c.MeanLogProb)
 		}
 		if i > 0 && c.MeanLogProb > g.Candidates[i-1].MeanLogProb {
 			t.Errorf("candidate %d ranks below a lower mean log-probability", i)

@@ -1,0 +1,156 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// The benchmarks run on a model with Qwen2.5-0.5B's dimensions (q8_0,
+// random weights) written to a temporary directory on first use. Every
+// benchmark interleaves the variants it compares, one of each per
+// iteration, and reports their ratios, so load from other processes hits
+// all variants alike.
+
+var benchModel = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "replyd-llm-bench")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "bench-0.5b-q8_0.gguf")
+	return p, WriteModel(p, Qwen05BConfig())
+})
+
+var benchEngine = sync.OnceValues(func() (*Engine, error) {
+	p, err := benchModel()
+	if err != nil {
+		return nil, err
+	}
+	// A 1024-token sequence keeps the KV cache small (12 MiB a sequence);
+	// 16 reply tokens keep a run feasible on two cores.
+	return Open(Options{ModelPath: p, ContextPerSeq: 1024, MaxReplyTokens: 16, MaxCandidates: 4, PrefixCacheMiB: 64})
+})
+
+func openBench(b *testing.B) *Engine {
+	b.Helper()
+	e, err := benchEngine()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+func benchRequest(turns int, n int, dialogID string) engine.GenerateRequest {
+	return engine.GenerateRequest{
+		SystemPrompt: "You suggest replies for Sam.",
+		Profile:      engine.Profile{Biography: "Sam is 34 and has ALS.", Language: "en"},
+		Messages:     dialog(turns),
+		DialogID:     dialogID,
+		N:            n, Temperature: 0.8, Seed: 1,
+	}
+}
+
+// timed runs one request and returns its wall time and result.
+func timed(b *testing.B, e *Engine, req engine.GenerateRequest, m mode) (time.Duration, engine.Generation) {
+	b.Helper()
+	t0 := time.Now()
+	g, err := e.generate(context.Background(), req, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0), g
+}
+
+func reportRSS(b *testing.B) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		b.ReportMetric(float64(ru.Maxrss)/1024, "peak_rss_MiB")
+	}
+}
+
+// BenchmarkCandidates compares four candidates generated naively (prompt
+// evaluated per candidate, candidates one after another), with a shared
+// prompt, and with a shared prompt and batched sampling, against one
+// candidate.
+func BenchmarkCandidates(b *testing.B) {
+	e := openBench(b)
+	var n1, naive, shared, batched time.Duration
+	var promptTok, genTok int
+	var promptTime, genTime time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, g := timed(b, e, benchRequest(3, 1, ""), modeBatched)
+		n1 += d
+		d, _ = timed(b, e, benchRequest(3, 4, ""), modeNaive)
+		naive += d
+		d, _ = timed(b, e, benchRequest(3, 4, ""), modeShared)
+		shared += d
+		var g4 engine.Generation
+		d, g4 = timed(b, e, benchRequest(3, 4, ""), modeBatched)
+		batched += d
+		promptTok += g.PromptTokens
+		promptTime += g.Prompt
+		genTok += g4.GenTokens
+		genTime += g4.Generation
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+	b.ReportMetric(ms(n1), "N1_ms")
+	b.ReportMetric(ms(naive), "N4naive_ms")
+	b.ReportMetric(ms(shared), "N4shared_ms")
+	b.ReportMetric(ms(batched), "N4batched_ms")
+	b.ReportMetric(float64(naive)/float64(n1), "naive/N1")
+	b.ReportMetric(float64(shared)/float64(n1), "shared/N1")
+	b.ReportMetric(float64(batched)/float64(n1), "batched/N1")
+	b.ReportMetric(float64(promptTok)/promptTime.Seconds(), "prompt_tok/s")
+	b.ReportMetric(float64(genTok)/genTime.Seconds(), "gen4_tok/s")
+	reportRSS(b)
+}
+
+// BenchmarkDialogPrefix compares the eleventh turn of a dialog whose first
+// ten turns are in the prefix cache (warm) with the same request under a new
+// dialog_id (cold).
+func BenchmarkDialogPrefix(b *testing.B) {
+	e := openBench(b)
+	var warm, cold time.Duration
+	var cached, prompt int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-dialog-%d", i)
+		b.StopTimer()
+		if _, err := e.Generate(context.Background(), benchRequest(10, 1, id)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		d, g := timed(b, e, benchRequest(11, 1, id), modeBatched)
+		warm += d
+		cached += g.CachedTokens
+		prompt += g.PromptTokens
+		d, _ = timed(b, e, benchRequest(11, 1, id+"-cold"), modeBatched)
+		cold += d
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(warm.Milliseconds())/float64(b.N), "warm_ms")
+	b.ReportMetric(float64(cold.Milliseconds())/float64(b.N), "cold_ms")
+	b.ReportMetric(float64(warm)/float64(cold), "warm/cold")
+	b.ReportMetric(float64(cached)/float64(prompt), "cached_fraction")
+	reportRSS(b)
+}
+
+// BenchmarkWriteDemoModel measures the demo model generator (the issue asks
+// for under a second).
+func BenchmarkWriteDemoModel(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "demo.gguf")
+	for i := 0; i < b.N; i++ {
+		if err := WriteDemoModel(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
