@@ -79,6 +79,17 @@ func softmaxRows(x []float32, n, l, ld int, scale float32, valid []int32) {
 	C.rd_softmax_rows((*C.float)(&x[0]), C.int(n), C.int(l), C.int(ld), C.float(scale), vp)
 }
 
+// attend computes softmax(scale·q·Kᵀ)·V for n queries ([n][d]) over
+// heads [h0, h1) of width hd; query t sees valid[t] rows of k and v
+// ([rows][d]). scores must hold (h1-h0)·ld floats with ld ≥ max(valid).
+func attend(q, k, v []float32, n int, valid []int32, d, hd, h0, h1 int, scale float32, out, scores []float32, ld int) {
+	if n == 0 || h0 >= h1 {
+		return
+	}
+	C.rd_attention((*C.float)(&q[0]), (*C.float)(&k[0]), (*C.float)(&v[0]), C.int(n), (*C.int)(unsafe.Pointer(&valid[0])),
+		C.int(d), C.int(hd), C.int(h0), C.int(h1), C.float(scale), (*C.float)(&out[0]), (*C.float)(&scores[0]), C.int(ld))
+}
+
 // gelu applies GELU (tanh approximation) in place.
 func gelu(x []float32) {
 	if len(x) == 0 {

@@ -1,7 +1,7 @@
 #include "kernels.h"
 #include <math.h>
 #include <string.h>
-#ifdef __F16C__
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -111,25 +111,70 @@ void rd_dequant(int typ, const uint8_t *src, float *dst, long n) {
     }
 }
 
+#ifdef __AVX2__
+static inline float hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
 static inline float dot(const float *a, const float *b, int n) {
-    // Eight partial sums let the compiler vectorise without -ffast-math.
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
-    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    float r = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+#endif
     for (; i < n; i++) r += a[i] * b[i];
     return r;
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// dot_f16 multiplies a row of halves with a float32 vector.
+static inline float dot_f16(const uint8_t *h, const float *b, int n) {
+    const uint16_t *a = (const uint16_t *)h;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 8))), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 16))), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 24))), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))), _mm256_loadu_ps(b + i), s0);
+    float r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) r += _cvtsh_ss(a[i]) * b[i];
+    return r;
+}
+#define HAVE_DOT_F16 1
+#endif
+
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
                   float *y, int ldy, int r0, int r1, float *tmp) {
     for (int r = r0; r < r1; r++) {
+        const uint8_t *src = W + (long)r * rowBytes;
+#ifdef HAVE_DOT_F16
+        if (typ == RD_F16 && n <= 2) {
+            for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot_f16(src, x + (long)t * cols, cols);
+            continue;
+        }
+#endif
         const float *row;
         if (typ == RD_F32) {
-            row = (const float *)(W + (long)r * rowBytes);
+            row = (const float *)src;
         } else {
-            rd_dequant(typ, W + (long)r * rowBytes, tmp, cols);
+            rd_dequant(typ, src, tmp, cols);
             row = tmp;
         }
         for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot(row, x + (long)t * cols, cols);
@@ -188,5 +233,34 @@ void rd_gelu(float *x, long n) {
         float th = (1.0f - e) / (1.0f + e);
         th = u < 0 ? -th : th;
         x[i] = 0.5f * v * (1.0f + th);
+    }
+}
+
+// axpy: y += a·x over n values.
+static inline void axpy(float *y, float a, const float *x, int n) {
+    int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
+                  int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+    for (int t = 0; t < n; t++) {
+        const float *qt = q + (long)t * d;
+        float *ot = out + (long)t * d;
+        int L = valid[t];
+        for (int j = 0; j < L; j++) {
+            const float *kj = K + (long)j * d;
+            for (int h = h0; h < h1; h++) scores[(long)(h - h0) * ldScores + j] = dot(qt + h * hd, kj + h * hd, hd);
+        }
+        for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
+        for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
+        for (int j = 0; j < L; j++) {
+            const float *vj = V + (long)j * d;
+            for (int h = h0; h < h1; h++) axpy(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
+        }
     }
 }

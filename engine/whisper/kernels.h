@@ -23,6 +23,13 @@ void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int 
 // not NULL) are set to 0.
 void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid);
 
+// rd_attention computes softmax(scale·q·Kᵀ)·V for the n queries of q
+// ([n][d]) and heads h0..h1-1 of width hd: query t sees the first valid[t]
+// rows of K and V ([rows][d]). It writes the heads' slices of out ([n][d])
+// and uses scores, (h1-h0) rows of ldScores floats, as scratch.
+void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
+                  int h0, int h1, float scale, float *out, float *scores, int ldScores);
+
 // rd_gelu applies the tanh approximation of GELU to n values in place.
 void rd_gelu(float *x, long n);
 

@@ -239,10 +239,12 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	hd := d / nh
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	kv := st.n + n
-	scores := make([]float32, n*max(T, kv))
+	scores := make([]float32, max(n, nh)*max(T, kv))
 	valid := make([]int32, n)
+	crossValid := make([]int32, n)
 	for i := range valid {
 		valid[i] = int32(st.n + i + 1)
+		crossValid[i] = int32(T)
 	}
 	for l := range m.dec {
 		b := &m.dec[l]
@@ -251,23 +253,13 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 		m.linear(q, h, n, b.attn.q, b.attn.qb)
 		m.linear(K[st.n*d:], h, n, b.attn.k, nil)
 		m.linear(V[st.n*d:], h, n, b.attn.v, b.attn.vb)
-		for hh := 0; hh < nh; hh++ {
-			o := hh * hd
-			sgemmNT(n, kv, hd, q[o:], d, K[o:], d, scores, kv, false)
-			softmaxRows(scores, n, kv, kv, scale, valid)
-			sgemmNN(n, hd, kv, scores, kv, V[o:], d, a[o:], d)
-		}
+		m.attendAll(q, K, V, n, kv, valid, nh, hd, scale, a, scores)
 		m.linear(h, a, n, b.attn.o, b.attn.ob)
 		addInto(x, h)
 
 		layerNormInto(h, x, n, d, b.crossLn)
 		m.linear(q, h, n, b.cross.q, b.cross.qb)
-		for hh := 0; hh < nh; hh++ {
-			o := hh * hd
-			sgemmNT(n, T, hd, q[o:], d, st.ck[l][o:], d, scores, T, false)
-			softmaxRows(scores, n, T, T, scale, nil)
-			sgemmNN(n, hd, T, scores, T, st.cv[l][o:], d, a[o:], d)
-		}
+		m.attendAll(q, st.ck[l], st.cv[l], n, T, crossValid, nh, hd, scale, a, scores)
 		m.linear(h, a, n, b.cross.o, b.cross.ob)
 		addInto(x, h)
 
@@ -280,6 +272,27 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	st.n += n
 	layerNormInto(x, x, n, d, m.decLn)
 	return x
+}
+
+// attendAll computes multi-head attention of the n queries in q ([n][d])
+// over the first L rows of k and v ([rows][d]); query i sees valid[i] rows.
+// Few queries go through a kernel that reads K and V once for all heads,
+// split over threads by head; many go through OpenBLAS head by head.
+// scores holds at least max(n, nh)·L floats.
+func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int, scale float32, out, scores []float32) {
+	d := nh * hd
+	if n <= 16 {
+		parallel(m.threads, nh, func(h0, h1 int) {
+			attend(q, k, v, n, valid, d, hd, h0, h1, scale, out, scores[h0*L:h1*L], L)
+		})
+		return
+	}
+	for hh := 0; hh < nh; hh++ {
+		o := hh * hd
+		sgemmNT(n, L, hd, q[o:], d, k[o:], d, scores, L, false)
+		softmaxRows(scores, n, L, L, scale, valid)
+		sgemmNN(n, hd, L, scores, L, v[o:], d, out[o:], d)
+	}
 }
 
 // logits returns the n_vocab output logits for one hidden state.

@@ -152,10 +152,11 @@ func WriteModel(path string, cfg ModelConfig) error {
 	w.tensor("encoder.ln_post.weight", typeF32, []int{d}, 0.05, 1, nil)
 	w.tensor("encoder.ln_post.bias", typeF32, []int{d}, 0.02, 0, nil)
 	w.tensor("decoder.positional_embedding", typeF32, []int{dt, hp.NTextCtx}, 2, 0, nil)
-	w.tensor("decoder.token_embedding.weight", wt, []int{dt, hp.NVocab}, 0.25, 0, func(vals []float64) {
-		for i := eot * dt; i < (eot+1)*dt; i++ {
-			vals[i] *= scale
+	w.tensor("decoder.token_embedding.weight", wt, []int{dt, hp.NVocab}, 0.25, 0, func(row int) float64 {
+		if row == eot {
+			return scale
 		}
+		return 1
 	})
 	for l := 0; l < hp.NTextLayer; l++ {
 		block(fmt.Sprintf("decoder.blocks.%d", l), dt, true)
@@ -196,9 +197,10 @@ func (w *modelWriter) f32(v float32) {
 	}
 }
 
-// tensor writes one tensor of N(mean, std²) draws, adjusted by edit when
-// edit is not nil, stored as typ.
-func (w *modelWriter) tensor(name string, typ ggmlType, ne []int, std, mean float64, edit func([]float64)) {
+// tensor writes one tensor of N(mean, std²) draws stored as typ, drawn
+// and written one row (ne[0] values) at a time; rowScale, when not nil,
+// multiplies the values of each row.
+func (w *modelWriter) tensor(name string, typ ggmlType, ne []int, std, mean float64, rowScale func(row int) float64) {
 	w.i32(len(ne))
 	w.i32(len(name))
 	w.i32(int(typ))
@@ -208,19 +210,24 @@ func (w *modelWriter) tensor(name string, typ ggmlType, ne []int, std, mean floa
 		n *= v
 	}
 	w.w.WriteString(name)
-	vals := make([]float64, n)
-	for i := range vals {
-		vals[i] = mean + std*w.rng.NormFloat64()
-	}
-	if edit != nil {
-		edit(vals)
-	}
-	for _, v := range vals {
-		if typ == typeF16 {
-			binary.LittleEndian.PutUint16(w.buf[:2], f32ToF16(float32(v)))
-			w.w.Write(w.buf[:2])
-		} else {
-			w.f32(float32(v))
+	rowLen := ne[0]
+	out := make([]byte, 0, 4*rowLen)
+	for r := 0; r < n/rowLen; r++ {
+		sc := 1.0
+		if rowScale != nil {
+			sc = rowScale(r)
+		}
+		out = out[:0]
+		for i := 0; i < rowLen; i++ {
+			v := float32((mean + std*w.rng.NormFloat64()) * sc)
+			if typ == typeF16 {
+				out = binary.LittleEndian.AppendUint16(out, f32ToF16(v))
+			} else {
+				out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+			}
+		}
+		if _, err := w.w.Write(out); err != nil && w.err == nil {
+			w.err = err
 		}
 	}
 }

@@ -1,0 +1,109 @@
+package whisper
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/testdata"
+)
+
+// BenchmarkTranscribeJFK transcribes the 11 s jfk clip with a tiny.en-sized
+// random-weight model (generated at bench time) on 1 and 2 threads. Random
+// weights rarely emit <|endoftext|>, so the decoder usually runs to the
+// token cap: compare decoder_ms/token, not the wall time, with whisper.cpp's
+// 3 ms/token.
+func BenchmarkTranscribeJFK(b *testing.B) {
+	dir := testdata.Whisper(b)
+	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
+	path := filepath.Join(b.TempDir(), "tiny-en-rand.bin")
+	t0 := time.Now()
+	if err := WriteModel(path, TinyENConfig()); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("wrote the tiny.en-sized model in %v", time.Since(t0))
+	for _, threads := range []int{1, 2} {
+		b.Run("threads="+strconv.Itoa(threads), func(b *testing.B) {
+			runtime.GC()
+			debug.FreeOSMemory()
+			resetPeakRSS()
+			m, err := Load(path, Options{Threads: threads})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			var mel, enc, dec time.Duration
+			var tokens int
+			b.ResetTimer()
+			c0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				mel += tr.Mel
+				enc += tr.Encoder
+				dec += tr.Decoder
+				tokens += len(tr.Tokens) + 1 // the closing <|endoftext|> or the cap's last step
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			// CPU time shows how much of the wall time was spent waiting for a
+			// busy machine.
+			b.ReportMetric((cpuTime()-c0).Seconds()/n, "cpu_s/op")
+			wall := b.Elapsed().Seconds() / n
+			b.ReportMetric(wall, "wall_s/op")
+			b.ReportMetric(mel.Seconds()*1000/n, "mel_ms/op")
+			b.ReportMetric(enc.Seconds()*1000/n, "encoder_ms/op")
+			b.ReportMetric(dec.Seconds()*1000/float64(tokens), "decoder_ms/token")
+			b.ReportMetric(float64(tokens)/n, "tokens/op")
+			b.ReportMetric(wall/(float64(len(pcm))/SampleRate), "rtf")
+			b.ReportMetric(float64(m.Info().Bytes)/1e6, "weights_MB")
+			if rss := peakRSS(); rss > 0 {
+				b.ReportMetric(float64(rss)/1e6, "peak_rss_MB")
+			}
+		})
+	}
+}
+
+// cpuTime returns the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux).
+func resetPeakRSS() {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// peakRSS returns VmHWM of this process in bytes, or 0 where unknown.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
