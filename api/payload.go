@@ -150,6 +150,8 @@ func jsonError(what string, err error) *Error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
+	case errors.As(err, &se) && strings.Contains(se.Error(), "unexpected end"):
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is not valid JSON (unexpected end)", what), Err: err}
 	case errors.As(err, &se):
 		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is not valid JSON (syntax error at byte %d)", what, se.Offset), Err: err}
 	case errors.As(err, &te):
