@@ -11,13 +11,14 @@ const (
 	resampleZeroCrossings = 32
 	resampleRolloff       = 0.92
 	resampleKaiserBeta    = 9.0
-	// resampleMaxPhases bounds the polyphase table for rate pairs with
-	// many phases (e.g. 44101 Hz); positions are then rounded to 1/1024 of
-	// an input sample, an error below -60 dB in the passband.
+	// resampleMaxPhases and resampleMaxTable bound the polyphase table (and
+	// the time to build it, which a hostile header could otherwise inflate)
+	// for rate pairs with many phases, such as 44101 Hz. Positions are then
+	// rounded to 1/(2·phases) of an input sample: for 44101 Hz, 341 phases,
+	// a timing error below 35 ns, under -55 dB at 7 kHz. Every common rate
+	// (8, 11.025, 12, 22.05, 24, 32, 44.1, 48, 96 kHz) gets exact phases.
 	resampleMaxPhases = 1024
-	// resampleMaxTable bounds the table size (in float32s) for extreme
-	// rate ratios.
-	resampleMaxTable = 1 << 21
+	resampleMaxTable  = 1 << 16
 )
 
 // Resample converts mono samples at from Hz into samples at to Hz with a
