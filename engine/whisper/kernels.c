@@ -201,30 +201,86 @@ static inline float exp_neg(float x) {
     return p * s;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// exp_neg8 is exp_neg on eight lanes.
+static inline __m256 exp_neg8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 k = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif
+
 void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid) {
     for (int i = 0; i < n; i++) {
         float *row = x + (long)i * ld;
         int m = valid ? valid[i] : len;
+        int j = 0;
         float mx = -INFINITY;
-        for (int j = 0; j < m; j++) {
+#if defined(__AVX2__) && defined(__FMA__)
+        __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
+        for (; j + 8 <= m; j += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + j), vs);
+            _mm256_storeu_ps(row + j, v);
+            vmx = _mm256_max_ps(vmx, v);
+        }
+        float tmp[8];
+        _mm256_storeu_ps(tmp, vmx);
+        for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
+#endif
+        for (; j < m; j++) {
             row[j] *= scale;
             if (row[j] > mx) mx = row[j];
         }
         float sum = 0;
-        for (int j = 0; j < m; j++) {
+        j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+        __m256 vsum = _mm256_setzero_ps(), vm = _mm256_set1_ps(mx);
+        for (; j + 8 <= m; j += 8) {
+            __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
+            _mm256_storeu_ps(row + j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        sum = hsum256(vsum);
+#endif
+        for (; j < m; j++) {
             float e = exp_neg(row[j] - mx);
             row[j] = e;
             sum += e;
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j < m; j++) row[j] *= inv;
-        for (int j = m; j < len; j++) row[j] = 0;
+        for (j = 0; j < m; j++) row[j] *= inv;
+        for (j = m; j < len; j++) row[j] = 0;
     }
 }
 
 void rd_gelu(float *x, long n) {
     const float c = 0.7978845608028654f; // sqrt(2/pi)
-    for (long i = 0; i < n; i++) {
+    long i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 vc = _mm256_set1_ps(c), vk = _mm256_set1_ps(0.044715f), one = _mm256_set1_ps(1.0f),
+                 half = _mm256_set1_ps(0.5f), absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 u = _mm256_mul_ps(vc, _mm256_fmadd_ps(_mm256_mul_ps(vk, v), _mm256_mul_ps(v, v), v));
+        __m256 a = _mm256_and_ps(u, absmask);
+        __m256 e = exp_neg8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), a));
+        __m256 th = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+        // Give th the sign of u.
+        th = _mm256_or_ps(th, _mm256_andnot_ps(absmask, u));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, th)));
+    }
+#endif
+    for (; i < n; i++) {
         float v = x[i];
         float u = c * (v + 0.044715f * v * v * v);
         // tanh(u) = 1 - 2/(exp(2u)+1), computed from exp of a non-positive value.
