@@ -68,8 +68,8 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	res, err := m.run(ctx, pcm, lang, m.maxTok)
 	if err != nil {
-		if ctx.Err() != nil {
-			return engine.Transcript{}, engine.Errorf(engine.KindCanceled, ctx.Err(), "transcription canceled")
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return engine.Transcript{}, engine.Errorf(engine.KindCanceled, err, "transcription canceled")
 		}
 		return engine.Transcript{}, engine.Errorf(engine.KindSTT, err, "speech-to-text failed")
 	}

@@ -1,0 +1,423 @@
+package whisper
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/replyd/replyd/engine"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// demoPath writes the demo model once per test binary and returns its path.
+var demoOnce struct {
+	sync.Once
+	path string
+	data []byte
+	err  error
+}
+
+func demoModel(t testing.TB) (string, []byte) {
+	t.Helper()
+	demoOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "whisper-demo")
+		if err != nil {
+			demoOnce.err = err
+			return
+		}
+		demoOnce.path = filepath.Join(dir, "demo.bin")
+		if demoOnce.err = WriteDemoModel(demoOnce.path); demoOnce.err == nil {
+			demoOnce.data, demoOnce.err = os.ReadFile(demoOnce.path)
+		}
+	})
+	if demoOnce.err != nil {
+		t.Fatal(demoOnce.err)
+	}
+	return demoOnce.path, demoOnce.data
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if demoOnce.path != "" {
+		os.RemoveAll(filepath.Dir(demoOnce.path))
+	}
+	os.Exit(code)
+}
+
+// chirp is a deterministic test signal: a rising tone with some noise.
+func chirp(seconds float64) []float32 {
+	n := int(seconds * SampleRate)
+	r := rand.New(rand.NewPCG(3, 4))
+	pcm := make([]float32, n)
+	for i := range pcm {
+		tt := float64(i) / SampleRate
+		pcm[i] = float32(0.3*math.Sin(2*math.Pi*(200+300*tt)*tt) + 0.01*r.NormFloat64())
+	}
+	return pcm
+}
+
+func TestDemoModel(t *testing.T) {
+	path, data := demoModel(t)
+	// Deterministic: a second write gives the same bytes.
+	again := filepath.Join(t.TempDir(), "again.bin")
+	if err := WriteDemoModel(again); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(b) != sha256.Sum256(data) {
+		t.Fatal("WriteDemoModel is not deterministic")
+	}
+	m, err := Load(path, Options{Threads: 1, Demo: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	info := m.Info()
+	want := HParams{NVocab: 51864, NAudioCtx: 1500, NAudioState: 64, NAudioHead: 2, NAudioLayer: 4, NTextCtx: 448,
+		NTextState: 64, NTextHead: 2, NTextLayer: 4, NMels: 80, FType: 1}
+	if info.HParams != want || info.Type != "tiny" || info.Multilingual || info.WeightType != "f16" || info.Bytes <= 0 {
+		t.Fatalf("Info() = %+v", info)
+	}
+	if st := m.Status(); !st.Ready || !st.Demo || st.Name != "stt" || st.Model != path {
+		t.Fatalf("Status() = %+v", st)
+	}
+	tr, err := m.Transcribe(context.Background(), chirp(3), engine.TranscribeOptions{Language: "de"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Language != "en" {
+		t.Errorf("English-only model reports language %q", tr.Language)
+	}
+	if len(tr.Tokens) == 0 || tr.Mel <= 0 || tr.Encoder <= 0 || tr.Decoder <= 0 {
+		t.Fatalf("transcript %+v", tr)
+	}
+	// The text is the concatenation of the tokens' bytes.
+	var text strings.Builder
+	for _, id := range tr.Tokens {
+		if id < 256 {
+			text.WriteByte(byte(id))
+		} else {
+			text.WriteString(" t" + strconv.Itoa(id))
+		}
+	}
+	if tr.Text != text.String() {
+		t.Fatalf("text %q does not match tokens %v", tr.Text, tr.Tokens)
+	}
+	if len(tr.Tokens) > DefaultMaxTokensPerWindow {
+		t.Fatalf("%d tokens from one window", len(tr.Tokens))
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Transcribe(context.Background(), chirp(1), engine.TranscribeOptions{}); engine.KindOf(err) != engine.KindNotReady {
+		t.Fatalf("Transcribe after Close: %v", err)
+	}
+	if m.Status().Ready {
+		t.Fatal("closed model reports ready")
+	}
+}
+
+func TestLoadRejectsBadFiles(t *testing.T) {
+	path, data := demoModel(t)
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Offsets inside the magic, the hparams, the filters, the vocabulary,
+	// a tensor header, tensor data, and one byte short of the end.
+	cuts := []int{0, 2, 4, 20, 48, 60, 1000, 70000, 80000, 200000, 400000, len(data) / 2, len(data) - 1}
+	for _, n := range cuts {
+		p := write("cut"+strconv.Itoa(n)+".bin", data[:n])
+		_, err := Load(p, Options{Logger: quiet})
+		if err == nil {
+			t.Errorf("truncated to %d bytes: loaded", n)
+			continue
+		}
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("truncated to %d bytes: error %q does not name the file", n, err)
+		}
+	}
+	bad := map[string][]byte{
+		"garbage": bytes.Repeat([]byte{0x5a}, 4096),
+		"magic":   append([]byte{1, 2, 3, 4}, data[4:]...),
+	}
+	// Hyperparameters that would ask for absurd sizes.
+	huge := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint32(huge[4+4*2:], 1<<30) // n_audio_state
+	bad["huge_state"] = huge
+	heads := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint32(heads[4+4*3:], 3) // 64 is not a multiple of 3 heads
+	bad["heads"] = heads
+	vocab := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint32(vocab[4+44+8+80*201*4:], 0x7fffffff) // vocabulary count
+	bad["vocab"] = vocab
+	extra := append(append([]byte(nil), data...), 1, 2, 3)
+	bad["trailing"] = extra
+	for name, b := range bad {
+		p := write(name+".bin", b)
+		if _, err := Load(p, Options{Logger: quiet}); err == nil {
+			t.Errorf("%s: loaded", name)
+		} else if !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: error %q does not name the file", name, err)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.bin"), Options{}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := Load(path, Options{Logger: quiet}); err != nil {
+		t.Fatalf("the intact file: %v", err)
+	}
+}
+
+// FuzzLoad feeds arbitrary bytes to the parser and the model builder: they
+// must return an error or a model, never panic or allocate beyond the input.
+func FuzzLoad(f *testing.F) {
+	_, data := demoModel(f)
+	f.Add(data[:100])
+	f.Add(data[:4+44+8+16])
+	f.Add(data[:4+44+8+80*201*4+40])
+	f.Add([]byte("lmgg"))
+	// A complete small file: hparams for d=32, a 1-token vocabulary... too
+	// large to build by hand, so seed with the demo file's prefix only.
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := parseGGML(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			if !errors.Is(err, errFormat) {
+				t.Fatalf("error %v does not wrap errFormat", err)
+			}
+			return
+		}
+		if _, err := newModel(g, Options{Threads: 1, Logger: quiet}); err != nil && !errors.Is(err, errFormat) {
+			t.Fatalf("error %v does not wrap errFormat", err)
+		}
+	})
+}
+
+// countdownCtx reports cancellation from its n-th Err call on.
+type countdownCtx struct {
+	context.Context
+	n     int64
+	calls atomic.Int64
+}
+
+func (c *countdownCtx) Err() error {
+	if c.calls.Add(1) >= c.n {
+		return context.Canceled
+	}
+	return nil
+}
+
+func TestTranscribeCancellation(t *testing.T) {
+	path, _ := demoModel(t)
+	m, err := Load(path, Options{Threads: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pcm := chirp(2)
+
+	// Canceled while decoding: the loop checks ctx before the first window
+	// and before each token, so the 3rd check (2nd token) stops it.
+	ctx := &countdownCtx{Context: context.Background(), n: 3}
+	_, err = m.Transcribe(ctx, pcm, engine.TranscribeOptions{})
+	if engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("canceled mid-window: err = %v", err)
+	}
+	if got := ctx.calls.Load(); got != 3 {
+		t.Fatalf("ctx.Err called %d times; the transcription did not stop at the first canceled check", got)
+	}
+
+	// Canceled between windows: 37 s has two windows; count the checks of an
+	// uncanceled run and cancel at the second window's check.
+	long := chirp(37)
+	probe := &countdownCtx{Context: context.Background(), n: math.MaxInt64}
+	res, err := m.run(probe, long, -1, 4)
+	if err != nil || len(res.windows) != 2 {
+		t.Fatalf("run: %v, %d windows", err, len(res.windows))
+	}
+	firstWindowChecks := 1 + len(res.windows[0].tokens)
+	ctx = &countdownCtx{Context: context.Background(), n: int64(firstWindowChecks + 1)}
+	if _, err := m.run(ctx, long, -1, 4); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled between windows: err = %v", err)
+	}
+	if got := ctx.calls.Load(); got != int64(firstWindowChecks+1) {
+		t.Fatalf("ctx.Err called %d times, want %d", got, firstWindowChecks+1)
+	}
+
+	// Canceled while waiting for another transcription: returns at once.
+	m.sem <- struct{}{}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = m.Transcribe(cctx, pcm, engine.TranscribeOptions{})
+	<-m.sem
+	if engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("canceled while queued: err = %v", err)
+	}
+}
+
+func TestTranscribeConcurrent(t *testing.T) {
+	path, _ := demoModel(t)
+	m, err := Load(path, Options{Threads: 2, MaxTokensPerWindow: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pcm := chirp(1.5)
+	want, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Tokens) == 0 || len(want.Tokens) > 8 {
+		t.Fatalf("%d tokens with MaxTokensPerWindow 8", len(want.Tokens))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+			if err == nil && got.Text != want.Text {
+				err = errors.New("concurrent transcription differs: " + got.Text)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNoSpeechRule(t *testing.T) {
+	cfg := DemoConfig()
+	cfg.WeightType = "f32"
+	path := filepath.Join(t.TempDir(), "f32.bin")
+	if err := WriteModel(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pcm := make([]float32, 2*SampleRate) // digital silence
+	tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Text == "" {
+		t.Fatal("random weights should not trip the no-speech rule")
+	}
+	// Point the <|nospeech|> output row along the decoder's state at the sot
+	// position, so that its probability there is about 1.
+	mel := m.logMel(pcm)
+	in := make([]float32, m.hp.NMels*windowFrames)
+	mel.window(0, in)
+	st := m.newDecState(m.encode(in))
+	h := m.decode(st, []int{m.tok.sot})
+	var norm float64
+	for _, v := range h {
+		norm += float64(v) * float64(v)
+	}
+	row := m.tokEmb.f32[m.tok.nosp*m.hp.NTextState : (m.tok.nosp+1)*m.hp.NTextState]
+	for i, v := range h {
+		row[i] = float32(40 * float64(v) / norm)
+	}
+	res, err := m.run(context.Background(), pcm, -1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.windows[0]
+	if w.noSpeechProb < 0.99 || w.avgLogprob >= -1 || !w.noSpeech {
+		t.Fatalf("no_speech_prob %.4g, avg_logprob %.3g, no-speech %v", w.noSpeechProb, w.avgLogprob, w.noSpeech)
+	}
+	tr, err = m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Text != "" || len(tr.Tokens) != 0 {
+		t.Fatalf("no-speech window produced %q %v", tr.Text, tr.Tokens)
+	}
+}
+
+func TestMultilingual(t *testing.T) {
+	cfg := DemoConfig()
+	cfg.NVocab = 51865
+	cfg.Seed = 5
+	path := filepath.Join(t.TempDir(), "ml.bin")
+	if err := WriteModel(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 4, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !m.Info().Multilingual || m.Info().Languages != 99 || m.tok.eot != 50257 || m.tok.transcribe != 50359 || m.tok.not != 50363 {
+		t.Fatalf("multilingual tokens: %+v %+v", m.Info(), m.tok)
+	}
+	pcm := chirp(2)
+	res, err := m.run(context.Background(), pcm, langID("de-AT"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{50258, 50258 + 1 + 2, 50359, 50363}; !equalIntSlices(res.windows[0].prompt, want) {
+		t.Fatalf("prompt %v, want %v", res.windows[0].prompt, want)
+	}
+	res, err = m.run(context.Background(), pcm, -1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.langProbs) != 100 || res.lang < 0 || res.windows[0].prompt[1] != 50259+res.lang {
+		t.Fatalf("detected %d, prompt %v", res.lang, res.windows[0].prompt)
+	}
+	for i, p := range res.langProbs {
+		if p > res.langProbs[res.lang] {
+			t.Fatalf("detected %d, but id %d is more probable", res.lang, i)
+		}
+	}
+	tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Language != langCodes[res.lang] {
+		t.Fatalf("language %q, detection says %q", tr.Language, langCodes[res.lang])
+	}
+}
+
+func equalIntSlices(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
