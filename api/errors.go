@@ -164,6 +164,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// Causes of 4xx errors are client mistakes; keep them out of info.
 		log.Debug("request rejected", "code", ae.Code, "error", ae.Err.Error())
 	}
+	// A handler may have set headers for the answer it meant to give.
+	c.Response().Header().Del(echo.HeaderContentType)
+	c.Response().Header().Del(echo.HeaderContentDisposition)
 	if ae.RetryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(ae.RetryAfter), 10))
 	}

@@ -32,9 +32,9 @@ type memStore struct {
 }
 
 type memOTP struct {
-	hash              string
-	issued, expires   time.Time
-	attempts          int
+	hash            string
+	issued, expires time.Time
+	attempts        int
 }
 
 func newMemStore() *memStore {

@@ -215,9 +215,6 @@ func (s *Server) handleBackup(c echo.Context) error {
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())
 	if err != nil {
-		if !c.Response().Committed {
-			h.Del(echo.HeaderContentDisposition)
-		}
 		return fmt.Errorf("backup after %d bytes: %w", n, err)
 	}
 	s.adminLog(c, store.LevelInfo, "backup", "backup downloaded: %d bytes", n)

@@ -1,0 +1,356 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/replyd/replyd/engine"
+)
+
+func TestHealthz(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
+	wantJSON(t, rec, 200, `{"status":"ok","engines":[{"name":"llm","ready":true},{"name":"stt","ready":true}]}`)
+
+	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
+	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
+	wantJSON(t, rec, 503, `{"status":"loading","engines":[{"name":"llm","ready":false},{"name":"stt","ready":true}]}`)
+	if rec.Header().Get("Retry-After") != "5" {
+		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
+	}
+
+	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","engines":[{"name":"llm","ready":false},{"name":"stt","ready":false}]}`)
+
+	e2 := newEnv(t, func(o *Options) { o.Health = nil })
+	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","engines":[]}`)
+}
+
+func TestStatus(t *testing.T) {
+	e := newEnv(t)
+	e.st.backup = []byte("0123456789")
+	e.health.set(engine.EngineStatus{Name: "llm", Model: "/models/demo/llm-demo.gguf", Ready: true, Demo: true, Backend: "cpu"},
+		engine.EngineStatus{Name: "stt", Model: "/models/w.bin", Error: "no such file"})
+	e.health.depth = 2
+	e.clock.Advance(90 * time.Second)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"version":"1.2.3","uptime_seconds":90,
+	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
+	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
+	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","tls":false,
+	  "limits":{"max_body_bytes":26214400,"max_payload_bytes":1048576,"max_audio_seconds":120,"max_messages":200,"max_content_chars":4000,
+	            "max_candidates":8,"default_candidates":3,"infer_timeout_seconds":30,"session_ttl_seconds":43200}}`)
+}
+
+func TestClientMD(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(httptest.NewRequest("GET", "/client.md", nil))
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "text/markdown; charset=utf-8" {
+		t.Fatalf("%d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	md := rec.Body.String()
+	l := DefaultLimits()
+	for _, want := range []string{
+		"X-API-KEY", "curl", "-F 'audio=@", "Example without audio", "Example with audio", "Retry-After",
+		"`invalid_request`", "`unauthorized`", "`forbidden`", "`payload_too_large`", "`unsupported_media_type`",
+		"`rate_limited`", "`stt_failed`", "`llm_failed`", "`overloaded`", "`not_ready`", "`timeout`", "`internal`",
+		"WAV", "Ogg/Opus", "MP3", "FLAC",
+		"`disabled_person_biography`", "`persona`", "`user_profile`", "`language`", "`user_id`", "`dialog_id`", "`step_id`", "`time_window_sec`",
+		"`options.max_candidates`", "`options.temperature`",
+		fmt.Sprintf("| Request body | 25 MiB (%d bytes) |", l.MaxBodyBytes),
+		fmt.Sprintf("| `payload` part | 1 MiB (%d bytes) |", l.MaxPayloadBytes),
+		fmt.Sprintf("| Audio duration | %d s |", int(l.MaxAudio/time.Second)),
+		fmt.Sprintf("| Messages | %d |", l.MaxMessages),
+		fmt.Sprintf("| Characters per message | %d |", l.MaxContentChars),
+		fmt.Sprintf("| `max_candidates` | 1 to %d, default %d |", l.MaxCandidates, l.DefaultCandidates),
+		fmt.Sprintf("| `temperature` | 0 to %g, default %g |", l.MaxTemperature, l.DefaultTemperature),
+		fmt.Sprintf("(default %d, at most", l.DefaultRateLimit),
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("client.md lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "{{") {
+		t.Error("client.md has an unrendered template action")
+	}
+}
+
+// TestClientMDFollowsLimits renders the guide with other limits: the numbers
+// it states move with the limits the server enforces.
+func TestClientMDFollowsLimits(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Limits = Limits{MaxBodyBytes: 10 << 20, MaxPayloadBytes: 256 << 10, MaxAudio: 90 * time.Second, MaxMessages: 50,
+			MaxContentChars: 1000, MaxCandidates: 6, DefaultCandidates: 2, DefaultRateLimit: 30}
+	})
+	md := e.do(httptest.NewRequest("GET", "/client.md", nil)).Body.String()
+	for _, want := range []string{
+		"| Request body | 10 MiB (10485760 bytes) |", "| `payload` part | 256 KiB (262144 bytes) |", "| Audio duration | 90 s |",
+		"| Messages | 50 |", "| Characters per message | 1000 |", "| `max_candidates` | 1 to 6, default 2 |", "(default 30, at most",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("client.md lacks %q", want)
+		}
+	}
+	// And the server enforces them.
+	e.addKey("valid", 0)
+	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"speaker"}],"options":{"max_candidates":7}}`))), 400,
+		errJSON("invalid_request", "options.max_candidates must be between 1 and 6"))
+}
+
+func TestOpenAPI(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(httptest.NewRequest("GET", "/openapi.yaml", nil))
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/yaml; charset=utf-8" {
+		t.Fatalf("%d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	var doc struct {
+		OpenAPI    string                               `yaml:"openapi"`
+		Paths      map[string]map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas map[string]map[string]any `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+		t.Fatalf("openapi.yaml is not YAML: %v", err)
+	}
+	if doc.OpenAPI != "3.1.0" {
+		t.Errorf("openapi = %q", doc.OpenAPI)
+	}
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	routed := map[string]bool{}
+	for _, r := range e.srv.e.Routes() {
+		if r.Method == "echo_route_not_found" {
+			continue
+		}
+		p := param.ReplaceAllString(r.Path, "{$1}")
+		p = strings.Replace(p, "/*", "/{path}", 1)
+		routed[strings.ToLower(r.Method)+" "+p] = true
+		if _, ok := doc.Paths[p][strings.ToLower(r.Method)]; !ok {
+			t.Errorf("route %s %s is not in openapi.yaml", r.Method, p)
+		}
+	}
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			if !routed[m+" "+p] {
+				t.Errorf("openapi.yaml documents %s %s, which the router lacks", m, p)
+			}
+		}
+	}
+	// Numbers come from the limits.
+	l := DefaultLimits()
+	opts := doc.Components.Schemas["InferOptions"]["properties"].(map[string]any)
+	mc := opts["max_candidates"].(map[string]any)
+	if mc["maximum"] != l.MaxCandidates || mc["default"] != l.DefaultCandidates {
+		t.Errorf("max_candidates schema %v, want maximum %d default %d", mc, l.MaxCandidates, l.DefaultCandidates)
+	}
+	msgs := doc.Components.Schemas["InferPayload"]["properties"].(map[string]any)["messages"].(map[string]any)
+	if msgs["maxItems"] != l.MaxMessages {
+		t.Errorf("messages maxItems %v, want %d", msgs["maxItems"], l.MaxMessages)
+	}
+	for _, name := range []string{"AnswerCandidate", "APIKeyRecord", "AdminLogsResponse", "AdminStatsResponse", "Error", "InferResponse"} {
+		if doc.Components.Schemas[name] == nil {
+			t.Errorf("schema %s missing", name)
+		}
+	}
+}
+
+func TestAdminPage(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(httptest.NewRequest("GET", "/admin/", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /admin/: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	h := rec.Header()
+	csp := h.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("CSP = %q", csp)
+	}
+	if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" || h.Get("Cache-Control") != "no-cache" || h.Get("ETag") == "" {
+		t.Errorf("headers = %v", h)
+	}
+	if h.Get("Set-Cookie") != "" {
+		t.Error("the admin page sets a cookie")
+	}
+	if !strings.Contains(strings.ToLower(rec.Body.String()), "<title>") {
+		t.Errorf("index.html not served: %q", rec.Body.String())
+	}
+
+	// Revalidation.
+	req := httptest.NewRequest("GET", "/admin/index.html", nil)
+	req.Header.Set("If-None-Match", h.Get("ETag"))
+	if rec := e.do(req); rec.Code != http.StatusNotModified {
+		t.Errorf("If-None-Match: %d", rec.Code)
+	}
+
+	for _, p := range []string{"/", "/admin"} {
+		rec := e.do(httptest.NewRequest("GET", p, nil))
+		if rec.Code != 302 || rec.Header().Get("Location") != "/admin/" {
+			t.Errorf("GET %s: %d %q", p, rec.Code, rec.Header().Get("Location"))
+		}
+	}
+}
+
+func TestAdminPageNoTraversal(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []string{
+		"/admin/../go.mod", "/admin/..%2fgo.mod", "/admin/%2e%2e/go.mod", "/admin/%2e%2e%2fgo.mod", "/admin/..%2f..%2fgo.mod",
+		"/admin/static/../../go.mod", "/admin/..%5cgo.mod", "/admin//etc/passwd", "/admin/%2fetc%2fpasswd", "/admin/./index.html",
+		"/admin/nope.js", "/admin/../api/server.go", "/admin/%00",
+	} {
+		// httptest.NewRequest parses p as a request line does: dot
+		// segments and escapes reach the router untouched.
+		req := httptest.NewRequest("GET", p, nil)
+		if req.URL.EscapedPath() != p {
+			t.Fatalf("request path %q was rewritten to %q", p, req.URL.EscapedPath())
+		}
+		rec := e.do(req)
+		body := rec.Body.String()
+		if rec.Code != 404 || strings.Contains(body, "module ") || strings.Contains(body, "root:") || strings.Contains(body, "package api") {
+			t.Errorf("GET %s: %d %.80q", p, rec.Code, body)
+			continue
+		}
+		if got := strings.TrimSpace(body); got != errJSON("not_found", "no such file") && got != errJSON("not_found", "no such route") {
+			t.Errorf("GET %s: body %s", p, got)
+		}
+	}
+}
+
+func TestSecurityHeadersEverywhere(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []string{"/healthz", "/client.md", "/v1/admin/keys", "/nope"} {
+		rec := e.do(httptest.NewRequest("GET", p, nil))
+		if rec.Header().Get("X-Content-Type-Options") != "nosniff" || rec.Header().Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: %v", p, rec.Header())
+		}
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	e := newEnv(t)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/v2/infer", nil)), 404, errJSON("not_found", "no such route"))
+	wantJSON(t, e.do(httptest.NewRequest("PUT", "/v1/infer", nil)), 405, errJSON("method_not_allowed", "this method is not allowed on this route"))
+}
+
+func TestRequestID(t *testing.T) {
+	e := newEnv(t)
+	req := httptest.NewRequest("GET", "/healthz", nil)
+	req.Header.Set("X-Request-ID", "tablet-7.abc")
+	if got := e.do(req).Header().Get("X-Request-ID"); got != "tablet-7.abc" {
+		t.Errorf("X-Request-ID = %q", got)
+	}
+	req = httptest.NewRequest("GET", "/healthz", nil)
+	req.Header.Set("X-Request-ID", "bad id\nwith newline")
+	if got := e.do(req).Header().Get("X-Request-ID"); !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(got) {
+		t.Errorf("generated X-Request-ID = %q", got)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 1)
+	e.do(inferReq(t, "valid", payloadPart(simplePayload), audioPart([]byte("RIFF"))))
+	e.do(inferReq(t, "valid", payloadPart(simplePayload)))
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/metrics", nil)), 401, errJSON("unauthorized", msgNoAdminCred))
+	rec := e.do(adminReq("GET", "/metrics", ""))
+	if rec.Code != 200 {
+		t.Fatalf("%d", rec.Code)
+	}
+	m := rec.Body.String()
+	for _, want := range []string{
+		`replyd_http_requests_total{method="POST",route="/v1/infer",status="200"} 1`,
+		`replyd_http_requests_total{method="POST",route="/v1/infer",status="429"} 1`,
+		`replyd_rate_limited_total 1`,
+		`replyd_inference_stage_seconds_count{stage="stt"} 1`,
+		`replyd_inference_stage_seconds_count{stage="generation"} 1`,
+		`replyd_inferences_total{outcome="rate_limited"} 1`,
+		`replyd_inference_queue_depth 0`,
+		`replyd_http_request_duration_seconds_bucket`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	pub := newEnv(t, func(o *Options) { o.MetricsPublic = true })
+	wantJSON(t, pub.do(adminReq("GET", "/metrics", "")), 404, errJSON("not_found", "no such route"))
+	rec = httptest.NewRecorder()
+	pub.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "replyd_rate_limited_total 0") {
+		t.Errorf("MetricsHandler: %d", rec.Code)
+	}
+}
+
+func TestBackup(t *testing.T) {
+	e := newEnv(t)
+	e.st.backup = []byte("bolt file bytes")
+	rec := e.do(adminReq("GET", "/v1/admin/backup", ""))
+	if rec.Code != 200 || rec.Body.String() != "bolt file bytes" ||
+		rec.Header().Get("Content-Type") != "application/octet-stream" ||
+		rec.Header().Get("Content-Disposition") != `attachment; filename="replyd-backup-20260102T030405Z.db"` {
+		t.Errorf("%d %q %v", rec.Code, rec.Body.String(), rec.Header())
+	}
+	e.st.backup = nil
+	rec = e.do(adminReq("GET", "/v1/admin/backup", ""))
+	wantJSON(t, rec, 500, errJSON("internal", "Internal error."))
+	if rec.Header().Get("Content-Disposition") != "" {
+		t.Error("a failed backup is still an attachment")
+	}
+}
+
+func TestTry(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 1)
+	hash := hashHex("valid")
+	tryReq := func(query string, parts ...part) *http.Request {
+		body, ct := multipartBody(t, parts...)
+		req := httptest.NewRequest("POST", "/v1/admin/try"+query, body)
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set(HeaderAdminKey, testAdminKey)
+		return req
+	}
+	hashField := part{name: "api_key_hash", data: []byte(hash)}
+	wantJSON(t, e.do(tryReq("", hashField, payloadPart(simplePayload))), 200, okTextOnly)
+	// The key's rate limit applies.
+	wantJSON(t, e.do(tryReq("?api_key_hash="+hash, payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 1 requests per minute exceeded for this API key; retry in 60 s"))
+	wantJSON(t, e.do(tryReq("", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash is required (query parameter or form field)"))
+	wantJSON(t, e.do(tryReq("?api_key_hash=abc", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash must be 64 lowercase hex characters"))
+	wantJSON(t, e.do(tryReq("?api_key_hash="+hashHex("other"), payloadPart(simplePayload))), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	e.do(adminReq("DELETE", "/v1/admin/keys/"+hash, ""))
+	wantJSON(t, e.do(tryReq("", hashField, payloadPart(simplePayload))), 403, errJSON("forbidden", "the API key is revoked; /v1/infer would answer 401"))
+
+	var msgs []string
+	for _, l := range e.st.logsCopy() {
+		if l.StreamName == "infer" {
+			msgs = append(msgs, l.Level+" "+l.ResourceID[:min(8, len(l.ResourceID))]+" "+l.Message)
+		}
+	}
+	h8 := hash[:8]
+	want := []string{
+		"info " + h8 + " infer (admin try) ok: 3 candidates in 0 ms",
+		"warn " + h8 + " infer (admin try) failed: rate_limited",
+		"warn  infer (admin try) failed: invalid_request",
+		"warn  infer (admin try) failed: invalid_request",
+		"warn " + hashHex("other")[:8] + " infer (admin try) failed: not_found",
+		"warn " + h8 + " infer (admin try) failed: forbidden",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("infer log:\n%s\nwant\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestHTTPServer(t *testing.T) {
+	e := newEnv(t)
+	hs := e.srv.HTTPServer(":0")
+	if hs.MaxHeaderBytes != 64<<10 || hs.ReadHeaderTimeout <= 0 || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 || hs.Handler == nil {
+		t.Errorf("HTTPServer = %+v", hs)
+	}
+	if hs.WriteTimeout <= e.srv.Limits().InferTimeout {
+		t.Errorf("WriteTimeout %v does not cover the inference timeout", hs.WriteTimeout)
+	}
+}
