@@ -63,6 +63,9 @@ func Detect(data []byte) Format {
 // format declares it, and streaming decoders stop as soon as they pass max.
 // A non-positive max refuses every recording that has samples.
 //
+// The samples lie in [-1, 1]: NaN and infinities become silence, and peaks
+// beyond full scale are clipped.
+//
 // Every error wraps exactly one of ErrUnsupported, ErrCorrupt, ErrTooLong and
 // ErrEmpty, with a message that describes the problem in words safe to show a
 // client; it never quotes the uploaded bytes. Decode does not panic on any
@@ -102,7 +105,9 @@ func Decode(data []byte, max time.Duration) ([]float32, error) {
 		return nil, errEmptyFile(f)
 	}
 	for i, v := range pcm {
-		pcm[i] = finite(v) // a damaged stream must not feed NaN to Whisper
+		// A damaged or hostile stream must not feed NaN, infinities or
+		// absurd magnitudes to Whisper.
+		pcm[i] = clamp1(finite(v))
 	}
 	if int64(len(pcm)) > maxFrames(max, SampleRate) {
 		// Resampling can add a sample or two; the source-rate checks are
@@ -156,6 +161,17 @@ func unsupported(f Format, format string, args ...any) error {
 // and resamples them to SampleRate. It reuses in's storage when it can.
 func toMono16k(in []float32, ch, rate int) []float32 {
 	return Resample(downmix(in, ch), rate, SampleRate)
+}
+
+// clamp1 clips v to [-1, 1].
+func clamp1(v float32) float32 {
+	if v > 1 {
+		return 1
+	}
+	if v < -1 {
+		return -1
+	}
+	return v
 }
 
 // downmix returns the mean of the ch interleaved channels of in, written over
