@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -425,4 +426,49 @@ func webmWithCodec(codec string) []byte {
 	b = append(b, unknown...)
 	b = append(b, el([]byte{0xA3}, []byte{0x81, 0, 0, 0x80, 0xF8, 0xFF, 0xFE})...)
 	return b
+}
+
+// TestDecodeM4AMoovPlacement decodes two seconds of a 440 Hz tone encoded
+// by ffmpeg with the moov box last (as phones record; read from a temporary
+// file) and first (faststart; piped), each long enough that ffmpeg could not
+// read a moov-last file from a pipe.
+func TestDecodeM4AMoovPlacement(t *testing.T) {
+	ff := lookFFmpeg()
+	if ff == "" {
+		t.Skip("ffmpeg is not installed")
+	}
+	for _, faststart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("faststart=%v", faststart), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "tone.m4a")
+			args := []string{"-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=f=440:d=40:sample_rate=48000",
+				"-c:a", "aac", "-b:a", "96k"}
+			if faststart {
+				args = append(args, "-movflags", "+faststart")
+			}
+			if msg, err := exec.Command(ff, append(args, out)...).CombinedOutput(); err != nil {
+				t.Fatalf("ffmpeg: %v: %s", err, msg)
+			}
+			data, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if moovFirst(data) != faststart {
+				t.Fatalf("moovFirst = %v, want %v", !faststart, faststart)
+			}
+			pcm, err := Decode(data, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := float64(len(pcm))/SampleRate - 40; math.Abs(d) > 0.1 {
+				t.Errorf("duration off by %.3f s", d)
+			}
+			ref := sine(440, SampleRate, 16000, 0.125)
+			if c, _ := correlation(ref, pcm[16000:32000], 40); c < 0.99 {
+				t.Errorf("correlation with the tone = %.4f", c)
+			}
+			if _, err := Decode(data, 10*time.Second); !errors.Is(err, ErrTooLong) {
+				t.Errorf("with a 10 s limit: err = %v, want ErrTooLong", err)
+			}
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
+	"os"
 	"os/exec"
 	"time"
 )
@@ -25,11 +26,17 @@ func lookFFmpeg() string {
 }
 
 // decodeM4A decodes M4A/AAC (or anything else in an ISO-BMFF container that
-// ffmpeg reads) by piping it through the ffmpeg executable at path, which
-// also downmixes and resamples to 16 kHz. No pure-Go AAC decoder exists.
-// ffmpeg runs without a shell, with a timeout, and its output is capped at
-// max: once more arrives it is killed and ErrTooLong returned. ffmpeg's own
-// messages are never passed on.
+// ffmpeg reads) with the ffmpeg executable at path, which also downmixes and
+// resamples to 16 kHz; no pure-Go AAC decoder exists. ffmpeg runs without a
+// shell, with a timeout, and its output is capped at max: once more arrives
+// it is killed and ErrTooLong returned. ffmpeg's own messages are never
+// passed on.
+//
+// Files whose moov box comes before the media data are piped to ffmpeg's
+// stdin. Most recorders (iOS and Android included) write moov last, which
+// ffmpeg cannot read from a pipe once the media data outgrows its probe
+// buffer ("partial file"); those are written to a private temporary file
+// that is removed before decodeM4A returns.
 func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
 	const f = FormatM4A
 	if path == "" {
@@ -37,9 +44,24 @@ func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ffmpegBaseTimeout+max/2)
 	defer cancel()
+	input := "pipe:0"
+	if !moovFirst(data) {
+		tmp, err := os.CreateTemp("", "replyd-upload-*.m4a")
+		if err != nil {
+			return nil, unsupported(f, "no temporary file could be created for ffmpeg")
+		}
+		defer os.Remove(tmp.Name())
+		_, werr := tmp.Write(data)
+		if cerr := tmp.Close(); werr != nil || cerr != nil {
+			return nil, unsupported(f, "no temporary file could be written for ffmpeg")
+		}
+		input = "file:" + tmp.Name()
+	}
 	cmd := exec.CommandContext(ctx, path, "-nostdin", "-hide_banner", "-loglevel", "error",
-		"-i", "pipe:0", "-vn", "-ac", "1", "-ar", "16000", "-f", "f32le", "pipe:1")
-	cmd.Stdin = bytes.NewReader(data)
+		"-i", input, "-vn", "-ac", "1", "-ar", "16000", "-f", "f32le", "pipe:1")
+	if input == "pipe:0" {
+		cmd.Stdin = bytes.NewReader(data)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, unsupported(f, "ffmpeg could not be started")
@@ -70,4 +92,32 @@ func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
 		return nil, errEmptyFile(f)
 	}
 	return pcm, nil
+}
+
+// moovFirst reports whether the top-level moov box of an ISO-BMFF file comes
+// before its mdat box.
+func moovFirst(data []byte) bool {
+	for off := 0; off+8 <= len(data); {
+		size := uint64(binary.BigEndian.Uint32(data[off:]))
+		switch string(data[off+4 : off+8]) {
+		case "moov":
+			return true
+		case "mdat":
+			return false
+		}
+		switch size {
+		case 0:
+			return false // the box runs to the end of the file
+		case 1:
+			if off+16 > len(data) {
+				return false
+			}
+			size = binary.BigEndian.Uint64(data[off+8:])
+		}
+		if size < 8 || size > uint64(len(data)-off) {
+			return false
+		}
+		off += int(size)
+	}
+	return false
 }
