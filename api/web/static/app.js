@@ -65,6 +65,11 @@ export function setDemoBanner(engines) {
   $('#demo-banner').hidden = !(engines || []).some((e) => e.demo);
 }
 
+/** Fetches the status once to show or hide the demo-model banner. */
+function checkDemo() {
+  api('GET', '/v1/admin/status').then((s) => setDemoBanner(s && s.engines), () => {});
+}
+
 async function afterSignIn() {
   $('#otp-code').value = '';
   $('#admin-key').value = '';
@@ -72,6 +77,7 @@ async function afterSignIn() {
   $('#login-msg').textContent = '';
   showError($('#login-error'), null);
   route(true);
+  checkDemo();
 }
 
 function signOut(message) {
@@ -93,7 +99,6 @@ function initLogin() {
       $('#otp-sent').textContent = `Code sent${r && r.channel ? ` through ${r.channel}` : ''}${until}.`;
       $('#otp-code').focus();
     } catch (err) {
-      if (err.status === 429 && err.retryAfter) err.message = `${err.message} Try again in ${err.retryAfter} s.`;
       showError($('#login-error'), err);
     } finally {
       sendBtn.disabled = false;
@@ -160,6 +165,7 @@ function init() {
   });
   window.addEventListener('hashchange', () => route(true));
   route(false);
+  if (auth.header()) checkDemo();
 }
 
 init();

@@ -42,7 +42,8 @@ function render(items) {
     h('td', { class: 'nowrap' }, timeEl(e.timestamp)),
     h('td', {}, h('span', { class: `badge lvl-${e.level}`, text: e.level })),
     h('td', { text: e.stream_name || '' }),
-    h('td', { class: 'wrap', text: e.message || '' }),
+    h('td', { class: 'wrap' }, e.message || '',
+      e.status ? h('span', { class: 'hint block', text: `HTTP ${e.status}${e.latency_ms ? `, ${e.latency_ms} ms` : ''}` }) : ''),
     h('td', { class: 'mono', title: e.resource_id || '' },
       e.resource_type ? `${e.resource_type} ${shortHash(e.resource_id)}` : ''),
   ));

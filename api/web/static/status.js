@@ -29,7 +29,7 @@ async function load() {
       fact('Version', s.version || '–'),
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
-      fact('Data file', fmtBytes(s.data_file_bytes)),
+      fact('Data file', [fmtBytes(s.data_file_bytes), s.data_file ? h('span', { class: 'hint block mono', text: s.data_file }) : '']),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
     );
@@ -39,6 +39,17 @@ async function load() {
       h('td', { class: 'mono wrap', text: e.model || '–' }),
       h('td', { text: e.backend || '–' }),
     ));
+    const l = s.limits || {};
+    const limits = [
+      ['Audio per request', l.max_audio_seconds != null ? fmtDuration(l.max_audio_seconds) : null],
+      ['Upload size', l.max_body_bytes != null ? fmtBytes(l.max_body_bytes) : null],
+      ['Dialog turns', l.max_messages],
+      ['Candidates', l.max_candidates != null ? `${l.default_candidates ?? '–'} by default, at most ${l.max_candidates}` : null],
+      ['Inference timeout', l.infer_timeout_seconds != null ? fmtDuration(l.infer_timeout_seconds) : null],
+      ['Admin session', l.session_ttl_seconds != null ? fmtDuration(l.session_ttl_seconds) : null],
+    ].filter(([, v]) => v != null);
+    $('#status-limits').replaceChildren(...limits.map(([k, v]) => fact(k, String(v))));
+    $('#status-limits').previousElementSibling.hidden = !limits.length;
     if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 4, text: 'No engines reported.' })));
     $('#engines tbody').replaceChildren(...rows);
   } catch (e) {

@@ -210,6 +210,21 @@ function render(r, hadAudio) {
   box.focus();
 }
 
+let limitsApplied = false;
+
+/** Bounds the candidate count by the server's limits, once. */
+async function applyLimits() {
+  if (limitsApplied) return;
+  try {
+    const s = await api('GET', '/v1/admin/status');
+    const l = (s && s.limits) || {};
+    const input = $('#try-max');
+    if (l.max_candidates) input.max = l.max_candidates;
+    if (l.default_candidates) input.value = Math.min(l.default_candidates, l.max_candidates || Infinity);
+    limitsApplied = true;
+  } catch { /* the form still works with its own bounds */ }
+}
+
 export default {
   init() {
     addTurn('speaker', 'Hello, how are you feeling today?');
@@ -232,7 +247,10 @@ export default {
     $('#try-stop').addEventListener('click', stopRecording);
     $('#try-form').addEventListener('submit', run);
   },
-  enter: loadKeys,
+  enter() {
+    loadKeys();
+    applyLimits();
+  },
   leave() {
     if (recorder) stopRecording();
   },
