@@ -472,3 +472,76 @@ func TestDecodeM4AMoovPlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeMultichannelViaFFmpeg encodes three seconds of real stereo (and
+// 6-channel FLAC) with ffmpeg's encoders and decodes it with this package.
+// The channels carry a 440 Hz tone plus a 2.5 kHz tone of alternating sign,
+// so only a correct decode followed by a mean of the channels leaves the
+// plain 440 Hz tone. ffmpeg's WebM muxer writes known-size clusters and Cues,
+// the layout the MediaRecorder conformance file does not cover.
+func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
+	ff := lookFFmpeg()
+	if ff == "" {
+		t.Skip("ffmpeg is not installed")
+	}
+	cases := []struct {
+		name  string
+		rate  int
+		ch    int
+		args  []string
+		ext   string
+		want  Format
+		min   float64
+		maxDt float64
+	}{
+		{"flac-stereo", 44100, 2, []string{"-c:a", "flac"}, "flac", FormatFLAC, 0.9999, 0.01},
+		{"flac-6ch", 48000, 6, []string{"-c:a", "flac"}, "flac", FormatFLAC, 0.9999, 0.01},
+		{"mp3-stereo", 44100, 2, []string{"-c:a", "libmp3lame", "-b:a", "128k"}, "mp3", FormatMP3, 0.995, 0.01},
+		{"ogg-opus-stereo", 48000, 2, []string{"-c:a", "libopus", "-b:a", "96k"}, "ogg", FormatOggOpus, 0.995, 0.01},
+		{"webm-opus-stereo", 48000, 2, []string{"-c:a", "libopus", "-b:a", "96k"}, "webm", FormatWebMOpus, 0.995, 0.01},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := 3 * c.rate
+			tone, hum := sine(440, c.rate, n, 0.4), sine(2500, c.rate, n, 0.3)
+			chans := make([][]float32, c.ch)
+			for k := range chans {
+				chans[k] = make([]float32, n)
+				sign := float32(1 - 2*(k%2))
+				for i := range chans[k] {
+					chans[k][i] = tone[i] + sign*hum[i]
+				}
+			}
+			dir := t.TempDir()
+			in, out := filepath.Join(dir, "in.wav"), filepath.Join(dir, "out."+c.ext)
+			if err := os.WriteFile(in, makeWAV(wavSpec{bits: 16, rate: c.rate, ch: c.ch}, chans), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"-nostdin", "-loglevel", "error", "-i", in}, c.args...)
+			if msg, err := exec.Command(ff, append(args, out)...).CombinedOutput(); err != nil {
+				t.Fatalf("ffmpeg: %v: %s", err, msg)
+			}
+			data, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := Detect(data); f != c.want {
+				t.Fatalf("Detect = %q, want %q", f, c.want)
+			}
+			pcm, err := Decode(data, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := math.Abs(float64(len(pcm))/SampleRate - 3); d > c.maxDt {
+				t.Errorf("duration off by %.4f s, want ≤ %.2f s", d, c.maxDt)
+			}
+			ref := sine(440, SampleRate, 3*SampleRate, 0.4)
+			end := min(len(pcm), len(ref)) - 1600
+			cor, lag := correlation(ref[1600:end], pcm[1600:end], 8)
+			t.Logf("c = %.5f at lag %d, %d samples", cor, lag, len(pcm))
+			if cor < c.min || lag != 0 {
+				t.Errorf("correlation with the 440 Hz tone = %.5f at lag %d, want ≥ %.4f at 0", cor, lag, c.min)
+			}
+		})
+	}
+}

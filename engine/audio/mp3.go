@@ -167,7 +167,8 @@ func decodeMP3(data []byte, max time.Duration) ([]float32, error) {
 			stalls = 0
 		}
 	}
-	if gapless {
+	switch {
+	case gapless:
 		start := delay + mp3DecoderDelay
 		if info {
 			start += spf // go-mp3 decodes the Info frame as silence
@@ -182,6 +183,8 @@ func decodeMP3(data []byte, max time.Duration) ([]float32, error) {
 			return nil, errEmptyFile(f)
 		}
 		pcm = pcm[start:end]
+	case info && len(pcm) > spf:
+		pcm = pcm[spf:] // a Xing/Info frame without LAME's delay fields
 	}
 	return Resample(pcm, rate, SampleRate), nil
 }

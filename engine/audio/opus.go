@@ -102,6 +102,16 @@ func (s *opusStream) packet(p []byte) error {
 	return nil
 }
 
+// frames is the number of frames per channel collected so far.
+func (s *opusStream) frames() int {
+	return len(s.pcm) / s.head.channels
+}
+
+// trimEnd drops the last n frames collected.
+func (s *opusStream) trimEnd(n int) {
+	s.pcm = s.pcm[:len(s.pcm)-n*s.head.channels]
+}
+
 // finish mixes the stream down, drops the pre-skip and, when total48 (the
 // stream's length in 48 kHz samples after pre-skip, or -1 when unknown) is
 // plausible, trims the end padding.

@@ -23,6 +23,7 @@ const (
 	mkvBlockGroup   = 0xA0
 	mkvBlock        = 0xA1
 	mkvSimpleBlock  = 0xA3
+	mkvDiscardPad   = 0x75A2
 )
 
 // webmTrack is what decodeWebM learns of one TrackEntry.
@@ -74,6 +75,9 @@ func decodeWebM(data []byte, max time.Duration) ([]float32, error) {
 		audio  *webmTrack
 		stream *opusStream
 		lace   [][]byte
+		// lastBlock is how many frames per channel the latest Block of the
+		// audio track decoded to, for a DiscardPadding that follows it.
+		lastBlock int
 	)
 	for off := 0; off < len(data); {
 		id, n, _, ok := readVint(data, off, true)
@@ -163,11 +167,23 @@ func decodeWebM(data []byte, max time.Duration) ([]float32, error) {
 			if track != audio.number {
 				continue
 			}
+			before := stream.frames()
 			for _, p := range frames {
 				if err := stream.packet(p); err != nil {
 					return nil, err
 				}
 			}
+			lastBlock = stream.frames() - before
+		case mkvDiscardPad:
+			// Signed nanoseconds of padding at the end of the Block in
+			// the same BlockGroup (the encoder's tail, on the last one).
+			if stream != nil && lastBlock > 0 && len(b) <= 8 {
+				v := int64(ebmlUint(b)) << (64 - 8*len(b)) >> (64 - 8*len(b))
+				if v > 0 && v < int64(time.Second) {
+					stream.trimEnd(min(lastBlock, int(v*SampleRate/int64(time.Second))))
+				}
+			}
+			lastBlock = 0
 		}
 	}
 	if stream == nil {
