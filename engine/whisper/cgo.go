@@ -90,6 +90,39 @@ func attend(q, k, v []float32, n int, valid []int32, d, hd, h0, h1 int, scale fl
 		C.int(d), C.int(hd), C.int(h0), C.int(h1), C.float(scale), (*C.float)(&out[0]), (*C.float)(&scores[0]), C.int(ld))
 }
 
+// attendF16 is attend with k and v stored as IEEE halves.
+func attendF16(q []float32, k, v []uint16, n int, valid []int32, d, hd, h0, h1 int, scale float32, out, scores []float32, ld int) {
+	if n == 0 || h0 >= h1 {
+		return
+	}
+	C.rd_attention_f16kv((*C.float)(&q[0]), (*C.uint16_t)(&k[0]), (*C.uint16_t)(&v[0]), C.int(n), (*C.int)(unsafe.Pointer(&valid[0])),
+		C.int(d), C.int(hd), C.int(h0), C.int(h1), C.float(scale), (*C.float)(&out[0]), (*C.float)(&scores[0]), C.int(ld))
+}
+
+// toF16 rounds src to IEEE halves in dst (to nearest, ties to even).
+func toF16(src []float32, dst []uint16) {
+	if len(src) == 0 {
+		return
+	}
+	C.rd_f32_to_f16((*C.float)(&src[0]), (*C.uint16_t)(&dst[0]), C.long(len(src)))
+}
+
+// fromF16 converts IEEE halves to float32.
+func fromF16(src []uint16, dst []float32) {
+	if len(src) == 0 {
+		return
+	}
+	C.rd_f16_to_f32((*C.uint16_t)(&src[0]), (*C.float)(&dst[0]), C.long(len(src)))
+}
+
+// sumExp returns Σ exp(x[i] - mx); every x[i] must be at most mx.
+func sumExp(x []float32, mx float32) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	return float64(C.rd_sum_exp((*C.float)(&x[0]), C.int(len(x)), C.float(mx)))
+}
+
 // gelu applies GELU (tanh approximation) in place.
 func gelu(x []float32) {
 	if len(x) == 0 {

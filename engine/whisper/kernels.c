@@ -158,6 +158,12 @@ static inline float dot_f16(const uint8_t *h, const float *b, int n) {
     return r;
 }
 #define HAVE_DOT_F16 1
+#else
+static inline float dot_f16(const uint8_t *h, const float *b, int n) {
+    float r = 0;
+    for (int i = 0; i < n; i++) r += h2f(ld16(h + 2 * i)) * b[i];
+    return r;
+}
 #endif
 
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
@@ -319,4 +325,85 @@ void rd_attention(const float *q, const float *K, const float *V, int n, const i
             for (int h = h0; h < h1; h++) axpy(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
         }
     }
+}
+
+// axpy_f16: y += a·x over n halves.
+static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
+    int i = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * h2f(x[i]);
+}
+
+void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
+                        int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+    for (int t = 0; t < n; t++) {
+        const float *qt = q + (long)t * d;
+        float *ot = out + (long)t * d;
+        int L = valid[t];
+        for (int j = 0; j < L; j++) {
+            const uint16_t *kj = K + (long)j * d;
+            for (int h = h0; h < h1; h++)
+                scores[(long)(h - h0) * ldScores + j] = dot_f16((const uint8_t *)(kj + h * hd), qt + h * hd, hd);
+        }
+        for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
+        for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
+        for (int j = 0; j < L; j++) {
+            const uint16_t *vj = V + (long)j * d;
+            for (int h = h0; h < h1; h++) axpy_f16(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
+        }
+    }
+}
+
+static inline uint16_t f2h(float f) {
+#ifdef __F16C__
+    return _cvtss_sh(f, 0); // round to nearest even
+#else
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint16_t sign = (b >> 16) & 0x8000;
+    int exp = (int)((b >> 23) & 0xff) - 127;
+    uint32_t man = b & 0x7fffff;
+    if (exp == 128) return sign | (man ? 0x7e00 : 0x7c00);
+    if (exp > 15) return sign | 0x7c00;
+    if (exp >= -14) {
+        uint32_t h = ((uint32_t)(exp + 15) << 10) | (man >> 13), rest = man & 0x1fff;
+        if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+        return sign | (uint16_t)h;
+    }
+    if (exp >= -25) {
+        uint32_t m = man | 0x800000, shift = (uint32_t)(-exp - 14 + 13);
+        uint32_t h = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (h & 1))) h++;
+        return sign | (uint16_t)h;
+    }
+    return sign;
+#endif
+}
+
+void rd_f32_to_f16(const float *src, uint16_t *dst, long n) {
+    long i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = f2h(src[i]);
+}
+
+double rd_sum_exp(const float *x, int n, float mx) {
+    int i = 0;
+    double sum = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vm = _mm256_set1_ps(mx);
+    for (; i + 64 <= n; i += 64) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int k = 0; k < 64; k += 8) acc = _mm256_add_ps(acc, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + i + k), vm)));
+        sum += hsum256(acc);
+    }
+#endif
+    for (; i < n; i++) sum += exp_neg(x[i] - mx);
+    return sum;
 }

@@ -30,6 +30,17 @@ void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *v
 void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
                   int h0, int h1, float scale, float *out, float *scores, int ldScores);
 
+// rd_attention_f16kv is rd_attention with K and V stored as IEEE halves.
+void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
+                        int h0, int h1, float scale, float *out, float *scores, int ldScores);
+
+// rd_f32_to_f16 rounds n floats to IEEE halves (to nearest, ties to even).
+void rd_f32_to_f16(const float *src, uint16_t *dst, long n);
+
+// rd_sum_exp returns the sum of exp(x[i] - mx) for i < n; every x[i] must
+// be at most mx.
+double rd_sum_exp(const float *x, int n, float mx);
+
 // rd_gelu applies the tanh approximation of GELU to n values in place.
 void rd_gelu(float *x, long n);
 

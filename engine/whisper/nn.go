@@ -191,10 +191,13 @@ func (m *Model) encode(mel []float32) []float32 {
 
 // decState is the decoder's state for one window: the self-attention KV
 // cache and the cross-attention K/V computed once from the encoder output.
+//
+// The cross K/V are kept as IEEE halves, as whisper.cpp keeps them: that
+// halves the memory the decoder reads per token.
 type decState struct {
 	n      int         // positions filled in the self-attention cache
 	k, v   [][]float32 // per layer, [n_text_ctx][d]
-	ck, cv [][]float32 // per layer, [n_audio_ctx][d]
+	ck, cv [][]uint16  // per layer, [n_audio_ctx][d], F16
 }
 
 // newDecState computes the cross-attention keys and values of enc.
@@ -202,12 +205,15 @@ func (m *Model) newDecState(enc []float32) *decState {
 	hp := m.hp
 	d, T := hp.NTextState, hp.NAudioCtx
 	st := &decState{}
+	tmp := make([]float32, T*d)
 	for l := range m.dec {
 		b := &m.dec[l]
-		ck := make([]float32, T*d)
-		cv := make([]float32, T*d)
-		m.linear(ck, enc, T, b.cross.k, nil)
-		m.linear(cv, enc, T, b.cross.v, b.cross.vb)
+		ck := make([]uint16, T*d)
+		cv := make([]uint16, T*d)
+		m.linear(tmp, enc, T, b.cross.k, nil)
+		toF16(tmp, ck)
+		m.linear(tmp, enc, T, b.cross.v, b.cross.vb)
+		toF16(tmp, cv)
 		st.ck = append(st.ck, ck)
 		st.cv = append(st.cv, cv)
 		st.k = append(st.k, make([]float32, hp.NTextCtx*d))
@@ -246,6 +252,7 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 		valid[i] = int32(st.n + i + 1)
 		crossValid[i] = int32(T)
 	}
+	var ck32, cv32 []float32 // the cross K/V as float32, for long batches
 	for l := range m.dec {
 		b := &m.dec[l]
 		K, V := st.k[l], st.v[l]
@@ -259,7 +266,18 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 
 		layerNormInto(h, x, n, d, b.crossLn)
 		m.linear(q, h, n, b.cross.q, b.cross.qb)
-		m.attendAll(q, st.ck[l], st.cv[l], n, T, crossValid, nh, hd, scale, a, scores)
+		if n <= 16 {
+			parallel(m.threads, nh, func(h0, h1 int) {
+				attendF16(q, st.ck[l], st.cv[l], n, crossValid, d, hd, h0, h1, scale, a, scores[h0*T:h1*T], T)
+			})
+		} else {
+			if ck32 == nil {
+				ck32, cv32 = make([]float32, T*d), make([]float32, T*d)
+			}
+			fromF16(st.ck[l], ck32)
+			fromF16(st.cv[l], cv32)
+			m.attendAll(q, ck32, cv32, n, T, crossValid, nh, hd, scale, a, scores)
+		}
 		m.linear(h, a, n, b.cross.o, b.cross.ob)
 		addInto(x, h)
 
@@ -293,6 +311,16 @@ func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int
 		softmaxRows(scores, n, L, L, scale, valid)
 		sgemmNN(n, hd, L, scores, L, v[o:], d, out[o:], d)
 	}
+}
+
+// textLogits returns the logits of ids 0..eot only (the ids greedy
+// decoding may pick) for one hidden state.
+func (m *Model) textLogits(hidden []float32) []float32 {
+	w := *m.tokEmb
+	w.rows = m.tok.eot + 1
+	out := make([]float32, w.rows)
+	m.linear(out, hidden, 1, &w, nil)
+	return out
 }
 
 // logits returns the n_vocab output logits for one hidden state.

@@ -214,7 +214,7 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, contex
 	d := m.hp.NTextState
 	sotLogits := m.logits(hidden[sotPos*d : (sotPos+1)*d])
 	w.noSpeechProb = softmaxAt(sotLogits, m.tok.nosp)
-	lg := m.logits(hidden[(len(w.prompt)-1)*d:])
+	lg := m.textLogits(hidden[(len(w.prompt)-1)*d:])
 	// Never run past the text context.
 	limit := min(maxTokens, m.hp.NTextCtx-len(w.prompt))
 	var sumLogprob float64
@@ -222,36 +222,32 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, contex
 		if err := ctx.Err(); err != nil {
 			return w, err
 		}
-		best, bestLogit, runner, runnerLogit := -1, float32(math.Inf(-1)), -1, float32(math.Inf(-1))
-		mx := math.Inf(-1)
-		for id := 0; id <= m.tok.eot; id++ {
-			if i == 0 && (id == m.tok.eot || id == m.tok.space) {
-				continue
+		if i == 0 {
+			// suppress_blank: no <|endoftext|> and no blank at the first step.
+			lg[m.tok.eot] = float32(math.Inf(-1))
+			if m.tok.space >= 0 {
+				lg[m.tok.space] = float32(math.Inf(-1))
 			}
-			v := lg[id]
-			if v > bestLogit {
-				runner, runnerLogit = best, bestLogit
+		}
+		// Allowed ids are 0..eot; pick the highest logit, the lower id on ties.
+		allowed := lg[:m.tok.eot+1]
+		best, bestLogit, runnerLogit := 0, allowed[0], float32(math.Inf(-1))
+		for id := 1; id < len(allowed); id++ {
+			if v := allowed[id]; v > bestLogit {
+				runnerLogit = bestLogit
 				best, bestLogit = id, v
 			} else if v > runnerLogit {
-				runner, runnerLogit = id, v
+				runnerLogit = v
 			}
 		}
-		mx = float64(bestLogit)
-		var sum float64
-		for id := 0; id <= m.tok.eot; id++ {
-			if i == 0 && (id == m.tok.eot || id == m.tok.space) {
-				continue
-			}
-			sum += math.Exp(float64(lg[id]) - mx)
-		}
-		sumLogprob += -math.Log(sum) // log-softmax of the best id
-		_ = runner
+		// log-softmax over the allowed ids at the picked one.
+		sumLogprob -= math.Log(sumExp(allowed, bestLogit))
 		w.tokens = append(w.tokens, best)
 		w.logits = append(w.logits, [2]float32{bestLogit, runnerLogit})
 		if best == m.tok.eot || i == limit-1 {
 			break
 		}
-		lg = m.logits(m.decode(st, []int{best}))
+		lg = m.textLogits(m.decode(st, []int{best}))
 	}
 	if len(w.tokens) > 0 {
 		w.avgLogprob = sumLogprob / float64(len(w.tokens))
