@@ -13,7 +13,6 @@ const (
 	mkvTracks       = 0x1654AE6B
 	mkvTrackEntry   = 0xAE
 	mkvTrackNumber  = 0xD7
-	mkvTrackType    = 0x83
 	mkvCodecID      = 0x86
 	mkvCodecPrivate = 0x63A2
 	mkvCodecDelay   = 0x56AA
@@ -29,7 +28,6 @@ const (
 // webmTrack is what decodeWebM learns of one TrackEntry.
 type webmTrack struct {
 	number     uint64
-	typ        uint64
 	codec      string
 	private    []byte
 	codecDelay uint64 // nanoseconds
@@ -115,7 +113,7 @@ func decodeWebM(data []byte, max time.Duration) ([]float32, error) {
 			if s := string(bytes.TrimRight(b, "\x00")); s != "webm" && s != "matroska" {
 				return nil, unsupported(f, "EBML document type is not WebM or Matroska")
 			}
-		case mkvTrackNumber, mkvTrackType, mkvCodecDelay, mkvChannels:
+		case mkvTrackNumber, mkvCodecDelay, mkvChannels:
 			if tr == nil {
 				continue
 			}
@@ -123,8 +121,6 @@ func decodeWebM(data []byte, max time.Duration) ([]float32, error) {
 			switch id {
 			case mkvTrackNumber:
 				tr.number = v
-			case mkvTrackType:
-				tr.typ = v
 			case mkvCodecDelay:
 				tr.codecDelay = v
 			case mkvChannels:
