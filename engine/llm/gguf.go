@@ -104,14 +104,26 @@ func WriteDemoModel(path string) error {
 }
 
 // demoWords seed the vocabulary with word pieces so decoded text looks like
-// words; every prefix of every word is a token, which SentencePiece merging
-// needs to reach the whole word.
-var demoWords = strings.Fields(`I you yes no the a to and is it that what how
-are do not can we my your me please thank thanks okay sure maybe later now
-water tea coffee help want need like love good bad tired hungry fine great
-hello hi bye today tomorrow home music outside inside sleep eat drink talk
-feel pain happy sad more less stop wait go come here there when where who
-why this with for of on in at be have will would could time again right`)
+// words and English prompts take about as many tokens as with a real
+// tokenizer; every prefix of every word, lower case and capitalised, is a
+// token, which SentencePiece merging needs to reach the whole word.
+var demoWords = strings.Fields(`I you You yes Yes no No the The a A to To and And is Is it It that That what What how How are Are do
+Do not Not can Can we We my My your Your me Me please Please thank Thank thanks Thanks okay Okay
+sure Sure maybe Maybe later Later now Now water Water tea Tea coffee Coffee help Help want Want need
+Need like Like love Love good Good bad Bad tired Tired hungry Hungry fine Fine great Great hello
+Hello hi Hi bye Bye today Today tomorrow Tomorrow home Home music Music outside Outside inside
+Inside sleep Sleep eat Eat drink Drink talk Talk feel Feel pain Pain happy Happy sad Sad more More
+less Less stop Stop wait Wait go Go come Come here Here there There when When where Where who Who
+why Why this This with With for For of Of on On in In at At be Be have Have will Will would Would
+could Could time Time again Again right Right system System user User assistant Assistant model
+Model about About biography Biography persona Persona profile Profile language Language reply Reply
+English German French Spanish speak Speak as As turns Turns chat Chat theirs Theirs write Write next
+Next thing Thing they They say Say one One short Short few Few words Words first First person Person
+line Line quotes Quotes explanation Explanation suggest Suggest replies Replies uses Uses device
+Device take Take part Part conversation Conversation morning Morning did Did well Well milk Milk
+sugar Sugar shall Shall lunch Lunch sister Sister coming Coming three Three physio Physio rest Rest
+years Years old Old has Has lives Lives likes Likes teacher Teacher former Former humour Humour dry
+Dry kind Kind`)
 
 // vocab builds the token strings, scores and types of cfg's vocabulary.
 func vocab(cfg ModelConfig) (toks []string, scores []float32, types []int32) {
@@ -145,9 +157,12 @@ func vocab(cfg ModelConfig) (toks []string, scores []float32, types []int32) {
 		piece(string(r))
 	}
 	for _, w := range demoWords {
-		rs := []rune("▁" + w)
-		for n := 2; n <= len(rs); n++ {
-			piece(string(rs[:n]))
+		// With and without the word-start marker: a word after a newline
+		// has none.
+		for _, rs := range [][]rune{[]rune("▁" + w), []rune(w)} {
+			for n := 2; n <= len(rs); n++ {
+				piece(string(rs[:n]))
+			}
 		}
 	}
 	// Fill a larger vocabulary with synthetic unique pieces.

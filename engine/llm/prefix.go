@@ -84,13 +84,3 @@ func (c *prefixCache) setTokens(seq int, tokens []int) {
 		}
 	}
 }
-
-// lookup returns the slot of dialog, or nil.
-func (c *prefixCache) lookup(dialog string) *prefixSlot {
-	for _, s := range c.slots {
-		if dialog != "" && s.dialog == dialog {
-			return s
-		}
-	}
-	return nil
-}
