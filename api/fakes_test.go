@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -303,6 +302,13 @@ func (m *memStore) logsCopy() []store.LogEntry {
 	return slices.Clone(m.logs)
 }
 
+// logCount returns the number of log entries.
+func (m *memStore) logCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.logs)
+}
+
 // fakeInferer answers with fn and records every request it gets.
 type fakeInferer struct {
 	mu   sync.Mutex
@@ -431,14 +437,4 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
-}
-
-// sortedKeys is used to print maps deterministically in failures.
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -23,7 +23,7 @@ const testAdminKey = "admin-secret-for-tests"
 
 // env is one Server wired to fakes.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	h        http.Handler
 	st       *memStore
@@ -34,7 +34,7 @@ type env struct {
 }
 
 // newEnv builds a Server on fakes; mod may adjust the options.
-func newEnv(t *testing.T, mod ...func(*Options)) *env {
+func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
 	e := &env{
 		t:        t,
