@@ -246,11 +246,13 @@ func (m *memStore) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 	return out, nil
 }
 
+// statsLocked counts infer entries with since <= Timestamp < until, like the
+// bbolt store.
 func (m *memStore) statsLocked(since, until time.Time) store.Stats {
 	users := map[string]bool{}
 	var st store.Stats
 	for _, e := range m.logs {
-		if e.StreamName != store.StreamInfer || e.Timestamp.Before(since) || e.Timestamp.After(until) {
+		if e.StreamName != store.StreamInfer || e.Timestamp.Before(since) || !e.Timestamp.Before(until) {
 			continue
 		}
 		st.TotalRequests++
@@ -271,7 +273,10 @@ func (m *memStore) StatsSeries(since, until time.Time, bucket time.Duration) ([]
 	defer m.mu.Unlock()
 	var out []store.StatsBucket
 	for t := since; t.Before(until); t = t.Add(bucket) {
-		end := t.Add(bucket - time.Nanosecond)
+		end := t.Add(bucket)
+		if end.After(until) {
+			end = until
+		}
 		st := m.statsLocked(t, end)
 		out = append(out, store.StatsBucket{Start: t, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers})
 	}

@@ -1,0 +1,120 @@
+package api
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/store"
+)
+
+// newBoltEnv is newEnv on the real bbolt store in a temp file.
+func newBoltEnv(t *testing.T) (*env, *store.DB) {
+	t.Helper()
+	clock := &fakeClock{t: t0}
+	db, err := store.Open(filepath.Join(t.TempDir(), "replyd.db"), store.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(o *Options) { o.Store = db; o.Now = clock.Now })
+	e.clock = clock
+	e.st = nil // every check goes through HTTP
+	return e, db
+}
+
+// TestBoltScenarios runs the main flows against the real store: key
+// lifecycle, inference, revocation, logs, stats, prompt versions, OTP login
+// and logout, and backup.
+func TestBoltScenarios(t *testing.T) {
+	e, _ := newBoltEnv(t)
+
+	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-1","rate_limit_per_minute":2}`))
+	var k struct {
+		APIKey     string `json:"api_key"`
+		APIKeyHash string `json:"api_key_hash"`
+	}
+	decode(t, rec, &k)
+	wantJSON(t, rec, 200, `{"api_key":"`+k.APIKey+`","api_key_hash":"`+k.APIKeyHash+`","client_id":"ward-1","status":"active",
+	  "scopes":["infer"],"rate_limit_per_minute":2,"created_at":"2026-01-02T03:04:05Z"}`)
+
+	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(`{"user_id":"u1","messages":[{"role":"speaker","content":"Tea?"}]}`))), 200, okTextOnly)
+	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(`{"messages":[]}`))), 400, errJSON("invalid_request", "messages must not be empty"))
+	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 2 requests per minute exceeded for this API key; retry in 60 s"))
+
+	e.clock.Advance(time.Minute)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2}`)
+	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=infer", ""))
+	wantJSON(t, rec, 200, `{"items":[
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":429},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":400},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":200}],
+	  "count":3,"since":"2026-01-01T03:05:05Z","window_seconds":86400}`)
+	if strings.Contains(rec.Body.String(), "Tea") {
+		t.Error("dialog text in the logs")
+	}
+
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:05:05Z"}`)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Again.","version":"1"}`)), 409, errJSON("conflict", `version "1" already exists; omit version to take the next one`))
+
+	revoked := `{"APIKeyHash":"` + k.APIKeyHash + `","ClientID":"ward-1","Status":"revoked","Scopes":["infer"],"RateLimitPerMinute":2,"CreatedAt":"2026-01-02T03:04:05Z","RevokedAt":"2026-01-02T03:05:05Z","LastUsedAt":"2026-01-02T03:04:05Z"}`
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+k.APIKeyHash, "")), 200, revoked)
+	e.clock.Advance(time.Second)
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+k.APIKeyHash, "")), 200, revoked)
+	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[],"count":0}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+revoked+`],"count":1}`)
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+hashHex("nope"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
+
+	// OTP login, lockout and logout.
+	wantJSON(t, otpSend(e), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:10:06Z"}`)
+	code := e.notifier.lastCode()
+	wantJSON(t, otpVerify(e, "000000x"), 401, errJSON("unauthorized", "code is wrong"))
+	rec = otpVerify(e, code)
+	var s struct {
+		SessionToken string `json:"session_token"`
+	}
+	decode(t, rec, &s)
+	wantJSON(t, rec, 200, `{"session_token":"`+s.SessionToken+`","expires_at":"2026-01-02T15:05:06Z"}`)
+	wantJSON(t, otpVerify(e, code), 401, errJSON("unauthorized", "code is not valid: no code is outstanding; request one with /v1/admin/otp/send"))
+	if rec := e.do(sessionReq("GET", "/v1/admin/status", s.SessionToken)); rec.Code != 200 {
+		t.Fatalf("session refused: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, e.do(sessionReq("DELETE", "/v1/admin/session", s.SessionToken)), 200, `{"logged_out":true}`)
+	wantJSON(t, e.do(sessionReq("GET", "/v1/admin/status", s.SessionToken)), 401, errJSON("unauthorized", msgBadAdminCred))
+
+	e.clock.Advance(30 * time.Second)
+	otpSend(e)
+	code = e.notifier.lastCode()
+	for i := 0; i < 4; i++ {
+		wantJSON(t, otpVerify(e, "bad"), 401, errJSON("unauthorized", "code is wrong"))
+	}
+	wantJSON(t, otpVerify(e, "bad"), 401, errJSON("unauthorized", "code is wrong; after 5 wrong codes it is no longer valid: request a new one"))
+	if rec := otpVerify(e, code); rec.Code != 401 {
+		t.Errorf("burned code accepted: %d", rec.Code)
+	}
+
+	rec = e.do(adminReq("GET", "/v1/admin/backup", ""))
+	if rec.Code != 200 || rec.Body.Len() == 0 || rec.Header().Get("Content-Type") != "application/octet-stream" {
+		t.Errorf("backup: %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	back := filepath.Join(t.TempDir(), "back.db")
+	if err := writeFile(back, rec.Body.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	db2, err := store.Open(back, store.Options{})
+	if err != nil {
+		t.Fatalf("the backup does not open: %v", err)
+	}
+	defer db2.Close()
+	if got, err := db2.GetKey(k.APIKeyHash); err != nil || got.Status != store.StatusRevoked {
+		t.Errorf("backup key: %+v %v", got, err)
+	}
+}
+
+func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
