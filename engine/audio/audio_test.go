@@ -545,3 +545,40 @@ func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
 		})
 	}
 }
+
+// TestOpusPreSkip rewrites the pre-skip of the shared Ogg/Opus file from its
+// 312 samples (at 48 kHz) to 0: the decode must then start 104 samples (at
+// 16 kHz) earlier and otherwise be identical, and the original must have
+// dropped exactly those samples.
+func TestOpusPreSkip(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testdata.Whisper(t), "audio-formats", "speech.opus-voip-24k-mono.ogg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := 27 + int(data[26])
+	if string(data[head:head+8]) != "OpusHead" {
+		t.Fatal("the first page does not hold OpusHead")
+	}
+	if got := binary.LittleEndian.Uint16(data[head+10:]); got != 312 {
+		t.Fatalf("pre-skip = %d, want 312", got)
+	}
+	noSkip := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint16(noSkip[head+10:], 0)
+
+	withSkip, err := Decode(data, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := Decode(noSkip, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(withSkip)+104 {
+		t.Fatalf("without pre-skip %d samples, with %d; want 104 more", len(all), len(withSkip))
+	}
+	for i, v := range withSkip {
+		if all[i+104] != v {
+			t.Fatalf("sample %d: %v with pre-skip, %v at %d without", i, v, all[i+104], i+104)
+		}
+	}
+}
