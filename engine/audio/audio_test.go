@@ -582,3 +582,31 @@ func TestOpusPreSkip(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFLACDeclaredLength sets the total length in the STREAMINFO of
+// the shared FLAC file to about 36 days: Decode must refuse it from the
+// header, before decoding a frame.
+func TestDecodeFLACDeclaredLength(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testdata.Whisper(t), "audio-formats", "speech.flac-s16-mono-22k05.flac"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := append([]byte(nil), data...)
+	// STREAMINFO starts at byte 8; its 36-bit sample count ends the 18th byte.
+	huge[21] |= 0x0F
+	copy(huge[22:26], []byte{0xFF, 0xFF, 0xFF, 0xFF})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = Decode(huge, time.Minute)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooLong) {
+		t.Fatalf("err = %v, want ErrTooLong", err)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 256<<10 {
+		t.Errorf("refusing it allocated %d bytes, want < 256 KiB", d)
+	}
+	if _, err := Decode(data, time.Minute); err != nil {
+		t.Errorf("the unmodified file: %v", err)
+	}
+}
