@@ -2,6 +2,7 @@ package whisper
 
 /*
 #cgo LDFLAGS: -lopenblas -lm
+#include <stdlib.h>
 #include <cblas.h>
 #include "kernels.h"
 */
@@ -11,6 +12,27 @@ import (
 	"sync"
 	"unsafe"
 )
+
+// cAlloc returns n bytes of C memory, outside the Go heap, so that model
+// weights do not count towards the garbage collector's heap goal. The
+// memory must be released with cFree; it returns nil when malloc fails.
+func cAlloc(n int64) []byte {
+	if n <= 0 {
+		return []byte{}
+	}
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
+
+// cFree releases memory from cAlloc.
+func cFree(b []byte) {
+	if cap(b) > 0 {
+		C.free(unsafe.Pointer(&b[:1][0]))
+	}
+}
 
 // setBLASThreads sets the number of threads OpenBLAS uses for every later
 // product in this process.

@@ -111,6 +111,9 @@ type ggmlFile struct {
 	vocab   [][]byte  // stored tokens, id = index
 	tensors map[string]*rawTensor
 	order   []string
+	// release frees tensor data that came from a non-Go allocator; nil
+	// when the data is on the Go heap.
+	release func([]byte)
 }
 
 // errFormat is wrapped by every error that describes a malformed file.
@@ -128,10 +131,13 @@ const (
 // reader reads little-endian fields and never hands out more bytes than the
 // file still has, so every allocation is capped by the file size.
 type reader struct {
-	r    *bufio.Reader
-	left int64 // bytes not yet read
-	off  int64
-	err  error
+	r     *bufio.Reader
+	alloc func(int64) []byte // for tensor data; nil means make
+	left  int64              // bytes not yet read
+	off   int64
+	err   error
+	// pending is memory from alloc that a failed read has not handed over.
+	pending []byte
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -141,6 +147,11 @@ func (r *reader) fail(format string, args ...any) {
 }
 
 func (r *reader) bytes(n int64) []byte {
+	return r.bytesWith(n, nil)
+}
+
+// bytesWith reads n bytes into memory from alloc (make when nil).
+func (r *reader) bytesWith(n int64, alloc func(int64) []byte) []byte {
 	if r.err != nil {
 		return nil
 	}
@@ -148,9 +159,20 @@ func (r *reader) bytes(n int64) []byte {
 		r.fail("truncated: need %d bytes, %d left", n, r.left)
 		return nil
 	}
-	b := make([]byte, n)
+	var b []byte
+	if alloc != nil {
+		if b = alloc(n); b == nil {
+			r.fail("cannot allocate %d bytes", n)
+			return nil
+		}
+	} else {
+		b = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r.r, b); err != nil {
 		r.fail("read: %v", err)
+		if alloc != nil {
+			r.pending = b
+		}
 		return nil
 	}
 	r.left -= n
@@ -166,13 +188,25 @@ func (r *reader) i32() int {
 	return int(int32(binary.LittleEndian.Uint32(b)))
 }
 
-// parseGGML reads a whisper.cpp model from f, whose size is size bytes.
-func parseGGML(src io.Reader, size int64) (*ggmlFile, error) {
-	r := &reader{r: bufio.NewReaderSize(src, 1<<20), left: size}
+// parseGGML reads a whisper.cpp model from src, whose size is size bytes.
+// Tensor data goes into memory from alloc (the Go heap when nil); on error
+// the tensors read so far are handed to release (when not nil).
+func parseGGML(src io.Reader, size int64, alloc func(int64) []byte, release func([]byte)) (_ *ggmlFile, err error) {
+	r := &reader{r: bufio.NewReaderSize(src, 1<<20), left: size, alloc: alloc}
+	g := &ggmlFile{tensors: map[string]*rawTensor{}}
+	defer func() {
+		if err != nil && release != nil {
+			for _, t := range g.tensors {
+				release(t.data)
+			}
+			if r.pending != nil {
+				release(r.pending)
+			}
+		}
+	}()
 	if m := r.i32(); r.err == nil && uint32(m) != ggmlMagic {
 		r.fail("bad magic %#08x", uint32(m))
 	}
-	g := &ggmlFile{tensors: map[string]*rawTensor{}}
 	hp := &g.hp
 	for _, p := range []*int{&hp.NVocab, &hp.NAudioCtx, &hp.NAudioState, &hp.NAudioHead, &hp.NAudioLayer,
 		&hp.NTextCtx, &hp.NTextState, &hp.NTextHead, &hp.NTextLayer, &hp.NMels, &hp.FType} {
@@ -257,7 +291,7 @@ func parseGGML(src io.Reader, size int64) (*ggmlFile, error) {
 			r.fail("tensor %q appears twice", t.name)
 			break
 		}
-		t.data = r.bytes(n / int64(vals) * int64(bsz))
+		t.data = r.bytesWith(n/int64(vals)*int64(bsz), r.alloc)
 		if r.err != nil {
 			r.err = fmt.Errorf("tensor %q: %w", t.name, r.err)
 			break
@@ -319,5 +353,10 @@ func readGGMLFile(path string) (*ggmlFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseGGML(f, st.Size())
+	g, err := parseGGML(f, st.Size(), cAlloc, cFree)
+	if err != nil {
+		return nil, err
+	}
+	g.release = cFree
+	return g, nil
 }

@@ -112,10 +112,12 @@ type Model struct {
 	bytes int64
 	wtype ggmlType
 
-	scr    scratch       // buffers of the running transcription
-	sem    chan struct{} // one transcription at a time
-	mu     sync.Mutex
-	closed bool
+	owned   [][]byte      // C memory holding weights, freed by Close
+	release func([]byte)  // frees owned; nil when the weights are on the Go heap
+	scr     scratch       // buffers of the running transcription
+	sem     chan struct{} // one transcription at a time
+	mu      sync.Mutex
+	closed  bool
 }
 
 // Load reads the whisper.cpp model file at path. A missing, truncated or
@@ -136,9 +138,25 @@ func Load(path string, opts Options) (*Model, error) {
 }
 
 // newModel builds a Model from a parsed file.
-func newModel(g *ggmlFile, opts Options) (*Model, error) {
+func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	hp := g.hp
-	m := &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
+	kept := map[string]bool{}
+	var m *Model
+	// Tensor data no weight refers to is freed once the model is built; on
+	// failure all of it is.
+	defer func() {
+		if g.release == nil {
+			return
+		}
+		for name, t := range g.tensors {
+			if kept[name] && err == nil {
+				m.owned = append(m.owned, t.data)
+			} else {
+				g.release(t.data)
+			}
+		}
+	}()
+	m = &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -159,6 +177,7 @@ func newModel(g *ggmlFile, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%w: mel filter bank has %d bins, want %d", errFormat, g.nFilter, nFFT/2+1)
 	}
 	m.filters, m.nFilter = g.filters, g.nFilter
+	m.release = g.release
 	m.vocab = g.vocab
 
 	m.multilingual = hp.NVocab >= 51865
@@ -193,7 +212,7 @@ func newModel(g *ggmlFile, opts Options) (*Model, error) {
 	m.tok = t
 
 	d := hp.NAudioState
-	s := &tensorSet{g: g, used: map[string]bool{}}
+	s := &tensorSet{g: g, used: map[string]bool{}, kept: kept}
 	m.conv1w = s.vec("encoder.conv1.weight", 3, hp.NMels, d)
 	m.conv1b = s.vec("encoder.conv1.bias", 1, d)
 	m.conv2w = s.vec("encoder.conv2.weight", 3, d, d)
@@ -311,6 +330,12 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	m.enc, m.dec, m.tokEmb = nil, nil, nil
+	if m.release != nil {
+		for _, b := range m.owned {
+			m.release(b)
+		}
+	}
+	m.owned = nil
 	return nil
 }
 

@@ -7,8 +7,9 @@ import (
 // scratch holds the buffers one transcription reuses; a Model runs one
 // transcription at a time, so it keeps one scratch.
 type scratch struct {
-	tmp  [][]float32 // per-thread row buffers for gemvRows
-	tile []float32   // dequantised weight tile for large products
+	tmp    [][]float32 // per-thread row buffers for gemvRows
+	tile   []float32   // dequantised weight tile for large products
+	logits []float32   // textLogits' result
 }
 
 // tileFloats is the size of the dequantised weight tile, in floats.
@@ -314,11 +315,15 @@ func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int
 }
 
 // textLogits returns the logits of ids 0..eot only (the ids greedy
-// decoding may pick) for one hidden state.
+// decoding may pick) for one hidden state. The result lives in a scratch
+// buffer that the next call overwrites.
 func (m *Model) textLogits(hidden []float32) []float32 {
 	w := *m.tokEmb
 	w.rows = m.tok.eot + 1
-	out := make([]float32, w.rows)
+	if len(m.scr.logits) < w.rows {
+		m.scr.logits = make([]float32, w.rows)
+	}
+	out := m.scr.logits[:w.rows]
 	m.linear(out, hidden, 1, &w, nil)
 	return out
 }

@@ -33,6 +33,7 @@ func (w *weight) row(r int, dst []float32) {
 type tensorSet struct {
 	g    *ggmlFile
 	used map[string]bool
+	kept map[string]bool // tensors whose file data a weight refers to
 	err  error
 }
 
@@ -99,6 +100,7 @@ func (s *tensorSet) mat(name string, in, out int) *weight {
 		dequant(typeF32, t.data, w.f32, len(w.f32))
 	} else {
 		w.raw = t.data
+		s.kept[name] = true
 	}
 	return w
 }

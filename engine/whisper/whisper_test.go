@@ -201,7 +201,7 @@ func FuzzLoad(f *testing.F) {
 	// A complete small file: hparams for d=32, a 1-token vocabulary... too
 	// large to build by hand, so seed with the demo file's prefix only.
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g, err := parseGGML(bytes.NewReader(b), int64(len(b)))
+		g, err := parseGGML(bytes.NewReader(b), int64(len(b)), nil, nil)
 		if err != nil {
 			if !errors.Is(err, errFormat) {
 				t.Fatalf("error %v does not wrap errFormat", err)
