@@ -74,7 +74,7 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		st := &inferState{start: s.now(), try: c.Path() == "/v1/admin/try"}
 		c.Set(inferStateKey, st)
-		err := next(c)
+		err := callSafely(next, c)
 		code := "ok"
 		if err != nil {
 			code = toAPIError(err).Code

@@ -374,3 +374,16 @@ func TestTouchKeyThrottled(t *testing.T) {
 		t.Errorf("TouchKey called %d times, want 2 (once a minute)", e.st.touches)
 	}
 }
+
+func TestInferPanicIsAnswered(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 60)
+	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) { panic("engine bug") }
+	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 500, errJSON("internal", "Internal error."))
+	if logs := e.st.logsCopy(); len(logs) != 1 || logs[0].Level != "error" || logs[0].Message != "infer failed: internal" {
+		t.Errorf("logs = %+v", logs)
+	}
+	// The server still serves.
+	e.inf.fn = echoInferer
+	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -268,7 +269,7 @@ func New(o Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.requestID, s.securityHeaders, s.observe)
+	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
 	s.routes(e, o.MetricsPublic)
 	s.e = e
 	return s
@@ -383,7 +384,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		elapsed := time.Since(start)
 		s.metrics.observeRequest(route, c.Request().Method, status, elapsed)
-		s.reqLogger(c).Info("http request",
+		level := slog.LevelInfo
+		if route == "/healthz" || route == "/metrics" {
+			level = slog.LevelDebug // polled by monitors
+		}
+		s.reqLogger(c).Log(c.Request().Context(), level, "http request",
 			"method", c.Request().Method,
 			"route", route,
 			"status", status,
@@ -413,5 +418,22 @@ func (s *Server) uptime() int64 {
 	return int64(s.now().Sub(s.started) / time.Second)
 }
 
-// String names the server in logs.
-func (s *Server) String() string { return fmt.Sprintf("replyd api %s", s.version) }
+// recoverPanic turns a panic in a handler into an error (answered as 500
+// internal, with the stack in the log) so that the server and the request's
+// log entry survive it. http.ErrAbortHandler is re-raised: it means "abort".
+func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error { return callSafely(next, c) }
+}
+
+// callSafely calls next, converting a panic into an error.
+func callSafely(next echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return next(c)
+}
