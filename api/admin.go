@@ -105,6 +105,10 @@ type otpSendResponse struct {
 // an OTPTTL lifetime (replacing any earlier code) and delivers it through
 // the Notifier. Sends closer than OTPResendInterval give 429.
 func (s *Server) handleOTPSend(c echo.Context) error {
+	// One send at a time, so that two concurrent sends cannot both pass the
+	// throttle.
+	s.otpMu.Lock()
+	defer s.otpMu.Unlock()
 	now := s.now()
 	last, err := s.store.LastOTPIssued()
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -399,5 +401,78 @@ func TestDefaultSystemPromptContent(t *testing.T) {
 		if !strings.Contains(DefaultSystemPrompt, want) {
 			t.Errorf("DefaultSystemPrompt lacks %q", want)
 		}
+	}
+}
+
+// TestNoSecretsOrDialogInInfoLogs runs an inference with dialog and audio,
+// a key creation and an OTP login with the slog output captured at info
+// level, and checks that no dialog text, transcript, key, code or token
+// reaches it, and that every line carries a request id.
+func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	e := newEnv(t, func(o *Options) { o.Logger = logger })
+
+	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"c"}`))
+	var k struct {
+		APIKey string `json:"api_key"`
+	}
+	decode(t, rec, &k)
+	e.do(inferReq(t, k.APIKey, payloadPart(`{"user_id":"patient-77","messages":[{"role":"speaker","content":"How is your pain today?"}]}`), audioPart([]byte("RIFFaudio"))))
+	e.do(inferReq(t, k.APIKey, payloadPart(`{"messages":[{"role":"nurse","content":"Private words"}]}`)))
+	otpSend(e)
+	code := e.notifier.lastCode()
+	rec = otpVerify(e, code)
+	var s struct {
+		SessionToken string `json:"session_token"`
+	}
+	decode(t, rec, &s)
+
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, secret := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
+		if strings.Contains(out, secret) {
+			t.Errorf("info log contains %q", secret)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("only %d log lines", len(lines))
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"request_id":"`) {
+			t.Errorf("log line without request_id: %s", l)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	codes := make([]int, 10)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = otpSend(e).Code
+		}()
+	}
+	wg.Wait()
+	n := map[int]int{}
+	for _, c := range codes {
+		n[c]++
+	}
+	if n[200] != 1 || n[429] != 9 {
+		t.Errorf("statuses %v, want one 200 and nine 429", n)
 	}
 }

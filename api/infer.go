@@ -144,7 +144,7 @@ func (s *Server) handleInfer(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
 	}
-	if err := s.admit(key); err != nil {
+	if err := s.admit(c, key); err != nil {
 		return err
 	}
 	form, err := s.readInferForm(c.Request(), false)
@@ -186,7 +186,7 @@ func (s *Server) handleTry(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
-	if err := s.admit(key); err != nil {
+	if err := s.admit(c, key); err != nil {
 		return err
 	}
 	return s.runInfer(c, st, form)
@@ -194,7 +194,7 @@ func (s *Server) handleTry(c echo.Context) error {
 
 // admit checks the key's scope and rate limit, and records its use (at most
 // once a minute per key).
-func (s *Server) admit(key store.APIKey) error {
+func (s *Server) admit(c echo.Context, key store.APIKey) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
@@ -209,7 +209,7 @@ func (s *Server) admit(key store.APIKey) error {
 	}
 	if s.limiter.shouldTouch(key.Hash, now) {
 		if err := s.store.TouchKey(key.Hash, now); err != nil {
-			s.log.Warn("recording the key's last use failed", "error", err.Error())
+			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
 		}
 	}
 	return nil

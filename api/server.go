@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -214,6 +215,7 @@ type Server struct {
 	started  time.Time
 
 	limiter *rateLimiter
+	otpMu   sync.Mutex // serialises OTP sends
 	metrics *metrics
 	reg     *prometheus.Registry
 
