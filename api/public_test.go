@@ -2,8 +2,10 @@ package api
 
 import (
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
 )
 
@@ -186,6 +189,23 @@ func TestAdminPage(t *testing.T) {
 	req.Header.Set("If-None-Match", h.Get("ETag"))
 	if rec := e.do(req); rec.Code != http.StatusNotModified {
 		t.Errorf("If-None-Match: %d", rec.Code)
+	}
+
+	// Every embedded file is served with a type nosniff accepts.
+	err := fs.WalkDir(web.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rec := e.do(httptest.NewRequest("GET", "/admin/"+p, nil))
+		ct := rec.Header().Get("Content-Type")
+		want := map[string]string{".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}[path.Ext(p)]
+		if rec.Code != 200 || ct == "" || (want != "" && !strings.HasPrefix(ct, want)) {
+			t.Errorf("/admin/%s: %d %q", p, rec.Code, ct)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	for _, p := range []string{"/", "/admin"} {
