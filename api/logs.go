@@ -38,11 +38,12 @@ type statsBucket struct {
 }
 
 type statsResponse struct {
-	Since         time.Time     `json:"since"`
-	WindowSeconds int64         `json:"window_seconds"`
-	TotalRequests int           `json:"total_requests"`
-	ActiveUsers   int           `json:"active_users"`
-	Series        []statsBucket `json:"series,omitempty"`
+	Since         time.Time `json:"since"`
+	WindowSeconds int64     `json:"window_seconds"`
+	TotalRequests int       `json:"total_requests"`
+	ActiveUsers   int       `json:"active_users"`
+	// Series is present (possibly empty) exactly when bucket was given.
+	Series *[]statsBucket `json:"series,omitempty"`
 }
 
 // parseDuration accepts a Go duration ("15m", "1h30m", "24h") or a whole
@@ -180,10 +181,11 @@ func (s *Server) handleStats(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		out.Series = make([]statsBucket, 0, len(series))
+		list := make([]statsBucket, 0, len(series))
 		for _, sb := range series {
-			out.Series = append(out.Series, statsBucket{Start: sb.Start.UTC(), TotalRequests: sb.TotalRequests, ActiveUsers: sb.ActiveUsers})
+			list = append(list, statsBucket{Start: sb.Start.UTC(), TotalRequests: sb.TotalRequests, ActiveUsers: sb.ActiveUsers})
 		}
+		out.Series = &list
 	}
 	return c.JSON(http.StatusOK, out)
 }
