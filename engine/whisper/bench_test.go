@@ -53,7 +53,7 @@ func BenchmarkTranscribeJFK(b *testing.B) {
 				mel += tr.Mel
 				enc += tr.Encoder
 				dec += tr.Decoder
-				tokens += len(tr.Tokens) + 1 // the closing <|endoftext|> or the cap's last step
+				tokens += len(tr.Tokens)
 			}
 			b.StopTimer()
 			n := float64(b.N)
@@ -64,7 +64,7 @@ func BenchmarkTranscribeJFK(b *testing.B) {
 			b.ReportMetric(wall, "wall_s/op")
 			b.ReportMetric(mel.Seconds()*1000/n, "mel_ms/op")
 			b.ReportMetric(enc.Seconds()*1000/n, "encoder_ms/op")
-			b.ReportMetric(dec.Seconds()*1000/float64(tokens), "decoder_ms/token")
+			b.ReportMetric(dec.Seconds()*1000/float64(max(tokens, 1)), "decoder_ms/token")
 			b.ReportMetric(float64(tokens)/n, "tokens/op")
 			b.ReportMetric(wall/(float64(len(pcm))/SampleRate), "rtf")
 			b.ReportMetric(float64(m.Info().Bytes)/1e6, "weights_MB")
@@ -73,6 +73,50 @@ func BenchmarkTranscribeJFK(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkStagesJFK measures the CPU time of each stage of one jfk
+// window on one thread: on a shared machine CPU time is steadier than wall
+// time. The stages mirror whisper.cpp's timings: mel, encoder (including
+// the cross-attention K/V) and decoder per token.
+func BenchmarkStagesJFK(b *testing.B) {
+	dir := testdata.Whisper(b)
+	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
+	path := filepath.Join(b.TempDir(), "tiny-en-rand.bin")
+	if err := WriteModel(path, TinyENConfig()); err != nil {
+		b.Fatal(err)
+	}
+	m, err := Load(path, Options{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	var mel, enc, dec time.Duration
+	var tokens int
+	input := make([]float32, m.hp.NMels*windowFrames)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c0 := cpuTime()
+		spec := m.logMel(pcm)
+		c1 := cpuTime()
+		spec.window(0, input)
+		st := m.newDecState(m.encode(input))
+		c2 := cpuTime()
+		w, err := m.greedyWindow(context.Background(), st, 0, nil, -1, m.maxTok)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c3 := cpuTime()
+		mel += c1 - c0
+		enc += c2 - c1
+		dec += c3 - c2
+		tokens += len(w.tokens)
+	}
+	n := float64(b.N)
+	b.ReportMetric(mel.Seconds()*1000/n, "mel_cpu_ms/op")
+	b.ReportMetric(enc.Seconds()*1000/n, "encoder_cpu_ms/op")
+	b.ReportMetric(dec.Seconds()*1000/float64(tokens), "decoder_cpu_ms/token")
+	b.ReportMetric(float64(tokens)/n, "tokens/op")
 }
 
 // cpuTime returns the user and system CPU time this process has used.
@@ -106,4 +150,15 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkWriteDemoModel measures WriteDemoModel (it should take well
+// under a second).
+func BenchmarkWriteDemoModel(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "demo.bin")
+	for i := 0; i < b.N; i++ {
+		if err := WriteDemoModel(path); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -85,15 +85,19 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 	n := len(pcm)
 	nLen := (n + chunkSamples) / hopLength
 	nLenOrg := 1 + (n+melPadFront-nFFT)/hopLength
-	// Padded signal: 200 reflected samples, the audio, then zeros.
-	padded := make([]float64, melPadFront+n+chunkSamples+melPadFront)
-	for i := 0; i < melPadFront; i++ {
-		if 1+i < n {
-			padded[melPadFront-1-i] = float64(pcm[1+i])
+	// The padded signal is 200 reflected samples (p[199-i] = x[1+i]), the
+	// audio, then zeros; sample returns p[j] without building it.
+	sample := func(j int) float64 {
+		if j < melPadFront {
+			if k := melPadFront - j; k < n {
+				return float64(pcm[k])
+			}
+			return 0
 		}
-	}
-	for i, v := range pcm {
-		padded[melPadFront+i] = float64(v)
+		if k := j - melPadFront; k < n {
+			return float64(pcm[k])
+		}
+		return 0
 	}
 	hann := make([]float64, nFFT)
 	for k := range hann {
@@ -118,7 +122,6 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 			spec := make([]complex128, nFFT)
 			power := make([]float64, nBins)
 			mx := math.Inf(-1)
-			limit := n + melPadFront
 			for i := lo; i < hi; i++ {
 				if i >= nReal {
 					for j := 0; j < nMel; j++ {
@@ -129,11 +132,7 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 				}
 				off := i * hopLength
 				for k := 0; k < nFFT; k++ {
-					v := 0.0
-					if off+k < limit {
-						v = padded[off+k] * hann[k]
-					}
-					frame[k] = complex(v, 0)
+					frame[k] = complex(sample(off+k)*hann[k], 0)
 				}
 				plan.transform(frame, spec)
 				for k := 0; k < nBins; k++ {

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replyd/replyd/engine"
@@ -116,6 +117,7 @@ type Model struct {
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
+	waiting atomic.Int64  // transcriptions waiting for sem
 	mu      sync.Mutex
 	closed  bool
 }
@@ -311,7 +313,7 @@ func (m *Model) Status() engine.EngineStatus {
 	closed := m.closed
 	m.mu.Unlock()
 	st := engine.EngineStatus{Name: "stt", Model: m.path, Ready: !closed, Demo: m.opts.Demo, Backend: "cpu", LoadedAt: m.loaded,
-		QueueSize: len(m.sem)}
+		QueueSize: len(m.sem) + int(m.waiting.Load())}
 	if closed {
 		st.Error = "closed"
 	}

@@ -7,9 +7,10 @@ import (
 // scratch holds the buffers one transcription reuses; a Model runs one
 // transcription at a time, so it keeps one scratch.
 type scratch struct {
-	tmp    [][]float32 // per-thread row buffers for gemvRows
-	tile   []float32   // dequantised weight tile for large products
-	logits []float32   // textLogits' result
+	tmp    [][]float32  // per-thread row buffers for gemvRows
+	tile   []float32    // dequantised weight tile for large products
+	logits []float32    // textLogits' result
+	enc    [9][]float32 // encoder activations, reused window after window
 }
 
 // tileFloats is the size of the dequantised weight tile, in floats.
@@ -99,15 +100,24 @@ func addInto(dst, src []float32) {
 	}
 }
 
+// encBuf returns encoder scratch buffer i with n floats (contents stale).
+func (m *Model) encBuf(i, n int) []float32 {
+	if len(m.scr.enc[i]) < n {
+		m.scr.enc[i] = make([]float32, n)
+	}
+	return m.scr.enc[i][:n]
+}
+
 // encode runs the encoder on one window's log-mel input ([n_mels][3000])
-// and returns its output, [n_audio_ctx][d].
+// and returns its output, [n_audio_ctx][d], in a scratch buffer that the
+// next call overwrites.
 func (m *Model) encode(mel []float32) []float32 {
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
 	T := hp.NAudioCtx
 	T1 := 2 * T // frames after conv1
 	// conv1 (kernel 3, padding 1) as im2col · weightᵀ.
-	col := make([]float32, T1*nm*3)
+	col := m.encBuf(0, max(T1*nm*3, T*d*3))
 	parallel(m.threads, T1, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			c := col[t*nm*3 : (t+1)*nm*3]
@@ -123,14 +133,14 @@ func (m *Model) encode(mel []float32) []float32 {
 			}
 		}
 	})
-	h1 := make([]float32, T1*d)
+	h1 := m.encBuf(1, T1*d)
 	sgemmNT(T1, d, nm*3, col, nm*3, m.conv1w, nm*3, h1, d, false)
 	for t := 0; t < T1; t++ {
 		addInto(h1[t*d:(t+1)*d], m.conv1b)
 	}
 	gelu(h1)
 	// conv2 (kernel 3, padding 1, stride 2).
-	col = make([]float32, T*d*3)
+	col = col[:T*d*3]
 	parallel(m.threads, T, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			c := col[t*d*3 : (t+1)*d*3]
@@ -146,7 +156,7 @@ func (m *Model) encode(mel []float32) []float32 {
 			}
 		}
 	})
-	x := make([]float32, T*d)
+	x := m.encBuf(2, T*d)
 	sgemmNT(T, d, d*3, col, d*3, m.conv2w, d*3, x, d, false)
 	for t := 0; t < T; t++ {
 		addInto(x[t*d:(t+1)*d], m.conv2b)
@@ -154,13 +164,13 @@ func (m *Model) encode(mel []float32) []float32 {
 	gelu(x)
 	addInto(x, m.encPos[:T*d])
 
-	h := make([]float32, T*d)
-	q := make([]float32, T*d)
-	k := make([]float32, T*d)
-	v := make([]float32, T*d)
-	a := make([]float32, T*d)
-	ff := make([]float32, T*4*d)
-	scores := make([]float32, T*T)
+	h := m.encBuf(3, T*d)
+	q := m.encBuf(4, T*d)
+	k := m.encBuf(5, T*d)
+	v := m.encBuf(6, T*d)
+	a := m.encBuf(7, T*d)
+	ff := m.encBuf(8, T*4*d)
+	scores := m.encBuf(1, T*T) // h1 is no longer needed
 	nh := hp.NAudioHead
 	hd := d / nh
 	scale := float32(1 / math.Sqrt(float64(hd)))

@@ -51,9 +51,12 @@ type runResult struct {
 // multilingual model; empty or unknown means detect it on the first window.
 // English-only models ignore it.
 func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
+	m.waiting.Add(1)
 	select {
 	case m.sem <- struct{}{}:
+		m.waiting.Add(-1)
 	case <-ctx.Done():
+		m.waiting.Add(-1)
 		return engine.Transcript{}, engine.Errorf(engine.KindCanceled, ctx.Err(), "transcription canceled while queued")
 	}
 	defer func() { <-m.sem }()
