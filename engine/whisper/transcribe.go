@@ -44,7 +44,10 @@ type runResult struct {
 	decDur    time.Duration
 }
 
-// Transcribe turns 16 kHz mono samples into text. It waits for its turn
+// Transcribe turns 16 kHz mono samples into text. Empty input or samples
+// that are not finite give an error of kind engine.KindBadAudio; audio too
+// short for one window (under about 0.1 s) gives an empty transcript. It
+// waits for its turn
 // (one transcription at a time per Model) while honouring ctx, and stops
 // between windows and between tokens once ctx ends, returning an error of
 // kind engine.KindCanceled. opts.Language selects the language of a
@@ -62,6 +65,14 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	defer func() { <-m.sem }()
 	if m.isClosed() {
 		return engine.Transcript{}, engine.Errorf(engine.KindNotReady, nil, "the speech-to-text model is closed")
+	}
+	if len(pcm) == 0 {
+		return engine.Transcript{}, engine.Errorf(engine.KindBadAudio, nil, "the recording has no samples")
+	}
+	for _, v := range pcm {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return engine.Transcript{}, engine.Errorf(engine.KindBadAudio, nil, "the recording has samples that are not finite")
+		}
 	}
 	lang := -1
 	if opts.Language != "" {

@@ -123,6 +123,16 @@ func TestDemoModel(t *testing.T) {
 	if len(tr.Tokens) > DefaultMaxTokensPerWindow {
 		t.Fatalf("%d tokens from one window", len(tr.Tokens))
 	}
+	// Too short for a window: an empty transcript, not an error.
+	short, err := m.Transcribe(context.Background(), chirp(0.05), engine.TranscribeOptions{})
+	if err != nil || short.Text != "" || len(short.Tokens) != 0 {
+		t.Fatalf("50 ms of audio: %+v, %v", short, err)
+	}
+	for _, bad := range [][]float32{nil, {0, float32(math.NaN()), 0}} {
+		if _, err := m.Transcribe(context.Background(), bad, engine.TranscribeOptions{}); engine.KindOf(err) != engine.KindBadAudio {
+			t.Fatalf("bad samples %v: err = %v", bad, err)
+		}
+	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
