@@ -312,3 +312,26 @@ func TestSlaneyFiltersMatchReferenceModel(t *testing.T) {
 		t.Fatalf("filter bank differs from librosa's by %g", worst)
 	}
 }
+
+func TestFFTMatchesDFT(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{1, 2, 7, 12, 25, 30, 400} {
+		p := newFFTPlan(n)
+		x := make([]complex128, n)
+		for i := range x {
+			x[i] = complex(r.NormFloat64(), r.NormFloat64())
+		}
+		got := make([]complex128, n)
+		p.transform(x, got)
+		for k := 0; k < n; k++ {
+			var want complex128
+			for j := 0; j < n; j++ {
+				s, c := math.Sincos(-2 * math.Pi * float64(j*k%n) / float64(n))
+				want += x[j] * complex(c, s)
+			}
+			if d := want - got[k]; math.Hypot(real(d), imag(d)) > 1e-9*float64(n) {
+				t.Fatalf("n=%d: X[%d] = %v, want %v", n, k, got[k], want)
+			}
+		}
+	}
+}

@@ -23,11 +23,11 @@ type melSpec struct {
 type fftPlan struct {
 	n   int
 	tw  []complex128 // exp(-2πi k/n), k < n
-	buf []complex128 // scratch, 2n
+	buf []complex128 // scratch
 }
 
 func newFFTPlan(n int) *fftPlan {
-	p := &fftPlan{n: n, tw: make([]complex128, n), buf: make([]complex128, 2*n)}
+	p := &fftPlan{n: n, tw: make([]complex128, n), buf: make([]complex128, 4*n)}
 	for k := range p.tw {
 		s, c := math.Sincos(-2 * math.Pi * float64(k) / float64(n))
 		p.tw[k] = complex(c, s)
@@ -40,22 +40,41 @@ func (p *fftPlan) transform(x, out []complex128) {
 	p.rec(x, 1, out, len(x), p.buf)
 }
 
-// rec computes the DFT of the n values x[0], x[s], x[2s], ... into out,
-// splitting even lengths in two (radix 2) and doing odd lengths directly.
+// rec computes the DFT of the n values x[0], x[s], x[2s], ... into out
+// (mixed radix: radix 2 butterflies, other small factors by direct sums
+// over the sub-transforms, prime lengths directly). scratch holds 2n.
 func (p *fftPlan) rec(x []complex128, s int, out []complex128, n int, scratch []complex128) {
 	if n == 1 {
 		out[0] = x[0]
 		return
 	}
-	if n%2 != 0 {
-		step := p.n / n // twiddle stride for this length
+	step := p.n / n // twiddle stride for this length
+	if n%2 == 0 {
+		h := n / 2
+		even, odd := scratch[:h], scratch[h:n]
+		p.rec(x, 2*s, even, h, scratch[n:])
+		p.rec(x[s:], 2*s, odd, h, scratch[n:])
+		for k := 0; k < h; k++ {
+			t := p.tw[k*step] * odd[k]
+			out[k] = even[k] + t
+			out[k+h] = even[k] - t
+		}
+		return
+	}
+	f := 3
+	for n%f != 0 && f*f <= n {
+		f += 2
+	}
+	if n%f != 0 {
+		f = n // prime: a direct DFT
+	}
+	if f == n {
 		for k := 0; k < n; k++ {
 			var sum complex128
 			idx := 0
 			for j := 0; j < n; j++ {
 				sum += x[j*s] * p.tw[idx*step]
-				idx += k
-				if idx >= n {
+				if idx += k; idx >= n {
 					idx -= n
 				}
 			}
@@ -63,15 +82,22 @@ func (p *fftPlan) rec(x []complex128, s int, out []complex128, n int, scratch []
 		}
 		return
 	}
-	h := n / 2
-	even, odd := scratch[:h], scratch[h:n]
-	p.rec(x, 2*s, even, h, scratch[n:])
-	p.rec(x[s:], 2*s, odd, h, scratch[n:])
-	step := p.n / n
-	for k := 0; k < h; k++ {
-		t := p.tw[k*step] * odd[k]
-		out[k] = even[k] + t
-		out[k+h] = even[k] - t
+	m := n / f
+	sub := scratch[:n]
+	for r := 0; r < f; r++ {
+		p.rec(x[r*s:], f*s, sub[r*m:(r+1)*m], m, scratch[n:])
+	}
+	for k := 0; k < n; k++ {
+		kk := k % m
+		var sum complex128
+		idx := 0 // r·k mod n
+		for r := 0; r < f; r++ {
+			sum += p.tw[idx*step] * sub[r*m+kk]
+			if idx += k; idx >= n {
+				idx -= n
+			}
+		}
+		out[k] = sum
 	}
 }
 
@@ -109,6 +135,18 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 		nReal = nLen
 	}
 	floor := float32(math.Log10(minLogMelBase))
+	// Each filter is non-zero on a short run of bins: sum over that run.
+	fLo, fHi := make([]int, nMel), make([]int, nMel)
+	for j := 0; j < nMel; j++ {
+		for k, v := range filters[j*nBins : (j+1)*nBins] {
+			if v != 0 {
+				if fHi[j] == 0 {
+					fLo[j] = k
+				}
+				fHi[j] = k + 1
+			}
+		}
+	}
 	maxes := make([]float64, max(threads, 1))
 	for i := range maxes {
 		maxes[i] = math.Inf(-1)
@@ -142,8 +180,8 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 				for j := 0; j < nMel; j++ {
 					f := filters[j*nBins : (j+1)*nBins]
 					var s float64
-					for k, p := range power {
-						s += float64(f[k]) * p
+					for k := fLo[j]; k < fHi[j]; k++ {
+						s += float64(f[k]) * power[k]
 					}
 					l := math.Log10(math.Max(s, minLogMelBase))
 					out.data[j*nLen+i] = float32(l)
@@ -157,10 +195,10 @@ func computeLogMel(pcm []float32, filters []float32, nMel, nBins, threads int) *
 	for _, v := range maxes {
 		mx = math.Max(mx, v)
 	}
-	lo := float32(mx - 8)
+	clamp := float32(mx - 8)
 	for i, v := range out.data {
-		if v < lo {
-			v = lo
+		if v < clamp {
+			v = clamp
 		}
 		out.data[i] = (v + 4) / 4
 	}
