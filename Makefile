@@ -30,7 +30,7 @@ deps:
 
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/replyd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/replyd
 
 demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \

@@ -44,6 +44,7 @@ type Config struct {
 	TelegramChatID   string
 	TelegramAPIURL   string
 	NtfyURL          string
+	NtfyToken        string
 	GotifyURL        string
 	GotifyToken      string
 

@@ -197,7 +197,9 @@ func testWAV(t *testing.T) []byte {
 	buf.WriteString("RIFF")
 	binary.Write(&buf, binary.LittleEndian, uint32(36+2*n))
 	buf.WriteString("WAVEfmt ")
-	binary.Write(&buf, binary.LittleEndian, []any{uint32(16), uint16(1), uint16(1), uint32(rate), uint32(2 * rate), uint16(2), uint16(16)}...)
+	for _, v := range []any{uint32(16), uint16(1), uint16(1), uint32(rate), uint32(2 * rate), uint16(2), uint16(16)} {
+		binary.Write(&buf, binary.LittleEndian, v)
+	}
 	buf.WriteString("data")
 	binary.Write(&buf, binary.LittleEndian, uint32(2*n))
 	for i := 0; i < n; i++ {
@@ -265,7 +267,7 @@ func TestEndToEnd(t *testing.T) {
 		"REPLYD_OTP_CHANNEL":     "webhook",
 		"REPLYD_OTP_WEBHOOK_URL": rcv.srv.URL,
 		"REPLYD_THREADS":         "1",
-		"REPLYD_LLM_CONTEXT":     "512",
+		"REPLYD_LLM_CONTEXT":     "2048",
 	}
 	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
@@ -290,7 +292,7 @@ func TestEndToEnd(t *testing.T) {
 	body, ct := inferBody(t, `{"messages":[{"role":"speaker","content":"Would you like some tea?"}],"options":{"max_candidates":3}}`, nil)
 	st, _, b := p.do("POST", "/v1/infer", map[string]string{"X-API-KEY": apiKey}, body, ct)
 	if st != 200 {
-		t.Fatalf("infer without audio: %d %s", st, b)
+		t.Fatalf("infer without audio: %d %s\n%s", st, b, p.out())
 	}
 	var res struct {
 		Transcript *string  `json:"transcript"`
