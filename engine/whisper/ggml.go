@@ -330,6 +330,9 @@ func (hp *HParams) validate() error {
 	if hp.NAudioState%hp.NAudioHead != 0 || hp.NTextState%hp.NTextHead != 0 {
 		return fmt.Errorf("state width is not a multiple of the head count")
 	}
+	if hp.NAudioCtx != windowFrames/2 {
+		return fmt.Errorf("n_audio_ctx = %d, want %d (30 s windows)", hp.NAudioCtx, windowFrames/2)
+	}
 	if hp.NAudioState != hp.NTextState {
 		return fmt.Errorf("n_audio_state %d differs from n_text_state %d", hp.NAudioState, hp.NTextState)
 	}

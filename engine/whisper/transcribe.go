@@ -44,15 +44,21 @@ type runResult struct {
 	decDur    time.Duration
 }
 
-// Transcribe turns 16 kHz mono samples into text. Empty input or samples
-// that are not finite give an error of kind engine.KindBadAudio; audio too
-// short for one window (under about 0.1 s) gives an empty transcript. It
-// waits for its turn
-// (one transcription at a time per Model) while honouring ctx, and stops
-// between windows and between tokens once ctx ends, returning an error of
-// kind engine.KindCanceled. opts.Language selects the language of a
-// multilingual model; empty or unknown means detect it on the first window.
-// English-only models ignore it.
+// Transcribe turns 16 kHz mono samples into text. It is safe for
+// concurrent use: one transcription runs at a time per Model, and a caller
+// waiting for its turn gives up when ctx ends. A running transcription stops
+// between windows and between tokens once ctx ends. Such cancellations
+// return an error of kind engine.KindCanceled; empty input or samples that
+// are not finite give engine.KindBadAudio; a closed Model gives
+// engine.KindNotReady. Audio too short for one window (under about 0.1 s)
+// gives an empty transcript, and so does a window that the no-speech rule
+// silences.
+//
+// opts.Language selects the language of a multilingual model; empty, "auto"
+// or an unknown code means detect it on the first window. English-only
+// models ignore it. The Transcript carries the text tokens (ids below
+// <|endoftext|>) of the windows that produced text, the language used, and
+// the time spent in the mel, encoder and decoder stages.
 func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
 	m.waiting.Add(1)
 	select {
@@ -75,7 +81,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		}
 	}
 	lang := -1
-	if opts.Language != "" {
+	if opts.Language != "" && opts.Language != "auto" {
 		if lang = langID(opts.Language); lang < 0 {
 			m.log.Warn("unknown transcription language, detecting instead", "language", opts.Language)
 		}
