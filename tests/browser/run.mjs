@@ -592,6 +592,8 @@ async function main() {
       await page.selectOption('#logs-stream', 'infer');
       const ours = page.locator(`#logs-table tbody tr[data-stream="infer"] td[title="${tryHash}"]`);
       await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
+      const line = await page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first().textContent();
+      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line), `infer line "${line}"`);
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');
       await page.selectOption('#logs-level', 'info');

@@ -30,14 +30,14 @@ function render(items) {
     const revokedAt = timeEl(k.RevokedAt);
     return h('tr', { 'data-hash': k.APIKeyHash, 'data-client': k.ClientID, class: active ? '' : 'dim' },
       h('th', { scope: 'row', text: k.ClientID || '(none)' }),
-      h('td', {},
+      h('td', { 'data-label': 'Status' },
         h('span', { class: `badge ${active ? 'ok' : 'bad'}`, text: k.Status }),
         revokedAt ? h('span', { class: 'hint block' }, 'at ', revokedAt) : ''),
-      h('td', { text: (k.Scopes || []).join(', ') || '–' }),
-      h('td', { class: 'num', text: k.RateLimitPerMinute ?? '–' }),
-      h('td', {}, timeEl(k.CreatedAt)),
-      h('td', { class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
-      h('td', {}, active
+      h('td', { 'data-label': 'Scopes', text: (k.Scopes || []).join(', ') || '–' }),
+      h('td', { 'data-label': 'Per minute', class: 'num', text: k.RateLimitPerMinute === 0 ? 'no limit' : k.RateLimitPerMinute ?? '–' }),
+      h('td', { 'data-label': 'Created' }, timeEl(k.CreatedAt)),
+      h('td', { 'data-label': 'Key hash', class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
+      h('td', { class: 'actions' }, active
         ? h('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke key ${k.ClientID}`, text: 'Revoke', onclick: () => revoke(k) })
         : ''),
     );

@@ -39,12 +39,12 @@ async function load() {
 
 function render(items) {
   const rows = items.map((e) => h('tr', { 'data-stream': e.stream_name, 'data-level': e.level },
-    h('td', { class: 'nowrap' }, timeEl(e.timestamp)),
-    h('td', {}, h('span', { class: `badge lvl-${e.level}`, text: e.level })),
-    h('td', { text: e.stream_name || '' }),
-    h('td', { class: 'wrap' }, e.message || '',
+    h('td', { 'data-label': 'Time', class: 'nowrap' }, timeEl(e.timestamp)),
+    h('td', { 'data-label': 'Level' }, h('span', { class: `badge lvl-${e.level}`, text: e.level })),
+    h('td', { 'data-label': 'Stream', text: e.stream_name || '' }),
+    h('td', { 'data-label': 'Message', class: 'wrap' }, e.message || '',
       e.status ? h('span', { class: 'hint block', text: `HTTP ${e.status}${e.latency_ms ? `, ${e.latency_ms} ms` : ''}` }) : ''),
-    h('td', { class: 'mono', title: e.resource_id || '' },
+    h('td', { 'data-label': 'Resource', class: 'mono', title: e.resource_id || '' },
       e.resource_type ? `${e.resource_type} ${shortHash(e.resource_id)}` : ''),
   ));
   if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 5, text: 'No entries match.' })));
