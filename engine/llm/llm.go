@@ -47,6 +47,12 @@ const (
 )
 
 // Options configures Open. Zero values take the documented defaults.
+//
+// Memory: llama.cpp allocates the KV cache of every sequence up front, each
+// ContextPerSeq tokens long. There are MaxCandidates candidate sequences plus
+// the dialog prefix cache, which gets PrefixCacheMiB divided by one
+// sequence's KV size (at least 1, at most 32 dialogs). For Qwen2.5-0.5B at
+// 4096 tokens a sequence takes 48 MiB.
 type Options struct {
 	ModelPath      string
 	ContextPerSeq  int    // tokens per sequence, default 4096
@@ -390,11 +396,10 @@ func (e *Engine) loop() {
 		e.mu.Unlock()
 
 		gen, err := e.serve(j)
-		j.res <- jobResult{gen: gen, err: err}
-
 		e.mu.Lock()
 		e.running = false
 		e.mu.Unlock()
+		j.res <- jobResult{gen: gen, err: err}
 	}
 }
 
