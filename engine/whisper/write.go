@@ -22,7 +22,9 @@ type ModelConfig struct {
 	NTextHead   int
 	NTextLayer  int
 	NMels       int
-	// WeightType of the linear layers and the token embedding: "f32" or "f16".
+	// WeightType of the linear layers and the token embedding: "f32", "f16",
+	// "q4_0", "q4_1", "q5_0", "q5_1" or "q8_0" (quantised from the
+	// F16-rounded draws, as whisper.cpp's quantize tool does).
 	WeightType string
 	// Seed seeds the PCG generator (seed, 0x5157) that draws every weight.
 	Seed uint64
@@ -62,8 +64,21 @@ func WriteModel(path string, cfg ModelConfig) error {
 		wt, hp.FType = typeF32, 0
 	case "f16", "":
 		hp.FType = 1
+	case "q4_0":
+		wt, hp.FType = typeQ4_0, 2002
+	case "q4_1":
+		wt, hp.FType = typeQ4_1, 2003
+	case "q5_0":
+		wt, hp.FType = typeQ5_0, 2008
+	case "q5_1":
+		wt, hp.FType = typeQ5_1, 2009
+	case "q8_0":
+		wt, hp.FType = typeQ8_0, 2007
 	default:
-		return fmt.Errorf("whisper: WriteModel: weight type %q is not f32 or f16", cfg.WeightType)
+		return fmt.Errorf("whisper: WriteModel: unknown weight type %q", cfg.WeightType)
+	}
+	if wt != typeF32 && wt != typeF16 && (hp.NAudioState%32 != 0 || hp.NTextState%32 != 0) {
+		return fmt.Errorf("whisper: WriteModel: quantised weights need a state width that is a multiple of 32")
 	}
 	if err := hp.validate(); err != nil {
 		return fmt.Errorf("whisper: WriteModel: %w", err)
@@ -212,24 +227,44 @@ func (w *modelWriter) tensor(name string, typ ggmlType, ne []int, std, mean floa
 	w.w.WriteString(name)
 	rowLen := ne[0]
 	out := make([]byte, 0, 4*rowLen)
+	row := make([]float32, rowLen)
 	for r := 0; r < n/rowLen; r++ {
 		sc := 1.0
 		if rowScale != nil {
 			sc = rowScale(r)
 		}
 		out = out[:0]
-		for i := 0; i < rowLen; i++ {
-			v := float32((mean + std*w.rng.NormFloat64()) * sc)
-			if typ == typeF16 {
-				out = binary.LittleEndian.AppendUint16(out, f32ToF16(v))
-			} else {
+		for i := range row {
+			row[i] = float32((mean + std*w.rng.NormFloat64()) * sc)
+		}
+		switch typ {
+		case typeF32:
+			for _, v := range row {
 				out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
 			}
+		case typeF16:
+			for _, v := range row {
+				out = binary.LittleEndian.AppendUint16(out, f32ToF16(v))
+			}
+		default:
+			for i, v := range row {
+				row[i] = halfBits(f32ToF16(v))
+			}
+			out = quantizeRow(out, typ, row)
 		}
 		if _, err := w.w.Write(out); err != nil && w.err == nil {
 			w.err = err
 		}
 	}
+}
+
+// halfBits returns the float32 value of an IEEE half.
+func halfBits(h uint16) float32 {
+	var b [2]byte
+	var f [1]float32
+	binary.LittleEndian.PutUint16(b[:], h)
+	f16ToF32(b[:], f[:])
+	return f[0]
 }
 
 // f32ToF16 rounds a float32 to the nearest IEEE half (ties to even).
