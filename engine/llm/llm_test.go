@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -509,4 +510,33 @@ func TestCloseRejects(t *testing.T) {
 	if st := e.Status(); st.Ready {
 		t.Errorf("status after Close = %+v", st)
 	}
+}
+
+func TestLlamaLogsGoToSlog(t *testing.T) {
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := openDemo(t, Options{Logger: logger})
+	e.Close()
+	out := buf.String()
+	if !strings.Contains(out, "component=llama.cpp") || !strings.Contains(out, "language model loaded") {
+		t.Errorf("llama.cpp's log lines did not reach the slog logger:\n%.2000s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the C log callback's threads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
