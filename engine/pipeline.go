@@ -60,9 +60,14 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 
+	profile := req.Profile
+	if profile.Language == "" {
+		// Reply in the language the partner spoke when the payload does not say.
+		profile.Language = res.TranscriptLanguage
+	}
 	gen, err := p.LLM.Generate(ctx, GenerateRequest{
 		SystemPrompt: req.SystemPrompt,
-		Profile:      req.Profile,
+		Profile:      profile,
 		Messages:     msgs,
 		DialogID:     req.DialogID,
 		N:            req.MaxCandidates,
@@ -77,6 +82,13 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		return res, wrapEngineErr(err, KindLLM, "reply generation failed")
 	}
 	res.Candidates = gen.Candidates
+	// A candidate's language is the one the reply was asked in: the payload's
+	// language, else the language the recording was transcribed in.
+	for i := range res.Candidates {
+		if res.Candidates[i].Language == "" {
+			res.Candidates[i].Language = profile.Language
+		}
+	}
 	return res, nil
 }
 

@@ -1,0 +1,166 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/whisper"
+)
+
+// recordingLLM passes requests to the real engine and keeps the last one, so
+// the test can see what the pipeline asked for.
+type recordingLLM struct {
+	engine.Generator
+	mu   sync.Mutex
+	last engine.GenerateRequest
+}
+
+func (r *recordingLLM) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
+	r.mu.Lock()
+	r.last = req
+	r.mu.Unlock()
+	return r.Generator.Generate(ctx, req)
+}
+
+var (
+	once    sync.Once
+	stt     *whisper.Model
+	lm      *llm.Engine
+	loadErr error
+)
+
+// engines loads the demo models once for all tests of this file.
+func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
+	t.Helper()
+	once.Do(func() {
+		dir, err := tempDir()
+		if err != nil {
+			loadErr = err
+			return
+		}
+		wp, lp := filepath.Join(dir, "whisper-demo.bin"), filepath.Join(dir, "llm-demo.gguf")
+		if loadErr = whisper.WriteDemoModel(wp); loadErr != nil {
+			return
+		}
+		if loadErr = llm.WriteDemoModel(lp); loadErr != nil {
+			return
+		}
+		if stt, loadErr = whisper.Load(wp, whisper.Options{Threads: 1, Demo: true}); loadErr != nil {
+			return
+		}
+		lm, loadErr = llm.Open(llm.Options{ModelPath: lp, ContextPerSeq: 2048, Threads: 1, QueueSize: 4, MaxReplyTokens: 8, MaxCandidates: 4, Demo: true})
+	})
+	if loadErr != nil {
+		t.Fatal(loadErr)
+	}
+	return stt, lm
+}
+
+// wav16k encodes seconds of a voiced tone as 16-bit mono 16 kHz WAV.
+func wav16k(seconds float64) []byte {
+	n := int(seconds * 16000)
+	var b bytes.Buffer
+	w := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("RIFF")
+	w(uint32(36 + 2*n))
+	b.WriteString("WAVEfmt ")
+	w(uint32(16))
+	w(uint16(1))
+	w(uint16(1))
+	w(uint32(16000))
+	w(uint32(32000))
+	w(uint16(2))
+	w(uint16(16))
+	b.WriteString("data")
+	w(uint32(2 * n))
+	for i := 0; i < n; i++ {
+		w(int16(8000 * math.Sin(2*math.Pi*220*float64(i)/16000)))
+	}
+	return b.Bytes()
+}
+
+func TestPipelineTranscriptFillsMarkedMessage(t *testing.T) {
+	s, l := engines(t)
+	rec := &recordingLLM{Generator: l}
+	p := &engine.Pipeline{Decode: audio.Decode, STT: s, LLM: rec, MaxAudio: 10 * time.Second}
+	res, err := p.Infer(context.Background(), engine.Request{
+		Messages: []engine.Message{
+			{Role: engine.RoleDisabledPerson, Content: "Hello."},
+			{Role: engine.RoleSpeaker, Audio: true},
+		},
+		Audio:         wav16k(2),
+		MaxCandidates: 2, Temperature: 0.7, Seed: 7, SystemPrompt: "Reply as me.",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.HasTranscript || res.AudioSeconds != 2 || len(res.Candidates) == 0 {
+		t.Fatalf("result: %+v", res)
+	}
+	got := rec.last.Messages
+	if len(got) != 2 || got[1].Content != res.Transcript || got[0].Content != "Hello." || rec.last.SystemPrompt != "Reply as me." {
+		t.Fatalf("the LLM got %+v, transcript %q", rec.last, res.Transcript)
+	}
+	if res.TranscriptLanguage == "" || rec.last.Profile.Language != res.TranscriptLanguage {
+		t.Fatalf("reply language %q, transcript language %q", rec.last.Profile.Language, res.TranscriptLanguage)
+	}
+	for _, c := range res.Candidates {
+		if c.Language != res.TranscriptLanguage {
+			t.Fatalf("candidate language %q", c.Language)
+		}
+	}
+	if res.Timings.Decode <= 0 || res.Timings.STT <= 0 || res.Timings.Total < res.Timings.STT {
+		t.Fatalf("timings %+v", res.Timings)
+	}
+}
+
+func TestPipelineErrorKinds(t *testing.T) {
+	s, l := engines(t)
+	p := &engine.Pipeline{Decode: audio.Decode, STT: s, LLM: l, MaxAudio: time.Second}
+	msgs := []engine.Message{{Role: engine.RoleSpeaker, Audio: true}}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name  string
+		ctx   context.Context
+		audio []byte
+		want  engine.Kind
+	}{
+		{"garbage", context.Background(), []byte("this is not audio at all, just text"), engine.KindUnsupportedAudio},
+		{"empty", context.Background(), []byte{}, engine.KindBadAudio},
+		{"too long", context.Background(), wav16k(2), engine.KindAudioTooLong},
+		{"truncated", context.Background(), wav16k(0.5)[:30], engine.KindUnsupportedAudio},
+		{"canceled", canceled, wav16k(0.5), engine.KindCanceled},
+	}
+	for _, c := range cases {
+		_, err := p.Infer(c.ctx, engine.Request{Messages: msgs, Audio: c.audio, MaxCandidates: 1})
+		if got := engine.KindOf(err); got != c.want {
+			t.Errorf("%s: kind %d (%v), want %d", c.name, got, err, c.want)
+		}
+	}
+}
+
+func TestPipelineWithoutAudio(t *testing.T) {
+	_, l := engines(t)
+	p := &engine.Pipeline{Decode: audio.Decode, STT: nil, LLM: l, MaxAudio: time.Second}
+	res, err := p.Infer(context.Background(), engine.Request{
+		Messages:      []engine.Message{{Role: engine.RoleSpeaker, Content: "Tea?"}},
+		Profile:       engine.Profile{Language: "de"},
+		MaxCandidates: 2, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HasTranscript || res.Transcript != "" || len(res.Candidates) == 0 || res.Candidates[0].Language != "de" {
+		t.Fatalf("result %+v", res)
+	}
+}
