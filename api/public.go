@@ -24,11 +24,15 @@ import (
 type engineReadiness struct {
 	Name  string `json:"name"`
 	Ready bool   `json:"ready"`
+	Demo  bool   `json:"demo"`
 }
 
 type healthResponse struct {
-	Status  string            `json:"status"`
-	Engines []engineReadiness `json:"engines"`
+	Status string `json:"status"`
+	// DemoModels is true when a generated random-weight demo model is in
+	// use: the service works, but its replies and transcripts are gibberish.
+	DemoModels bool              `json:"demo_models"`
+	Engines    []engineReadiness `json:"engines"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
@@ -39,7 +43,8 @@ func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
 	if s.health != nil {
 		for _, e := range s.health.Engines() {
-			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready})
+			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready, Demo: e.Demo})
+			out.DemoModels = out.DemoModels || e.Demo
 			if !e.Ready {
 				if e.Error != "" {
 					out.Status = "error"

@@ -20,20 +20,23 @@ import (
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)
 	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 200, `{"status":"ok","engines":[{"name":"llm","ready":true},{"name":"stt","ready":true}]}`)
+	wantJSON(t, rec, 200, `{"status":"ok","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+
+	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}]}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
 	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 503, `{"status":"loading","engines":[{"name":"llm","ready":false},{"name":"stt","ready":true}]}`)
+	wantJSON(t, rec, 503, `{"status":"loading","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
 	if rec.Header().Get("Retry-After") != "5" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
 	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","engines":[{"name":"llm","ready":false},{"name":"stt","ready":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}]}`)
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
-	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","engines":[]}`)
+	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[]}`)
 }
 
 func TestStatus(t *testing.T) {
