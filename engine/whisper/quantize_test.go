@@ -108,3 +108,67 @@ func meanStdF(x []float32) (float64, float64) {
 	}
 	return mean, math.Sqrt(sq / float64(len(x)))
 }
+
+// TestWriteModelReproducesReference regenerates every shared model from its
+// generator parameters (seed, EOT row scale, weight type) and compares the
+// tensors and the vocabulary byte for byte; the filter bank, which the
+// reference took from librosa, within 1e-6.
+func TestWriteModelReproducesReference(t *testing.T) {
+	dir := testdata.Whisper(t)
+	var man struct {
+		Models []struct {
+			File       string  `json:"file"`
+			WeightType string  `json:"weight_type"`
+			HParams    HParams `json:"hparams"`
+			Generator  struct {
+				Seed        uint64  `json:"seed"`
+				EOTRowScale float64 `json:"eot_row_scale"`
+			} `json:"generator"`
+		} `json:"models"`
+	}
+	readJSON(t, filepath.Join(dir, "reference", "manifest.json"), &man)
+	for _, mi := range man.Models {
+		hp := mi.HParams
+		cfg := ModelConfig{NVocab: hp.NVocab, NAudioCtx: hp.NAudioCtx, NAudioState: hp.NAudioState, NAudioHead: hp.NAudioHead,
+			NAudioLayer: hp.NAudioLayer, NTextCtx: hp.NTextCtx, NTextState: hp.NTextState, NTextHead: hp.NTextHead,
+			NTextLayer: hp.NTextLayer, NMels: hp.NMels, WeightType: mi.WeightType, Seed: mi.Generator.Seed,
+			EOTRowScale: mi.Generator.EOTRowScale}
+		path := filepath.Join(t.TempDir(), mi.File)
+		if err := WriteModel(path, cfg); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readGGMLFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := readGGMLFile(filepath.Join(dir, "models", mi.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.hp != want.hp {
+			t.Errorf("%s: hparams %+v, want %+v", mi.File, got.hp, want.hp)
+		}
+		if len(got.vocab) != len(want.vocab) {
+			t.Fatalf("%s: %d tokens, want %d", mi.File, len(got.vocab), len(want.vocab))
+		}
+		for i := range want.vocab {
+			if !bytes.Equal(got.vocab[i], want.vocab[i]) {
+				t.Fatalf("%s: token %d is %q, want %q", mi.File, i, got.vocab[i], want.vocab[i])
+			}
+		}
+		for i := range want.filters {
+			if math.Abs(float64(got.filters[i]-want.filters[i])) > 1e-6 {
+				t.Fatalf("%s: filter value %d is %g, want %g", mi.File, i, got.filters[i], want.filters[i])
+			}
+		}
+		if len(got.order) != len(want.order) {
+			t.Fatalf("%s: %d tensors, want %d", mi.File, len(got.order), len(want.order))
+		}
+		for i, name := range want.order {
+			g, w := got.tensors[name], want.tensors[name]
+			if got.order[i] != name || g == nil || g.typ != w.typ || !bytes.Equal(g.data, w.data) {
+				t.Errorf("%s: tensor %d %s differs from the reference", mi.File, i, name)
+			}
+		}
+	}
+}

@@ -235,7 +235,10 @@ func (w *modelWriter) tensor(name string, typ ggmlType, ne []int, std, mean floa
 		}
 		out = out[:0]
 		for i := range row {
-			row[i] = float32((mean + std*w.rng.NormFloat64()) * sc)
+			row[i] = float32(mean + std*w.rng.NormFloat64())
+			if sc != 1 {
+				row[i] *= float32(sc)
+			}
 		}
 		switch typ {
 		case typeF32:
