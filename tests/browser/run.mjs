@@ -237,9 +237,30 @@ async function checkContrast(where) {
   check(bad.length === 0, `${where}: text below WCAG AA contrast:\n${bad.join('\n')}`);
 }
 
+// The request each view makes to fill itself.
+const viewData = {
+  status: '/v1/admin/status', keys: '/v1/admin/keys', prompt: '/v1/admin/system-prompt/history',
+  logs: '/v1/admin/logs', stats: '/v1/admin/stats', try: '/v1/admin/keys',
+};
+
+/** Waits for the next answer to path (and query) and for the page to draw it. */
+async function answered(path, query, action) {
+  const [resp] = await Promise.all([
+    page.waitForResponse((r) => {
+      const u = new URL(r.url());
+      return u.pathname === path && Object.entries(query || {}).every(([k, v]) => (u.searchParams.get(k) || '') === v);
+    }),
+    action(),
+  ]);
+  await resp.finished();
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  return resp;
+}
+
+/** Opens a view from the navigation and waits until its data is drawn. */
 async function go(view) {
-  await page.click(`#nav a[href="#/${view}"]`);
-  await until(() => page.isVisible(`#view-${view}`), `the ${view} view`);
+  await answered(viewData[view], null, () => page.click(`#nav a[href="#/${view}"]`));
+  check(await page.isVisible(`#view-${view}`), `the ${view} view is not shown`);
 }
 
 async function apiJSON(base, method, p, headers = {}, body) {
@@ -513,8 +534,6 @@ async function main() {
 
     await step('prompt: save two new versions, then restore the first', async () => {
       await go('prompt');
-      await until(async () => (await page.textContent('#prompt-version')) !== '' , 'the prompt');
-      await page.waitForLoadState('networkidle');
       const v0 = (await page.textContent('#prompt-version')).trim();
       const textA = `You suggest short, kind replies for an AAC user. (e2e A ${nonce})`;
       const textB = `Offer three brief answers in the user's own voice. (e2e B ${nonce})`;
@@ -589,19 +608,18 @@ async function main() {
 
     await step('logs: the infer line appears; level and stream filters and auto-refresh work', async () => {
       await go('logs');
-      await page.selectOption('#logs-stream', 'infer');
+      await answered('/v1/admin/logs', { stream: 'infer' }, () => page.selectOption('#logs-stream', 'infer'));
       const ours = page.locator(`#logs-table tbody tr[data-stream="infer"] td[title="${tryHash}"]`);
       await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
       const line = await page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first().textContent();
       check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line), `infer line "${line}"`);
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');
-      await page.selectOption('#logs-level', 'info');
-      await page.waitForLoadState('networkidle');
+      await answered('/v1/admin/logs', { level: 'info', stream: 'infer' }, () => page.selectOption('#logs-level', 'info'));
       const levels = await page.$$eval('#logs-table tbody tr[data-level]', (trs) => [...new Set(trs.map((t) => t.dataset.level))]);
-      check(levels.every((l) => l === 'info'), `levels shown with the info filter: ${levels}`);
-      await page.selectOption('#logs-level', '');
-      await page.selectOption('#logs-window', '15m');
+      equal(levels.join(','), 'info', 'levels shown with the info filter');
+      await answered('/v1/admin/logs', { level: '' }, () => page.selectOption('#logs-level', ''));
+      await answered('/v1/admin/logs', { window: '15m' }, () => page.selectOption('#logs-window', '15m'));
       await until(async () => (await ours.count()) >= 1, 'the line within 15 minutes');
       const meta1 = await page.textContent('#logs-meta');
       await page.check('#logs-auto');
@@ -635,7 +653,6 @@ async function main() {
       await page.setViewportSize(PHONE);
       for (const v of ['status', 'keys', 'prompt', 'logs', 'stats', 'try']) {
         await go(v);
-        await page.waitForLoadState('networkidle');
         const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
         check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
         await shot(`10-${v}-phone`);
