@@ -450,7 +450,11 @@ func TestConformanceGreedy(t *testing.T) {
 						t.Errorf("G2 %s: step %d differs (ours %v, reference %v) at a reference margin of %.4g σ ≥ %.3g σ",
 							where, i, w.tokens[min(i, len(w.tokens)-1)], rw.Tokens[i], margin/sw, tol.m)
 					} else {
-						divergences = append(divergences, fmt.Sprintf("%s step %d at %.4fσ", where, i, margin/sw))
+						ours := "-"
+						if i < len(w.margins) {
+							ours = fmt.Sprintf("%.4fσ", float64(w.margins[i])/sw)
+						}
+						divergences = append(divergences, fmt.Sprintf("%s step %d at %.4fσ (ours %s)", where, i, margin/sw, ours))
 					}
 					compare = false
 				}

@@ -338,6 +338,7 @@ func (m *Model) Close() error {
 		}
 	}
 	m.owned = nil
+	m.scr.free()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package whisper
 
 import (
 	"math"
+	"unsafe"
 )
 
 // scratch holds the buffers one transcription reuses; a Model runs one
@@ -11,6 +12,40 @@ type scratch struct {
 	tile   []float32    // dequantised weight tile for large products
 	logits []float32    // textLogits' result
 	enc    [9][]float32 // encoder activations, reused window after window
+	dec    *decState    // the decoder state, reused window after window
+	// owned is the C memory behind enc and dec, freed by free. Keeping these
+	// large buffers outside the Go heap keeps the collector's heap goal (and
+	// so the peak RSS) small.
+	owned [][]byte
+}
+
+// floats returns n float32s of C memory owned by s (Go memory when malloc
+// fails). Its contents are undefined.
+func (s *scratch) floats(n int) []float32 {
+	b := cAlloc(int64(n) * 4)
+	if b == nil {
+		return make([]float32, n)
+	}
+	s.owned = append(s.owned, b)
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+// halves is floats for IEEE halves.
+func (s *scratch) halves(n int) []uint16 {
+	b := cAlloc(int64(n) * 2)
+	if b == nil {
+		return make([]uint16, n)
+	}
+	s.owned = append(s.owned, b)
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), n)
+}
+
+// free releases the C memory of s and forgets its buffers.
+func (s *scratch) free() {
+	for _, b := range s.owned {
+		cFree(b)
+	}
+	*s = scratch{}
 }
 
 // tileFloats is the size of the dequantised weight tile, in floats.
@@ -103,7 +138,7 @@ func addInto(dst, src []float32) {
 // encBuf returns encoder scratch buffer i with n floats (contents stale).
 func (m *Model) encBuf(i, n int) []float32 {
 	if len(m.scr.enc[i]) < n {
-		m.scr.enc[i] = make([]float32, n)
+		m.scr.enc[i] = m.scr.floats(n)
 	}
 	return m.scr.enc[i][:n]
 }
@@ -211,24 +246,31 @@ type decState struct {
 	ck, cv [][]uint16  // per layer, [n_audio_ctx][d], F16
 }
 
-// newDecState computes the cross-attention keys and values of enc.
+// newDecState computes the cross-attention keys and values of enc (an
+// encode result) into the Model's one decoder state and returns it, with an
+// empty self-attention cache. The previous state returned is overwritten.
 func (m *Model) newDecState(enc []float32) *decState {
 	hp := m.hp
 	d, T := hp.NTextState, hp.NAudioCtx
-	st := &decState{}
-	tmp := make([]float32, T*d)
+	st := m.scr.dec
+	if st == nil {
+		st = &decState{}
+		for range m.dec {
+			st.ck = append(st.ck, m.scr.halves(T*d))
+			st.cv = append(st.cv, m.scr.halves(T*d))
+			st.k = append(st.k, m.scr.floats(hp.NTextCtx*d))
+			st.v = append(st.v, m.scr.floats(hp.NTextCtx*d))
+		}
+		m.scr.dec = st
+	}
+	st.n = 0
+	tmp := m.encBuf(3, T*d) // the encoder's h, free once it has finished
 	for l := range m.dec {
 		b := &m.dec[l]
-		ck := make([]uint16, T*d)
-		cv := make([]uint16, T*d)
 		m.linear(tmp, enc, T, b.cross.k, nil)
-		toF16(tmp, ck)
+		toF16(tmp, st.ck[l])
 		m.linear(tmp, enc, T, b.cross.v, b.cross.vb)
-		toF16(tmp, cv)
-		st.ck = append(st.ck, ck)
-		st.cv = append(st.cv, cv)
-		st.k = append(st.k, make([]float32, hp.NTextCtx*d))
-		st.v = append(st.v, make([]float32, hp.NTextCtx*d))
+		toF16(tmp, st.cv[l])
 	}
 	return st
 }

@@ -25,8 +25,8 @@ const (
 type windowResult struct {
 	seek         int
 	prompt       []int
-	tokens       []int // sampled tokens, ending in eot when the window ended on it
-	logits       [][2]float32
+	tokens       []int     // sampled tokens, ending in eot when the window ended on it
+	margins      []float32 // per token: picked logit minus the best other allowed logit
 	avgLogprob   float64
 	noSpeechProb float64 // softmax of the logits at the sot position, at <|nospeech|>
 	text         []byte
@@ -263,7 +263,7 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, contex
 		// log-softmax over the allowed ids at the picked one.
 		sumLogprob -= math.Log(sumExp(allowed, bestLogit))
 		w.tokens = append(w.tokens, best)
-		w.logits = append(w.logits, [2]float32{bestLogit, runnerLogit})
+		w.margins = append(w.margins, bestLogit-runnerLogit)
 		if best == m.tok.eot || i == limit-1 {
 			break
 		}
