@@ -1,0 +1,162 @@
+package fault
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestKill9DuringBurst kills replyd with SIGKILL while key creations and
+// inferences are being answered, restarts it on the same data directory and
+// checks that nothing acknowledged was lost: every key whose creation was
+// answered 200 is in the key list, there are at least as many successful
+// infer log entries as 200 infer answers, and the bbolt file passes the
+// consistency check (`replyd check`) before the restart.
+func TestKill9DuringBurst(t *testing.T) {
+	data := t.TempDir()
+	p := startProc(t, procOpts{dataDir: data})
+	p.waitReady()
+	inferKey := p.createKey("fault-infer")
+
+	var (
+		mu        sync.Mutex
+		ackedKeys = map[string]bool{} // api_key_hash answered 200
+		ackedInfr int                 // infer answered 200
+	)
+	inferAcked := make(chan struct{}, 1) // signalled on every 200 infer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	const workers, keysPerWorker, infersPerWorker = 6, 100, 150
+	// waitFor polls cond (two minutes at most: a bound, not a timing).
+	waitFor := func(cond func() bool) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Inferences first: they are slow, so several are in flight at any time.
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < infersPerWorker && ctx.Err() == nil; i++ {
+				status, _, err := p.infer(ctx, inferKey.APIKey, fmt.Sprintf("Burst line %d of worker %d: shall we go out?", i, w))
+				if err == nil && status == http.StatusOK {
+					mu.Lock()
+					ackedInfr++
+					mu.Unlock()
+					select {
+					case inferAcked <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}(w)
+	}
+	waitFor(func() bool { return ackedInfr >= 5 })
+	// Then key creations, fast: the kill lands among them.
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < keysPerWorker && ctx.Err() == nil; i++ {
+				status, body, err := p.do(ctx, request{method: http.MethodPost, path: "/v1/admin/keys", header: p.adminHeader(),
+					json: map[string]any{"client_id": fmt.Sprintf("burst-%d-%d", w, i)}, timeout: 30 * time.Second})
+				if err != nil || status != http.StatusOK {
+					continue // not acknowledged: may or may not be stored
+				}
+				var k createdKey
+				if json.Unmarshal(body, &k) == nil && k.APIKeyHash != "" {
+					mu.Lock()
+					ackedKeys[k.APIKeyHash] = true
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	waitFor(func() bool { return len(ackedKeys) >= 40 })
+	// Kill the moment the next inference is acknowledged: its answer has
+	// reached the client, so its log entry must already be durable.
+	select {
+	case <-inferAcked:
+	default:
+	}
+	select {
+	case <-inferAcked:
+	case <-time.After(2 * time.Minute):
+	}
+	p.kill9()
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("killed with %d key creations and %d inferences acknowledged", len(ackedKeys), ackedInfr)
+	if len(ackedKeys) == 0 || ackedInfr == 0 {
+		t.Fatalf("the burst never got going (%d keys, %d inferences acknowledged)", len(ackedKeys), ackedInfr)
+	}
+	if len(ackedKeys) == workers*keysPerWorker || ackedInfr == workers*infersPerWorker {
+		t.Fatalf("the burst was over before the kill (%d keys, %d inferences): nothing was tested", len(ackedKeys), ackedInfr)
+	}
+
+	out, err := runReplyd(t, data, "check")
+	if err != nil || !strings.Contains(out, "consistent") {
+		t.Fatalf("replyd check after kill -9: %v\n%s", err, out)
+	}
+
+	p2 := startProc(t, procOpts{dataDir: data, adminKey: p.adminKey})
+	p2.waitReady()
+	body := p2.must(request{method: http.MethodGet, path: "/v1/admin/keys?include_revoked=true&limit=1000", header: p2.adminHeader()}, http.StatusOK)
+	var list struct {
+		Items []struct {
+			APIKeyHash string `json:"APIKeyHash"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, k := range list.Items {
+		have[k.APIKeyHash] = true
+	}
+	lost := 0
+	for h := range ackedKeys {
+		if !have[h] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged keys are gone after kill -9 and restart", lost, len(ackedKeys))
+	}
+
+	body = p2.must(request{method: http.MethodGet, path: "/v1/admin/logs?stream=infer&window=1h&limit=1000", header: p2.adminHeader()}, http.StatusOK)
+	var logs struct {
+		Items []struct {
+			Status int `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &logs); err != nil {
+		t.Fatal(err)
+	}
+	ok := 0
+	for _, e := range logs.Items {
+		if e.Status == http.StatusOK {
+			ok++
+		}
+	}
+	if ok < ackedInfr {
+		t.Errorf("%d successful infer log entries after kill -9 and restart, but %d inferences were answered 200", ok, ackedInfr)
+	}
+	p2.stop()
+}
