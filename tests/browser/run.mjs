@@ -457,6 +457,19 @@ async function main() {
       await shot('02-status-desktop');
     });
 
+    await step('keyboard: the navigation opens a view and moves focus to its heading; the skip link works', async () => {
+      await page.focus('#nav a[href="#/keys"]');
+      await answered('/v1/admin/keys', null, () => page.keyboard.press('Enter'));
+      check(await page.isVisible('#view-keys'), 'Enter on "Keys" did not open the keys view');
+      equal(await page.evaluate(() => document.activeElement.id), 'keys-h', 'focus after opening a view');
+      equal(await page.getAttribute('#nav a[href="#/keys"]', 'aria-current'), 'page', 'aria-current on the open view');
+      await page.keyboard.press('Tab');
+      equal(await page.evaluate(() => document.activeElement.id), 'kc-client', 'first control after the heading');
+      await page.focus('#skip');
+      await page.keyboard.press('Enter');
+      equal(await page.evaluate(() => document.activeElement.id), 'keys-h', 'focus after the skip link');
+    });
+
     await step('stats: read the totals before any inference', async () => {
       await go('stats');
       const t = await until(async () => {
@@ -649,14 +662,19 @@ async function main() {
       await shot('09-stats-desktop');
     });
 
-    await step('phone (375×812): every view fits without sideways scrolling', async () => {
+    await step('phone (375×812): every view fits without sideways scrolling, light and dark', async () => {
       await page.setViewportSize(PHONE);
-      for (const v of ['status', 'keys', 'prompt', 'logs', 'stats', 'try']) {
-        await go(v);
-        const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-        check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
-        await shot(`10-${v}-phone`);
+      for (const scheme of ['light', 'dark']) {
+        await page.emulateMedia({ colorScheme: scheme });
+        for (const v of ['status', 'keys', 'prompt', 'logs', 'stats', 'try']) {
+          await go(v);
+          const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+          check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
+          if (scheme === 'dark') await checkContrast(`${v} (dark)`);
+          await shot(`10-${v}-phone${scheme === 'dark' ? '-dark' : ''}`);
+        }
       }
+      await page.emulateMedia({ colorScheme: 'light' });
       await page.setViewportSize(DESKTOP);
     });
 

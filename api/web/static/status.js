@@ -29,10 +29,11 @@ async function load() {
       fact('Version', s.version || '–'),
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
-      fact('Data file', [fmtBytes(s.data_file_bytes), s.data_file ? h('span', { class: 'hint block mono', text: s.data_file }) : '']),
+      fact('Data file', fmtBytes(s.data_file_bytes)),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
     );
+    $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
       h('td', {}, engineState(e)),
