@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -127,17 +126,6 @@ func loadConf(t *testing.T) *confData {
 		t.Fatalf("models/ holds %d files, the manifest lists %d", len(files), len(c.manifest.Models))
 	}
 	return c
-}
-
-func readJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
 }
 
 func (c *confData) clip(t *testing.T, model, audio string) *refClip {

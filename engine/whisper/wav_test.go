@@ -2,6 +2,7 @@ package whisper
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"testing"
 )
@@ -41,4 +42,16 @@ func readWAV(t testing.TB, path string) []float32 {
 	}
 	t.Fatalf("%s: no data chunk", path)
 	return nil
+}
+
+// readJSON decodes the JSON file at path into v.
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
 }
