@@ -328,9 +328,11 @@ async function main() {
       executablePath: chromiumPath,
       headless: true,
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--no-first-run'],
+        '--disable-component-update', '--disable-sync', '--no-first-run',
+        // A fake microphone (a tone) that needs no permission prompt, for the recording test.
+        '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'],
       viewport: DESKTOP,
-      permissions: ['clipboard-read', 'clipboard-write'],
+      permissions: ['clipboard-read', 'clipboard-write', 'microphone'],
       timeout: 60000,
     });
     cleanups.push(() => context.close());
@@ -619,6 +621,33 @@ async function main() {
       await shot('07-try-desktop');
     });
 
+    await step('Try it: a recording from the microphone is sent as webm/opus and answered', async () => {
+      await page.click('#try-audio-clear');
+      check(await page.isHidden('#try-audio-row'), 'Remove audio left the file');
+      await page.click('#try-rec');
+      await until(async () => /Recording/.test(await page.textContent('#try-rec-state')), 'the recording state');
+      equal(await page.evaluate(() => document.activeElement.id), 'try-stop', 'focus while recording');
+      await page.waitForTimeout(2500);
+      await page.click('#try-stop');
+      await until(async () => (await page.textContent('#try-audio-info')).startsWith('recording.webm'), 'the recording named');
+      let posted = null;
+      await page.route('**/v1/admin/try', (route) => {
+        posted = route.request().postDataBuffer();
+        return route.continue();
+      });
+      const before = await page.textContent('#try-timings');
+      await page.click('#try-run');
+      await until(() => posted, 'the POST to /v1/admin/try');
+      await page.unroute('**/v1/admin/try');
+      const body = posted.toString('latin1');
+      check(/filename="recording\.webm"\r\nContent-Type: audio\/webm/.test(body), 'the recording is not sent as audio/webm');
+      check(body.includes('OpusHead'), 'the recording is not Opus');
+      await until(async () => !(await page.isDisabled('#try-run')), 'the answer', 180000);
+      equal(await page.textContent('#try-error'), '', 'error shown');
+      check((await page.textContent('#try-timings')) !== before, 'the timings did not change');
+      await shot('07-try-recorded-desktop');
+    });
+
     await step('logs: the infer line appears; level and stream filters and auto-refresh work', async () => {
       await go('logs');
       await answered('/v1/admin/logs', { stream: 'infer' }, () => page.selectOption('#logs-stream', 'infer'));
@@ -687,6 +716,16 @@ async function main() {
       await page.setViewportSize(PHONE);
       await shot('11-login-phone');
       await page.setViewportSize(DESKTOP);
+    });
+
+    await step('an expired or unknown session sends the admin back to sign-in with the reason', async () => {
+      await page.evaluate(() => sessionStorage.setItem('replyd.session', 'no-such-session-token'));
+      await page.goto(`${base}/admin/#/keys`);
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      const msg = (await page.textContent('#login-msg')).trim();
+      check(/Signed out/.test(msg) && msg.length > 15, `message "${msg}"`);
+      equal(JSON.stringify(await session()), '{}', 'session storage after a 401');
+      check(await page.isHidden('#nav'), 'navigation shown after a 401');
     });
 
     await step('no script errors, CSP violations or requests off the box', async () => {
