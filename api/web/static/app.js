@@ -12,7 +12,7 @@ const views = { status, keys, prompt, logs, stats, try: tryit };
 let current = null;
 
 /** Asks a yes/no question in a modal dialog; resolves true on OK. */
-export function confirmDialog(title, text, okLabel) {
+function confirmDialog(title, text, okLabel) {
   const dlg = $('#confirm');
   $('#confirm-h').textContent = title;
   $('#confirm-text').textContent = text;
@@ -61,7 +61,7 @@ function route(focus = true) {
 }
 
 /** Shows the demo-model banner when any engine runs a demo model. */
-export function setDemoBanner(engines) {
+function setDemoBanner(engines) {
   $('#demo-banner').hidden = !(engines || []).some((e) => e.demo);
 }
 
