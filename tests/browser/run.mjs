@@ -270,6 +270,19 @@ async function apiJSON(base, method, p, headers = {}, body) {
   return { status: r.status, json, text };
 }
 
+/** Runs action and returns the multipart body of the POST to /v1/admin/try it makes. */
+async function tryBody(action) {
+  let posted = null;
+  await page.route('**/v1/admin/try', (route) => {
+    posted = route.request().postDataBuffer();
+    return route.continue();
+  });
+  await action();
+  await until(() => posted, 'the POST to /v1/admin/try');
+  await page.unroute('**/v1/admin/try');
+  return posted.toString('latin1');
+}
+
 /** A text-only inference with a client key, straight to /v1/infer. */
 async function inferStatus(base, key) {
   const fd = new FormData();
@@ -590,16 +603,8 @@ async function main() {
       await page.selectOption('#try-key', tryHash);
       await page.setInputFiles('#try-file', audioFile);
       await until(async () => (await page.textContent('#try-audio-info')).startsWith(path.basename(audioFile)), 'the chosen file named');
-      let posted = null;
-      await page.route('**/v1/admin/try', (route) => {
-        posted = route.request().postDataBuffer();
-        return route.continue();
-      });
-      await page.click('#try-run');
-      await until(() => posted, 'the POST to /v1/admin/try');
-      await page.unroute('**/v1/admin/try');
+      const body = await tryBody(() => page.click('#try-run'));
       await until(() => page.isVisible('#try-result'), 'the result', 180000);
-      const body = posted.toString('latin1');
       check(body.includes(`filename="${path.basename(audioFile)}"`), 'the audio part is missing');
       check(body.includes('"audio":true') && body.includes(tryHash), 'payload lacks audio:true or the key hash');
       check(await page.isVisible('#try-transcript'), 'no transcript field');
@@ -625,16 +630,8 @@ async function main() {
       await page.waitForTimeout(2500);
       await page.click('#try-stop');
       await until(async () => (await page.textContent('#try-audio-info')).startsWith('recording.webm'), 'the recording named');
-      let posted = null;
-      await page.route('**/v1/admin/try', (route) => {
-        posted = route.request().postDataBuffer();
-        return route.continue();
-      });
       const before = await page.textContent('#try-timings');
-      await page.click('#try-run');
-      await until(() => posted, 'the POST to /v1/admin/try');
-      await page.unroute('**/v1/admin/try');
-      const body = posted.toString('latin1');
+      const body = await tryBody(() => page.click('#try-run'));
       check(/filename="recording\.webm"\r\nContent-Type: audio\/webm/.test(body), 'the recording is not sent as audio/webm');
       check(body.includes('OpusHead'), 'the recording is not Opus');
       await until(async () => !(await page.isDisabled('#try-run')), 'the answer', 180000);
