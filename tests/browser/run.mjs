@@ -655,6 +655,21 @@ async function main() {
       await answered('/v1/admin/logs', { level: '' }, () => page.selectOption('#logs-level', ''));
       await answered('/v1/admin/logs', { window: '15m' }, () => page.selectOption('#logs-window', '15m'));
       await until(async () => (await ours.count()) >= 1, 'the line within 15 minutes');
+      // "Since a time": a future time gets replyd's own error message, an hour ago finds the line.
+      const localTime = (offsetMs) => page.evaluate((off) => {
+        const d = new Date(Date.now() + off);
+        d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
+        return d.toISOString().slice(0, 19);
+      }, offsetMs);
+      await answered('/v1/admin/logs', null, () => page.selectOption('#logs-window', 'since'));
+      check(await page.isVisible('#logs-since'), 'no time field for "Since a time"');
+      await page.fill('#logs-since', await localTime(3600e3));
+      await until(async () => /future/.test(await page.textContent('#logs-error')), 'the error for a future time');
+      const hourAgo = await localTime(-3600e3);
+      await answered('/v1/admin/logs', null, () => page.fill('#logs-since', hourAgo));
+      equal(await page.textContent('#logs-error'), '', 'error left after a valid time');
+      check((await ours.count()) >= 1, 'the line is missing since an hour ago');
+      await answered('/v1/admin/logs', { window: '15m' }, () => page.selectOption('#logs-window', '15m'));
       const meta1 = await page.textContent('#logs-meta');
       await page.check('#logs-auto');
       await until(async () => (await page.textContent('#logs-meta')) !== meta1, 'an automatic refresh', 12000);
