@@ -180,15 +180,16 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 	if !m.multilingual {
 		lang = -1
 	}
+	res.lang = lang
 	hp := m.hp
 	input := make([]float32, hp.NMels*windowFrames)
-	var context []int
+	var prev []int // context carried to the next window
 	for seek := 0; seek+10 < mel.nLenOrg; seek += windowFrames {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		if seek+minContextFrames >= mel.nLenOrg {
-			context = nil
+			prev = nil
 		}
 		t1 := time.Now()
 		mel.window(seek, input)
@@ -200,20 +201,20 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 			lang, res.langProbs = m.detectLanguage(st)
 		}
 		res.lang = lang
-		w, err := m.greedyWindow(ctx, st, seek, context, lang, maxTokens)
+		w, err := m.greedyWindow(ctx, st, seek, prev, lang, maxTokens)
 		res.decDur += time.Since(t2)
 		if err != nil {
 			return nil, err
 		}
 		res.windows = append(res.windows, w)
 		if !w.noSpeech {
-			next := append([]int(nil), context...)
+			next := append([]int(nil), prev...)
 			next = append(next, w.tokens...)
 			keep := hp.NTextCtx/2 - 1
 			if len(next) > keep {
 				next = next[len(next)-keep:]
 			}
-			context = next
+			prev = next
 		}
 	}
 	return res, nil
@@ -222,10 +223,10 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 // greedyWindow decodes one window: prompt ([startofprev context...] start
 // prompt) as one batch, then one token at a time with whisper.cpp's
 // suppression rules until <|endoftext|> or maxTokens tokens.
-func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, context []int, lang, maxTokens int) (windowResult, error) {
+func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev []int, lang, maxTokens int) (windowResult, error) {
 	w := windowResult{seek: seek}
-	if len(context) > 0 {
-		w.prompt = append([]int{m.tok.prev}, context...)
+	if len(prev) > 0 {
+		w.prompt = append([]int{m.tok.prev}, prev...)
 	}
 	sotPos := len(w.prompt)
 	w.prompt = append(w.prompt, m.startPrompt(max(lang, 0))...)
