@@ -351,6 +351,22 @@ func tablet(ctx context.Context, cfg config, c *client, i int, key string, wav [
 		{routeStats, "/v1/admin/stats?window=1h"},
 		{routeKeys, "/v1/admin/keys?limit=100"},
 	}
+	// With a think time, tablets start at random offsets within one think
+	// time and pause a jittered think time (0.5x to 1.5x), so that they do
+	// not fire in lockstep as a real clinic's tablets do not.
+	pause := func() time.Duration {
+		if cfg.think <= 0 {
+			return 0
+		}
+		return time.Duration((0.5 + rng.Float64()) * float64(cfg.think))
+	}
+	if cfg.think > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(rng.Int63n(int64(cfg.think)))):
+		}
+	}
 	for n := 0; ctx.Err() == nil; n++ {
 		var o outcome
 		var wait time.Duration
@@ -408,10 +424,10 @@ func tablet(ctx context.Context, cfg config, c *client, i int, key string, wav [
 			return // an admin read cut by the end of the run is not a result
 		}
 		res.add(o)
-		if wait+cfg.think > 0 {
+		if d := wait + pause(); d > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(wait + cfg.think):
+			case <-time.After(d):
 			}
 		}
 	}

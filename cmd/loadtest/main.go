@@ -59,7 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "how long the tablets send requests")
 	fs.Float64Var(&c.audioShare, "audio", 0.4, "share of requests that are inferences with a recording")
 	fs.Float64Var(&c.adminShare, "admin", 0.15, "share of requests that are admin reads (logs, stats, keys)")
-	fs.DurationVar(&c.think, "think", 0, "pause of a tablet between two requests (0: send the next at once)")
+	fs.DurationVar(&c.think, "think", 0, "mean pause of a tablet between two requests, jittered 0.5x-1.5x, with random start offsets (0: closed loop, send the next at once)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the request mix")
 	fs.BoolVar(&c.keep, "keep", false, "with -bin: keep the temporary data directory and server log")
 	if err := fs.Parse(args); err != nil {
