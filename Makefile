@@ -62,7 +62,8 @@ test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
 
 test-browser: build
-	@cd tests/browser && npm ci --no-audit --no-fund --silent && node run.mjs
+	@scripts/deps.sh
+	@cd tests/browser && node run.mjs
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/

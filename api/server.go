@@ -353,8 +353,10 @@ func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // contentSecurityPolicy allows only same-origin resources and no inline
-// script or style: the admin page is plain files under /admin/.
-const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// script or style: the admin page is plain files under /admin/. media-src
+// also allows blob: so "Try it" can play back a clip it recorded or picked,
+// which exists only in the browser's memory.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self' blob:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 
 // securityHeaders sets the security headers on every response.

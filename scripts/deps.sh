@@ -25,6 +25,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The admin page's browser tests (playwright-core; it drives Debian's
+# chromium and downloads no browser of its own). Needs Node.js 18.19 or newer.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -f "$root/tests/browser/package-lock.json" ] && [ ! -d "$root/tests/browser/node_modules/playwright-core" ]; then
+	echo "deps: installing the browser tests' npm packages" >&2
+	(cd "$root/tests/browser" && npm ci --no-audit --no-fund --silent)
+fi
+
 if ! command -v go >/dev/null 2>&1; then
 	echo "deps: Go is not installed; install Go 1.26 or newer from your distribution or go.dev" >&2
 	exit 1
