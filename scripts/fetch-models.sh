@@ -174,6 +174,8 @@ for p in "${selected[@]}"; do
 			continue
 		}
 		cp -- "$src" "$part"
+	elif [ -f "$part" ] && [ "$(stat -c %s "$part")" -ge "$bytes" ]; then
+		echo "  $part is complete: checking it"
 	else
 		if ! download "$src" "$part"; then
 			echo "  download failed: $src (run again to resume)" >&2
