@@ -111,7 +111,10 @@ func TestUnitHardening(t *testing.T) {
 	if _, ok := set["LimitNOFILE"]; !ok {
 		t.Error("LimitNOFILE is not set")
 	}
-	for _, k := range []string{"MemoryDenyWriteExecute", "PrivateDevices", "SystemCallFilter"} {
+	// Each of these can break llama.cpp or lock the GPU out: W+X memory for
+	// JIT code, a device allow-list (ProtectClock implies one) that denies
+	// /dev/nvidia*, a syscall filter the CUDA driver trips.
+	for _, k := range []string{"MemoryDenyWriteExecute", "PrivateDevices", "SystemCallFilter", "ProtectClock", "DeviceAllow", "DevicePolicy"} {
 		if _, ok := set[k]; ok {
 			t.Errorf("%s is set: it can break llama.cpp or the GPU", k)
 		}
