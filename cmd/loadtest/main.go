@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -40,6 +41,21 @@ type config struct {
 	think      time.Duration
 	seed       int64
 	keep       bool
+	serverEnv  envList
+}
+
+// envList is a repeatable -server-env KEY=VALUE flag.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+func (e *envList) Set(v string) error {
+	k, _, ok := strings.Cut(v, "=")
+	if !ok || !strings.HasPrefix(k, "REPLYD_") {
+		return fmt.Errorf("%q is not REPLYD_NAME=value", v)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 func main() {
@@ -62,12 +78,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.think, "think", 0, "mean pause of a tablet between two requests, jittered 0.5x-1.5x, with random start offsets (0: closed loop, send the next at once)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the request mix")
 	fs.BoolVar(&c.keep, "keep", false, "with -bin: keep the temporary data directory and server log")
+	fs.Var(&c.serverEnv, "server-env", "with -bin: REPLYD_NAME=value for the started server (repeatable), e.g. REPLYD_QUEUE_SIZE=8")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	switch {
 	case (c.bin == "") == (c.url == ""):
 		return c, fmt.Errorf("give exactly one of -bin or -url")
+	case c.url != "" && len(c.serverEnv) > 0:
+		return c, fmt.Errorf("-server-env needs -bin")
 	case c.url != "" && c.adminKey == "":
 		return c, fmt.Errorf("-url needs -admin-key")
 	case c.tablets < 1:
@@ -92,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	base, adminKey := cfg.url, cfg.adminKey
 	var srv *server
 	if cfg.bin != "" {
-		srv, err = startServer(ctx, cfg.bin, stderr)
+		srv, err = startServer(ctx, cfg.bin, cfg.serverEnv)
 		if err != nil {
 			fmt.Fprintln(stderr, "loadtest:", err)
 			return 1

@@ -33,9 +33,9 @@ type server struct {
 }
 
 // startServer writes the demo models, starts `bin serve` on a free loopback
-// port with a fresh data directory and a known admin key, and waits for
-// /healthz to answer 200.
-func startServer(ctx context.Context, bin string, stderr io.Writer) (*server, error) {
+// port with a fresh data directory, a known admin key and extraEnv, and waits
+// for /healthz to answer 200.
+func startServer(ctx context.Context, bin string, extraEnv []string) (*server, error) {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return nil, err
@@ -78,6 +78,7 @@ func startServer(ctx context.Context, bin string, stderr io.Writer) (*server, er
 		"REPLYD_TLS=off",
 		"REPLYD_OTP_CHANNEL=console",
 	)
+	s.cmd.Env = append(s.cmd.Env, extraEnv...) // later entries win
 	s.cmd.Stdout, s.cmd.Stderr = s.logFile, s.logFile
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
