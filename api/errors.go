@@ -158,7 +158,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 		log.Warn("error after the response was committed", "error", err.Error())
 		return
 	}
-	if status >= 500 && status != StatusClientClosedRequest {
+	if status == http.StatusServiceUnavailable && ae.RetryAfter > 0 {
+		// Load shedding (overloaded, still loading) is the service working
+		// as designed, not a fault: warn, so a busy hour does not flood the
+		// error log.
+		log.Warn("request shed", "code", ae.Code, "error", err.Error())
+	} else if status >= 500 && status != StatusClientClosedRequest {
 		log.Error("request failed", "code", ae.Code, "error", err.Error())
 	} else if ae.Err != nil {
 		// Causes of 4xx errors are client mistakes; keep them out of info.

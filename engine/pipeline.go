@@ -20,6 +20,11 @@ type Pipeline struct {
 	LLM      Generator
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
+
+	// STTStage and LLMStage admit requests into the two serial steps; see
+	// Stage. Their zero values admit everything.
+	STTStage Stage
+	LLMStage Stage
 }
 
 func (p *Pipeline) now() time.Time {
@@ -45,9 +50,16 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			return res, classifyAudioErr(err)
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
+		done, err := p.STTStage.Enter(ctx)
+		if err != nil {
+			return res, err
+		}
 		t1 := p.now()
 		tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
 		res.Timings.STT = p.now().Sub(t1)
+		// The stage learns the time of the work itself: with one transcription
+		// at a time, the wait inside Transcribe is the other requests' work.
+		done(tr.Mel + tr.Encoder + tr.Decoder)
 		if err != nil {
 			return res, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 		}
@@ -65,6 +77,11 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		// Reply in the language the partner spoke when the payload does not say.
 		profile.Language = res.TranscriptLanguage
 	}
+	done, err := p.LLMStage.Enter(ctx)
+	if err != nil {
+		res.Timings.Total = p.now().Sub(start)
+		return res, err
+	}
 	gen, err := p.LLM.Generate(ctx, GenerateRequest{
 		SystemPrompt: req.SystemPrompt,
 		Profile:      profile,
@@ -74,6 +91,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		Temperature:  req.Temperature,
 		Seed:         req.Seed,
 	})
+	done(gen.Prompt + gen.Generation)
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

@@ -104,6 +104,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	// One in service plus the waiting ones; beyond that, or when the wait
+	// would outlast the request's deadline, 503 overloaded at once.
+	pipe.STTStage.Max = cfg.STTQueueSize + 1
+	pipe.LLMStage.Max = cfg.QueueSize + 1
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio

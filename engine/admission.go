@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Stage is admission control for one step of the pipeline that serves
+// requests one at a time (speech-to-text; the language model's batches).
+// It refuses at once, with ErrOverloaded, a request that would find more than
+// Max requests already in the stage, or whose expected wait (the requests
+// ahead of it times the recent service time) is longer than the time left
+// before its deadline. A request refused early costs the client a quick 503
+// and a retry instead of a 30-second wait that ends in a timeout anyway.
+//
+// The zero Stage admits everything. A Stage is safe for concurrent use.
+type Stage struct {
+	// Max is the most requests in the stage, waiting or served; 0 = no bound.
+	Max int
+
+	mu       sync.Mutex
+	inflight int
+	avg      time.Duration // exponentially weighted mean service time
+}
+
+// Enter admits the request or returns ErrOverloaded. On admission the caller
+// must call the returned done func with the time its own work took (not
+// counting its wait), exactly once.
+func (s *Stage) Enter(ctx context.Context) (done func(served time.Duration), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Max > 0 && s.inflight >= s.Max {
+		return nil, ErrOverloaded
+	}
+	if dl, ok := ctx.Deadline(); ok && s.avg > 0 && s.inflight > 0 {
+		// The requests ahead, then this request's own service.
+		expected := time.Duration(s.inflight+1) * s.avg
+		if expected > time.Until(dl) {
+			return nil, ErrOverloaded
+		}
+	}
+	s.inflight++
+	var once sync.Once
+	return func(served time.Duration) {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.inflight--
+			if served > 0 {
+				if s.avg == 0 {
+					s.avg = served
+				} else {
+					s.avg = (4*s.avg + served) / 5
+				}
+			}
+		})
+	}, nil
+}
+
+// InFlight returns how many requests are in the stage.
+func (s *Stage) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight
+}

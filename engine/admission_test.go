@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestStageBoundsInFlight(t *testing.T) {
+	s := &Stage{Max: 2}
+	d1, err1 := s.Enter(context.Background())
+	d2, err2 := s.Enter(context.Background())
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if _, err := s.Enter(context.Background()); !errors.Is(err, ErrOverloaded) || KindOf(err) != KindOverloaded {
+		t.Fatalf("third request: %v, want ErrOverloaded", err)
+	}
+	d1(time.Second)
+	d1(time.Second) // a second call is ignored
+	if s.InFlight() != 1 {
+		t.Fatalf("in flight %d after one done", s.InFlight())
+	}
+	d3, err := s.Enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2(0)
+	d3(0)
+	if s.InFlight() != 0 {
+		t.Fatalf("in flight %d", s.InFlight())
+	}
+}
+
+func TestStageRefusesWhatCannotMeetItsDeadline(t *testing.T) {
+	s := &Stage{}
+	// Learn a service time of 4 s.
+	d, _ := s.Enter(context.Background())
+	d(4 * time.Second)
+
+	busy, _ := s.Enter(context.Background()) // one request being served
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dones []func(time.Duration)
+	// 1 ahead + own = 8 s ... up to 6 ahead + own = 28 s fit in 30 s.
+	for i := 0; i < 6; i++ {
+		di, err := s.Enter(ctx)
+		if err != nil {
+			t.Fatalf("request %d refused: %v", i, err)
+		}
+		dones = append(dones, di)
+	}
+	// 7 ahead + own = 32 s > 30 s.
+	if _, err := s.Enter(ctx); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("request that cannot meet its deadline: %v", err)
+	}
+	// Without a deadline there is no such bound.
+	dn, err := s.Enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn(0)
+	busy(0)
+	for _, di := range dones {
+		di(0)
+	}
+	if s.InFlight() != 0 {
+		t.Fatal(s.InFlight())
+	}
+}
+
+func TestStageConcurrent(t *testing.T) {
+	s := &Stage{Max: 5}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted, peak := 0, 0
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s.Enter(context.Background())
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			admitted++
+			if n := s.InFlight(); n > peak {
+				peak = n
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			d(time.Millisecond)
+		}()
+	}
+	wg.Wait()
+	if peak > 5 || admitted == 0 || s.InFlight() != 0 {
+		t.Fatalf("peak %d admitted %d left %d", peak, admitted, s.InFlight())
+	}
+}
