@@ -485,12 +485,25 @@ func TestPrefixCacheMatchesColdRun(t *testing.T) {
 }
 
 func TestLongDialogDropsOldestTurns(t *testing.T) {
-	e := openDemo(t, Options{ContextPerSeq: 300, MaxReplyTokens: 8, PrefixCacheMiB: 1})
+	const ctxPerSeq, replyTokens = 180, 8
+	e := openDemo(t, Options{ContextPerSeq: ctxPerSeq, MaxReplyTokens: replyTokens, PrefixCacheMiB: 1})
 	req := request(2, 4)
 	req.Messages = dialog(11)
+	full, err := applyTemplate(e.tmpl, chatFor(systemMessage(req), dialogTurns(req.Messages)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fullTokens, err := e.model.Tokenize(full, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := ctxPerSeq - replyTokens - 1
+	if len(fullTokens) <= budget {
+		t.Fatalf("the whole dialog takes %d tokens and fits the budget of %d: the test needs a longer one", len(fullTokens), budget)
+	}
 	g := mustGenerate(t, e, req)
-	if g.PromptTokens > 300-8-1 || len(g.Candidates) == 0 {
-		t.Errorf("prompt %d tokens, %d candidates", g.PromptTokens, len(g.Candidates))
+	if g.PromptTokens > budget || len(g.Candidates) == 0 {
+		t.Errorf("prompt %d tokens (budget %d), %d candidates", g.PromptTokens, budget, len(g.Candidates))
 	}
 	req.SystemPrompt = strings.Repeat("Be kind. ", 100)
 	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindLLM {
