@@ -368,7 +368,46 @@ func TestEndToEnd(t *testing.T) {
 	if st, _, _ := p.do("GET", "/v1/admin/keys", session, nil, ""); st != 401 {
 		t.Fatalf("session after logout: %d, want 401", st)
 	}
+
+	// A hot backup while replyd holds the data file goes through the
+	// running server; restore and check work once it has stopped.
+	cli := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		getenv := func(k string) string {
+			if k == "REPLYD_ADDR" {
+				return strings.TrimPrefix(p.url, "http://")
+			}
+			return env[k]
+		}
+		code := run(context.Background(), args, getenv, &out, &out)
+		return code, out.String()
+	}
+	backup := filepath.Join(dir, "backup.db")
+	if code, out := cli("backup", "--out", backup); code != 0 || !strings.Contains(out, "backup: wrote") {
+		t.Fatalf("hot backup: %d %s", code, out)
+	}
+	if code, out := cli("restore", backup); code != 1 || !strings.Contains(out, "stop it first") {
+		t.Fatalf("restore while running: %d %s", code, out)
+	}
 	p.stop()
+	if code, out := cli("check"); code != 0 || !strings.Contains(out, "is consistent") {
+		t.Fatalf("check: %d %s", code, out)
+	}
+	env2 := map[string]string{"REPLYD_DATA_DIR": filepath.Join(dir, "restored")}
+	var rout bytes.Buffer
+	if code := run(context.Background(), []string{"restore", backup}, func(k string) string { return env2[k] }, &rout, &rout); code != 0 {
+		t.Fatalf("restore: %s", rout.String())
+	}
+	restored := startReplyd(t, map[string]string{
+		"REPLYD_DATA_DIR": env2["REPLYD_DATA_DIR"], "REPLYD_ADMIN_KEY": adminKey,
+		"REPLYD_LLM_MODEL": env["REPLYD_LLM_MODEL"], "REPLYD_WHISPER_MODEL": env["REPLYD_WHISPER_MODEL"],
+		"REPLYD_THREADS": "1", "REPLYD_LLM_CONTEXT": "2048",
+	})
+	rk := restored.json("GET", "/v1/admin/keys", admin, nil, 200)
+	if items, _ := rk["items"].([]any); len(items) != 1 || items[0].(map[string]any)["APIKeyHash"] != keyHash {
+		t.Fatalf("keys in the restored data file: %v", rk)
+	}
+	restored.stop()
 
 	// Nothing secret or from the dialog in the output.
 	out := p.out()
