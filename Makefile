@@ -55,8 +55,9 @@ test: deps fmt-check vet test-race test-conformance test-browser
 test-go:
 	$(GO) test -count=1 ./...
 
-test-race:
-	$(GO) test -race -count=1 -timeout 40m ./...
+# tests/fault drives the binary `make build` wrote.
+test-race: build
+	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
 
 test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/

@@ -57,9 +57,9 @@ func testMain(m *testing.M) int {
 	replydBin = os.Getenv("REPLYD_BIN")
 	if replydBin == "" {
 		replydBin = filepath.Join(tmp, "replyd")
-		// Same flags as `make build` (-trimpath and the cgo flags of
-		// scripts/cgo-env.sh): the compiled llama.cpp comes from the cache.
-		build := exec.Command("bash", "-c", `source scripts/cgo-env.sh && exec go build -trimpath -o "$0" ./cmd/replyd`, replydBin)
+		// Same flags as `make build` (the cgo flags of scripts/cgo-env.sh,
+		// no -trimpath): the compiled llama.cpp comes from the cache.
+		build := exec.Command("bash", "-c", `source scripts/cgo-env.sh && exec go build -o "$0" ./cmd/replyd`, replydBin)
 		build.Dir = repoRoot
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		fmt.Fprintln(os.Stderr, "fault: building ./cmd/replyd (set REPLYD_BIN to use a built binary)")
