@@ -2,12 +2,13 @@
 # Installs what replyd needs to build and test on Debian: a C toolchain for
 # cgo (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the Go
 # module zip leaves out, ffmpeg for M4A/AAC uploads, espeak-ng and sox to make
-# test speech, Chromium for the admin page's browser tests, and the npm
+# test speech, shellcheck for the scripts, Chromium for the admin page's
+# browser tests, and the npm
 # packages of those tests. Runs apt-get (through sudo when not root) only for
 # packages that are missing, so a second run is quick.
 set -euo pipefail
 
-pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg espeak-ng sox chromium nodejs npm)
+pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg espeak-ng sox chromium shellcheck nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

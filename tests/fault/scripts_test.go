@@ -128,7 +128,7 @@ func TestShellcheck(t *testing.T) {
 		t.Skip("SKIP: shellcheck is not installed (apt-get install shellcheck)")
 	}
 	var scripts []string
-	for _, s := range []string{"install.sh", "fetch-models.sh"} {
+	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh"} {
 		scripts = append(scripts, filepath.Join(repoRoot, "scripts", s))
 	}
 	if out, err := exec.Command(sc, scripts...).CombinedOutput(); err != nil {
