@@ -3,8 +3,7 @@
 # cgo (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the Go
 # module zip leaves out, ffmpeg for M4A/AAC uploads, espeak-ng and sox to make
 # test speech, shellcheck for the scripts, Chromium for the admin page's
-# browser tests, and the npm
-# packages of those tests. Runs apt-get (through sudo when not root) only for
+# browser tests, and the npm packages of those tests. Runs apt-get (through sudo when not root) only for
 # packages that are missing, so a second run is quick.
 set -euo pipefail
 
