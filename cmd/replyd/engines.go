@@ -50,7 +50,7 @@ func (e *engines) load(cfg *Config, log *slog.Logger) error {
 	})
 	if err != nil {
 		e.setError("stt", err)
-		return fmt.Errorf("speech-to-text model %s: %w", cfg.WhisperModel, err)
+		return fmt.Errorf("speech-to-text model: %w", err)
 	}
 	e.mu.Lock()
 	e.stt = stt
@@ -74,7 +74,7 @@ func (e *engines) load(cfg *Config, log *slog.Logger) error {
 	})
 	if err != nil {
 		e.setError("llm", err)
-		return fmt.Errorf("language model %s: %w", cfg.LLMModel, err)
+		return fmt.Errorf("language model: %w", err)
 	}
 	e.mu.Lock()
 	e.llm = lm
