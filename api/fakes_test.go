@@ -366,6 +366,7 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 	}
 	res.Timings.Prompt = 5 * time.Millisecond
 	res.Timings.Generation = 20 * time.Millisecond
+	res.PromptTokens, res.CachedTokens, res.GenTokens = 60, 10, 2*req.MaxCandidates
 	res.Timings.Queue = time.Millisecond
 	res.Timings.Total = 70 * time.Millisecond
 	return res, nil

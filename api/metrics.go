@@ -21,6 +21,8 @@ type metrics struct {
 	rateLimited prometheus.Counter
 	inferences  *prometheus.CounterVec
 	audio       prometheus.Histogram
+	tokens      *prometheus.CounterVec
+	tokensPerS  *prometheus.HistogramVec
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
@@ -53,7 +55,16 @@ func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
 			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120},
 		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio,
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_llm_tokens_total",
+		Help: "Language-model tokens: kind=prompt (evaluated), cached (reused from the dialog prefix cache), generated (sampled, all candidates).",
+	}, []string{"kind"})
+	m.tokensPerS = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "replyd_llm_tokens_per_second",
+		Help:    "Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
+	}, []string{"phase"})
+	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if health != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -83,6 +94,19 @@ func (m *metrics) observeInference(res engine.Result) {
 	}
 	if res.AudioSeconds > 0 {
 		m.audio.Observe(res.AudioSeconds)
+	}
+	evaluated := res.PromptTokens - res.CachedTokens
+	if evaluated < 0 {
+		evaluated = 0
+	}
+	m.tokens.WithLabelValues("prompt").Add(float64(evaluated))
+	m.tokens.WithLabelValues("cached").Add(float64(res.CachedTokens))
+	m.tokens.WithLabelValues("generated").Add(float64(res.GenTokens))
+	if evaluated > 0 && t.Prompt > 0 {
+		m.tokensPerS.WithLabelValues("prompt").Observe(float64(evaluated) / t.Prompt.Seconds())
+	}
+	if res.GenTokens > 0 && t.Generation > 0 {
+		m.tokensPerS.WithLabelValues("generation").Observe(float64(res.GenTokens) / t.Generation.Seconds())
 	}
 }
 

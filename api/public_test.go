@@ -293,6 +293,12 @@ func TestMetrics(t *testing.T) {
 		`replyd_inference_stage_seconds_count{stage="generation"} 1`,
 		`replyd_inferences_total{outcome="rate_limited"} 1`,
 		`replyd_inference_queue_depth 0`,
+		`replyd_llm_tokens_total{kind="prompt"} 50`,
+		`replyd_llm_tokens_total{kind="cached"} 10`,
+		`replyd_llm_tokens_total{kind="generated"} 6`,
+		`replyd_llm_tokens_per_second_count{phase="prompt"} 1`,
+		`replyd_llm_tokens_per_second_sum{phase="prompt"} 10000`,
+		`replyd_llm_tokens_per_second_sum{phase="generation"} 300`,
 		`replyd_http_request_duration_seconds_bucket`,
 	} {
 		if !strings.Contains(m, want) {

@@ -91,6 +91,9 @@ type Result struct {
 	AudioSeconds       float64
 	Candidates         []Candidate
 	Timings            Timings
+	// Language-model token counts: the prompt, the part of it reused from
+	// the dialog prefix cache, and every token sampled.
+	PromptTokens, CachedTokens, GenTokens int
 }
 
 // TranscribeOptions tunes one transcription.

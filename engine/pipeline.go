@@ -92,6 +92,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		Seed:         req.Seed,
 	})
 	done(gen.Prompt + gen.Generation)
+	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

@@ -163,4 +163,7 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	if res.HasTranscript || res.Transcript != "" || len(res.Candidates) == 0 || res.Candidates[0].Language != "de" {
 		t.Fatalf("result %+v", res)
 	}
+	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens != 0 {
+		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
+	}
 }
