@@ -28,15 +28,22 @@ var benchModel = sync.OnceValues(func() (string, error) {
 	return p, WriteModel(p, Qwen05BConfig())
 })
 
-var benchEngine = sync.OnceValues(func() (*Engine, error) {
+var benchEngine = sync.OnceValues(func() (*Engine, error) { return openBenchEngine(4) })
+
+// benchEngine8 has the same settings as benchEngine but room for eight
+// candidates.
+var benchEngine8 = sync.OnceValues(func() (*Engine, error) { return openBenchEngine(8) })
+
+func openBenchEngine(maxCandidates int) (*Engine, error) {
 	p, err := benchModel()
 	if err != nil {
 		return nil, err
 	}
 	// A 1024-token sequence keeps the KV cache small (12 MiB a sequence);
-	// 16 reply tokens keep a run feasible on two cores.
-	return Open(Options{ModelPath: p, ContextPerSeq: 1024, MaxReplyTokens: 16, MaxCandidates: 4, PrefixCacheMiB: 64})
-})
+	// 16 reply tokens keep a run feasible on two cores. Threads is left at
+	// its default, runtime.NumCPU()-1 (one thread on the two-core machine).
+	return Open(Options{ModelPath: p, ContextPerSeq: 1024, MaxReplyTokens: 16, MaxCandidates: maxCandidates, PrefixCacheMiB: 64})
+}
 
 func openBench(b *testing.B) *Engine {
 	b.Helper()
@@ -111,6 +118,72 @@ func BenchmarkCandidates(b *testing.B) {
 	b.ReportMetric(float64(batched)/float64(n1), "batched/N1")
 	b.ReportMetric(float64(promptTok)/promptTime.Seconds(), "prompt_tok/s")
 	b.ReportMetric(float64(genTok)/genTime.Seconds(), "gen4_tok/s")
+	reportRSS(b)
+}
+
+// BenchmarkContinuousBatchingBound bounds what continuous batching (serving
+// the sequences of several requests in the same decode) could save for two
+// concurrent requests. Each iteration measures, on one engine with room for
+// eight candidates:
+//
+//	(a) two different requests (two different short dialogs, no dialog_id),
+//	    N=4 each, served back to back, as the engine does today;
+//	(b) one request with N=8 on the first dialog: eight candidates in one
+//	    decode per step, which is what merging (a)'s two generation phases
+//	    into one would cost at best.
+//
+// Prompt evaluation of different requests cannot be shared (different
+// tokens, different sequences), so merging can only save on the generation
+// phase: the saving is at most gen_2x4_ms - gen_1x8_ms, and only while two
+// requests are actually in the engine at once. It is not free either: the
+// first request's candidates cannot step while the second request's prompt
+// is evaluated (or they step with its prompt chunks in the same decode, which
+// makes every step as slow), so the first request is delayed by up to the
+// second's prompt_ms. gen_1x8/gen_2x4 near 1 means the decode cost on this
+// CPU grows linearly with the sequences in the batch and there is nothing
+// to gain; gen_share_a says how much of a request's wall time the bound
+// applies to at all. gen_tok_* count the tokens sampled, to check that (a)
+// and (b) did comparable work.
+func BenchmarkContinuousBatchingBound(b *testing.B) {
+	e, err := benchEngine8()
+	if err != nil {
+		b.Fatal(err)
+	}
+	req1 := benchRequest(3, 4, "")
+	req2 := benchRequest(3, 4, "")
+	req2.Messages = []engine.Message{
+		{Role: engine.RoleSpeaker, Content: "Hi Sam, the physio is here early."},
+		{Role: engine.RoleDisabledPerson, Content: "Oh, already?"},
+		{Role: engine.RoleSpeaker, Content: "She can wait ten minutes if you like."},
+	}
+	req2.Seed = 2
+	req8 := benchRequest(3, 8, "")
+	var wallA, prompt1, prompt2, gen2x4, gen1x8 time.Duration
+	var tok2x4, tok1x8 int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d1, g1 := timed(b, e, req1, modeBatched)
+		d2, g2 := timed(b, e, req2, modeBatched)
+		wallA += d1 + d2
+		prompt1 += g1.Prompt
+		prompt2 += g2.Prompt
+		gen2x4 += g1.Generation + g2.Generation
+		tok2x4 += g1.GenTokens + g2.GenTokens
+		_, g8 := timed(b, e, req8, modeBatched)
+		gen1x8 += g8.Generation
+		tok1x8 += g8.GenTokens
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	b.ReportMetric(ms(gen2x4), "gen_2x4_ms")
+	b.ReportMetric(ms(gen1x8), "gen_1x8_ms")
+	b.ReportMetric(float64(gen1x8)/float64(gen2x4), "gen_1x8/gen_2x4")
+	b.ReportMetric(ms(prompt1), "prompt1_ms")
+	b.ReportMetric(ms(prompt2), "prompt2_ms")
+	b.ReportMetric(ms(wallA), "wall_2x4_ms")
+	b.ReportMetric(float64(gen2x4)/float64(wallA), "gen_share_a")
+	b.ReportMetric(float64(tok2x4)/float64(b.N), "gen_tok_2x4")
+	b.ReportMetric(float64(tok1x8)/float64(b.N), "gen_tok_1x8")
 	reportRSS(b)
 }
 
