@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -304,4 +303,3 @@ func FormatDuration(d time.Duration) string {
 	return d.String()
 }
 
-func envOrEmpty(k string) string { return os.Getenv(k) }
