@@ -302,4 +302,3 @@ func FormatDuration(d time.Duration) string {
 	}
 	return d.String()
 }
-
