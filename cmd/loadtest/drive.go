@@ -473,6 +473,20 @@ func drive(ctx context.Context, cfg config, base, adminKey string, stdout io.Wri
 	return res, nil
 }
 
+// getJSON GETs an admin path and decodes a 200 answer into v; any other
+// status is an error carrying the body.
+func (c *client) getJSON(ctx context.Context, path string, v any) error {
+	o, body, err := c.admin(ctx, http.MethodGet, path, nil)
+	switch {
+	case err != nil:
+		return err
+	case o.status != http.StatusOK:
+		return fmt.Errorf("%d %s", o.status, body)
+	default:
+		return json.Unmarshal(body, v)
+	}
+}
+
 // reconcile counts the infer calls replyd recorded in the run's window. The
 // log entry of a call is written right after its answer is sent, so the
 // counts are polled until they settle (30 s at most).
@@ -480,31 +494,16 @@ func reconcile(ctx context.Context, c *client, res *results) {
 	since := url.QueryEscape(res.started.Format(time.RFC3339))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res.statsErr, res.logsErr = nil, nil
-		o, body, err := c.admin(ctx, http.MethodGet, "/v1/admin/stats?since="+since, nil)
-		switch {
-		case err != nil:
-			res.statsErr = err
-		case o.status != http.StatusOK:
-			res.statsErr = fmt.Errorf("%d %s", o.status, body)
-		default:
-			var st struct {
-				TotalRequests int `json:"total_requests"`
-			}
-			res.statsErr = json.Unmarshal(body, &st)
+		var st struct {
+			TotalRequests int `json:"total_requests"`
+		}
+		if res.statsErr = c.getJSON(ctx, "/v1/admin/stats?since="+since, &st); res.statsErr == nil {
 			res.statsTotal = st.TotalRequests
 		}
-		o, body, err = c.admin(ctx, http.MethodGet, "/v1/admin/logs?stream=infer&limit=1000&since="+since, nil)
-		switch {
-		case err != nil:
-			res.logsErr = err
-		case o.status != http.StatusOK:
-			res.logsErr = fmt.Errorf("%d %s", o.status, body)
-		default:
-			var lg struct {
-				Count int `json:"count"`
-			}
-			res.logsErr = json.Unmarshal(body, &lg)
+		var lg struct {
+			Count int `json:"count"`
+		}
+		if res.logsErr = c.getJSON(ctx, "/v1/admin/logs?stream=infer&limit=1000&since="+since, &lg); res.logsErr == nil {
 			res.loggedInfer = lg.Count
 			res.loggedLimited = lg.Count >= 1000
 		}
