@@ -171,8 +171,9 @@ func parallel(threads, n int, fn func(lo, hi int)) {
 	if threads > n {
 		threads = n
 	}
+	// The caller runs the first range itself: one goroutine fewer to wake.
 	var wg sync.WaitGroup
-	for i := 0; i < threads; i++ {
+	for i := 1; i < threads; i++ {
 		lo, hi := i*n/threads, (i+1)*n/threads
 		wg.Add(1)
 		go func() {
@@ -180,5 +181,6 @@ func parallel(threads, n int, fn func(lo, hi int)) {
 			fn(lo, hi)
 		}()
 	}
+	fn(0, n/threads)
 	wg.Wait()
 }

@@ -166,12 +166,22 @@ static inline float dot_f16(const uint8_t *h, const float *b, int n) {
 }
 #endif
 
+// prefetch_ahead asks for the n bytes that start PREFETCH_BYTES after p:
+// the rows of a product stream from memory, and a few kilobytes of lead
+// keep the loads from waiting (measured: 6 KB beat 1.5, 3 and 12 KB).
+#define PREFETCH_BYTES 6144
+static inline void prefetch_ahead(const void *p, long n) {
+    const char *c = (const char *)p + PREFETCH_BYTES;
+    for (long i = 0; i < n; i += 64) __builtin_prefetch(c + i, 0, 3);
+}
+
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
                   float *y, int ldy, int r0, int r1, float *tmp) {
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = W + (long)r * rowBytes;
 #ifdef HAVE_DOT_F16
         if (typ == RD_F16 && n <= 2) {
+            prefetch_ahead(src, rowBytes);
             for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot_f16(src, x + (long)t * cols, cols);
             continue;
         }
@@ -346,6 +356,7 @@ void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, in
         int L = valid[t];
         for (int j = 0; j < L; j++) {
             const uint16_t *kj = K + (long)j * d;
+            prefetch_ahead(kj + h0 * hd, 2L * (h1 - h0) * hd);
             for (int h = h0; h < h1; h++)
                 scores[(long)(h - h0) * ldScores + j] = dot_f16((const uint8_t *)(kj + h * hd), qt + h * hd, hd);
         }
@@ -353,6 +364,7 @@ void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, in
         for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
         for (int j = 0; j < L; j++) {
             const uint16_t *vj = V + (long)j * d;
+            prefetch_ahead(vj + h0 * hd, 2L * (h1 - h0) * hd);
             for (int h = h0; h < h1; h++) axpy_f16(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
         }
     }
@@ -407,3 +419,4 @@ double rd_sum_exp(const float *x, int n, float mx) {
     for (; i < n; i++) sum += exp_neg(x[i] - mx);
     return sum;
 }
+
