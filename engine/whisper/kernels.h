@@ -46,4 +46,24 @@ void rd_gelu(float *x, long n);
 
 // rd_f16_to_f32 converts n IEEE half-precision values to float32.
 void rd_f16_to_f32(const uint16_t *src, float *dst, long n);
+
+// rd_shadow_build fills rows r0..r1-1 of an int8 copy of W (rows of cols
+// values of type typ, rowBytes bytes each): q = round(w/scale) with
+// scale = max|w|/127, err = max|w - scale·q| and l1 = Σ|scale·q| per row,
+// both rounded up. tmp holds cols floats. It returns 0 when a row holds a
+// value that is not finite.
+int rd_shadow_build(int typ, const uint8_t *W, long rowBytes, int cols, int r0, int r1, int8_t *q, float *scale,
+                    float *err, float *l1, float *tmp);
+
+// rd_shadow_gemv computes, for rows r0..r1-1 of the int8 copy Q, the
+// approximate product a[r] = scale[r]·sx·Σ q·xq and a bound b[r] on its
+// distance from the F16/F32 product that rd_gemv_rows computes for x, where
+// x ≈ sx·xq, xn1 = Σ|x| and ex = max|x - sx·xq|.
+void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, float xn1, float ex, const float *scale,
+                    const float *err, const float *l1, int r0, int r1, float *a, float *b);
+
+// rd_gemv_idx computes y[k] = dot(row idx[k] of W, x) for k < n, bit for bit
+// as rd_gemv_rows does for one token. tmp holds cols floats.
+void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int cols, const int32_t *idx, int n,
+                 float *y, float *tmp);
 #endif

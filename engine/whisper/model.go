@@ -107,6 +107,7 @@ type Model struct {
 
 	decPos []float32 // [n_text_ctx][d]
 	tokEmb *weight   // [n_vocab][d], also the output projection
+	shadow *shadow   // int8 copy of tokEmb for greedy decoding, nil if none
 	dec    []block
 	decLn  layerNorm
 
@@ -266,6 +267,8 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 		m.bytes += int64(len(v)) + 24
 	}
 	m.bytes += m.tokEmb.bytes()
+	m.buildShadow()
+	m.bytes += m.shadow.bytes()
 	for _, bs := range [][]block{m.enc, m.dec} {
 		for i := range bs {
 			b := &bs[i]
@@ -332,6 +335,8 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	m.enc, m.dec, m.tokEmb = nil, nil, nil
+	m.shadow.free()
+	m.shadow = nil
 	if m.release != nil {
 		for _, b := range m.owned {
 			m.release(b)

@@ -13,6 +13,7 @@ type scratch struct {
 	logits []float32    // textLogits' result
 	enc    [9][]float32 // encoder activations, reused window after window
 	dec    *decState    // the decoder state, reused window after window
+	shadow shadowScratch // nextShadow's buffers
 	// owned is the C memory behind enc and dec, freed by free. Keeping these
 	// large buffers outside the Go heap keeps the collector's heap goal (and
 	// so the peak RSS) small.

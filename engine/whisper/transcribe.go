@@ -235,7 +235,15 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 	d := m.hp.NTextState
 	sotLogits := m.logits(hidden[sotPos*d : (sotPos+1)*d])
 	w.noSpeechProb = softmaxAt(sotLogits, m.tok.nosp)
-	lg := m.textLogits(hidden[(len(w.prompt)-1)*d:])
+	last := hidden[(len(w.prompt)-1)*d:]
+	// suppress_blank: no <|endoftext|> and no blank at the first step.
+	first := []int{m.tok.eot}
+	if m.tok.space >= 0 {
+		first = append(first, m.tok.space)
+	}
+	// The mean log-probability decides the window only when the no-speech
+	// probability is above the threshold: then compute it exactly.
+	exactLogprob := w.noSpeechProb > noSpeechThold
 	// Never run past the text context.
 	limit := min(maxTokens, m.hp.NTextCtx-len(w.prompt))
 	var sumLogprob float64
@@ -243,32 +251,18 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 		if err := ctx.Err(); err != nil {
 			return w, err
 		}
+		var banned []int
 		if i == 0 {
-			// suppress_blank: no <|endoftext|> and no blank at the first step.
-			lg[m.tok.eot] = float32(math.Inf(-1))
-			if m.tok.space >= 0 {
-				lg[m.tok.space] = float32(math.Inf(-1))
-			}
+			banned = first
 		}
-		// Allowed ids are 0..eot; pick the highest logit, the lower id on ties.
-		allowed := lg[:m.tok.eot+1]
-		best, bestLogit, runnerLogit := 0, allowed[0], float32(math.Inf(-1))
-		for id := 1; id < len(allowed); id++ {
-			if v := allowed[id]; v > bestLogit {
-				runnerLogit = bestLogit
-				best, bestLogit = id, v
-			} else if v > runnerLogit {
-				runnerLogit = v
-			}
-		}
-		// log-softmax over the allowed ids at the picked one.
-		sumLogprob -= math.Log(sumExp(allowed, bestLogit))
-		w.tokens = append(w.tokens, best)
-		w.margins = append(w.margins, bestLogit-runnerLogit)
-		if best == m.tok.eot || i == limit-1 {
+		p := m.next(last, banned, exactLogprob)
+		sumLogprob += p.logprob
+		w.tokens = append(w.tokens, p.id)
+		w.margins = append(w.margins, p.logit-p.runner)
+		if p.id == m.tok.eot || i == limit-1 {
 			break
 		}
-		lg = m.textLogits(m.decode(st, []int{best}))
+		last = m.decode(st, []int{p.id})
 	}
 	if len(w.tokens) > 0 {
 		w.avgLogprob = sumLogprob / float64(len(w.tokens))

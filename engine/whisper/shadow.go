@@ -1,0 +1,261 @@
+package whisper
+
+/*
+#include "kernels.h"
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
+
+// Greedy decoding needs, at every step, only the highest of the ~50k text
+// logits, the runner-up and the log-softmax at the winner. Computing all of
+// them from an F16 token embedding reads n_vocab·d·2 bytes per token (40 MB
+// for tiny.en), more than the rest of the decoder step together. A shadow
+// is an int8 copy of the embedding, half the bytes of F16, with per row the
+// largest rounding error and the L1 norm of the copy. From these, each
+// approximate logit a comes with a bound b such that the logit the F16 path
+// would compute lies in [a-b, a+b]. Only the rows whose interval reaches the
+// second-highest lower end can hold the best or the runner-up, and only
+// those are computed from the F16 rows, with the same kernel as the full
+// product. So the picked token, its logit and the runner-up are bit for bit
+// those of the full product. The log-softmax uses those exact logits and
+// the approximate ones for the rest, whose share of the sum is small and
+// whose errors are far below the bound in practice.
+
+// shadow is the int8 copy of a token embedding (see above).
+type shadow struct {
+	q              []byte    // rows·cols int8 values, C memory
+	scale, err, l1 []float32 // per row
+	rows, cols     int
+}
+
+// shadowScratch holds the per-step buffers of nextShadow.
+type shadowScratch struct {
+	xq     []int16
+	a, b   []float32
+	cand   []int32
+	exact  []float32
+	tmp    []float32
+	counts shadowCounts
+}
+
+// shadowCounts counts how steps were decided, for tests and benchmarks.
+type shadowCounts struct {
+	steps, candidates, fallbacks int
+}
+
+// buildShadow makes the int8 copy of the token embedding when its rows are
+// F16 or F32 (quantised embeddings are already compact). It leaves
+// m.shadow nil when the copy cannot be made.
+func (m *Model) buildShadow() {
+	w := m.tokEmb
+	if w == nil || (w.typ != typeF16 && w.typ != typeF32) || w.rows == 0 || w.cols == 0 || w.cols > 4096 {
+		return
+	}
+	q := cAlloc(int64(w.rows) * int64(w.cols))
+	if q == nil {
+		return
+	}
+	sh := &shadow{q: q, rows: w.rows, cols: w.cols,
+		scale: make([]float32, w.rows), err: make([]float32, w.rows), l1: make([]float32, w.rows)}
+	var raw unsafe.Pointer
+	if w.typ == typeF32 {
+		raw = unsafe.Pointer(&w.f32[0])
+	} else {
+		raw = unsafe.Pointer(&w.raw[0])
+	}
+	ok := make([]bool, m.threads)
+	parallel(m.threads, m.threads, func(c0, c1 int) {
+		tmp := make([]float32, w.cols)
+		for c := c0; c < c1; c++ {
+			r0, r1 := c*w.rows/m.threads, (c+1)*w.rows/m.threads
+			ok[c] = C.rd_shadow_build(C.int(w.typ), (*C.uint8_t)(raw), C.long(w.rowBytes), C.int(w.cols), C.int(r0), C.int(r1),
+				(*C.int8_t)(unsafe.Pointer(&q[0])), (*C.float)(&sh.scale[0]), (*C.float)(&sh.err[0]), (*C.float)(&sh.l1[0]),
+				(*C.float)(&tmp[0])) != 0
+		}
+	})
+	for _, v := range ok {
+		if !v {
+			cFree(q)
+			m.log.Warn("whisper token embedding holds values that are not finite; decoding reads it in full")
+			return
+		}
+	}
+	m.shadow = sh
+}
+
+// bytes returns the memory the shadow occupies.
+func (sh *shadow) bytes() int64 {
+	if sh == nil {
+		return 0
+	}
+	return int64(len(sh.q)) + 12*int64(sh.rows)
+}
+
+// free releases the shadow's C memory.
+func (sh *shadow) free() {
+	if sh != nil {
+		cFree(sh.q)
+		sh.q = nil
+	}
+}
+
+// pick is greedy decoding's choice at one step.
+type pick struct {
+	id      int     // the allowed id with the highest logit, the lower id on ties
+	logit   float32 // its logit
+	runner  float32 // the highest logit of the other allowed ids
+	logprob float64 // log-softmax over the allowed ids at id
+}
+
+// next picks the next token from one (layer-normed) hidden state. The
+// allowed ids are 0..<|endoftext|> less those in banned. With exactLogprob
+// the log-probability comes from the full product too; otherwise it may be
+// off by about 1e-3 (see above).
+func (m *Model) next(hidden []float32, banned []int, exactLogprob bool) pick {
+	if m.shadow != nil && !exactLogprob {
+		if p, ok := m.nextShadow(hidden, banned); ok {
+			return p
+		}
+	}
+	return m.nextExact(hidden, banned)
+}
+
+// nextExact is next from the full product of the token embedding.
+func (m *Model) nextExact(hidden []float32, banned []int) pick {
+	lg := m.textLogits(hidden)
+	for _, id := range banned {
+		lg[id] = float32(math.Inf(-1))
+	}
+	return pickFrom(lg, nil)
+}
+
+// pickFrom applies greedy decoding's rule to the logits lg of ids
+// 0..len(lg)-1, looking only at the ids in only when only is not nil (they
+// must be ascending and hold every id that can be the best or the
+// runner-up). Every lg[i] must be at most the best logit.
+func pickFrom(lg []float32, only []int32) pick {
+	var p pick
+	first := true
+	visit := func(id int, v float32) {
+		if first {
+			p = pick{id: id, logit: v, runner: float32(math.Inf(-1))}
+			first = false
+			return
+		}
+		if v > p.logit {
+			p.runner = p.logit
+			p.id, p.logit = id, v
+		} else if v > p.runner {
+			p.runner = v
+		}
+	}
+	if only == nil {
+		for id, v := range lg {
+			visit(id, v)
+		}
+	} else {
+		for _, id := range only {
+			visit(int(id), lg[id])
+		}
+	}
+	p.logprob = -math.Log(sumExp(lg, p.logit))
+	return p
+}
+
+// nextShadow is next through the shadow. It reports false when the
+// hidden state is not finite or when so many rows are close to the best
+// that the full product is cheaper.
+func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
+	sh := m.shadow
+	n := m.tok.eot + 1
+	x := hidden[:sh.cols]
+	sc := &m.scr.shadow
+	if len(sc.xq) != sh.cols {
+		sc.xq = make([]int16, sh.cols)
+		sc.tmp = make([]float32, sh.cols)
+	}
+	if len(sc.a) < n {
+		sc.a, sc.b = make([]float32, n), make([]float32, n)
+	}
+	sc.counts.steps++
+	// x ≈ sx·xq with xq in int16.
+	var mx float32
+	var xn1 float64
+	for _, v := range x {
+		a := float32(math.Abs(float64(v)))
+		mx = max(mx, a)
+		xn1 += float64(a)
+	}
+	if math.IsNaN(float64(mx)) || math.IsInf(float64(mx), 0) || mx == 0 {
+		sc.counts.fallbacks++
+		return pick{}, false
+	}
+	sx := mx / 32767
+	var ex float64
+	for i, v := range x {
+		q := math.RoundToEven(float64(v) / float64(sx))
+		q = max(-32767, min(32767, q))
+		sc.xq[i] = int16(q)
+		ex = max(ex, math.Abs(float64(v)-float64(sx)*q))
+	}
+	a, b := sc.a[:n], sc.b[:n]
+	parallel(m.threads, m.threads, func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			r0, r1 := c*n/m.threads, (c+1)*n/m.threads
+			if r0 < r1 {
+				C.rd_shadow_gemv((*C.int8_t)(unsafe.Pointer(&sh.q[0])), C.int(sh.cols), (*C.int16_t)(&sc.xq[0]), C.float(sx),
+					C.float(xn1*(1+1e-6)), C.float(ex*(1+1e-6)), (*C.float)(&sh.scale[0]), (*C.float)(&sh.err[0]),
+					(*C.float)(&sh.l1[0]), C.int(r0), C.int(r1), (*C.float)(&a[0]), (*C.float)(&b[0]))
+			}
+		}
+	})
+	ninf := float32(math.Inf(-1))
+	for _, id := range banned {
+		a[id], b[id] = ninf, 0
+	}
+	// The two highest lower ends: at least two rows reach the second one, so
+	// the best and the runner-up both do.
+	l1, l2 := ninf, ninf
+	for i, v := range a {
+		if lo := v - b[i]; lo > l2 {
+			if lo > l1 {
+				l1, l2 = lo, l1
+			} else {
+				l2 = lo
+			}
+		}
+	}
+	cand := sc.cand[:0]
+	for i, v := range a {
+		if v+b[i] >= l2 && v != ninf {
+			cand = append(cand, int32(i))
+		}
+	}
+	sc.cand = cand
+	if len(cand) == 0 || len(cand) > n/8 {
+		sc.counts.fallbacks++
+		return pick{}, false
+	}
+	sc.counts.candidates += len(cand)
+	if cap(sc.exact) < len(cand) {
+		sc.exact = make([]float32, len(cand), 2*len(cand))
+	}
+	exact := sc.exact[:len(cand)]
+	w := m.tokEmb
+	var raw unsafe.Pointer
+	if w.typ == typeF32 {
+		raw = unsafe.Pointer(&w.f32[0])
+	} else {
+		raw = unsafe.Pointer(&w.raw[0])
+	}
+	C.rd_gemv_idx(C.int(w.typ), (*C.uint8_t)(raw), C.long(w.rowBytes), (*C.float)(&x[0]), C.int(w.cols),
+		(*C.int32_t)(unsafe.Pointer(&cand[0])), C.int(len(cand)), (*C.float)(&exact[0]), (*C.float)(&sc.tmp[0]))
+	for k, id := range cand {
+		a[id] = exact[k]
+	}
+	return pickFrom(a, cand), true
+}
