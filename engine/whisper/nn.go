@@ -8,11 +8,11 @@ import (
 // scratch holds the buffers one transcription reuses; a Model runs one
 // transcription at a time, so it keeps one scratch.
 type scratch struct {
-	tmp    [][]float32  // per-thread row buffers for gemvRows
-	tile   []float32    // dequantised weight tile for large products
-	logits []float32    // textLogits' result
-	enc    [9][]float32 // encoder activations, reused window after window
-	dec    *decState    // the decoder state, reused window after window
+	tmp    [][]float32   // per-thread row buffers for gemvRows
+	tile   []float32     // dequantised weight tile for large products
+	logits []float32     // textLogits' result
+	enc    [9][]float32  // encoder activations, reused window after window
+	dec    *decState     // the decoder state, reused window after window
 	shadow shadowScratch // nextShadow's buffers
 	// owned is the C memory behind enc and dec, freed by free. Keeping these
 	// large buffers outside the Go heap keeps the collector's heap goal (and
