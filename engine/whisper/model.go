@@ -3,8 +3,10 @@
 // Q8_0 weights), computes the log-mel spectrogram, the encoder and the
 // decoder the way whisper.cpp does, and decodes greedily with whisper.cpp's
 // default rules and no timestamps. Matrix products run on OpenBLAS through
-// cgo; everything else is Go or small C kernels. A *Model implements
-// engine.Transcriber.
+// cgo; everything else is Go or small C kernels. Greedy decoding picks each
+// token through an int8 copy of an F16 or F32 token embedding with proven
+// error bounds, exactly as the full product would (shadow.go). A *Model
+// implements engine.Transcriber.
 package whisper
 
 import (
@@ -50,7 +52,7 @@ type ModelInfo struct {
 	Type         string  `json:"type"` // "tiny", "base", "small", "medium", "large", by layer count
 	Multilingual bool    `json:"multilingual"`
 	WeightType   string  `json:"weight_type"` // type of the linear-layer weights: "f32", "f16", "q8_0", ...
-	Bytes        int64   `json:"bytes"`       // memory held by weights and vocabulary
+	Bytes        int64   `json:"bytes"`       // memory held by weights, vocabulary and the int8 shadow
 	Languages    int     `json:"languages"`
 }
 
