@@ -422,6 +422,55 @@ double rd_sum_exp(const float *x, int n, float mx) {
 
 // ---- int8 copy of the output projection (see shadow.go) ----
 
+#if defined(__AVX2__) && defined(__FMA__)
+static inline float hmax256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+// shadow_row_avx2 is one row of rd_shadow_build for cols a multiple of 32.
+// It works in float: the error is rounded up by the float rounding of
+// scale·q and of the difference, so it stays a bound.
+static int shadow_row_avx2(const float *row, int cols, int8_t *qr, float *scale, float *err, float *l1) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), inf = _mm256_set1_ps(INFINITY);
+    __m256 vmx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < cols; i += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(row + i), absmask);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); // Inf or NaN
+        vmx = _mm256_max_ps(vmx, a);
+    }
+    if (_mm256_movemask_ps(bad)) return 0;
+    float s = hmax256(vmx) / 127.0f;
+    const __m256 vs = _mm256_set1_ps(s), vinv = _mm256_set1_ps(s > 0 ? 1.0f / s : 0.0f);
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 ve = _mm256_setzero_ps();
+    __m256i vn1 = _mm256_setzero_si256();
+    for (int i = 0; i < cols; i += 32) {
+        __m256i qk[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 w = _mm256_loadu_ps(row + i + 8 * k);
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(w, vinv)); // to nearest, ties to even
+            v = _mm256_min_epi32(_mm256_max_epi32(v, nlim), lim);
+            ve = _mm256_max_ps(ve, _mm256_and_ps(_mm256_sub_ps(w, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(v))), absmask));
+            vn1 = _mm256_add_epi32(vn1, _mm256_abs_epi32(v));
+            qk[k] = v;
+        }
+        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(qk[0], qk[1]), _mm256_packs_epi32(qk[2], qk[3]));
+        _mm256_storeu_si256((__m256i *)(qr + i), _mm256_permutevar8x32_epi32(b, perm));
+    }
+    int32_t n[8];
+    _mm256_storeu_si256((__m256i *)n, vn1);
+    long sum = 0;
+    for (int k = 0; k < 8; k++) sum += n[k];
+    *scale = s;
+    *err = hmax256(ve) * (1 + 0x1p-22f) + 127.0f * s * 0x1p-23f + 1e-30f;
+    *l1 = (float)((double)s * (double)sum * (1 + 1e-6));
+    return 1;
+}
+#endif
+
 int rd_shadow_build(int typ, const uint8_t *W, long rowBytes, int cols, int r0, int r1, int8_t *q, float *scale,
                     float *err, float *l1, float *tmp) {
     for (int r = r0; r < r1; r++) {
@@ -432,6 +481,13 @@ int rd_shadow_build(int typ, const uint8_t *W, long rowBytes, int cols, int r0, 
             rd_dequant(typ, W + (long)r * rowBytes, tmp, cols);
             row = tmp;
         }
+        int8_t *qr = q + (long)r * cols;
+#if defined(__AVX2__) && defined(__FMA__)
+        if (cols % 32 == 0) {
+            if (!shadow_row_avx2(row, cols, qr, scale + r, err + r, l1 + r)) return 0;
+            continue;
+        }
+#endif
         float mx = 0;
         for (int i = 0; i < cols; i++) {
             if (!isfinite(row[i])) return 0;
@@ -440,7 +496,6 @@ int rd_shadow_build(int typ, const uint8_t *W, long rowBytes, int cols, int r0, 
         }
         float s = mx / 127.0f;
         double e = 0, n1 = 0;
-        int8_t *qr = q + (long)r * cols;
         for (int i = 0; i < cols; i++) {
             long v = s > 0 ? lrintf(row[i] / s) : 0;
             if (v > 127) v = 127;

@@ -166,10 +166,10 @@ func pickFrom(lg []float32, only []int32) pick {
 	return p
 }
 
-// nextShadow is next through the shadow. It reports false when the
-// hidden state is not finite or when so many rows are close to the best
-// that the full product is cheaper.
-func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
+// shadowLogits computes the approximate logits a and their bounds b of ids
+// 0..<|endoftext|> from the shadow, in scratch buffers. It reports false
+// when the hidden state is zero or not finite.
+func (m *Model) shadowLogits(hidden []float32) (a, b []float32, ok bool) {
 	sh := m.shadow
 	n := m.tok.eot + 1
 	x := hidden[:sh.cols]
@@ -181,7 +181,6 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 	if len(sc.a) < n {
 		sc.a, sc.b = make([]float32, n), make([]float32, n)
 	}
-	sc.counts.steps++
 	// x ≈ sx·xq with xq in int16.
 	var mx float32
 	var xn1 float64
@@ -191,8 +190,7 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 		xn1 += float64(a)
 	}
 	if math.IsNaN(float64(mx)) || math.IsInf(float64(mx), 0) || mx == 0 {
-		sc.counts.fallbacks++
-		return pick{}, false
+		return nil, nil, false
 	}
 	sx := mx / 32767
 	var ex float64
@@ -202,7 +200,7 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 		sc.xq[i] = int16(q)
 		ex = max(ex, math.Abs(float64(v)-float64(sx)*q))
 	}
-	a, b := sc.a[:n], sc.b[:n]
+	a, b = sc.a[:n], sc.b[:n]
 	parallel(m.threads, m.threads, func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
 			r0, r1 := c*n/m.threads, (c+1)*n/m.threads
@@ -213,6 +211,22 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 			}
 		}
 	})
+	return a, b, true
+}
+
+// nextShadow is next through the shadow. It reports false when the
+// hidden state is zero or not finite, or when so many rows are close to the
+// best that the full product is cheaper.
+func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
+	sc := &m.scr.shadow
+	sc.counts.steps++
+	n := m.tok.eot + 1
+	x := hidden[:m.shadow.cols]
+	a, b, ok := m.shadowLogits(x)
+	if !ok {
+		sc.counts.fallbacks++
+		return pick{}, false
+	}
 	ninf := float32(math.Inf(-1))
 	for _, id := range banned {
 		a[id], b[id] = ninf, 0

@@ -27,11 +27,11 @@ func shadowModel(t testing.TB, typ ggmlType, rows, cols, threads int, seed uint6
 			row[r.IntN(cols)] = float32(50 * scale)
 		}
 	}
-	// Exact duplicates: rows 10 and 11, and 200 and rows-2, at the largest
-	// scale so that a hidden state along them makes them the best.
+	// Exact duplicates: rows 10 and 11, and 200 and rows-2, above the other
+	// scales so that a hidden state along them makes them the best.
 	for _, i := range []int{10, 200} {
 		for j := range cols {
-			vals[i*cols+j] = float32(2.5 * r.NormFloat64())
+			vals[i*cols+j] = float32(20 * r.NormFloat64())
 		}
 	}
 	copy(vals[11*cols:12*cols], vals[10*cols:11*cols])
@@ -111,6 +111,7 @@ func TestShadowPicksExactly(t *testing.T) {
 		{typeF16, 5001, 64, 2},
 		{typeF32, 3000, 96, 2},
 		{typeF16, 4000, 1280, 1},
+		{typeF16, 2000, 40, 1}, // not a multiple of 32: the kernels' scalar paths
 	} {
 		name := tc.typ.String() + "/" + strconv.Itoa(tc.rows) + "x" + strconv.Itoa(tc.cols) + "/threads=" + strconv.Itoa(tc.threads)
 		t.Run(name, func(t *testing.T) {
@@ -153,8 +154,12 @@ func TestShadowPicksExactly(t *testing.T) {
 // TestShadowBounds checks the invariant the pruning rests on: every row's
 // approximate logit lies within its bound of the full product's logit.
 func TestShadowBounds(t *testing.T) {
-	for _, typ := range []ggmlType{typeF16, typeF32} {
-		m := shadowModel(t, typ, 3000, 384, 1, 5)
+	for _, tc := range []struct {
+		typ  ggmlType
+		cols int
+	}{{typeF16, 384}, {typeF32, 384}, {typeF16, 72}} {
+		typ := tc.typ
+		m := shadowModel(t, typ, 3000, tc.cols, 1, 5)
 		r := rand.New(rand.NewPCG(8, 8))
 		sh := m.shadow
 		for k, x := range hiddenVectors(m, r, 30) {
@@ -176,6 +181,58 @@ func TestShadowBounds(t *testing.T) {
 	}
 }
 
+// TestShadowBoundIsTight builds rows whose every value sits just below the
+// midpoint between two int8 steps, and a hidden state of ±1 along the
+// rounding errors: the approximation is then off by nearly the whole bound,
+// beyond the bound's slack for float rounding (about 2% here), so a bound
+// too small by more than that would show.
+func TestShadowBoundIsTight(t *testing.T) {
+	for _, cols := range []int{384, 40} {
+		rows := 50
+		r := rand.New(rand.NewPCG(uint64(cols), 1))
+		vals := make([]float32, rows*cols)
+		for i := 0; i < rows; i++ {
+			s := 0.01 * float64(i+1)
+			row := vals[i*cols : (i+1)*cols]
+			for j := range row {
+				k := float64(r.IntN(253) - 126) // -126..126
+				row[j] = float32((k + 0.4999) * s)
+			}
+			row[0] = float32(127 * s) // the row's maximum: scale = s
+		}
+		m := &Model{threads: 1, log: quiet, tok: specialTokens{eot: rows - 1, space: -1},
+			tokEmb: &weight{typ: typeF32, rows: rows, cols: cols, rowBytes: 4 * cols, f32: vals}}
+		m.buildShadow()
+		if m.shadow == nil {
+			t.Fatal("no shadow")
+		}
+		defer m.shadow.free()
+		for i := 0; i < rows; i++ {
+			x := make([]float32, cols)
+			for j := range x {
+				q := float32(int8(m.shadow.q[i*cols+j])) * m.shadow.scale[i]
+				if vals[i*cols+j] >= q {
+					x[j] = 1
+				} else {
+					x[j] = -1
+				}
+			}
+			a, b, ok := m.shadowLogits(x)
+			if !ok {
+				t.Fatal("the shadow gave up")
+			}
+			sh := m.shadow
+			m.shadow = nil
+			exact := m.textLogits(x)[i]
+			m.shadow = sh
+			d := math.Abs(float64(a[i]) - float64(exact))
+			if d > float64(b[i]) || d < 0.95*float64(b[i]) {
+				t.Fatalf("cols %d row %d: off by %v, bound %v", cols, i, d, b[i])
+			}
+		}
+	}
+}
+
 // TestShadowBuild checks when a shadow is made: F16 and F32 embeddings get
 // one, quantised ones and ones with values that are not finite do not.
 func TestShadowBuild(t *testing.T) {
@@ -187,12 +244,17 @@ func TestShadowBuild(t *testing.T) {
 		t.Fatal("a Q8_0 embedding got a shadow")
 	}
 	vals := make([]float32, 64*64)
-	vals[100] = float32(math.Inf(1))
 	m.tokEmb = &weight{typ: typeF32, rows: 64, cols: 64, rowBytes: 256, f32: vals}
-	if m.buildShadow(); m.shadow != nil {
-		t.Fatal("an embedding holding Inf got a shadow")
+	for _, v := range []float64{math.Inf(1), math.Inf(-1), math.NaN()} {
+		for _, cols := range []int{64, 40} {
+			m.tokEmb.cols, m.tokEmb.rowBytes, m.tokEmb.rows = cols, 4*cols, 64*64/cols
+			vals[1000] = float32(v)
+			if m.buildShadow(); m.shadow != nil {
+				t.Fatalf("an embedding of %d columns holding %v got a shadow", cols, v)
+			}
+		}
 	}
-	vals[100] = 1
+	vals[1000] = 1
 	if m.buildShadow(); m.shadow == nil {
 		t.Fatal("no shadow for a finite F32 embedding")
 	}
