@@ -5,6 +5,10 @@ package whisper
 #include <stdlib.h>
 #include <cblas.h>
 #include "kernels.h"
+
+// OpenBLAS's pthread server stops its threads with this; the next threaded
+// call starts them again (driver/others/blas_server.c).
+int blas_thread_shutdown_(void);
 */
 import "C"
 
@@ -40,6 +44,20 @@ func setBLASThreads(n int) {
 	C.openblas_set_num_threads(C.int(n))
 }
 
+// blasMu orders OpenBLAS products (readers) against stopBLASThreads.
+var blasMu sync.RWMutex
+
+// stopBLASThreads ends OpenBLAS's worker threads; the next product that
+// wants them starts them again (tens of microseconds). After a product a
+// worker spins, yielding, for about 2^28 cycles (0.1 s) before it sleeps;
+// on a small machine that spinning takes a core from the decoder's own
+// threads, which run right after the encoder's last product.
+func stopBLASThreads() {
+	blasMu.Lock()
+	defer blasMu.Unlock()
+	C.blas_thread_shutdown_()
+}
+
 // sgemmNT computes c[m][n] (row stride ldc) = a[m][k] (stride lda) ·
 // b[n][k]ᵀ (stride ldb), adding to c when accumulate is true.
 func sgemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
@@ -50,6 +68,8 @@ func sgemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float3
 	if accumulate {
 		beta = 1
 	}
+	blasMu.RLock()
+	defer blasMu.RUnlock()
 	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasTrans, C.blasint(m), C.blasint(n), C.blasint(k),
 		1, (*C.float)(&a[0]), C.blasint(lda), (*C.float)(&b[0]), C.blasint(ldb), beta, (*C.float)(&c[0]), C.blasint(ldc))
 }
@@ -60,6 +80,8 @@ func sgemmNN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float3
 	if m == 0 || n == 0 {
 		return
 	}
+	blasMu.RLock()
+	defer blasMu.RUnlock()
 	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasNoTrans, C.blasint(m), C.blasint(n), C.blasint(k),
 		1, (*C.float)(&a[0]), C.blasint(lda), (*C.float)(&b[0]), C.blasint(ldb), 0, (*C.float)(&c[0]), C.blasint(ldc))
 }

@@ -241,6 +241,10 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 	if m.tok.space >= 0 {
 		first = append(first, m.tok.space)
 	}
+	// No more OpenBLAS products in this window: stop its spinning threads.
+	if m.threads > 1 {
+		stopBLASThreads()
+	}
 	// The mean log-probability decides the window only when the no-speech
 	// probability is above the threshold: then compute it exactly.
 	exactLogprob := w.noSpeechProb > noSpeechThold

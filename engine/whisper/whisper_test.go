@@ -323,6 +323,51 @@ func TestTranscribeConcurrent(t *testing.T) {
 	}
 }
 
+// TestTranscribeTwoModels runs two models at once on a two-window clip with
+// two threads each: OpenBLAS's threads are stopped after every window's
+// encoder and started again by the next product, from both models.
+func TestTranscribeTwoModels(t *testing.T) {
+	path, _ := demoModel(t)
+	pcm := chirp(35)
+	var models []*Model
+	var want []string
+	for i := 0; i < 2; i++ {
+		m, err := Load(path, Options{Threads: 2, MaxTokensPerWindow: 6, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		models, want = append(models, m), append(want, tr.Text)
+	}
+	if want[0] == "" || want[0] != want[1] {
+		t.Fatalf("two loads of one model disagree: %q, %q", want[0], want[1])
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := models[i%2].Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+			if err == nil && got.Text != want[0] {
+				err = errors.New("concurrent transcription differs: " + got.Text)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestNoSpeechRule(t *testing.T) {
 	cfg := DemoConfig()
 	cfg.WeightType = "f32"
