@@ -175,6 +175,14 @@ static inline void prefetch_ahead(const void *p, long n) {
     for (long i = 0; i < n; i += 64) __builtin_prefetch(c + i, 0, 3);
 }
 
+// row_f32 returns the row at src as float32: itself for F32, else
+// dequantised into tmp.
+static inline const float *row_f32(int typ, const uint8_t *src, int cols, float *tmp) {
+    if (typ == RD_F32) return (const float *)src;
+    rd_dequant(typ, src, tmp, cols);
+    return tmp;
+}
+
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
                   float *y, int ldy, int r0, int r1, float *tmp) {
     for (int r = r0; r < r1; r++) {
@@ -186,13 +194,7 @@ void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int 
             continue;
         }
 #endif
-        const float *row;
-        if (typ == RD_F32) {
-            row = (const float *)src;
-        } else {
-            rd_dequant(typ, src, tmp, cols);
-            row = tmp;
-        }
+        const float *row = row_f32(typ, src, cols, tmp);
         for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot(row, x + (long)t * cols, cols);
     }
 }
@@ -558,13 +560,6 @@ void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int c
             continue;
         }
 #endif
-        const float *row;
-        if (typ == RD_F32) {
-            row = (const float *)src;
-        } else {
-            rd_dequant(typ, src, tmp, cols);
-            row = tmp;
-        }
-        y[k] = dot(row, x, cols);
+        y[k] = dot(row_f32(typ, src, cols, tmp), x, cols);
     }
 }

@@ -301,14 +301,21 @@ func TestTranscribeConcurrent(t *testing.T) {
 	if len(want.Tokens) == 0 || len(want.Tokens) > 8 {
 		t.Fatalf("%d tokens with MaxTokensPerWindow 8", len(want.Tokens))
 	}
+	transcribeAtOnce(t, []*Model{m}, 4, pcm, want.Text)
+}
+
+// transcribeAtOnce runs n transcriptions of pcm at once, the i-th on
+// models[i%len(models)], and fails unless each gives want.
+func transcribeAtOnce(t *testing.T, models []*Model, n int, pcm []float32, want string) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
-			if err == nil && got.Text != want.Text {
+			got, err := models[i%len(models)].Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
+			if err == nil && got.Text != want {
 				err = errors.New("concurrent transcription differs: " + got.Text)
 			}
 			errs <- err
@@ -346,26 +353,7 @@ func TestTranscribeTwoModels(t *testing.T) {
 	if want[0] == "" || want[0] != want[1] {
 		t.Fatalf("two loads of one model disagree: %q, %q", want[0], want[1])
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for i := 0; i < 6; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := models[i%2].Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
-			if err == nil && got.Text != want[0] {
-				err = errors.New("concurrent transcription differs: " + got.Text)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	transcribeAtOnce(t, models, 6, pcm, want[0])
 }
 
 func TestNoSpeechRule(t *testing.T) {
