@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestMain lets the test binary act as replyd itself when re-executed with
@@ -36,22 +38,11 @@ type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	url    string
-	mu     sync.Mutex
-	output bytes.Buffer
+	output testutil.SyncBuffer // stdout and stderr together
 	done   chan struct{}
 }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.output.Write(b)
-}
-
-func (p *proc) out() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.output.String()
-}
+func (p *proc) out() string { return p.output.String() }
 
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -75,7 +66,7 @@ func startReplyd(t *testing.T, env map[string]string) *proc {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	p := &proc{t: t, cmd: cmd, url: "http://" + addr, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
+	cmd.Stdout, cmd.Stderr = &p.output, &p.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

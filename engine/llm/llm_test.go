@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -526,7 +527,7 @@ func TestCloseRejects(t *testing.T) {
 }
 
 func TestLlamaLogsGoToSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := openDemo(t, Options{Logger: logger})
 	e.Close()
@@ -534,22 +535,4 @@ func TestLlamaLogsGoToSlog(t *testing.T) {
 	if !strings.Contains(out, "component=llama.cpp") || !strings.Contains(out, "language model loaded") {
 		t.Errorf("llama.cpp's log lines did not reach the slog logger:\n%.2000s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the C log callback's threads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -24,10 +24,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 var (
@@ -79,29 +80,11 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer collects a process's output safely across goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one replyd process.
 type proc struct {
 	t        *testing.T
 	cmd      *exec.Cmd
-	out      *syncBuffer // stdout and stderr together
+	out      *testutil.SyncBuffer // stdout and stderr together
 	url      string
 	addr     string
 	dataDir  string
@@ -149,7 +132,7 @@ func startProc(t *testing.T, o procOpts) *proc {
 	for k, v := range o.env {
 		env[k] = v
 	}
-	p := &proc{t: t, out: &syncBuffer{}, url: "http://" + addr, addr: addr, dataDir: o.dataDir,
+	p := &proc{t: t, out: &testutil.SyncBuffer{}, url: "http://" + addr, addr: addr, dataDir: o.dataDir,
 		adminKey: o.adminKey, done: make(chan struct{})}
 	p.cmd = exec.Command(replydBin, "serve")
 	for _, e := range os.Environ() {
