@@ -320,25 +320,6 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
-                  int h0, int h1, float scale, float *out, float *scores, int ldScores) {
-    for (int t = 0; t < n; t++) {
-        const float *qt = q + (long)t * d;
-        float *ot = out + (long)t * d;
-        int L = valid[t];
-        for (int j = 0; j < L; j++) {
-            const float *kj = K + (long)j * d;
-            for (int h = h0; h < h1; h++) scores[(long)(h - h0) * ldScores + j] = dot(qt + h * hd, kj + h * hd, hd);
-        }
-        for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
-        for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
-        for (int j = 0; j < L; j++) {
-            const float *vj = V + (long)j * d;
-            for (int h = h0; h < h1; h++) axpy(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
-        }
-    }
-}
-
 // axpy_f16: y += a·x over n halves.
 static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     int i = 0;
@@ -350,26 +331,48 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
-void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
-                        int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+// attention is rd_attention over K and V of float32 (es 4) or IEEE halves
+// (es 2).
+static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
+                      int h0, int h1, float scale, float *out, float *scores, int ldScores) {
     for (int t = 0; t < n; t++) {
         const float *qt = q + (long)t * d;
         float *ot = out + (long)t * d;
         int L = valid[t];
         for (int j = 0; j < L; j++) {
-            const uint16_t *kj = K + (long)j * d;
-            prefetch_ahead(kj + h0 * hd, 2L * (h1 - h0) * hd);
-            for (int h = h0; h < h1; h++)
-                scores[(long)(h - h0) * ldScores + j] = dot_f16((const uint8_t *)(kj + h * hd), qt + h * hd, hd);
+            const char *kj = (const char *)K + (long)j * d * es;
+            prefetch_ahead(kj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
+            for (int h = h0; h < h1; h++) {
+                const char *kh = kj + (long)h * hd * es;
+                scores[(long)(h - h0) * ldScores + j] =
+                    es == 2 ? dot_f16((const uint8_t *)kh, qt + h * hd, hd) : dot(qt + h * hd, (const float *)kh, hd);
+            }
         }
         for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
         for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
         for (int j = 0; j < L; j++) {
-            const uint16_t *vj = V + (long)j * d;
-            prefetch_ahead(vj + h0 * hd, 2L * (h1 - h0) * hd);
-            for (int h = h0; h < h1; h++) axpy_f16(ot + h * hd, scores[(long)(h - h0) * ldScores + j], vj + h * hd, hd);
+            const char *vj = (const char *)V + (long)j * d * es;
+            prefetch_ahead(vj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
+            for (int h = h0; h < h1; h++) {
+                const char *vh = vj + (long)h * hd * es;
+                float a = scores[(long)(h - h0) * ldScores + j];
+                if (es == 2)
+                    axpy_f16(ot + h * hd, a, (const uint16_t *)vh, hd);
+                else
+                    axpy(ot + h * hd, a, (const float *)vh, hd);
+            }
         }
     }
+}
+
+void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
+                  int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+    attention(q, K, V, 4, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
+}
+
+void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
+                        int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+    attention(q, K, V, 2, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
 }
 
 static inline uint16_t f2h(float f) {
