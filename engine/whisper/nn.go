@@ -136,6 +136,16 @@ func addInto(dst, src []float32) {
 	}
 }
 
+// convOut finishes a convolution from its unfolded input col ([rows][k]):
+// out ([rows][d]) = GELU(col · wᵀ + b) for the kernel w ([d][k]).
+func convOut(out, col []float32, rows, d, k int, w, b []float32) {
+	sgemmNT(rows, d, k, col, k, w, k, out, d, false)
+	for t := 0; t < rows; t++ {
+		addInto(out[t*d:(t+1)*d], b)
+	}
+	gelu(out)
+}
+
 // encBuf returns encoder scratch buffer i with n floats (contents stale).
 func (m *Model) encBuf(i, n int) []float32 {
 	if len(m.scr.enc[i]) < n {
@@ -170,11 +180,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	h1 := m.encBuf(1, T1*d)
-	sgemmNT(T1, d, nm*3, col, nm*3, m.conv1w, nm*3, h1, d, false)
-	for t := 0; t < T1; t++ {
-		addInto(h1[t*d:(t+1)*d], m.conv1b)
-	}
-	gelu(h1)
+	convOut(h1, col, T1, d, nm*3, m.conv1w, m.conv1b)
 	// conv2 (kernel 3, padding 1, stride 2).
 	col = col[:T*d*3]
 	parallel(m.threads, T, func(lo, hi int) {
@@ -193,11 +199,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	x := m.encBuf(2, T*d)
-	sgemmNT(T, d, d*3, col, d*3, m.conv2w, d*3, x, d, false)
-	for t := 0; t < T; t++ {
-		addInto(x[t*d:(t+1)*d], m.conv2b)
-	}
-	gelu(x)
+	convOut(x, col, T, d, d*3, m.conv2w, m.conv2b)
 	addInto(x, m.encPos[:T*d])
 
 	h := m.encBuf(3, T*d)
