@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -386,7 +387,7 @@ func TestConformanceGreedy(t *testing.T) {
 						t.Errorf("G1 %s: seek %d, reference %d", where, w.seek, rw.Seek)
 						compare = false
 					}
-					samePrompt := equalInts(w.prompt, rw.Prompt)
+					samePrompt := slices.Equal(w.prompt, rw.Prompt)
 					if samePrompt {
 						// G6
 						d := math.Abs(math.Log(w.noSpeechProb / rw.NoSpeech))
@@ -451,18 +452,6 @@ func TestConformanceGreedy(t *testing.T) {
 				mi.File, identical, windows, tokensEqual, divergences, worstG5, worstG6)
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestConformanceLanguage(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -304,7 +305,7 @@ func TestShadowTranscribesAsFullProduct(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !equalIntSlices(fast.tokens, full.tokens) || len(fast.margins) != len(full.margins) {
+		if !slices.Equal(fast.tokens, full.tokens) || len(fast.margins) != len(full.margins) {
 			t.Fatalf("%s: tokens %v with the shadow, %v without", p, fast.tokens, full.tokens)
 		}
 		for i := range fast.margins {

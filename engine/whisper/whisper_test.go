@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,7 +430,7 @@ func TestMultilingual(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{50258, 50258 + 1 + 2, 50359, 50363}; !equalIntSlices(res.windows[0].prompt, want) {
+	if want := []int{50258, 50258 + 1 + 2, 50359, 50363}; !slices.Equal(res.windows[0].prompt, want) {
 		t.Fatalf("prompt %v, want %v", res.windows[0].prompt, want)
 	}
 	res, err = m.run(context.Background(), pcm, -1, 4)
@@ -451,16 +452,4 @@ func TestMultilingual(t *testing.T) {
 	if tr.Language != langCodes[res.lang] {
 		t.Fatalf("language %q, detection says %q", tr.Language, langCodes[res.lang])
 	}
-}
-
-func equalIntSlices(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
