@@ -253,18 +253,6 @@ func topK(lg []float32, k int) []int {
 	return ids
 }
 
-func meanStd(lg []float32) (float64, float64) {
-	var s, sq float64
-	for _, v := range lg {
-		s += float64(v)
-	}
-	mean := s / float64(len(lg))
-	for _, v := range lg {
-		sq += (float64(v) - mean) * (float64(v) - mean)
-	}
-	return mean, math.Sqrt(sq / float64(len(lg)))
-}
-
 func TestConformanceForced(t *testing.T) {
 	c := loadConf(t)
 	for _, mi := range c.manifest.Models {

@@ -75,7 +75,7 @@ func TestQuantisedModels(t *testing.T) {
 		return m.logits(h[(len(m.startPrompt(0))-1)*m.hp.NTextState:]), m
 	}
 	ref, _ := logitsFor("f16")
-	_, sigma := meanStdF(ref)
+	_, sigma := meanStd(ref)
 	for _, c := range []struct {
 		wt  string
 		tol float64 // rms logit error in units of σ
@@ -97,7 +97,8 @@ func TestQuantisedModels(t *testing.T) {
 	}
 }
 
-func meanStdF(x []float32) (float64, float64) {
+// meanStd returns the mean and the standard deviation of x.
+func meanStd(x []float32) (float64, float64) {
 	var s, sq float64
 	for _, v := range x {
 		s += float64(v)
