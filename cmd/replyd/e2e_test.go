@@ -11,12 +11,10 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -203,39 +201,6 @@ func testWAV(t *testing.T) []byte {
 	return buf.Bytes()
 }
 
-// otpReceiver is a webhook endpoint that records the codes replyd sends.
-type otpReceiver struct {
-	mu    sync.Mutex
-	codes []string
-	srv   *httptest.Server
-}
-
-func newOTPReceiver(t *testing.T) *otpReceiver {
-	r := &otpReceiver{}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var raw map[string]string
-		if err := json.NewDecoder(req.Body).Decode(&raw); err != nil || req.Header.Get("Content-Type") != "application/json" {
-			http.Error(w, "bad", 400)
-			return
-		}
-		r.mu.Lock()
-		r.codes = append(r.codes, raw["code"])
-		r.mu.Unlock()
-		w.WriteHeader(204)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *otpReceiver) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.codes) == 0 {
-		return ""
-	}
-	return r.codes[len(r.codes)-1]
-}
-
 // TestEndToEnd runs the real program on demo models: it creates a key, calls
 // /v1/infer with and without audio, logs in by OTP through a webhook, then
 // restarts the process and finds keys, prompt, sessions and logs intact.
@@ -248,7 +213,7 @@ func TestEndToEnd(t *testing.T) {
 	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
 		t.Fatalf("models demo exited %d", code)
 	}
-	rcv := newOTPReceiver(t)
+	rcv := testutil.NewOTPInbox(t)
 	const adminKey = "e2e-admin-key-0123456789abcdef"
 	env := map[string]string{
 		"REPLYD_DATA_DIR":        filepath.Join(dir, "data"),
@@ -256,7 +221,7 @@ func TestEndToEnd(t *testing.T) {
 		"REPLYD_LLM_MODEL":       filepath.Join(modelDir, "llm-demo.gguf"),
 		"REPLYD_WHISPER_MODEL":   filepath.Join(modelDir, "whisper-demo.bin"),
 		"REPLYD_OTP_CHANNEL":     "webhook",
-		"REPLYD_OTP_WEBHOOK_URL": rcv.srv.URL,
+		"REPLYD_OTP_WEBHOOK_URL": rcv.URL,
 		"REPLYD_THREADS":         "1",
 		"REPLYD_LLM_CONTEXT":     "2048",
 	}
@@ -309,7 +274,7 @@ func TestEndToEnd(t *testing.T) {
 	if sent["sent"] != true || sent["channel"] != "webhook" {
 		t.Fatalf("otp send: %v", sent)
 	}
-	code := rcv.last()
+	code := rcv.Next(t, 1)
 	if len(code) != 6 {
 		t.Fatalf("webhook got code %q", code)
 	}

@@ -3,7 +3,12 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"testing"
+	"time"
 )
 
 // SyncBuffer is a bytes.Buffer that several goroutines (or C threads
@@ -26,4 +31,52 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// OTPInbox is a webhook endpoint standing in for the administrator's
+// messaging app: it records the codes replyd sends as JSON {"code": …}.
+type OTPInbox struct {
+	URL   string
+	mu    sync.Mutex
+	codes []string
+}
+
+// NewOTPInbox starts an inbox that lives as long as t.
+func NewOTPInbox(t testing.TB) *OTPInbox {
+	in := &OTPInbox{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct {
+			Code string `json:"code"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || m.Code == "" ||
+			r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "bad webhook body", http.StatusBadRequest)
+			return
+		}
+		in.mu.Lock()
+		in.codes = append(in.codes, m.Code)
+		in.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	in.URL = srv.URL
+	return in
+}
+
+// Next waits (30 s at most) for the n-th code (1-based) and returns it.
+func (in *OTPInbox) Next(t testing.TB, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		in.mu.Lock()
+		if len(in.codes) >= n {
+			c := in.codes[n-1]
+			in.mu.Unlock()
+			return c
+		}
+		in.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no OTP code #%d reached the webhook", n)
+	return ""
 }

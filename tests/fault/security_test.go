@@ -8,57 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
-
-// otpInbox is a webhook receiver standing in for the admin's messaging app.
-type otpInbox struct {
-	mu    sync.Mutex
-	codes []string
-	srv   *httptest.Server
-}
-
-func newOTPInbox(t *testing.T) *otpInbox {
-	in := &otpInbox{}
-	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m struct {
-			Code string `json:"code"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || m.Code == "" {
-			http.Error(w, "bad webhook body", http.StatusBadRequest)
-			return
-		}
-		in.mu.Lock()
-		in.codes = append(in.codes, m.Code)
-		in.mu.Unlock()
-	}))
-	t.Cleanup(in.srv.Close)
-	return in
-}
-
-// next waits (30 s at most) for the n-th code (1-based).
-func (in *otpInbox) next(t *testing.T, n int) string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		in.mu.Lock()
-		if len(in.codes) >= n {
-			c := in.codes[n-1]
-			in.mu.Unlock()
-			return c
-		}
-		in.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no OTP code #%d reached the webhook", n)
-	return ""
-}
 
 // rawHTTP writes req on a new connection and returns the status line's code
 // and the rest of the response (bounded).
@@ -84,11 +41,11 @@ func rawHTTP(t *testing.T, addr string, write func(w io.Writer) error) (int, str
 // comes from the environment (so none is generated and printed), then greps
 // everything the process wrote for the secrets and dialog text it handled.
 func TestSecurity(t *testing.T) {
-	inbox := newOTPInbox(t)
+	inbox := testutil.NewOTPInbox(t)
 	data := t.TempDir()
 	p := startProc(t, procOpts{dataDir: data, env: map[string]string{
 		"REPLYD_OTP_CHANNEL":     "webhook",
-		"REPLYD_OTP_WEBHOOK_URL": inbox.srv.URL + "/otp",
+		"REPLYD_OTP_WEBHOOK_URL": inbox.URL + "/otp",
 	}})
 	p.waitReady()
 
@@ -100,7 +57,7 @@ func TestSecurity(t *testing.T) {
 	// Login once with the right code: the channel works and sessions exist.
 	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, http.StatusOK)
 	firstSend := time.Now()
-	code1 := inbox.next(t, 1)
+	code1 := inbox.Next(t, 1)
 	secrets["first OTP code"] = code1
 	body := p.must(request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": code1}}, http.StatusOK)
 	var sess struct {
@@ -272,7 +229,7 @@ func TestSecurity(t *testing.T) {
 			time.Sleep(wait)
 		}
 		p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, http.StatusOK)
-		code2 := inbox.next(t, 2)
+		code2 := inbox.Next(t, 2)
 		secrets["second OTP code"] = code2
 		wrong := 0
 		for guess := 0; wrong < 20; guess++ {
