@@ -17,7 +17,12 @@ CGO_ARCH  ?= -march=x86-64-v3 -mtune=generic
 export CGO_ENABLED  := 1
 export CGO_CFLAGS   := -O3 $(CGO_ARCH)
 export CGO_CXXFLAGS := -O3 $(CGO_ARCH)
-export CGO_CPPFLAGS := -I$(CURDIR)/third_party/include
+# llama.cpp's multimodal helper includes miniaudio.h, which the Go module zip
+# leaves out: replyd's own small stand-in lives in engine/llm/include.
+# REPLYD_CGO_INCLUDE may point at the same folder in another checkout so that
+# several checkouts share one build cache (the path is part of its key).
+REPLYD_CGO_INCLUDE ?= $(CURDIR)/engine/llm/include
+export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 
 # Where the shared Whisper conformance data lives (../shared/testdata beside
 # the clone for developers and CI).

@@ -5,5 +5,8 @@ _replyd_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)"
 export CGO_ENABLED=1
 export CGO_CFLAGS="-O3 -march=x86-64-v3 -mtune=generic"
 export CGO_CXXFLAGS="-O3 -march=x86-64-v3 -mtune=generic"
-export CGO_CPPFLAGS="-I${_replyd_root}/third_party/include"
+# engine/llm/include holds replyd's stand-in for miniaudio.h (see the header).
+# REPLYD_CGO_INCLUDE may name the same folder in another checkout, so that
+# checkouts share one build cache (the include path is part of its key).
+export CGO_CPPFLAGS="-I${REPLYD_CGO_INCLUDE:-${_replyd_root}/engine/llm/include}"
 unset _replyd_root
