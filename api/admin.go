@@ -2,7 +2,6 @@ package api
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,43 +16,6 @@ import (
 
 	"github.com/replyd/replyd/store"
 )
-
-// adminAuth admits a request carrying a valid X-ADMIN-KEY (its SHA-256
-// compared in constant time with the stored admin key hash) or a valid,
-// unexpired X-ADMIN-SESSION. Neither, or an invalid one, is 401. An API key
-// is never an admin credential.
-func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		h := c.Request().Header
-		key, session := h.Get(HeaderAdminKey), h.Get(HeaderAdminSession)
-		if key == "" && session == "" {
-			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
-		}
-		if key != "" && len(key) <= maxSecretHeader {
-			want, err := s.store.AdminKeyHash()
-			if err != nil {
-				return err
-			}
-			got := hashHex(key)
-			if want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
-				c.Set(adminViaKey, true)
-				return next(c)
-			}
-		}
-		if session != "" && len(session) <= maxSecretHeader {
-			ok, err := s.store.SessionValid(hashHex(session), s.now())
-			if err != nil {
-				return err
-			}
-			if ok {
-				return next(c)
-			}
-		}
-		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
-	}
-}
-
-const adminViaKey = "replyd.admin_via_key"
 
 // adminLog appends one admin-stream log entry. resourceID names what the
 // action touched (a key hash, a prompt version, "otp", "session").

@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -192,23 +191,4 @@ func retryAfterSeconds(d time.Duration) int64 {
 		s = 1
 	}
 	return s
-}
-
-// reqLogger returns the server's logger with the request id attached.
-func (s *Server) reqLogger(c echo.Context) *slog.Logger {
-	id := c.Response().Header().Get(echo.HeaderXRequestID)
-	return s.log.With("request_id", id)
-}
-
-// formatBytes renders n as a whole number of MiB or KiB when it is one, or
-// bytes otherwise; client.md uses the same rendering.
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + " KiB"
-	default:
-		return strconv.FormatInt(n, 10) + " bytes"
-	}
 }

@@ -2,15 +2,9 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,31 +12,6 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store"
 )
-
-// Header names of the credentials.
-const (
-	HeaderAPIKey       = "X-API-KEY"
-	HeaderAdminKey     = "X-ADMIN-KEY"
-	HeaderAdminSession = "X-ADMIN-SESSION"
-)
-
-// ScopeInfer is the scope an API key needs to call /v1/infer. It is the only
-// scope replyd defines.
-const ScopeInfer = "infer"
-
-// knownScopes are the scopes a key may be created with.
-var knownScopes = []string{ScopeInfer}
-
-// maxSecretHeader bounds a credential header; longer values are invalid
-// without being hashed.
-const maxSecretHeader = 512
-
-// hashHex returns the lowercase hex SHA-256 of s: how keys, codes and
-// session tokens are stored and how api_key_hash is formed.
-func hashHex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
 
 // inferState carries what the infer log line needs from the handler to the
 // inferLog middleware. It never holds dialog text.
@@ -192,131 +161,6 @@ func (s *Server) handleTry(c echo.Context) error {
 	return s.runInfer(c, st, form)
 }
 
-// admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key).
-func (s *Server) admit(c echo.Context, key store.APIKey) error {
-	if !slices.Contains(key.Scopes, ScopeInfer) {
-		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
-	}
-	now := s.now()
-	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
-		s.metrics.rateLimited.Inc()
-		return &Error{
-			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
-			RetryAfter: retry,
-		}
-	}
-	if s.limiter.shouldTouch(key.Hash, now) {
-		if err := s.store.TouchKey(key.Hash, now); err != nil {
-			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
-		}
-	}
-	return nil
-}
-
-// inferForm is the raw content of an inference multipart body.
-type inferForm struct {
-	payload    []byte
-	hasPayload bool
-	audio      []byte
-	hasAudio   bool
-	audioType  string
-	keyHash    string
-}
-
-// maxKeyHashField bounds the api_key_hash form field.
-const maxKeyHashField = 256
-
-// readInferForm reads the multipart body: the payload part (file part or
-// plain field, any or no content type), the optional audio part and, for
-// /v1/admin/try, the api_key_hash field. Other parts are read and ignored.
-func (s *Server) readInferForm(r *http.Request, withKeyHash bool) (inferForm, error) {
-	var f inferForm
-	mt, params, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType))
-	if err != nil || mt != "multipart/form-data" {
-		return f, errorf(CodeUnsupportedMediaType, "Content-Type must be multipart/form-data with a payload part")
-	}
-	if params["boundary"] == "" {
-		return f, badRequest("Content-Type multipart/form-data needs a boundary parameter")
-	}
-	mr := multipart.NewReader(r.Body, params["boundary"])
-	for {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return f, multipartError(err)
-		}
-		switch name := part.FormName(); {
-		case name == "payload":
-			if f.hasPayload {
-				return f, badRequest("payload: the part was sent twice")
-			}
-			data, err := readAtMost(part, s.limits.MaxPayloadBytes)
-			if err != nil {
-				return f, partError("payload", err, s.limits.MaxPayloadBytes)
-			}
-			f.payload, f.hasPayload = data, true
-		case name == "audio":
-			if f.hasAudio {
-				return f, badRequest("audio: only one audio part is allowed")
-			}
-			data, err := io.ReadAll(part)
-			if err != nil {
-				return f, multipartError(err)
-			}
-			f.audio, f.hasAudio = data, true
-			f.audioType = part.Header.Get(echo.HeaderContentType)
-		case name == "api_key_hash" && withKeyHash:
-			data, err := readAtMost(part, maxKeyHashField)
-			if err != nil {
-				return f, partError("api_key_hash", err, maxKeyHashField)
-			}
-			f.keyHash = string(data)
-		default:
-			if _, err := io.Copy(io.Discard, part); err != nil {
-				return f, multipartError(err)
-			}
-		}
-	}
-	if !f.hasPayload {
-		return f, badRequest("payload: the multipart part is required")
-	}
-	return f, nil
-}
-
-var errPartTooLarge = errors.New("part too large")
-
-// readAtMost reads all of r, failing with errPartTooLarge past max bytes.
-func readAtMost(r io.Reader, max int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, errPartTooLarge
-	}
-	return data, nil
-}
-
-func partError(name string, err error, max int64) error {
-	if errors.Is(err, errPartTooLarge) {
-		return errorf(CodePayloadTooLarge, "%s: the part exceeds the limit of %s", name, formatBytes(max))
-	}
-	return multipartError(err)
-}
-
-// multipartError classifies a failure while reading the multipart body.
-func multipartError(err error) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return &Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("the request body exceeds the limit of %s", formatBytes(mbe.Limit)), Err: err}
-	}
-	return &Error{Code: CodeInvalidRequest, Message: "the multipart body is malformed or truncated", Err: err}
-}
-
 // answerCandidate is the spec's AnswerCandidate.
 type answerCandidate struct {
 	Text     string `json:"text"`
@@ -460,18 +304,4 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 	default:
 		return &Error{Code: CodeInternal, Message: internalMessage, Err: err}
 	}
-}
-
-// isKeyHash reports whether h looks like an api_key_hash.
-func isKeyHash(h string) bool {
-	if len(h) != 64 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

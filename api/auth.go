@@ -1,0 +1,115 @@
+package api
+
+// Who is calling: the credential headers, the API key vocabulary and the two
+// admission checks (a tablet's key on /v1/infer, an administrator on /v1/admin).
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
+)
+
+// Header names of the credentials.
+const (
+	HeaderAPIKey       = "X-API-KEY"
+	HeaderAdminKey     = "X-ADMIN-KEY"
+	HeaderAdminSession = "X-ADMIN-SESSION"
+)
+
+// ScopeInfer is the scope an API key needs to call /v1/infer. It is the only
+// scope replyd defines.
+const ScopeInfer = "infer"
+
+// knownScopes are the scopes a key may be created with.
+var knownScopes = []string{ScopeInfer}
+
+// maxSecretHeader bounds a credential header; longer values are invalid
+// without being hashed.
+const maxSecretHeader = 512
+
+// hashHex returns the lowercase hex SHA-256 of s: how keys, codes and
+// session tokens are stored and how api_key_hash is formed.
+func hashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// admit checks the key's scope and rate limit, and records its use (at most
+// once a minute per key).
+func (s *Server) admit(c echo.Context, key store.APIKey) error {
+	if !slices.Contains(key.Scopes, ScopeInfer) {
+		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
+	}
+	now := s.now()
+	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
+		s.metrics.rateLimited.Inc()
+		return &Error{
+			Code:       CodeRateLimited,
+			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
+			RetryAfter: retry,
+		}
+	}
+	if s.limiter.shouldTouch(key.Hash, now) {
+		if err := s.store.TouchKey(key.Hash, now); err != nil {
+			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// isKeyHash reports whether h looks like an api_key_hash.
+func isKeyHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// adminAuth admits a request carrying a valid X-ADMIN-KEY (its SHA-256
+// compared in constant time with the stored admin key hash) or a valid,
+// unexpired X-ADMIN-SESSION. Neither, or an invalid one, is 401. An API key
+// is never an admin credential.
+func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		key, session := h.Get(HeaderAdminKey), h.Get(HeaderAdminSession)
+		if key == "" && session == "" {
+			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
+		}
+		if key != "" && len(key) <= maxSecretHeader {
+			want, err := s.store.AdminKeyHash()
+			if err != nil {
+				return err
+			}
+			got := hashHex(key)
+			if want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+				c.Set(adminViaKey, true)
+				return next(c)
+			}
+		}
+		if session != "" && len(session) <= maxSecretHeader {
+			ok, err := s.store.SessionValid(hashHex(session), s.now())
+			if err != nil {
+				return err
+			}
+			if ok {
+				return next(c)
+			}
+		}
+		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
+	}
+}
+
+const adminViaKey = "replyd.admin_via_key"

@@ -1,0 +1,176 @@
+package api
+
+// The bounds the API enforces, and their rendering in messages and documents.
+
+import (
+	"strconv"
+	"time"
+)
+
+// Limits are the bounds the API enforces. The integration guide and the
+// OpenAPI file are rendered from the same values, so what they say is what
+// the server does.
+type Limits struct {
+	// MaxBodyBytes bounds the whole /v1/infer (and /v1/admin/try) request body.
+	MaxBodyBytes int64
+	// MaxPayloadBytes bounds the payload JSON part.
+	MaxPayloadBytes int64
+	// MaxJSONBodyBytes bounds the JSON body of admin requests.
+	MaxJSONBodyBytes int64
+	// MaxAudio is the longest decoded recording; the engine enforces it while
+	// decoding and the guide documents it.
+	MaxAudio time.Duration
+	// MaxMessages bounds the number of dialog messages.
+	MaxMessages int
+	// MaxContentChars bounds one message's content, in Unicode code points.
+	MaxContentChars int
+	// MaxProfileChars bounds disabled_person_biography, persona and
+	// user_profile, each in code points.
+	MaxProfileChars int
+	// MaxIDChars bounds user_id, dialog_id, step_id and language.
+	MaxIDChars int
+	// MaxCandidates is the largest accepted options.max_candidates;
+	// DefaultCandidates is used when it is omitted.
+	MaxCandidates     int
+	DefaultCandidates int
+	// DefaultTemperature is used when options.temperature is omitted; the
+	// accepted range is 0 to MaxTemperature.
+	DefaultTemperature float64
+	MaxTemperature     float64
+	// InferTimeout is the deadline of one inference, queueing included.
+	InferTimeout time.Duration
+	// SessionTTL is the lifetime of an admin session.
+	SessionTTL time.Duration
+	// OTPTTL is the lifetime of a one-time code; OTPResendInterval the least
+	// time between two sends; OTPMaxAttempts the wrong tries that burn a code.
+	OTPTTL            time.Duration
+	OTPResendInterval time.Duration
+	OTPMaxAttempts    int
+	// DefaultRateLimit is a new key's rate_limit_per_minute when the create
+	// request omits it; MaxRateLimit is the largest accepted value.
+	DefaultRateLimit int
+	MaxRateLimit     int
+	// DefaultListLimit and MaxListLimit bound the limit query parameter of
+	// the key, log and prompt-history lists.
+	DefaultListLimit int
+	MaxListLimit     int
+	// DefaultWindow is the logs and stats window when neither window nor
+	// since is given; MaxWindow the longest accepted; MaxSeriesBuckets the
+	// most buckets a stats series may have.
+	DefaultWindow    time.Duration
+	MaxWindow        time.Duration
+	MaxSeriesBuckets int
+	// MaxPromptChars bounds the system prompt, in code points.
+	MaxPromptChars int
+	// OverloadedRetryAfter and NotReadyRetryAfter are the Retry-After values
+	// of 503 overloaded and 503 not_ready.
+	OverloadedRetryAfter time.Duration
+	NotReadyRetryAfter   time.Duration
+}
+
+// DefaultLimits returns the limits replyd ships with.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxBodyBytes:         25 << 20,
+		MaxPayloadBytes:      1 << 20,
+		MaxJSONBodyBytes:     1 << 20,
+		MaxAudio:             120 * time.Second,
+		MaxMessages:          200,
+		MaxContentChars:      4000,
+		MaxProfileChars:      8000,
+		MaxIDChars:           200,
+		MaxCandidates:        8,
+		DefaultCandidates:    3,
+		DefaultTemperature:   0.7,
+		MaxTemperature:       2,
+		InferTimeout:         30 * time.Second,
+		SessionTTL:           12 * time.Hour,
+		OTPTTL:               5 * time.Minute,
+		OTPResendInterval:    30 * time.Second,
+		OTPMaxAttempts:       5,
+		DefaultRateLimit:     60,
+		MaxRateLimit:         100000,
+		DefaultListLimit:     100,
+		MaxListLimit:         1000,
+		DefaultWindow:        24 * time.Hour,
+		MaxWindow:            366 * 24 * time.Hour,
+		MaxSeriesBuckets:     1000,
+		MaxPromptChars:       32000,
+		OverloadedRetryAfter: 2 * time.Second,
+		NotReadyRetryAfter:   5 * time.Second,
+	}
+}
+
+// withDefaults fills every zero field of l from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	set64 := func(v *int64, def int64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setInt := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setF := func(v *float64, def float64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set64(&l.MaxBodyBytes, d.MaxBodyBytes)
+	set64(&l.MaxPayloadBytes, d.MaxPayloadBytes)
+	set64(&l.MaxJSONBodyBytes, d.MaxJSONBodyBytes)
+	setDur(&l.MaxAudio, d.MaxAudio)
+	setInt(&l.MaxMessages, d.MaxMessages)
+	setInt(&l.MaxContentChars, d.MaxContentChars)
+	setInt(&l.MaxProfileChars, d.MaxProfileChars)
+	setInt(&l.MaxIDChars, d.MaxIDChars)
+	setInt(&l.MaxCandidates, d.MaxCandidates)
+	setInt(&l.DefaultCandidates, d.DefaultCandidates)
+	if l.DefaultCandidates > l.MaxCandidates {
+		l.DefaultCandidates = l.MaxCandidates
+	}
+	setF(&l.MaxTemperature, d.MaxTemperature)
+	if l.DefaultTemperature <= 0 || l.DefaultTemperature > l.MaxTemperature {
+		l.DefaultTemperature = d.DefaultTemperature
+	}
+	setDur(&l.InferTimeout, d.InferTimeout)
+	setDur(&l.SessionTTL, d.SessionTTL)
+	setDur(&l.OTPTTL, d.OTPTTL)
+	setDur(&l.OTPResendInterval, d.OTPResendInterval)
+	setInt(&l.OTPMaxAttempts, d.OTPMaxAttempts)
+	setInt(&l.DefaultRateLimit, d.DefaultRateLimit)
+	setInt(&l.MaxRateLimit, d.MaxRateLimit)
+	setInt(&l.DefaultListLimit, d.DefaultListLimit)
+	setInt(&l.MaxListLimit, d.MaxListLimit)
+	setDur(&l.DefaultWindow, d.DefaultWindow)
+	setDur(&l.MaxWindow, d.MaxWindow)
+	setInt(&l.MaxSeriesBuckets, d.MaxSeriesBuckets)
+	setInt(&l.MaxPromptChars, d.MaxPromptChars)
+	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
+	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
+	return l
+}
+
+// Limits returns the limits the server enforces, defaults filled in.
+func (s *Server) Limits() Limits { return s.limits }
+
+// formatBytes renders n as a whole number of MiB or KiB when it is one, or
+// bytes otherwise; client.md uses the same rendering.
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	default:
+		return strconv.FormatInt(n, 10) + " bytes"
+	}
+}
