@@ -1,11 +1,15 @@
 package llm
 
+// #include "scan.h"
+import "C"
+
 import (
 	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"unicode"
+	"unsafe"
 )
 
 // Sampling settings: llama.cpp's defaults for top-k, top-p and min-p.
@@ -24,59 +28,31 @@ const (
 type sampler struct {
 	temp float64
 	rng  *rand.Rand
-	// scratch buffers reused across steps.
-	top []tokenLogit
-}
-
-type tokenLogit struct {
-	id    int
-	logit float32
+	// scratch buffers of the top-k scan, reused across steps.
+	ids   [topK]int32
+	vals  [topK]float32
+	probs [topK]float64
 }
 
 func newSampler(temp float64, seed uint64, stream uint64) *sampler {
-	return &sampler{temp: temp, rng: rand.New(rand.NewPCG(seed, stream)), top: make([]tokenLogit, 0, topK+1)}
+	return &sampler{temp: temp, rng: rand.New(rand.NewPCG(seed, stream))}
 }
 
 // sample picks the next token from logits and returns it with its
 // log-probability under the untempered distribution (what ranking uses).
-// Temperature 0 picks the most likely token.
+// Temperature 0 picks the most likely token. The scan over the vocabulary
+// (top-k and log-sum-exp) runs in C (scan.c): it is most of a token's work
+// outside llama.cpp.
 func (s *sampler) sample(logits []float32) (int, float64) {
-	// Top-k by a bounded insertion sort: k is small and the vocabulary big.
-	top := s.top[:0]
-	maxLogit := float32(math.Inf(-1))
-	for id, l := range logits {
-		if l > maxLogit {
-			maxLogit = l
-		}
-		if len(top) == topK && l <= top[topK-1].logit {
-			continue
-		}
-		i := len(top)
-		if i < topK {
-			top = append(top, tokenLogit{})
-		} else {
-			i = topK - 1
-		}
-		for i > 0 && top[i-1].logit < l {
-			top[i] = top[i-1]
-			i--
-		}
-		top[i] = tokenLogit{id: id, logit: l}
-	}
-	s.top = top
-	// log-sum-exp of the full distribution for the token's log-probability.
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l - maxLogit))
-	}
-	logZ := float64(maxLogit) + math.Log(sum)
-
-	choice := top[0].id
-	if s.temp > 0 && len(top) > 1 {
-		probs := make([]float64, len(top))
+	var logZ C.double
+	k := int(C.replyd_scan((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
+		(*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ))
+	choice := int(s.ids[0])
+	if s.temp > 0 && k > 1 {
+		probs := s.probs[:k]
 		var z float64
-		for i, t := range top {
-			probs[i] = math.Exp(float64(t.logit-top[0].logit) / s.temp)
+		for i, v := range s.vals[:k] {
+			probs[i] = math.Exp(float64(v-s.vals[0]) / s.temp)
 			z += probs[i]
 		}
 		// min-p: drop tokens below minP times the best one; top-p: keep
@@ -93,12 +69,12 @@ func (s *sampler) sample(logits []float32) (int, float64) {
 		for i := 0; i < n; i++ {
 			r -= probs[i]
 			if r <= 0 || i == n-1 {
-				choice = top[i].id
+				choice = int(s.ids[i])
 				break
 			}
 		}
 	}
-	return choice, float64(logits[choice]) - logZ
+	return choice, float64(logits[choice]) - float64(logZ)
 }
 
 // cleanReply turns the raw bytes of a reply into display text: invalid UTF-8

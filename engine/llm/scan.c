@@ -1,0 +1,105 @@
+// scan.c: the per-token work of replyd's sampler over the whole vocabulary
+// (151,936 logits for Qwen2.5): top-k and the log-sum-exp that ranking needs.
+// Go did it in 2.6 ms a token; with AVX2 this takes about a tenth of that.
+
+#include <math.h>
+#include <stdint.h>
+
+#include "scan.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+// exp8 is e^x for x in [-87, 0] (Cephes' expf: range reduction by ln 2 and
+// a degree-5 polynomial; relative error about 2e-7).
+static inline __m256 exp8(__m256 x) {
+	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+	__m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+				    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+	x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+	__m256 y = _mm256_set1_ps(1.9875691500e-4f);
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+	y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+// insert puts (id, v) into the sorted top list of length *len (capacity k).
+static inline void insert(int32_t *ids, float *vals, int *len, int k, int32_t id, float v) {
+	int i = *len;
+	if (i < k) {
+		(*len)++;
+	} else {
+		i = k - 1;
+	}
+	while (i > 0 && vals[i - 1] < v) {
+		vals[i] = vals[i - 1];
+		ids[i] = ids[i - 1];
+		i--;
+	}
+	vals[i] = v;
+	ids[i] = id;
+}
+
+int replyd_scan(const float *logits, int n, int k, int32_t *ids, float *vals, double *logz) {
+	if (k > n) {
+		k = n;
+	}
+	int len = 0;
+	int i = 0;
+	// Top-k: a logit enters when the list is not full or it beats the
+	// last entry; after the first few thousand entries almost none do.
+	for (; i < n && len < k; i++) {
+		insert(ids, vals, &len, k, i, logits[i]);
+	}
+#if defined(__AVX2__) && defined(__FMA__)
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(logits + i);
+		int mask = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ));
+		while (mask) {
+			int j = __builtin_ctz(mask);
+			mask &= mask - 1;
+			if (logits[i + j] > vals[k - 1]) {
+				insert(ids, vals, &len, k, i + j, logits[i + j]);
+			}
+		}
+	}
+#endif
+	for (; i < n; i++) {
+		if (logits[i] > vals[k - 1]) {
+			insert(ids, vals, &len, k, i, logits[i]);
+		}
+	}
+
+	// log-sum-exp relative to the largest logit, summed in float lanes
+	// over blocks of 1024 and across blocks in double.
+	const float mx = vals[0];
+	double sum = 0;
+	i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+	const __m256 vmx = _mm256_set1_ps(mx);
+	while (i + 8 <= n) {
+		__m256 acc = _mm256_setzero_ps();
+		int end = i + 1024 < n ? i + 1024 : n;
+		for (; i + 8 <= end; i += 8) {
+			acc = _mm256_add_ps(acc, exp8(_mm256_sub_ps(_mm256_loadu_ps(logits + i), vmx)));
+		}
+		float lanes[8];
+		_mm256_storeu_ps(lanes, acc);
+		for (int j = 0; j < 8; j++) {
+			sum += lanes[j];
+		}
+	}
+#endif
+	for (; i < n; i++) {
+		sum += exp((double)logits[i] - mx);
+	}
+	*logz = (double)mx + log(sum);
+	return len;
+}
