@@ -57,6 +57,12 @@ type Request struct {
 	// AudioContentType is the media type the client declared on the part.
 	// It is informational: the decoder detects the format from the bytes.
 	AudioContentType string
+
+	// OnTranscript, when set, is called once with the transcript as soon as
+	// speech-to-text has produced it, before the candidates are generated,
+	// on the goroutine that called Infer. It is not called for requests
+	// without audio or when speech-to-text fails.
+	OnTranscript func(transcript string)
 }
 
 // Candidate is one suggested reply: the spec's AnswerCandidate plus the score
@@ -129,6 +135,13 @@ type GenerateRequest struct {
 	N           int
 	Temperature float64
 	Seed        uint32
+
+	// TranscriptReserve is how many prompt tokens the partner's current turn
+	// may take when its text comes from a recording: the prompt is fitted to
+	// the context as if that turn took at least this many, both when the
+	// turns before it are evaluated ahead (Prefiller) and when the whole
+	// prompt is, so that both drop the same oldest turns. 0 for typed turns.
+	TranscriptReserve int
 }
 
 // Generation is what a Generator returns: ranked candidates and timings.
@@ -146,6 +159,20 @@ type Generation struct {
 // concurrent use; a full queue returns ErrOverloaded at once.
 type Generator interface {
 	Generate(ctx context.Context, req GenerateRequest) (Generation, error)
+}
+
+// Prefiller is implemented by a Generator that can evaluate the prompt of a
+// request ahead, while its recording is still being transcribed.
+type Prefiller interface {
+	// Prefill queues the evaluation of req's prompt up to its last turn: the
+	// system message, the profile and the earlier turns (a trailing speaker
+	// message in req is left out, since the transcript joins it). It returns
+	// at once. A later Generate of the same dialog, with the transcript as
+	// its last speaker turn and the same TranscriptReserve, then evaluates
+	// only what follows. Prefill is an optimisation: it may be skipped (a
+	// full queue, a prompt that leaves less than TranscriptReserve tokens),
+	// and its work is lost when ctx ends first.
+	Prefill(ctx context.Context, req GenerateRequest)
 }
 
 // EngineStatus describes one engine for /healthz and the admin page.

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestCoresGrantsWithinTheBudget(t *testing.T) {
+	c := NewCores(4)
+	ctx := context.Background()
+	if n, _ := c.Acquire(ctx, 1, 3); n != 3 {
+		t.Fatalf("first grant %d, want 3", n)
+	}
+	if n, _ := c.Acquire(ctx, 1, 3); n != 1 {
+		t.Fatalf("second grant %d, want the 1 left", n)
+	}
+	if c.Free() != 0 {
+		t.Fatalf("free %d after granting the whole budget", c.Free())
+	}
+	// A waiter needing 3 is first in line: a later one needing 1 waits
+	// behind it even when 1 core is free.
+	big := make(chan int, 1)
+	small := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 3, 3); big <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	go func() { n, _ := c.Acquire(ctx, 1, 4); small <- n }()
+	waitFor(t, func() bool { return c.waiting() == 2 })
+	c.Release(1) // the 1 taken second
+	select {
+	case <-small:
+		t.Fatal("a later waiter overtook the first one")
+	default:
+	}
+	c.Release(3)
+	if n := <-big; n != 3 {
+		t.Fatalf("first waiter got %d", n)
+	}
+	if n := <-small; n != 1 {
+		t.Fatalf("second waiter got %d, want the 1 left", n)
+	}
+	c.Release(3)
+	c.Release(1)
+	if c.Free() != 4 {
+		t.Fatalf("free %d after every release", c.Free())
+	}
+}
+
+func TestCoresCancelledWaiterTakesNothing(t *testing.T) {
+	c := NewCores(2)
+	n, _ := c.Acquire(context.Background(), 2, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := c.Acquire(ctx, 2, 2); errc <- err }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	// A waiter behind the cancelled one is served when it leaves.
+	got := make(chan int, 1)
+	go func() { n, _ := c.Acquire(context.Background(), 1, 1); got <- n }()
+	waitFor(t, func() bool { return c.waiting() == 2 })
+	c.Release(1)
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if n := <-got; n != 1 {
+		t.Fatalf("the waiter behind got %d", n)
+	}
+	c.Release(n - 1)
+	c.Release(1)
+	if c.Free() != 2 {
+		t.Fatalf("free %d", c.Free())
+	}
+	var none *Cores
+	if n, err := none.Acquire(context.Background(), 1, 3); n != 3 || err != nil {
+		t.Fatalf("nil budget granted %d, %v", n, err)
+	}
+}
+
+func (c *Cores) waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+// waitFor polls cond until it holds (other goroutines must reach a state).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestTranscriptTokenCap(t *testing.T) {
+	for _, tc := range []struct {
+		speech time.Duration
+		cap    int
+	}{
+		{0, 0}, {time.Second, 44}, {5 * time.Second, 92}, {30 * time.Second, 392}, {31 * time.Second, 32*2 + 372},
+	} {
+		if got := TranscriptTokenCap(tc.speech); got != tc.cap {
+			t.Errorf("TranscriptTokenCap(%v) = %d, want %d", tc.speech, got, tc.cap)
+		}
+	}
+	if got := TranscriptReserve(5 * time.Second); got != 2*92+16 {
+		t.Errorf("TranscriptReserve(5s) = %d", got)
+	}
+}
