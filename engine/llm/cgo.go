@@ -122,8 +122,9 @@ var errUnknownTemplate = errors.New("chat template not supported by llama.cpp's 
 // applyTemplate renders msgs with llama.cpp's built-in template tmpl, which
 // is either a template name ("chatml", "llama3", "gemma", ...) or the Jinja
 // source from a model's metadata, which llama.cpp recognises by its markers.
-// The rendered prompt ends with the opening of an assistant turn.
-func applyTemplate(tmpl string, msgs []chatMessage) (string, error) {
+// With addAssistant the rendered prompt ends with the opening of an
+// assistant turn; without, it ends after the last message.
+func applyTemplate(tmpl string, msgs []chatMessage, addAssistant bool) (string, error) {
 	ctmpl := C.CString(tmpl)
 	defer C.free(unsafe.Pointer(ctmpl))
 	cmsgs := (*[1 << 20]C.struct_llama_chat_message)(C.malloc(C.size_t(len(msgs)+1) * C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{}))))[: len(msgs)+1 : len(msgs)+1]
@@ -143,7 +144,7 @@ func applyTemplate(tmpl string, msgs []chatMessage) (string, error) {
 	size := 2*total + 256
 	for range 2 {
 		buf := C.malloc(C.size_t(size))
-		n := int(C.llama_chat_apply_template(ctmpl, &cmsgs[0], C.size_t(len(msgs)), C.bool(true), (*C.char)(buf), C.int32_t(size)))
+		n := int(C.llama_chat_apply_template(ctmpl, &cmsgs[0], C.size_t(len(msgs)), C.bool(addAssistant), (*C.char)(buf), C.int32_t(size)))
 		if n < 0 {
 			C.free(buf)
 			return "", errUnknownTemplate

@@ -13,6 +13,7 @@ import (
 const (
 	ggmlTypeF32  = 0
 	ggmlTypeF16  = 1
+	ggmlTypeQ4_0 = 2
 	ggmlTypeQ8_0 = 8
 )
 
@@ -41,8 +42,8 @@ type ModelConfig struct {
 	Vocab     int // total vocabulary size, at least the fixed tokens (specials, 256 bytes, word pieces)
 	CtxTrain  int
 	RopeTheta float32
-	// Quant is "f32", "f16" or "q8_0" for the 2-D weight matrices; norms are
-	// always f32.
+	// Quant is "f32", "f16", "q8_0" or "q4_0" for the 2-D weight matrices;
+	// norms are always f32.
 	Quant string
 	// TiedEmbeddings omits output.weight so llama.cpp reuses token_embd.
 	TiedEmbeddings bool
@@ -73,6 +74,17 @@ func Qwen05BConfig() ModelConfig {
 		Name: "replyd-bench-qwen2.5-0.5b-shape", Embd: 896, Heads: 14, KVHeads: 2, Layers: 24, FF: 4864,
 		Vocab: 151936, CtxTrain: 32768, RopeTheta: 1e6, Quant: "q8_0", TiedEmbeddings: true,
 		OutputScale: 0.05, Seed: 0xbe7c,
+	}
+}
+
+// Qwen15BConfig has the dimensions of Qwen2.5-1.5B (28 layers, width 1536,
+// 12 query and 2 key/value heads, feed-forward 8960, 151936 tokens, tied
+// embeddings) in q8_0 with random weights: about 1.6 GB.
+func Qwen15BConfig() ModelConfig {
+	return ModelConfig{
+		Name: "replyd-bench-qwen2.5-1.5b-shape", Embd: 1536, Heads: 12, KVHeads: 2, Layers: 28, FF: 8960,
+		Vocab: 151936, CtxTrain: 32768, RopeTheta: 1e6, Quant: "q8_0", TiedEmbeddings: true,
+		OutputScale: 0.05, Seed: 0x15b,
 	}
 }
 
@@ -180,10 +192,13 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 		wtype = ggmlTypeF32
 	case "f16":
 		wtype = ggmlTypeF16
-	case "q8_0":
+	case "q8_0", "q4_0":
 		wtype = ggmlTypeQ8_0
+		if cfg.Quant == "q4_0" {
+			wtype = ggmlTypeQ4_0
+		}
 		if cfg.Embd%32 != 0 || cfg.FF%32 != 0 {
-			return fmt.Errorf("write model %s: q8_0 needs embd and ff multiples of 32", path)
+			return fmt.Errorf("write model %s: %s needs embd and ff multiples of 32", path, cfg.Quant)
 		}
 	default:
 		return fmt.Errorf("write model %s: unknown quantisation %q", path, cfg.Quant)
@@ -225,6 +240,8 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 			t.bytes = n * 2
 		case ggmlTypeQ8_0:
 			t.bytes = n / 32 * 34
+		case ggmlTypeQ4_0:
+			t.bytes = n / 32 * 18
 		}
 		ts = append(ts, t)
 	}
@@ -445,6 +462,23 @@ func (w *ggufWriter) tensorData(typ uint32, dims []uint64, std float32, ones boo
 					q := int8(int(byte(r>>(8*k)))%255 - 127)
 					block[2+j+k] = byte(q)
 				}
+			}
+			w.write(block)
+		}
+	case ggmlTypeQ4_0:
+		// Each block is an f16 scale and 32 4-bit quants uniform on 0..15,
+		// a weight being scale*(q-8); uniform q has standard deviation
+		// sqrt(255/12) = 4.61 steps.
+		block := make([]byte, 18)
+		binary.LittleEndian.PutUint16(block[:2], f32ToF16(std/4.61))
+		for i := uint64(0); i < n/32; i++ {
+			r := rng.next()
+			for j := 0; j < 8; j++ {
+				block[2+j] = byte(r >> (8 * j))
+			}
+			r = rng.next()
+			for j := 0; j < 8; j++ {
+				block[10+j] = byte(r >> (8 * j))
 			}
 			w.write(block)
 		}

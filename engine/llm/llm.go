@@ -1,10 +1,15 @@
 // Package llm generates candidate replies with llama.cpp running in-process
 // (through github.com/ollama/ollama/llama). One goroutine owns the llama.cpp
 // context; requests wait in a bounded queue. A request's prompt is evaluated
-// once into a dialog sequence, whose KV cache is copied to one sequence per
-// candidate, and all candidates are sampled together, one batched decode per
-// step. The dialog sequence stays cached per dialog_id, so the next turn of
-// the same dialog only evaluates the tokens it adds.
+// once into the prompt sequence; every candidate sequence shares its KV
+// cells (llama.cpp's unified KV cache), and the candidates are sampled
+// either together, one batched decode per step, or one after another,
+// whichever Open measured to be faster on this machine for that number of
+// candidates. The prompt stays cached per dialog_id (in the context while
+// the dialog is the current one, in Go memory otherwise), so the next turn of
+// the same dialog only evaluates the tokens it adds; with Prefill, the turns
+// before the partner's last one are evaluated while the recording is still
+// being transcribed.
 package llm
 
 import (
@@ -12,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"runtime"
 	"strings"
@@ -21,84 +25,142 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/llama"
-	"github.com/ollama/ollama/ml"
 
 	"github.com/replyd/replyd/engine"
 )
 
 // Defaults applied by Open to zero Options fields.
 const (
-	DefaultContextPerSeq  = 4096
-	DefaultQueueSize      = 16
-	DefaultMaxReplyTokens = 48
+	DefaultContextPerSeq = 4096
+	DefaultQueueSize     = 16
+	// DefaultMaxReplyTokens caps one candidate. The instruction asks for "one
+	// short reply of a few words" and a candidate ends at its first newline
+	// or end-of-turn token; 16 tokens hold about 12 English words with
+	// Qwen2.5's tokenizer, twice what the instruction asks for, so the cap
+	// only cuts replies that ramble, and each token it saves is a decode
+	// step of every candidate.
+	DefaultMaxReplyTokens = 16
 	DefaultMaxCandidates  = 8
 	DefaultPrefixCacheMiB = 256
 )
 
 const (
-	// promptChunk is how many prompt tokens one decode call evaluates; a
-	// cancelled request is noticed between chunks.
+	// promptChunk is how many prompt tokens one decode call evaluates (and
+	// llama.cpp's batch size); a cancelled request is noticed, and the CPU
+	// budget taken again, between chunks.
 	promptChunk = 256
 	// extraRounds bounds how often more candidates are sampled when
 	// duplicates or empty replies leave fewer than asked.
 	extraRounds = 2
-	// maxDialogSlots bounds the dialog prefix cache whatever its memory.
-	maxDialogSlots = 32
+	// promptSeq is the sequence that holds the current dialog's prompt; the
+	// candidates use the sequences after it.
+	promptSeq = 0
 )
+
+// Decoding selects how the candidates of one request are sampled.
+type Decoding int
+
+const (
+	// DecodeAuto times both ways at Open, after the warm-up, and picks
+	// the faster one for each number of candidates.
+	DecodeAuto Decoding = iota
+	// DecodeBatched samples all candidates together, one decode per step.
+	DecodeBatched
+	// DecodeSequential samples the candidates one after another, each from
+	// the shared prompt.
+	DecodeSequential
+)
+
+// String returns "auto", "batched" or "sequential".
+func (d Decoding) String() string {
+	switch d {
+	case DecodeBatched:
+		return "batched"
+	case DecodeSequential:
+		return "sequential"
+	default:
+		return "auto"
+	}
+}
+
+// ParseDecoding parses what String returns.
+func ParseDecoding(s string) (Decoding, error) {
+	for _, d := range []Decoding{DecodeAuto, DecodeBatched, DecodeSequential} {
+		if s == d.String() {
+			return d, nil
+		}
+	}
+	return DecodeAuto, fmt.Errorf("decoding %q: want auto, batched or sequential", s)
+}
 
 // Options configures Open. Zero values take the documented defaults.
 //
-// Memory: llama.cpp allocates the KV cache of every sequence up front, each
-// ContextPerSeq tokens long. There are MaxCandidates candidate sequences plus
-// the dialog prefix cache, which gets PrefixCacheMiB divided by one
-// sequence's KV size (at least 1, at most 32 dialogs). For Qwen2.5-0.5B at
-// 4096 tokens a sequence takes 48 MiB.
+// Memory: the sequences share one pool of KV cells (llama.cpp's unified KV
+// cache), sized for one prompt and the replies: ContextPerSeq plus
+// MaxReplyTokens for each further candidate. For Qwen2.5-0.5B that is 12 KiB
+// a cell, 50 MiB at the defaults; for Qwen2.5-1.5B 28 KiB, 117 MiB. The
+// prompts of other recent dialogs are kept in Go memory, up to
+// PrefixCacheMiB.
 type Options struct {
 	ModelPath      string
-	ContextPerSeq  int    // tokens per sequence, default 4096
-	Threads        int    // default runtime.NumCPU()-1, min 1
+	ContextPerSeq  int    // tokens of one dialog, prompt and reply; default 4096
+	Threads        int    // most threads a decode uses; default runtime.NumCPU()-1, min 1
 	GPULayers      int    // -1 = all layers when a GPU backend is present; 0 on CPU
 	Seed           uint32 // base seed; 0 = random per request unless the request has a seed
 	QueueSize      int    // default 16
-	MaxReplyTokens int    // default 48
+	MaxReplyTokens int    // default DefaultMaxReplyTokens
 	MaxCandidates  int    // upper bound of N, default 8
-	PrefixCacheMiB int    // bound on the dialog prefix cache memory, default 256
-	Demo           bool   // the model is a generated demo model (reported in Status)
-	Logger         *slog.Logger
+	PrefixCacheMiB int    // bound on the memory of cached dialogs' prompts, default 256
+	Decoding       Decoding
+	// CPU is the budget shared with the speech engine: every decode takes
+	// between 1 and Threads cores from it and runs that many threads. Nil
+	// means Threads always.
+	CPU    *engine.Cores
+	Demo   bool // the model is a generated demo model (reported in Status)
+	Logger *slog.Logger
 }
 
-// mode selects how candidates are generated. Production uses modeBatched;
-// the others exist so benchmarks can measure what sharing and batching save.
+// mode selects how candidates are generated. Production uses modeAuto; the
+// others exist so benchmarks and the start-up timing can compare them.
 type mode int
 
 const (
-	modeBatched mode = iota // prompt once, KV copied, all candidates in one decode per step
-	modeShared              // prompt once, KV copied, candidates generated one after another
+	modeAuto    mode = iota // batched or shared, as Open measured
+	modeBatched             // prompt once, shared by all candidates, one decode per step
+	modeShared              // prompt once, shared, candidates generated one after another
 	modeNaive               // prompt evaluated again for every candidate, one after another
 )
 
-// Engine generates candidate replies. It implements engine.Generator and
-// engine.StatusReporter and is safe for concurrent use.
+// Engine generates candidate replies. It implements engine.Generator,
+// engine.Prefiller and engine.StatusReporter and is safe for concurrent use.
 type Engine struct {
 	opts Options
 	log  *slog.Logger
 
 	model   *llama.Model
-	lctx    *llama.Context
+	lctx    *kvContext
 	vocab   vocabRef
-	nVocab  int
 	tmpl    string
 	info    ggufInfo
 	backend string
 	loaded  time.Time
 	batch   *llama.Batch
+	cells   int // KV cells of the pool
 
+	// Owner goroutine state. cur is what the prompt sequence holds;
+	// dialogs keeps other dialogs' prompts.
+	cur     current
+	dialogs *dialogCache
 	genSeqs []int // one sequence per candidate
 	// genLen is the number of KV positions each candidate sequence holds;
 	// the owner goroutine zeroes it when it frees the sequence.
 	genLen []int
-	cache  *prefixCache
-	nReq   atomic.Uint64
+	// batched[n] tells whether n candidates are sampled batched (else one
+	// after another); stepCost[n] is the measured cost of one decode step
+	// of n sequences (0 when not measured).
+	batched  []bool
+	stepCost []time.Duration
+	nReq     atomic.Uint64
 
 	// stepHook, when set (tests), runs on the owner goroutine before every
 	// decode of a request with the decode's ordinal number.
@@ -112,12 +174,20 @@ type Engine struct {
 	done    chan struct{}
 }
 
+// current is the dialog the prompt sequence holds.
+type current struct {
+	key    string // dialog_id, "" for none
+	tokens []int
+	saved  bool // the dialog cache holds exactly these tokens under key
+}
+
 type job struct {
-	ctx    context.Context
-	req    engine.GenerateRequest
-	mode   mode
-	queued time.Time
-	res    chan jobResult
+	ctx     context.Context
+	req     engine.GenerateRequest
+	mode    mode
+	prefill bool // evaluate the prompt up to the last turn only; nobody waits
+	queued  time.Time
+	res     chan jobResult
 }
 
 type jobResult struct {
@@ -128,10 +198,11 @@ type jobResult struct {
 var backendOnce sync.Once
 
 // Open loads the model (memory-mapped), creates the llama.cpp context,
-// evaluates a short warm-up decode and starts the goroutine that owns the
-// context. A file that cannot be loaded gives a *engine.Error of KindLLM
-// naming the file and the reason. The context lives until the process exits:
-// llama.cpp's Go binding has no call to free it.
+// evaluates a short warm-up decode, times batched against sequential
+// decoding when Options.Decoding is DecodeAuto, and starts the goroutine
+// that owns the context. A file that cannot be loaded gives a *engine.Error
+// of KindLLM naming the file and the reason. The context lives until the
+// process exits: llama.cpp's Go binding has no call to free it.
 func Open(opts Options) (*Engine, error) {
 	if opts.ContextPerSeq <= 0 {
 		opts.ContextPerSeq = DefaultContextPerSeq
@@ -200,44 +271,43 @@ func Open(opts Options) (*Engine, error) {
 		return fail(reason)
 	}
 
-	// The KV cache is split per sequence: candidates get MaxCandidates
-	// sequences, the dialog prefix cache as many as its memory bound allows.
-	perSeq := opts.ContextPerSeq * info.kvBytesPerToken()
-	dialogs := min(max(opts.PrefixCacheMiB<<20/max(perSeq, 1), 1), maxDialogSlots)
-	nSeq := opts.MaxCandidates + dialogs
-	cp := llama.NewContextParams(opts.ContextPerSeq*nSeq, 512, nSeq, opts.Threads, ml.FlashAttentionAuto, "")
-	lctx, err := llama.NewContextWithModel(model, cp)
+	// One pool of cells: the longest prompt with its first candidate's
+	// reply, and the other candidates' replies.
+	cells := opts.ContextPerSeq + (opts.MaxCandidates-1)*opts.MaxReplyTokens
+	lctx, err := newKVContext(model, contextConfig{cells: cells, seqs: 1 + opts.MaxCandidates, threads: opts.Threads})
 	if err != nil {
 		reason := takeLastCError()
 		llama.FreeModel(model)
 		if reason == "" {
-			reason = "llama.cpp could not create a context"
+			reason = "llama.cpp could not create a context: " + err.Error()
 		}
 		return fail(reason)
 	}
-	batch, err := llama.NewBatch(512, 1, 0)
+	batch, err := llama.NewBatch(promptChunk, 1, 0)
 	if err != nil {
 		// The context cannot be freed; it is small when this fails.
 		return fail("cannot allocate a batch")
 	}
 	e := &Engine{
 		opts: opts, log: log, model: model, lctx: lctx, vocab: newVocabRef(model),
-		nVocab: model.NumVocab(), info: info, backend: backend, batch: batch,
-		cache: newPrefixCache(opts.MaxCandidates, dialogs),
-		wake:  make(chan struct{}, 1), done: make(chan struct{}),
+		info: info, backend: backend, batch: batch, cells: cells,
+		dialogs: newDialogCache(opts.PrefixCacheMiB << 20),
+		wake:    make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	for i := 0; i < opts.MaxCandidates; i++ {
-		e.genSeqs = append(e.genSeqs, i)
+		e.genSeqs = append(e.genSeqs, promptSeq+1+i)
 	}
 	e.genLen = make([]int, opts.MaxCandidates)
 	e.tmpl = e.chooseTemplate(info.ChatTemplate)
 	if err := e.warmUp(); err != nil {
 		return fail("warm-up decode failed: " + err.Error())
 	}
+	e.chooseDecoding()
 	e.loaded = time.Now()
 	log.Info("language model loaded", "model", path, "arch", info.Arch, "backend", backend,
-		"gpu_layers", ngl, "threads", opts.Threads, "ctx_per_seq", opts.ContextPerSeq,
-		"candidate_seqs", opts.MaxCandidates, "dialog_cache_slots", dialogs, "demo", opts.Demo)
+		"gpu_layers", ngl, "threads", opts.Threads, "ctx_per_seq", opts.ContextPerSeq, "kv_cells", cells,
+		"kv_mib", cells*info.kvBytesPerToken()>>20, "candidate_seqs", opts.MaxCandidates,
+		"max_reply_tokens", opts.MaxReplyTokens, "dialog_cache_mib", opts.PrefixCacheMiB, "demo", opts.Demo)
 	go e.loop()
 	return e, nil
 }
@@ -246,7 +316,7 @@ func Open(opts Options) (*Engine, error) {
 // built-in templates recognise it, and ChatML otherwise.
 func (e *Engine) chooseTemplate(src string) string {
 	if src != "" {
-		if _, err := applyTemplate(src, []chatMessage{{Role: "user", Content: "x"}}); err == nil {
+		if _, err := applyTemplate(src, []chatMessage{{Role: "user", Content: "x"}}, true); err == nil {
 			return src
 		}
 		e.log.Warn("model chat template not recognised; using ChatML")
@@ -261,13 +331,12 @@ func (e *Engine) warmUp() error {
 	if err != nil {
 		return err
 	}
-	seq := e.genSeqs[0]
 	e.batch.Clear()
 	for i, t := range toks {
-		e.batch.Add(t, nil, i, i == len(toks)-1, seq)
+		e.batch.Add(t, nil, i, i == len(toks)-1, promptSeq)
 	}
 	err = e.lctx.Decode(e.batch)
-	e.lctx.KvCacheSeqRm(seq, -1, -1)
+	e.lctx.KvCacheSeqRm(promptSeq, -1, -1)
 	return err
 }
 
@@ -279,7 +348,17 @@ func (e *Engine) warmUp() error {
 // the queue or stopping its decode and freeing its sequences. After Close it
 // returns KindNotReady.
 func (e *Engine) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
-	return e.generate(ctx, req, modeBatched)
+	return e.generate(ctx, req, modeAuto)
+}
+
+// Prefill implements engine.Prefiller: it queues the evaluation of req's
+// prompt up to its last turn into the prompt sequence (saving the dialog
+// that was there) and returns. A full queue or a closed engine skips it.
+func (e *Engine) Prefill(ctx context.Context, req engine.GenerateRequest) {
+	j := &job{ctx: ctx, req: req, prefill: true, queued: time.Now()}
+	if err := e.enqueue(j); err != nil {
+		e.log.Debug("prefill skipped", "reason", err.Error())
+	}
 }
 
 func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, m mode) (engine.Generation, error) {
@@ -287,20 +366,8 @@ func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, m mod
 		return engine.Generation{}, canceled(err)
 	}
 	j := &job{ctx: ctx, req: req, mode: m, queued: time.Now(), res: make(chan jobResult, 1)}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		return engine.Generation{}, engine.Errorf(engine.KindNotReady, nil, "the language model is closed")
-	case len(e.pending) >= e.opts.QueueSize:
-		e.mu.Unlock()
-		return engine.Generation{}, engine.ErrOverloaded
-	}
-	e.pending = append(e.pending, j)
-	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
+	if err := e.enqueue(j); err != nil {
+		return engine.Generation{}, err
 	}
 	select {
 	case r := <-j.res:
@@ -320,6 +387,38 @@ func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, m mod
 	}
 }
 
+// enqueue appends j to the queue and wakes the owner. Prefill jobs do not
+// count against the queue size but are refused when it is full.
+func (e *Engine) enqueue(j *job) error {
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return engine.Errorf(engine.KindNotReady, nil, "the language model is closed")
+	case e.waitingLocked() >= e.opts.QueueSize:
+		e.mu.Unlock()
+		return engine.ErrOverloaded
+	}
+	e.pending = append(e.pending, j)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// waitingLocked counts the queued requests that someone waits for.
+func (e *Engine) waitingLocked() int {
+	n := 0
+	for _, j := range e.pending {
+		if !j.prefill {
+			n++
+		}
+	}
+	return n
+}
+
 func canceled(err error) error {
 	return engine.Errorf(engine.KindCanceled, err, "the request was cancelled or its deadline passed")
 }
@@ -328,7 +427,7 @@ func canceled(err error) error {
 func (e *Engine) QueueDepth() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := len(e.pending)
+	n := e.waitingLocked()
 	if e.running {
 		n++
 	}
@@ -365,7 +464,9 @@ func (e *Engine) Close() error {
 	e.pending = nil
 	e.mu.Unlock()
 	for _, j := range waiting {
-		j.res <- jobResult{err: engine.Errorf(engine.KindNotReady, nil, "the language model is closing")}
+		if j.res != nil {
+			j.res <- jobResult{err: engine.Errorf(engine.KindNotReady, nil, "the language model is closing")}
+		}
 	}
 	select {
 	case e.wake <- struct{}{}:
@@ -392,283 +493,19 @@ func (e *Engine) loop() {
 		}
 		j := e.pending[0]
 		e.pending = e.pending[1:]
-		e.running = true
+		e.running = !j.prefill
 		e.mu.Unlock()
 
+		if j.prefill {
+			if err := e.prefill(j); err != nil && engine.KindOf(err) != engine.KindCanceled {
+				e.log.Warn("prefill failed", "error", err.Error())
+			}
+			continue
+		}
 		gen, err := e.serve(j)
 		e.mu.Lock()
 		e.running = false
 		e.mu.Unlock()
 		j.res <- jobResult{gen: gen, err: err}
-	}
-}
-
-// run is the per-request state on the owner goroutine.
-type run struct {
-	e     *Engine
-	ctx   context.Context
-	steps int
-}
-
-// decode runs one decode of the engine's batch unless the request was
-// cancelled.
-func (r *run) decode() error {
-	if h := r.e.stepHook; h != nil {
-		h(r.steps)
-	}
-	r.steps++
-	if err := r.ctx.Err(); err != nil {
-		return canceled(err)
-	}
-	if err := r.e.lctx.Decode(r.e.batch); err != nil {
-		return engine.Errorf(engine.KindLLM, err, "language model decode failed")
-	}
-	return nil
-}
-
-// serve handles one request on the owner goroutine.
-func (e *Engine) serve(j *job) (engine.Generation, error) {
-	var gen engine.Generation
-	gen.Queue = time.Since(j.queued)
-	r := &run{e: e, ctx: j.ctx}
-	if err := j.ctx.Err(); err != nil {
-		return gen, canceled(err)
-	}
-	req := j.req
-	n := min(max(req.N, 1), e.opts.MaxCandidates)
-	temp := min(max(req.Temperature, 0), 2)
-	seed := uint64(req.Seed)
-	switch {
-	case seed != 0:
-	case e.opts.Seed != 0:
-		seed = uint64(e.opts.Seed) + e.nReq.Add(1)
-	default:
-		seed = rand.Uint64()
-	}
-
-	start := time.Now()
-	tokens, err := e.promptTokens(req)
-	if err != nil {
-		return gen, err
-	}
-	gen.PromptTokens = len(tokens)
-
-	slot, reuse := e.cache.acquire(req.DialogID, tokens)
-	gen.CachedTokens = reuse
-	var logits []float32
-	if j.mode == modeNaive {
-		// Naive mode evaluates the prompt per candidate below.
-		e.cache.release(slot)
-	} else {
-		logits, err = e.evalPrompt(r, slot.seq, tokens, reuse)
-		if err != nil {
-			return gen, err
-		}
-	}
-	gen.Prompt = time.Since(start)
-
-	start = time.Now()
-	seen := map[string]bool{}
-	var out []scored
-	for round := 0; round <= extraRounds && len(out) < n; round++ {
-		want := n - len(out)
-		var cands []*cand
-		for i := 0; i < want; i++ {
-			t := temp
-			idx := round*e.opts.MaxCandidates + i
-			if t == 0 && idx > 0 {
-				t = diverseTemp
-			}
-			cands = append(cands, &cand{seq: e.genSeqs[i], s: newSampler(t, seed, uint64(idx))})
-		}
-		var err error
-		switch j.mode {
-		case modeBatched:
-			err = e.sampleCands(r, slot.seq, len(tokens), logits, cands)
-		case modeShared:
-			for _, c := range cands {
-				if err = e.sampleCands(r, slot.seq, len(tokens), logits, []*cand{c}); err != nil {
-					break
-				}
-			}
-		case modeNaive:
-			for _, c := range cands {
-				var l []float32
-				if l, err = e.evalPrompt(r, c.seq, tokens, 0); err != nil {
-					break
-				}
-				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}); err != nil {
-					break
-				}
-			}
-		}
-		e.freeGen()
-		if err != nil {
-			return gen, err
-		}
-		var done []scored
-		for _, c := range cands {
-			gen.GenTokens += c.sampled
-			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob})
-		}
-		out = append(out, uniqueCandidates(done, seen)...)
-	}
-	gen.Generation = time.Since(start)
-	if len(out) > n {
-		out = out[:n]
-	}
-	rankCandidates(out)
-	for i, c := range out {
-		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, Language: req.Profile.Language, MeanLogProb: c.mean(),
-		})
-	}
-	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
-		"gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "prompt_ms", gen.Prompt.Milliseconds(),
-		"generation_ms", gen.Generation.Milliseconds())
-	return gen, nil
-}
-
-// promptTokens renders the request with the model's chat template and
-// tokenizes it, dropping the oldest turns until the prompt leaves room for
-// a reply in one sequence.
-func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
-	budget := e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1
-	var tokens []int
-	_, dropped, err := fitTurns(systemMessage(req), dialogTurns(req.Messages), func(msgs []chatMessage) (bool, error) {
-		text, err := applyTemplate(e.tmpl, msgs)
-		if err != nil {
-			return false, err
-		}
-		tokens, err = e.model.Tokenize(text, true, true)
-		if err != nil {
-			return false, err
-		}
-		return len(tokens) <= budget, nil
-	})
-	if err != nil {
-		if errors.Is(err, errPromptTooLong) {
-			return nil, engine.Errorf(engine.KindLLM, err, "the prompt does not fit in %d tokens", budget)
-		}
-		return nil, engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
-	}
-	if dropped > 0 {
-		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
-	}
-	return tokens, nil
-}
-
-// evalPrompt makes sequence seq hold tokens, keeping its first reuse
-// positions, and returns the logits after the last token. On cancellation
-// the dialog cache keeps what was evaluated.
-func (e *Engine) evalPrompt(r *run, seq int, tokens []int, reuse int) ([]float32, error) {
-	e.lctx.KvCacheSeqRm(seq, reuse, -1)
-	e.cache.setTokens(seq, tokens[:reuse])
-	var logits []float32
-	for pos := reuse; pos < len(tokens); {
-		end := min(pos+promptChunk, len(tokens))
-		e.batch.Clear()
-		for i := pos; i < end; i++ {
-			e.batch.Add(tokens[i], nil, i, i == len(tokens)-1, seq)
-		}
-		if err := r.decode(); err != nil {
-			return nil, err
-		}
-		if end == len(tokens) {
-			logits = e.lctx.GetLogitsIth(end - pos - 1)
-		}
-		pos = end
-		e.cache.setTokens(seq, tokens[:pos])
-		if seq < len(e.genLen) {
-			e.genLen[seq] = pos
-		}
-	}
-	if logits == nil {
-		return nil, engine.Errorf(engine.KindLLM, nil, "the language model returned no logits")
-	}
-	return logits, nil
-}
-
-// cand is one candidate being sampled.
-type cand struct {
-	seq     int
-	s       *sampler
-	tokens  []int
-	text    []byte
-	logprob float64
-	sampled int
-	done    bool
-}
-
-// accept takes a sampled token: a stop token or a newline ends the reply,
-// the token cap ends it after the token.
-func (c *cand) accept(e *Engine, tok int, lp float64) {
-	c.sampled++
-	if e.vocab.isStop(tok) {
-		c.done = true
-		return
-	}
-	p := e.vocab.piece(tok)
-	if i := strings.IndexByte(string(p), '\n'); i >= 0 {
-		c.text = append(c.text, p[:i]...)
-		if i > 0 {
-			c.tokens = append(c.tokens, tok)
-			c.logprob += lp
-		}
-		c.done = true
-		return
-	}
-	c.text = append(c.text, p...)
-	c.tokens = append(c.tokens, tok)
-	c.logprob += lp
-	if len(c.tokens) >= e.opts.MaxReplyTokens {
-		c.done = true
-	}
-}
-
-// sampleCands copies the prompt sequence into each candidate's sequence and
-// samples them all, one batched decode per step, starting from the logits
-// after the prompt.
-func (e *Engine) sampleCands(r *run, promptSeq, promptLen int, logits []float32, cands []*cand) error {
-	for _, c := range cands {
-		if c.seq != promptSeq {
-			// Sequences live in separate KV streams: the copy spans the
-			// whole range or llama.cpp asserts.
-			e.lctx.KvCacheSeqCp(promptSeq, c.seq, 0, -1)
-		}
-		e.genLen[c.seq] = promptLen
-		tok, lp := c.s.sample(logits)
-		c.accept(e, tok, lp)
-	}
-	for pos := promptLen; ; pos++ {
-		e.batch.Clear()
-		var active []*cand
-		for _, c := range cands {
-			if !c.done {
-				e.batch.Add(c.tokens[len(c.tokens)-1], nil, pos, true, c.seq)
-				e.genLen[c.seq] = pos + 1
-				active = append(active, c)
-			}
-		}
-		if len(active) == 0 {
-			return nil
-		}
-		if err := r.decode(); err != nil {
-			return err
-		}
-		for i, c := range active {
-			tok, lp := c.s.sample(e.lctx.GetLogitsIth(i))
-			c.accept(e, tok, lp)
-		}
-	}
-}
-
-// freeGen empties every candidate sequence that holds positions.
-func (e *Engine) freeGen() {
-	for i, n := range e.genLen {
-		if n > 0 {
-			e.lctx.KvCacheSeqRm(e.genSeqs[i], -1, -1)
-			e.genLen[i] = 0
-		}
 	}
 }

@@ -130,7 +130,7 @@ func TestPromptGolden(t *testing.T) {
 			name = "demo-model"
 		}
 		t.Run(name, func(t *testing.T) {
-			got, err := applyTemplate(tmpl, msgs)
+			got, err := applyTemplate(tmpl, msgs, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestPromptGolden(t *testing.T) {
 			}
 		})
 	}
-	if _, err := applyTemplate("no such template", msgs); !errors.Is(err, errUnknownTemplate) {
+	if _, err := applyTemplate("no such template", msgs, true); !errors.Is(err, errUnknownTemplate) {
 		t.Errorf("unknown template: err = %v, want errUnknownTemplate", err)
 	}
 }
@@ -170,7 +170,7 @@ func TestFitTurnsKeepsSystemAndLastSpeaker(t *testing.T) {
 		{limit: 2, want: []string{"sys", "s2"}, dropped: 3},
 		{limit: 1, err: errPromptTooLong},
 	} {
-		msgs, dropped, err := fitTurns("sys", append([]turn(nil), turns...), func(m []chatMessage) (bool, error) {
+		msgs, dropped, err := fitTurns("sys", append([]turn(nil), turns...), lastSpeaker(turns), func(m []chatMessage) (bool, error) {
 			return len(m) <= tc.limit, nil
 		})
 		if !errors.Is(err, tc.err) {
@@ -264,27 +264,29 @@ func TestWriteDemoModel(t *testing.T) {
 }
 
 // TestQuantizedModel catches a misaligned tensor data section, which f32
-// weights survive as shifted garbage but q8_0 blocks turn into NaN.
+// weights survive as shifted garbage but q8_0 and q4_0 blocks turn into NaN.
 func TestQuantizedModel(t *testing.T) {
-	cfg := DemoModelConfig()
-	cfg.Quant = "q8_0"
-	cfg.TiedEmbeddings = true
-	p := filepath.Join(t.TempDir(), "q8.gguf")
-	if err := WriteModel(p, cfg); err != nil {
-		t.Fatal(err)
-	}
-	e, err := Open(Options{ModelPath: p, MaxReplyTokens: 8, PrefixCacheMiB: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	g := mustGenerate(t, e, request(2, 1))
-	if len(g.Candidates) == 0 {
-		t.Fatal("no candidates")
-	}
-	for _, c := range g.Candidates {
-		if math.IsNaN(c.MeanLogProb) || math.IsInf(c.MeanLogProb, 0) || c.MeanLogProb > 0 {
-			t.Errorf("candidate %q has mean log-probability %v", c.Text, c.MeanLogProb)
+	for _, quant := range []string{"q8_0", "q4_0"} {
+		cfg := DemoModelConfig()
+		cfg.Quant = quant
+		cfg.TiedEmbeddings = true
+		p := filepath.Join(t.TempDir(), quant+".gguf")
+		if err := WriteModel(p, cfg); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Open(Options{ModelPath: p, MaxReplyTokens: 8, PrefixCacheMiB: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := mustGenerate(t, e, request(2, 1))
+		e.Close()
+		if len(g.Candidates) == 0 {
+			t.Fatalf("%s: no candidates", quant)
+		}
+		for _, c := range g.Candidates {
+			if math.IsNaN(c.MeanLogProb) || math.IsInf(c.MeanLogProb, 0) || c.MeanLogProb > 0 {
+				t.Errorf("%s: candidate %q has mean log-probability %v", quant, c.Text, c.MeanLogProb)
+			}
 		}
 	}
 }
@@ -470,9 +472,10 @@ func TestPrefixCacheMatchesColdRun(t *testing.T) {
 	if gw.CachedTokens == 0 || gw.CachedTokens >= gw.PromptTokens {
 		t.Fatalf("extended dialog reused %d of %d prompt tokens", gw.CachedTokens, gw.PromptTokens)
 	}
+	// A new engine holds nothing of the dialog.
 	cold := warm
 	cold.DialogID = ""
-	gc := mustGenerate(t, e, cold)
+	gc := mustGenerate(t, openDemo(t, Options{MaxReplyTokens: 16}), cold)
 	if gc.CachedTokens != 0 || gc.PromptTokens != gw.PromptTokens {
 		t.Errorf("cold run: cached %d, prompt %d (warm prompt %d)", gc.CachedTokens, gc.PromptTokens, gw.PromptTokens)
 	}
@@ -490,7 +493,7 @@ func TestLongDialogDropsOldestTurns(t *testing.T) {
 	e := openDemo(t, Options{ContextPerSeq: ctxPerSeq, MaxReplyTokens: replyTokens, PrefixCacheMiB: 1})
 	req := request(2, 4)
 	req.Messages = dialog(11)
-	full, err := applyTemplate(e.tmpl, chatFor(systemMessage(req), dialogTurns(req.Messages)))
+	full, err := applyTemplate(e.tmpl, chatFor(systemMessage(req), dialogTurns(req.Messages)), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,86 +1,81 @@
 package llm
 
-// prefixSlot is one dialog sequence of the KV cache: the tokens it holds,
-// for which dialog, and when it was last used.
-type prefixSlot struct {
-	seq    int
-	dialog string // "" for a request without dialog_id
+// dialogEntry is one dialog's prompt KV cache saved outside llama.cpp: the
+// tokens it holds and llama.cpp's serialised cells of them.
+type dialogEntry struct {
+	key    string
 	tokens []int
+	state  []byte
 	used   uint64
 }
 
-// prefixCache is the LRU of dialog sequences. Its size is fixed at Open from
-// the memory bound, because llama.cpp allocates every sequence's KV cells up
-// front. Only the owner goroutine uses it.
-type prefixCache struct {
-	slots []*prefixSlot
-	clock uint64
+// dialogCache keeps the KV cache of recent dialogs in Go memory, bounded in
+// bytes, least recently used first out. The KV pool of the context holds one
+// dialog's prompt (and its candidates) at a time; a dialog the engine
+// switches away from is saved here and restored when its next turn comes,
+// which costs a copy of its cells instead of evaluating its prompt again.
+// Only the owner goroutine uses it.
+type dialogCache struct {
+	limit   int // bytes
+	size    int
+	clock   uint64
+	entries map[string]*dialogEntry
 }
 
-// newPrefixCache makes n slots over sequences firstSeq..firstSeq+n-1.
-func newPrefixCache(firstSeq, n int) *prefixCache {
-	c := &prefixCache{}
-	for i := 0; i < n; i++ {
-		c.slots = append(c.slots, &prefixSlot{seq: firstSeq + i})
+func newDialogCache(limitBytes int) *dialogCache {
+	return &dialogCache{limit: limitBytes, entries: map[string]*dialogEntry{}}
+}
+
+// get returns the entry of key, or nil.
+func (c *dialogCache) get(key string) *dialogEntry {
+	e := c.entries[key]
+	if e != nil {
+		c.clock++
+		e.used = c.clock
 	}
-	return c
+	return e
 }
 
-// acquire returns the slot to evaluate tokens in and how many leading
-// tokens it already holds. A dialog_id seen before gets its own slot back
-// with the common prefix of its cached and new tokens, always leaving at
-// least the last token to evaluate (its logits start the candidates).
-// Otherwise the least recently used slot is taken, anonymous slots first,
-// and nothing is reused.
-func (c *prefixCache) acquire(dialog string, tokens []int) (*prefixSlot, int) {
+// put stores a copy of tokens with state under key, replacing what key held,
+// and evicts the least recently used entries beyond the byte limit. A state
+// larger than the whole limit is not kept.
+func (c *dialogCache) put(key string, tokens []int, state []byte) {
+	c.remove(key)
+	if len(state) > c.limit {
+		return
+	}
 	c.clock++
-	if dialog != "" {
-		for _, s := range c.slots {
-			if s.dialog == dialog {
-				s.used = c.clock
-				n := 0
-				for n < len(s.tokens) && n < len(tokens) && s.tokens[n] == tokens[n] {
-					n++
-				}
-				return s, min(n, len(tokens)-1)
+	c.entries[key] = &dialogEntry{key: key, tokens: append([]int(nil), tokens...), state: state, used: c.clock}
+	c.size += len(state)
+	for c.size > c.limit {
+		var victim *dialogEntry
+		for _, e := range c.entries {
+			if victim == nil || e.used < victim.used {
+				victim = e
 			}
 		}
+		c.remove(victim.key)
 	}
-	var victim *prefixSlot
-	for _, s := range c.slots {
-		if victim == nil || s.rank() < victim.rank() {
-			victim = s
-		}
-	}
-	victim.dialog = dialog
-	victim.tokens = victim.tokens[:0]
-	victim.used = c.clock
-	return victim, 0
 }
 
-// rank orders eviction: unused slots, then anonymous ones, then dialogs,
-// each by age.
-func (s *prefixSlot) rank() uint64 {
-	if s.dialog != "" {
-		return s.used + 1<<62
-	}
-	return s.used
+// holds reports whether key is stored with exactly tokens.
+func (c *dialogCache) holds(key string, tokens []int) bool {
+	e := c.entries[key]
+	return e != nil && commonPrefix(e.tokens, tokens) == len(tokens) && len(e.tokens) == len(tokens)
 }
 
-// release forgets the slot's dialog and tokens, making it the next victim.
-func (c *prefixCache) release(s *prefixSlot) {
-	s.dialog = ""
-	s.tokens = s.tokens[:0]
-	s.used = 0
+func (c *dialogCache) remove(key string) {
+	if e := c.entries[key]; e != nil {
+		c.size -= len(e.state)
+		delete(c.entries, key)
+	}
 }
 
-// setTokens records that sequence seq holds exactly tokens. Sequences that
-// are not dialog slots are ignored.
-func (c *prefixCache) setTokens(seq int, tokens []int) {
-	for _, s := range c.slots {
-		if s.seq == seq {
-			s.tokens = append(s.tokens[:0], tokens...)
-			return
-		}
+// commonPrefix returns how many leading tokens a and b share.
+func commonPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
 	}
+	return n
 }

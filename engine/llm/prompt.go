@@ -107,20 +107,25 @@ func chatFor(system string, turns []turn) []chatMessage {
 	return msgs
 }
 
-// errPromptTooLong is returned when even the system prompt and the last
-// speaker turn alone exceed the token budget.
+// errPromptTooLong is returned when even the system prompt and the turn
+// that must be kept exceed the token budget.
 var errPromptTooLong = errors.New("the system prompt and the last speaker turn do not fit in the context")
 
-// fitTurns drops the oldest turns until fits accepts the chat, never the
-// system message and never the last speaker turn. It returns the chat that
-// fits and how many turns were dropped.
-func fitTurns(system string, turns []turn, fits func([]chatMessage) (bool, error)) ([]chatMessage, int, error) {
-	lastSpeaker := -1
+// lastSpeaker returns the index of the last speaker turn, -1 for none.
+func lastSpeaker(turns []turn) int {
+	last := -1
 	for i, t := range turns {
 		if t.role == "user" {
-			lastSpeaker = i
+			last = i
 		}
 	}
+	return last
+}
+
+// fitTurns drops the oldest turns until fits accepts the chat, never the
+// system message and never turn keep (-1: any turn may go). It returns the
+// chat that fits and how many turns were dropped.
+func fitTurns(system string, turns []turn, keep int, fits func([]chatMessage) (bool, error)) ([]chatMessage, int, error) {
 	dropped := 0
 	for {
 		msgs := chatFor(system, turns)
@@ -131,18 +136,38 @@ func fitTurns(system string, turns []turn, fits func([]chatMessage) (bool, error
 		if ok {
 			return msgs, dropped, nil
 		}
-		// Drop the oldest turn that is not the last speaker turn.
+		// Drop the oldest turn that is not the kept one.
 		i := 0
-		if lastSpeaker == 0 {
+		if keep == 0 {
 			i = 1
 		}
 		if i >= len(turns) {
 			return nil, dropped, errPromptTooLong
 		}
 		turns = append(turns[:i:i], turns[i+1:]...)
-		if lastSpeaker > i {
-			lastSpeaker--
+		if keep > i {
+			keep--
 		}
 		dropped++
 	}
+}
+
+// The prompt is split where a recording's transcript arrives. The head is
+// the system message and the turns before the partner's current turn (the
+// last speaker turn): Prefill evaluates it while the recording is being
+// transcribed, and the next turn of the dialog finds it cached. The tail is
+// the current turn, any turns after it and the opening of the reply. Remembered
+// examples of the user's earlier replies belong at the start of the tail,
+// after the cached head and just before the current turn, so that they
+// change nothing the cache holds.
+
+// headOf returns the messages of the head of a chat: the system message and
+// the turns before the last "user" message.
+func headOf(msgs []chatMessage) []chatMessage {
+	for i := len(msgs) - 1; i > 0; i-- {
+		if msgs[i].Role == "user" {
+			return msgs[:i]
+		}
+	}
+	return msgs
 }

@@ -1,0 +1,552 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+)
+
+// This file is the owner goroutine's work for one job: fit and tokenize the
+// prompt, bring the prompt sequence to it (reusing what the context or the
+// dialog cache holds), evaluate the rest and sample the candidates.
+
+// run is the per-job state on the owner goroutine.
+type run struct {
+	e     *Engine
+	ctx   context.Context
+	steps int
+	// minThreads is the fewest cores a decode waits for (0: one).
+	minThreads int
+}
+
+// decode runs one decode of the engine's batch unless the job was
+// cancelled, on as many threads as the CPU budget grants (at least one,
+// at most Options.Threads).
+func (r *run) decode() error {
+	if h := r.e.stepHook; h != nil {
+		h(r.steps)
+	}
+	r.steps++
+	if err := r.ctx.Err(); err != nil {
+		return canceled(err)
+	}
+	cpu := r.e.opts.CPU
+	n, err := cpu.Acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+	if err != nil {
+		return canceled(err)
+	}
+	defer cpu.Release(n)
+	r.e.lctx.setThreads(n)
+	if err := r.e.lctx.Decode(r.e.batch); err != nil {
+		return engine.Errorf(engine.KindLLM, err, "language model decode failed")
+	}
+	return nil
+}
+
+// serve handles one request on the owner goroutine.
+func (e *Engine) serve(j *job) (engine.Generation, error) {
+	var gen engine.Generation
+	gen.Queue = time.Since(j.queued)
+	r := &run{e: e, ctx: j.ctx}
+	if err := j.ctx.Err(); err != nil {
+		return gen, canceled(err)
+	}
+	req := j.req
+	n := min(max(req.N, 1), e.opts.MaxCandidates)
+	temp := min(max(req.Temperature, 0), 2)
+	seed := uint64(req.Seed)
+	switch {
+	case seed != 0:
+	case e.opts.Seed != 0:
+		seed = uint64(e.opts.Seed) + e.nReq.Add(1)
+	default:
+		seed = rand.Uint64()
+	}
+
+	start := time.Now()
+	tokens, err := e.promptTokens(req)
+	if err != nil {
+		return gen, err
+	}
+	gen.PromptTokens = len(tokens)
+
+	var logits []float32
+	if j.mode == modeNaive {
+		// Naive mode evaluates the prompt per candidate below.
+		e.leaveCurrent()
+	} else {
+		reuse, err := e.prepare(req.DialogID, tokens, len(tokens)-1)
+		if err != nil {
+			return gen, err
+		}
+		gen.CachedTokens = reuse
+		logits, err = e.evalPrompt(r, promptSeq, tokens, reuse, true)
+		if err != nil {
+			return gen, err
+		}
+		// Every candidate starts from these logits, some after other
+		// candidates' decodes have reused llama.cpp's buffer.
+		logits = slices.Clone(logits)
+	}
+	gen.Prompt = time.Since(start)
+
+	start = time.Now()
+	m := j.mode
+	if m == modeAuto {
+		m = modeShared
+		if e.batched[n] {
+			m = modeBatched
+		}
+	}
+	seen := map[string]bool{}
+	var out []scored
+	for round := 0; round <= extraRounds && len(out) < n; round++ {
+		want := n - len(out)
+		var cands []*cand
+		for i := 0; i < want; i++ {
+			t := temp
+			idx := round*e.opts.MaxCandidates + i
+			if t == 0 && idx > 0 {
+				t = diverseTemp
+			}
+			cands = append(cands, &cand{seq: e.genSeqs[i], s: newSampler(t, seed, uint64(idx))})
+		}
+		var err error
+		switch m {
+		case modeBatched:
+			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands)
+		case modeShared:
+			for _, c := range cands {
+				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}); err != nil {
+					break
+				}
+				e.freeGen()
+			}
+		case modeNaive:
+			for _, c := range cands {
+				var l []float32
+				if l, err = e.evalPrompt(r, c.seq, tokens, 0, true); err != nil {
+					break
+				}
+				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}); err != nil {
+					break
+				}
+				e.freeGen()
+			}
+		}
+		e.freeGen()
+		if err != nil {
+			return gen, err
+		}
+		var done []scored
+		for _, c := range cands {
+			gen.GenTokens += c.sampled
+			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob})
+		}
+		out = append(out, uniqueCandidates(done, seen)...)
+	}
+	gen.Generation = time.Since(start)
+	if len(out) > n {
+		out = out[:n]
+	}
+	rankCandidates(out)
+	for i, c := range out {
+		gen.Candidates = append(gen.Candidates, engine.Candidate{
+			Text: c.text, Rank: i + 1, Length: c.tokens, Language: req.Profile.Language, MeanLogProb: c.mean(),
+		})
+	}
+	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
+		"gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "decoding", m.String(),
+		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds())
+	return gen, nil
+}
+
+func (m mode) String() string {
+	return [...]string{"auto", "batched", "sequential", "naive"}[m]
+}
+
+// prefill evaluates the head of a Prefill job's prompt into the prompt
+// sequence.
+func (e *Engine) prefill(j *job) error {
+	if err := j.ctx.Err(); err != nil {
+		return canceled(err)
+	}
+	t0 := time.Now()
+	tokens, err := e.headTokens(j.req)
+	if err != nil {
+		if errors.Is(err, errPromptTooLong) {
+			// The transcript might not fit after these turns: the whole
+			// prompt is fitted when it arrives.
+			return nil
+		}
+		return err
+	}
+	reuse, err := e.prepare(j.req.DialogID, tokens, len(tokens))
+	if err != nil {
+		return err
+	}
+	if reuse < len(tokens) {
+		if _, err := e.evalPrompt(&run{e: e, ctx: j.ctx}, promptSeq, tokens, reuse, false); err != nil {
+			return err
+		}
+	}
+	e.log.Debug("prefilled", "dialog_cached_tokens", reuse, "prompt_tokens", len(tokens),
+		"ms", time.Since(t0).Milliseconds())
+	return nil
+}
+
+// budget is how many prompt tokens leave room for one reply in a sequence.
+func (e *Engine) budget() int { return e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1 }
+
+// render renders msgs with the model's template and tokenizes the result.
+func (e *Engine) render(msgs []chatMessage, addAssistant bool) ([]int, error) {
+	text, err := applyTemplate(e.tmpl, msgs, addAssistant)
+	if err != nil {
+		return nil, err
+	}
+	return e.model.Tokenize(text, true, true)
+}
+
+// promptTokens renders the request with the model's chat template and
+// tokenizes it, dropping the oldest turns until the prompt leaves room for
+// a reply in one sequence. With a TranscriptReserve, the partner's current
+// turn counts as at least that long, as headTokens counts it.
+func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
+	budget := e.budget()
+	var tokens []int
+	turns := dialogTurns(req.Messages)
+	_, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
+		var err error
+		if tokens, err = e.render(msgs, true); err != nil {
+			return false, err
+		}
+		if req.TranscriptReserve <= 0 || len(tokens) > budget {
+			return len(tokens) <= budget, nil
+		}
+		head, err := e.render(headOf(msgs), false)
+		if err != nil {
+			return false, err
+		}
+		return len(head)+max(req.TranscriptReserve, len(tokens)-len(head)) <= budget, nil
+	})
+	if err != nil {
+		return nil, promptError(err, budget)
+	}
+	if dropped > 0 {
+		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
+	}
+	return tokens, nil
+}
+
+// headTokens renders the head of a Prefill request: the system message and
+// its turns without a trailing speaker turn (the transcript will join it),
+// fitted so that TranscriptReserve more tokens and a reply still fit.
+func (e *Engine) headTokens(req engine.GenerateRequest) ([]int, error) {
+	budget := e.budget()
+	turns := dialogTurns(req.Messages)
+	if n := len(turns); n > 0 && turns[n-1].role == "user" {
+		turns = turns[:n-1]
+	}
+	var tokens []int
+	_, _, err := fitTurns(systemMessage(req), turns, -1, func(msgs []chatMessage) (bool, error) {
+		var err error
+		tokens, err = e.render(msgs, false)
+		return len(tokens)+req.TranscriptReserve <= budget, err
+	})
+	if err != nil {
+		return nil, promptError(err, budget)
+	}
+	return tokens, nil
+}
+
+func promptError(err error, budget int) error {
+	if errors.Is(err, errPromptTooLong) {
+		return engine.Errorf(engine.KindLLM, err, "the prompt does not fit in %d tokens", budget)
+	}
+	return engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
+}
+
+// prepare makes the prompt sequence belong to dialog key and hold the
+// longest prefix of tokens it can get without evaluating: what it holds now,
+// or what the dialog cache kept for key. It returns how many leading tokens
+// are in place, at most limit. The dialog it held before is saved to the
+// dialog cache first when it has a key.
+func (e *Engine) prepare(key string, tokens []int, limit int) (int, error) {
+	common := commonPrefix(e.cur.tokens, tokens)
+	if key != "" && key != e.cur.key {
+		if ent := e.dialogs.get(key); ent != nil {
+			if n := commonPrefix(ent.tokens, tokens); n > common {
+				e.leaveCurrent()
+				if err := e.lctx.restoreSeq(promptSeq, ent.state); err != nil {
+					// Evaluate from scratch instead.
+					e.log.Warn("restoring a cached dialog failed", "error", err.Error())
+					e.lctx.KvCacheSeqRm(promptSeq, -1, -1)
+					e.dialogs.remove(key)
+				} else {
+					e.cur = current{key: key, tokens: append([]int(nil), ent.tokens...), saved: true}
+					common = n
+				}
+			}
+		}
+	}
+	if e.cur.key != key {
+		e.saveCurrent()
+		e.cur.key, e.cur.saved = key, false
+	}
+	reuse := min(common, limit)
+	if reuse < len(e.cur.tokens) {
+		if !e.lctx.KvCacheSeqRm(promptSeq, reuse, -1) {
+			e.lctx.KvCacheSeqRm(promptSeq, -1, -1)
+			reuse = 0
+		}
+		e.cur.tokens = e.cur.tokens[:reuse]
+		e.cur.saved = false
+	}
+	return reuse, nil
+}
+
+// saveCurrent stores the prompt sequence's dialog in the dialog cache unless
+// it has no key or is stored already.
+func (e *Engine) saveCurrent() {
+	if e.cur.key == "" || e.cur.saved || len(e.cur.tokens) == 0 {
+		return
+	}
+	state, err := e.lctx.saveSeq(promptSeq)
+	if err != nil {
+		e.log.Warn("saving a dialog's prompt cache failed", "error", err.Error())
+		return
+	}
+	e.dialogs.put(e.cur.key, e.cur.tokens, state)
+	e.cur.saved = true
+}
+
+// leaveCurrent saves the current dialog and empties the prompt sequence.
+func (e *Engine) leaveCurrent() {
+	e.saveCurrent()
+	e.lctx.KvCacheSeqRm(promptSeq, -1, -1)
+	e.cur = current{}
+}
+
+// evalPrompt makes sequence seq hold tokens, of which its first reuse
+// positions are in place, and returns the logits after the last token when
+// wantLogits. On cancellation the prompt sequence keeps what was evaluated.
+func (e *Engine) evalPrompt(r *run, seq int, tokens []int, reuse int, wantLogits bool) ([]float32, error) {
+	var logits []float32
+	for pos := reuse; pos < len(tokens); {
+		end := min(pos+promptChunk, len(tokens))
+		e.batch.Clear()
+		for i := pos; i < end; i++ {
+			e.batch.Add(tokens[i], nil, i, wantLogits && i == len(tokens)-1, seq)
+		}
+		if err := r.decode(); err != nil {
+			return nil, err
+		}
+		if wantLogits && end == len(tokens) {
+			logits = e.lctx.logits(end - pos - 1)
+		}
+		pos = end
+		if seq == promptSeq {
+			e.cur.tokens = append(e.cur.tokens[:0:0], tokens[:pos]...)
+			e.cur.saved = false
+		} else {
+			e.genLen[seq-promptSeq-1] = pos
+		}
+	}
+	if wantLogits && logits == nil {
+		return nil, engine.Errorf(engine.KindLLM, nil, "the language model returned no logits")
+	}
+	return logits, nil
+}
+
+// cand is one candidate being sampled.
+type cand struct {
+	seq     int
+	s       *sampler
+	tokens  []int
+	text    []byte
+	logprob float64
+	sampled int
+	done    bool
+}
+
+// accept takes a sampled token: a stop token or a newline ends the reply
+// (the instruction asks for one line), the token cap ends it after the
+// token.
+func (c *cand) accept(e *Engine, tok int, lp float64) {
+	c.sampled++
+	if e.vocab.isStop(tok) {
+		c.done = true
+		return
+	}
+	p := e.vocab.piece(tok)
+	if i := strings.IndexByte(string(p), '\n'); i >= 0 {
+		c.text = append(c.text, p[:i]...)
+		if i > 0 {
+			c.tokens = append(c.tokens, tok)
+			c.logprob += lp
+		}
+		c.done = true
+		return
+	}
+	c.text = append(c.text, p...)
+	c.tokens = append(c.tokens, tok)
+	c.logprob += lp
+	if len(c.tokens) >= e.opts.MaxReplyTokens {
+		c.done = true
+	}
+}
+
+// sampleCands shares the cells of sequence from (the prompt) with each
+// candidate's sequence and samples them all, one batched decode per step, starting from
+// the logits after the prompt. The logits slice may be llama.cpp's own
+// buffer: the first tokens are sampled before any decode.
+func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cands []*cand) error {
+	for _, c := range cands {
+		if c.seq != from {
+			// Unified KV cache: the copy tags the prompt's cells.
+			e.lctx.KvCacheSeqCp(from, c.seq, -1, -1)
+		}
+		e.genLen[c.seq-1] = promptLen
+		tok, lp := c.s.sample(logits)
+		c.accept(e, tok, lp)
+	}
+	for pos := promptLen; ; pos++ {
+		e.batch.Clear()
+		var active []*cand
+		for _, c := range cands {
+			if !c.done {
+				e.batch.Add(c.tokens[len(c.tokens)-1], nil, pos, true, c.seq)
+				e.genLen[c.seq-1] = pos + 1
+				active = append(active, c)
+			}
+		}
+		if len(active) == 0 {
+			return nil
+		}
+		if err := r.decode(); err != nil {
+			return err
+		}
+		for i, c := range active {
+			tok, lp := c.s.sample(e.lctx.logits(i))
+			c.accept(e, tok, lp)
+		}
+	}
+}
+
+// freeGen empties every candidate sequence that holds positions.
+func (e *Engine) freeGen() {
+	for i, n := range e.genLen {
+		if n > 0 {
+			e.lctx.KvCacheSeqRm(e.genSeqs[i], -1, -1)
+			e.genLen[i] = 0
+		}
+	}
+}
+
+// chooseDecoding decides, for every number of candidates, whether to sample
+// them batched or one after another. With DecodeAuto it times decode steps
+// of 1 to MaxCandidates sequences over a prompt of typical length, three
+// rounds alternating the sizes, keeping each size's fastest, and batches n candidates when a step of n
+// costs less than n steps of one. Where batching saves little compute (a
+// large model on few cores), a batch of n costs about n single steps and
+// sequential decoding also lets the first candidates' early stops cut the
+// rest short.
+func (e *Engine) chooseDecoding() {
+	n := e.opts.MaxCandidates
+	e.batched = make([]bool, n+1)
+	switch e.opts.Decoding {
+	case DecodeBatched:
+		for i := range e.batched {
+			e.batched[i] = true
+		}
+		return
+	case DecodeSequential:
+		return
+	}
+	t0 := time.Now()
+	cost, err := e.timeSteps()
+	if err != nil {
+		e.log.Warn("timing the decoding failed; decoding batched", "error", err.Error())
+		for i := range e.batched {
+			e.batched[i] = true
+		}
+		return
+	}
+	e.stepCost = cost
+	var batchedFor, seqFor []int
+	steps := make([]int64, 0, n)
+	for k := 1; k <= n; k++ {
+		e.batched[k] = cost[k] < time.Duration(k)*cost[1]
+		if e.batched[k] {
+			batchedFor = append(batchedFor, k)
+		} else {
+			seqFor = append(seqFor, k)
+		}
+		steps = append(steps, cost[k].Microseconds())
+	}
+	e.log.Info("decoding chosen", "batched_for_n", batchedFor, "sequential_for_n", seqFor,
+		"step_us_by_seqs", steps, "threads", e.opts.Threads, "timing_ms", time.Since(t0).Milliseconds())
+}
+
+// timeSteps returns the least cost of a decode step of k sequences for k
+// in 1..MaxCandidates (index k), over a prompt of about 200 tokens.
+func (e *Engine) timeSteps() ([]time.Duration, error) {
+	const rounds = 3
+	n := e.opts.MaxCandidates
+	req := engine.GenerateRequest{
+		SystemPrompt: defaultSystemPrompt,
+		Profile:      engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Persona: "dry humour, brief", Language: "en"},
+		Messages: []engine.Message{
+			{Role: engine.RoleSpeaker, Content: "Good morning! Did you sleep well?"},
+			{Role: engine.RoleDisabledPerson, Content: "Yes thanks."},
+			{Role: engine.RoleSpeaker, Content: "Would you like some tea or coffee before the physio comes at ten?"},
+		},
+	}
+	tokens, err := e.promptTokens(req)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+	e.leaveCurrent()
+	if _, err := e.evalPrompt(r, promptSeq, tokens, 0, true); err != nil {
+		return nil, err
+	}
+	defer e.leaveCurrent()
+	pos := len(tokens)
+	for _, s := range e.genSeqs {
+		e.lctx.KvCacheSeqCp(promptSeq, s, -1, -1)
+	}
+	defer func() {
+		for _, s := range e.genSeqs {
+			e.lctx.KvCacheSeqRm(s, -1, -1)
+		}
+	}()
+	samples := make([][]time.Duration, n+1)
+	for round := 0; round < rounds; round++ {
+		for k := 1; k <= n; k++ {
+			e.batch.Clear()
+			for i := 0; i < k; i++ {
+				e.batch.Add(tokens[len(tokens)-1-i], nil, pos, true, e.genSeqs[i])
+			}
+			t := time.Now()
+			if err := r.decode(); err != nil {
+				return nil, err
+			}
+			samples[k] = append(samples[k], time.Since(t))
+			for i := 0; i < k; i++ {
+				e.lctx.KvCacheSeqRm(e.genSeqs[i], pos, -1)
+			}
+		}
+	}
+	// The least of the rounds: other processes only ever add time.
+	cost := make([]time.Duration, n+1)
+	for k := 1; k <= n; k++ {
+		cost[k] = slices.Min(samples[k])
+	}
+	return cost, nil
+}
