@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +27,24 @@ type Pipeline struct {
 	// Stage. Their zero values admit everything.
 	STTStage Stage
 	LLMStage Stage
+
+	// CPU is the budget both engines take their cores from (nil: none).
+	// A transcription takes STTThreads cores (the threads the speech
+	// engine was loaded with; 0 means all of the budget) for its whole run;
+	// the language model takes cores per decode.
+	CPU        *Cores
+	STTThreads int
+	// Overlap evaluates the prompt up to the partner's current turn while
+	// the recording is being transcribed, when LLM is a Prefiller. It uses
+	// only the cores the transcription leaves free.
+	Overlap bool
+
+	sttOnce sync.Once
+	sttTurn chan struct{} // one transcription at a time holds cores
+	// lastLanguage is the language of the last transcript: the guess
+	// Prefill renders the prompt with when the payload names none, since
+	// the prompt names the language the transcript turns out to be in.
+	lastLanguage atomic.Value
 }
 
 func (p *Pipeline) now() time.Time {
@@ -40,6 +60,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 	start := p.now()
 	var res Result
 	msgs := append([]Message(nil), req.Messages...)
+	greqReserve := 0
 
 	if req.Audio != nil {
 		res.HasTranscript = true
@@ -54,8 +75,25 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		reserve := TranscriptReserve(time.Duration(res.AudioSeconds * float64(time.Second)))
+		if pf, ok := p.LLM.(Prefiller); ok && p.Overlap {
+			// The turns before the recording's: what the transcript will
+			// follow.
+			head := msgs
+			for i, m := range msgs {
+				if m.Audio {
+					head = msgs[:i]
+					break
+				}
+			}
+			profile := req.Profile
+			if l, ok := p.lastLanguage.Load().(string); ok && profile.Language == "" {
+				profile.Language = l
+			}
+			pf.Prefill(ctx, p.generateRequest(req, profile, head, reserve))
+		}
 		t1 := p.now()
-		tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
+		tr, err := p.transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
 		res.Timings.STT = p.now().Sub(t1)
 		// The stage learns the time of the work itself: with one transcription
 		// at a time, the wait inside Transcribe is the other requests' work.
@@ -65,11 +103,16 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 		res.Transcript = tr.Text
 		res.TranscriptLanguage = tr.Language
+		p.lastLanguage.Store(tr.Language)
 		for i := range msgs {
 			if msgs[i].Audio {
 				msgs[i].Content = tr.Text
 			}
 		}
+		if req.OnTranscript != nil {
+			req.OnTranscript(tr.Text)
+		}
+		greqReserve = reserve
 	}
 
 	profile := req.Profile
@@ -82,15 +125,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		res.Timings.Total = p.now().Sub(start)
 		return res, err
 	}
-	gen, err := p.LLM.Generate(ctx, GenerateRequest{
-		SystemPrompt: req.SystemPrompt,
-		Profile:      profile,
-		Messages:     msgs,
-		DialogID:     req.DialogID,
-		N:            req.MaxCandidates,
-		Temperature:  req.Temperature,
-		Seed:         req.Seed,
-	})
+	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, profile, msgs, greqReserve))
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Timings.Queue = gen.Queue
@@ -109,6 +144,43 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// generateRequest is what the language model gets for req with msgs.
+func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message, reserve int) GenerateRequest {
+	return GenerateRequest{
+		SystemPrompt:      req.SystemPrompt,
+		Profile:           profile,
+		Messages:          msgs,
+		DialogID:          req.DialogID,
+		N:                 req.MaxCandidates,
+		Temperature:       req.Temperature,
+		Seed:              req.Seed,
+		TranscriptReserve: reserve,
+	}
+}
+
+// transcribe runs speech-to-text on STTThreads cores of the CPU budget, one
+// transcription at a time (a second one would hold its cores idle while it
+// waits for the speech engine).
+func (p *Pipeline) transcribe(ctx context.Context, pcm []float32, opts TranscribeOptions) (Transcript, error) {
+	p.sttOnce.Do(func() { p.sttTurn = make(chan struct{}, 1) })
+	select {
+	case p.sttTurn <- struct{}{}:
+	case <-ctx.Done():
+		return Transcript{}, ctx.Err()
+	}
+	defer func() { <-p.sttTurn }()
+	want := p.STTThreads
+	if want <= 0 {
+		want = p.CPU.Total()
+	}
+	n, err := p.CPU.Acquire(ctx, want, want)
+	if err != nil {
+		return Transcript{}, err
+	}
+	defer p.CPU.Release(n)
+	return p.STT.Transcribe(ctx, pcm, opts)
 }
 
 // wrapEngineErr keeps an engine's own *Error (overloaded, not ready,

@@ -163,7 +163,9 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	if res.HasTranscript || res.Transcript != "" || len(res.Candidates) == 0 || res.Candidates[0].Language != "de" {
 		t.Fatalf("result %+v", res)
 	}
-	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens != 0 {
+	// Tokens shared with the prompt the engine held before (the chat
+	// template's opening) may be reused; the turn itself is evaluated.
+	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens >= res.PromptTokens/2 {
 		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
 	}
 }
