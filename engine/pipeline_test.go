@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
@@ -167,5 +170,109 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	// template's opening) may be reused; the turn itself is evaluated.
 	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens >= res.PromptTokens/2 {
 		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
+	}
+}
+
+// orderLLM records the order of the language model's calls around the real
+// engine.
+type orderLLM struct {
+	*llm.Engine
+	log      *orderLog
+	prefills []engine.GenerateRequest
+	gens     []engine.GenerateRequest
+	gen      engine.Generation
+}
+
+type orderLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *orderLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (o *orderLLM) Prefill(ctx context.Context, req engine.GenerateRequest) {
+	o.log.add("prefill")
+	o.prefills = append(o.prefills, req)
+	o.Engine.Prefill(ctx, req)
+}
+
+func (o *orderLLM) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
+	o.log.add("generate")
+	o.gens = append(o.gens, req)
+	g, err := o.Engine.Generate(ctx, req)
+	o.gen = g
+	return g, err
+}
+
+// budgetSTT records the cores left free while it transcribes.
+type budgetSTT struct {
+	engine.Transcriber
+	log  *orderLog
+	cpu  *engine.Cores
+	free int
+}
+
+func (s *budgetSTT) Transcribe(ctx context.Context, pcm []float32, o engine.TranscribeOptions) (engine.Transcript, error) {
+	s.log.add("transcribe")
+	s.free = s.cpu.Free()
+	return s.Transcriber.Transcribe(ctx, pcm, o)
+}
+
+// TestPipelineOverlap: with Overlap the turns before the recording are
+// prefilled before speech-to-text runs, the transcript is reported before
+// the candidates are generated, and the language model then reuses the
+// prefilled turns; speech-to-text holds its cores of the budget.
+func TestPipelineOverlap(t *testing.T) {
+	s, l := engines(t)
+	for _, overlap := range []bool{true, false} {
+		log := &orderLog{}
+		cpu := engine.NewCores(2)
+		lm := &orderLLM{Engine: l, log: log}
+		stt := &budgetSTT{Transcriber: s, log: log, cpu: cpu}
+		p := &engine.Pipeline{Decode: audio.Decode, STT: stt, LLM: lm, MaxAudio: 10 * time.Second,
+			CPU: cpu, STTThreads: 1, Overlap: overlap}
+		msgs := []engine.Message{
+			{Role: engine.RoleSpeaker, Content: "Good morning! Did you sleep well?"},
+			{Role: engine.RoleDisabledPerson, Content: "Yes thanks."},
+			{Role: engine.RoleSpeaker, Audio: true},
+		}
+		res, err := p.Infer(context.Background(), engine.Request{
+			Messages: msgs, Audio: wav16k(2), DialogID: fmt.Sprintf("overlap-%v", overlap),
+			Profile:       engine.Profile{Language: "en"},
+			MaxCandidates: 2, Seed: 5, SystemPrompt: "Reply as me.",
+			OnTranscript: func(string) { log.add("transcript") },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"transcribe", "transcript", "generate"}
+		if overlap {
+			want = append([]string{"prefill"}, want...)
+		}
+		if d := cmp.Diff(want, log.events); d != "" {
+			t.Errorf("overlap %v: calls (-want +got):\n%s", overlap, d)
+		}
+		reserve := engine.TranscriptReserve(2 * time.Second)
+		if len(lm.gens) != 1 || lm.gens[0].TranscriptReserve != reserve || lm.gens[0].Messages[2].Content != res.Transcript {
+			t.Fatalf("overlap %v: generate requests %+v", overlap, lm.gens)
+		}
+		if overlap {
+			if len(lm.prefills) != 1 || len(lm.prefills[0].Messages) != 2 || lm.prefills[0].TranscriptReserve != reserve ||
+				lm.prefills[0].DialogID != lm.gens[0].DialogID {
+				t.Fatalf("prefill requests %+v", lm.prefills)
+			}
+			// The system message and the two earlier turns are about 100
+			// tokens of the demo model; the context held another dialog.
+			if lm.gen.CachedTokens < 80 {
+				t.Errorf("after the prefill the prompt reused %d of %d tokens", lm.gen.CachedTokens, lm.gen.PromptTokens)
+			}
+		}
+		if stt.free > 1 || cpu.Free() != 2 {
+			t.Errorf("overlap %v: %d cores free while transcribing (it holds 1 of 2), %d after", overlap, stt.free, cpu.Free())
+		}
 	}
 }

@@ -34,12 +34,13 @@ const (
 	DefaultContextPerSeq = 4096
 	DefaultQueueSize     = 16
 	// DefaultMaxReplyTokens caps one candidate. The instruction asks for "one
-	// short reply of a few words" and a candidate ends at its first newline
-	// or end-of-turn token; 16 tokens hold about 12 English words with
-	// Qwen2.5's tokenizer, twice what the instruction asks for, so the cap
-	// only cuts replies that ramble, and each token it saves is a decode
-	// step of every candidate.
-	DefaultMaxReplyTokens = 16
+	// short reply of a few words" on one line, and replyd's default system
+	// prompt for "at most about 15 words"; a candidate ends at its first
+	// newline or end-of-turn token. 20 tokens hold about 15 English words
+	// with Qwen2.5's tokenizer (1.3 tokens a word with punctuation), so the
+	// cap cuts only replies that ramble past the prompt's limit, and each
+	// token it saves is a decode step of every candidate.
+	DefaultMaxReplyTokens = 20
 	DefaultMaxCandidates  = 8
 	DefaultPrefixCacheMiB = 256
 )
