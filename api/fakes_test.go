@@ -355,6 +355,9 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 		res.AudioSeconds = 4.2
 		res.Timings.Decode = 3 * time.Millisecond
 		res.Timings.STT = 40 * time.Millisecond
+		if req.OnTranscript != nil {
+			req.OnTranscript(res.Transcript)
+		}
 	}
 	for i := 0; i < req.MaxCandidates; i++ {
 		res.Candidates = append(res.Candidates, engine.Candidate{

@@ -23,6 +23,9 @@ type inferState struct {
 	audio        bool
 	audioSeconds float64
 	candidates   int
+	// streamed is set once an event stream has started: a later error is
+	// an error event, and the log records its code.
+	streamed bool
 }
 
 const inferStateKey = "replyd.infer_state"
@@ -51,6 +54,11 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		_ = http.NewResponseController(c.Response().Writer).Flush()
 		status := c.Response().Status
+		if err != nil && st.streamed {
+			// The stream answered 200 before the error: log the status
+			// the error event stands for.
+			status = toAPIError(err).Status()
+		}
 		elapsed := s.now().Sub(st.start)
 		what := "infer"
 		if st.try {
@@ -193,6 +201,12 @@ type inferResponse struct {
 //
 // An audio part with no message marked audio: true is transcribed into a new
 // final speaker message; a marked message without an audio part is a 400.
+//
+// When the Accept header prefers text/event-stream, the answer is a stream
+// of Server-Sent Events: "transcript" ({"transcript"}) as soon as the
+// recording is transcribed, then "candidates" (the InferResponse), then the
+// stream ends. Errors before the first event are ordinary JSON answers; an
+// error after it is an "error" event with the {"error","message"} body.
 func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	req, audioIdx, err := parsePayload(f.payload, s.limits)
 	if err != nil {
@@ -224,13 +238,30 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		req.SystemPrompt = p.Prompt
 	}
 
+	var events *eventStream
+	if wantsEventStream(c.Request().Header.Get(echo.HeaderAccept)) {
+		events = &eventStream{c: c}
+		req.OnTranscript = func(text string) {
+			if err := events.send("transcript", transcriptEvent{Transcript: text}); err == nil {
+				st.streamed = true
+			}
+		}
+	}
+	c.Response().Header().Add(echo.HeaderVary, echo.HeaderAccept)
+
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithTimeout(reqCtx, s.limits.InferTimeout)
 	defer cancel()
 	res, err := s.inferer.Infer(ctx, req)
 	st.audioSeconds = res.AudioSeconds
 	if err != nil {
-		return s.inferError(reqCtx, err)
+		err = s.inferError(reqCtx, err)
+		if events != nil && events.started {
+			st.streamed = true
+			ae := toAPIError(err)
+			_ = events.send("error", errorBody{Error: ae.Code, Message: ae.Message})
+		}
+		return err
 	}
 	s.metrics.observeInference(res)
 
@@ -263,6 +294,13 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		out.Transcript = &t
 	}
 	st.candidates = len(out.Response)
+	if events != nil {
+		if err := events.send("candidates", out); err != nil {
+			// The client went away; the answer was computed.
+			s.reqLogger(c).Debug("the candidates event could not be sent", "error", err.Error())
+		}
+		return nil
+	}
 	return c.JSON(http.StatusOK, out)
 }
 

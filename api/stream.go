@@ -1,0 +1,84 @@
+package api
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// MIMEEventStream is the media type of Server-Sent Events.
+const MIMEEventStream = "text/event-stream"
+
+// wantsEventStream reports whether an Accept header prefers
+// text/event-stream to application/json: its quality is positive and higher
+// than JSON's (taken from application/json, application/*, */*, or 0 when
+// none of them is listed). Equal qualities keep the plain JSON answer.
+func wantsEventStream(accept string) bool {
+	stream, json := -1.0, -1.0
+	jsonSpecificity := 0
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 && f <= 1 {
+				q = f
+			}
+		}
+		switch mt {
+		case MIMEEventStream:
+			stream = max(stream, q)
+		case echo.MIMEApplicationJSON, "application/*", "*/*":
+			// The most specific range that names JSON decides its quality.
+			spec := map[string]int{"*/*": 1, "application/*": 2, echo.MIMEApplicationJSON: 3}[mt]
+			if spec > jsonSpecificity {
+				jsonSpecificity, json = spec, q
+			} else if spec == jsonSpecificity {
+				json = max(json, q)
+			}
+		}
+	}
+	return stream > 0 && stream > json
+}
+
+// eventStream writes Server-Sent Events. The response starts (status 200
+// and the event-stream headers) with the first event, so that every error
+// before it is still an ordinary JSON error answer.
+type eventStream struct {
+	c       echo.Context
+	started bool
+}
+
+// send writes one event with v as its JSON data and flushes it to the
+// client.
+func (s *eventStream) send(event string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w := s.c.Response()
+	if !s.started {
+		s.started = true
+		h := w.Header()
+		h.Set(echo.HeaderContentType, MIMEEventStream)
+		h.Set(echo.HeaderCacheControl, "no-cache")
+		// Reverse proxies (nginx) would otherwise hold the events back.
+		h.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+	}
+	if _, err := w.Write([]byte("event: " + event + "\ndata: " + string(data) + "\n\n")); err != nil {
+		return err
+	}
+	return http.NewResponseController(w.Writer).Flush()
+}
+
+// transcriptEvent is the data of the "transcript" event.
+type transcriptEvent struct {
+	Transcript string `json:"transcript"`
+}
