@@ -22,7 +22,7 @@ import (
 
 func cmdModels(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("models: use `replyd models demo [--dir DIR]` or `replyd models verify [--dir DIR]`")
+		return errors.New("models: use `replyd models demo [--dir DIR]`, `replyd models synth --shape NAME [--type T] [--dir DIR]` or `replyd models verify [--dir DIR]`")
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("models "+sub, flag.ContinueOnError)
@@ -40,6 +40,8 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "wrote %s and %s in %d ms (random weights: for tests and demos only)\n",
 			filepath.Join(*dir, filepath.Base(DefaultLLMModel)), filepath.Join(*dir, filepath.Base(DefaultWhisperModel)), time.Since(t0).Milliseconds())
 		return nil
+	case "synth":
+		return cmdModelsSynth(args, stdout, stderr)
 	case "verify":
 		dir := fs.String("dir", "models", "directory holding the model files")
 		if err := fs.Parse(args); err != nil {
@@ -47,7 +49,7 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		}
 		return verifyModels(*dir, stdout)
 	default:
-		return fmt.Errorf("models: unknown subcommand %q (demo, verify)", sub)
+		return fmt.Errorf("models: unknown subcommand %q (demo, synth, verify)", sub)
 	}
 }
 
@@ -56,7 +58,7 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	model := fs.String("model", DefaultWhisperModel, "ggml Whisper model file")
 	lang := fs.String("language", "", "language code (e.g. en, de); empty: detect (multilingual models)")
-	threads := fs.Int("threads", defaultThreads()+1, "CPU threads")
+	threads := fs.Int("threads", defaultThreads(), "CPU threads")
 	asJSON := fs.Bool("json", false, "print JSON with token ids and stage timings")
 	maxAudio := fs.Duration("max-audio", 30*time.Minute, "longest accepted recording")
 	if err := fs.Parse(args); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replyd/replyd/engine/llm"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -29,8 +31,11 @@ type Config struct {
 	LLMModel       string
 	WhisperModel   string
 	GPULayers      int
+	CPUCores       int
 	Threads        int
 	STTThreads     int
+	Overlap        string // on, off
+	Decoding       string // auto, batched, sequential
 	ContextPerSeq  int
 	QueueSize      int
 	STTQueueSize   int
@@ -106,15 +111,10 @@ func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) 
 		get: func(c *Config) string { return FormatDuration(*p(c)) }}
 }
 
-// defaultThreads is cores-1, at least 1: one core stays free for the HTTP
-// server and the speech-to-text step.
-func defaultThreads() int {
-	n := runtime.NumCPU() - 1
-	if n < 1 {
-		n = 1
-	}
-	return n
-}
+// defaultThreads is the number of cores: both engines take their threads
+// from one CPU budget (REPLYD_CPU_CORES), so neither needs to leave cores
+// for the other.
+func defaultThreads() int { return runtime.NumCPU() }
 
 func options() []option {
 	return []option{
@@ -126,12 +126,15 @@ func options() []option {
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
-		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "CPU threads for the language model (default cores-1)", func(c *Config) *int { return &c.Threads }),
-		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(runtime.NumCPU()), "CPU threads for speech-to-text", func(c *Config) *int { return &c.STTThreads }),
+		intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it (default: all)", func(c *Config) *int { return &c.CPUCores }),
+		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores (default: all)", func(c *Config) *int { return &c.Threads }),
+		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(defaultThreads()), "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (default: all)", func(c *Config) *int { return &c.STTThreads }),
+		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),
+		strOpt("decoding", "REPLYD_DECODING", "auto", "auto (time batched against sequential candidate decoding at start-up and take the faster), batched, sequential", false, func(c *Config) *string { return &c.Decoding }),
 		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
 		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
-		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "48", "token cap of one candidate reply", func(c *Config) *int { return &c.MaxReplyTokens }),
+		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "20", "token cap of one candidate reply (a few words; a reply also ends at its first newline)", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
 
@@ -210,8 +213,16 @@ func (c *Config) Validate() error {
 	if c.TLS == "on" && c.TLSCert == "" {
 		errs = append(errs, errors.New("REPLYD_TLS=on needs REPLYD_TLS_CERT and REPLYD_TLS_KEY (or use REPLYD_TLS=auto for a self-signed certificate)"))
 	}
-	if c.Threads < 1 || c.STTThreads < 1 {
-		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))
+	if c.Threads < 1 || c.STTThreads < 1 || c.CPUCores < 1 {
+		errs = append(errs, errors.New("REPLYD_THREADS, REPLYD_STT_THREADS and REPLYD_CPU_CORES must be at least 1"))
+	}
+	switch c.Overlap {
+	case "on", "off":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_OVERLAP: %q is not on or off", c.Overlap))
+	}
+	if _, err := llm.ParseDecoding(c.Decoding); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_DECODING: %w", err))
 	}
 	if c.QueueSize < 1 || c.STTQueueSize < 1 {
 		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE and REPLYD_STT_QUEUE_SIZE must be at least 1"))
@@ -244,6 +255,10 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// SpeechThreads is the threads speech-to-text runs: REPLYD_STT_THREADS, at
+// most the shared cores (a transcription holds that many of them).
+func (c *Config) SpeechThreads() int { return min(c.STTThreads, c.CPUCores) }
 
 // TLSEnabled reports whether replyd serves HTTPS.
 func (c *Config) TLSEnabled() bool { return c.TLS != "off" || c.TLSCert != "" }

@@ -32,19 +32,21 @@ func newEngines(cfg *Config) *engines {
 	}}
 }
 
-// isDemoModel reports whether path names one of the generated demo models.
+// isDemoModel reports whether path names one of the generated models with
+// random weights: the demo models or one `replyd models synth` wrote.
 func isDemoModel(path string) bool {
 	base := filepath.Base(path)
-	return base == filepath.Base(DefaultLLMModel) || base == filepath.Base(DefaultWhisperModel)
+	return base == filepath.Base(DefaultLLMModel) || base == filepath.Base(DefaultWhisperModel) ||
+		strings.HasPrefix(base, synthPrefix)
 }
 
 // load loads Whisper, then the language model, one after the other (they
 // would only compete for the same cores). It returns the first error, which
 // names the file and the reason.
-func (e *engines) load(cfg *Config, log *slog.Logger) error {
+func (e *engines) load(cfg *Config, cpu *engine.Cores, log *slog.Logger) error {
 	t0 := time.Now()
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
-		Threads: cfg.STTThreads,
+		Threads: cfg.SpeechThreads(),
 		Demo:    isDemoModel(cfg.WhisperModel),
 		Logger:  log.With("engine", "stt"),
 	})
@@ -59,6 +61,10 @@ func (e *engines) load(cfg *Config, log *slog.Logger) error {
 	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds())
 
 	t1 := time.Now()
+	decoding, err := llm.ParseDecoding(cfg.Decoding)
+	if err != nil {
+		return err
+	}
 	lm, err := llm.Open(llm.Options{
 		ModelPath:      cfg.LLMModel,
 		ContextPerSeq:  cfg.ContextPerSeq,
@@ -69,6 +75,8 @@ func (e *engines) load(cfg *Config, log *slog.Logger) error {
 		MaxReplyTokens: cfg.MaxReplyTokens,
 		MaxCandidates:  maxCandidates,
 		PrefixCacheMiB: cfg.PrefixCacheMiB,
+		Decoding:       decoding,
+		CPU:            cpu,
 		Demo:           isDemoModel(cfg.LLMModel),
 		Logger:         log.With("engine", "llm"),
 	})
@@ -101,6 +109,17 @@ func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.Tra
 		return engine.Transcript{}, &engine.Error{Kind: engine.KindNotReady, Message: "the speech-to-text model is still loading; retry shortly"}
 	}
 	return stt.Transcribe(ctx, pcm, opts)
+}
+
+// Prefill implements engine.Prefiller; it does nothing while the language
+// model is loading.
+func (e *engines) Prefill(ctx context.Context, req engine.GenerateRequest) {
+	e.mu.RLock()
+	lm := e.llm
+	e.mu.RUnlock()
+	if lm != nil {
+		lm.Prefill(ctx, req)
+	}
 }
 
 // Generate implements engine.Generator.

@@ -103,7 +103,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.tls = true
 	}
 
-	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	// One CPU budget for both engines: their busy threads never exceed it.
+	cpu := engine.NewCores(cfg.CPUCores)
+	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio,
+		CPU: cpu, STTThreads: cfg.SpeechThreads(), Overlap: cfg.Overlap == "on"}
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
@@ -178,7 +181,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.housekeeping(bgctx)
 	}()
 	go func() {
-		if err := s.eng.load(cfg, s.log); err != nil {
+		if err := s.eng.load(cfg, cpu, s.log); err != nil {
 			s.fatal <- err
 			return
 		}
