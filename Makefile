@@ -10,13 +10,17 @@ DEMO_DIR  := models/demo
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-# One set of cgo flags everywhere: the Go build cache is keyed on them and
-# llama.cpp takes minutes to rebuild. x86-64-v3 (AVX2/FMA/F16C) is 2.5-4x
-# faster than the default SSE2 build; override CGO_ARCH=native on the box.
+# One set of cgo flags for tests, CI, images and releases: the Go build cache
+# is keyed on them and llama.cpp takes minutes to rebuild. x86-64-v3
+# (AVX2/FMA/F16C) is 2.5-4x faster than the default SSE2 build. `make run`
+# and `make bench-latency` build on the box they serve on, for its own CPU
+# (-march=native: AVX-512 and VNNI where it has them), into bin/replyd-native.
 CGO_ARCH  ?= -march=x86-64-v3 -mtune=generic
+NATIVE_ARCH := -march=native -mtune=native
+NATIVE_BIN  := bin/replyd-native
 export CGO_ENABLED  := 1
-export CGO_CFLAGS   := -O3 $(CGO_ARCH)
-export CGO_CXXFLAGS := -O3 $(CGO_ARCH)
+export CGO_CFLAGS   = -O3 $(CGO_ARCH)
+export CGO_CXXFLAGS = -O3 $(CGO_ARCH)
 # llama.cpp's multimodal helper includes miniaudio.h, which the Go module zip
 # leaves out: replyd's own small stand-in lives in engine/llm/include.
 # REPLYD_CGO_INCLUDE may point at the same folder in another checkout so that
@@ -28,7 +32,7 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+.PHONY: deps build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
 
 deps:
 	@scripts/deps.sh
@@ -37,12 +41,18 @@ build:
 	@mkdir -p bin
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/replyd
 
-demo-models: build
-	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
-		$(BIN) models demo --dir $(DEMO_DIR); fi
+# The binary for this machine's CPU (see CGO_ARCH above).
+build-native: CGO_ARCH = $(NATIVE_ARCH)
+build-native:
+	@mkdir -p bin
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(NATIVE_BIN) ./cmd/replyd
 
-run: deps build demo-models
-	$(BIN) serve --data-dir $(DATA_DIR)
+demo-models: build-native
+	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
+		$(NATIVE_BIN) models demo --dir $(DEMO_DIR); fi
+
+run: deps build-native demo-models
+	$(NATIVE_BIN) serve --data-dir $(DATA_DIR)
 
 vet:
 	$(GO) vet ./...
@@ -73,6 +83,13 @@ test-browser: build
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/
+
+# The clinic scenario end to end through the HTTP API, on models with real
+# shapes (`replyd models synth`, written once into $(SYNTH_DIR)): see
+# cmd/benchlatency. TURNS=5 by default.
+SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
+bench-latency: build-native
+	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/

@@ -1,0 +1,184 @@
+// Command benchlatency measures the clinic scenario end to end through the
+// HTTP API: a partner's 5-second utterance answered with 3 candidates, in a
+// dialog that goes on (the same dialog_id; each turn adds the user's reply
+// and the partner's next recording), on models with real shapes written by
+// `replyd models synth` (Whisper base.en with Qwen2.5-0.5B and with
+// Qwen2.5-1.5B, q8_0, random weights).
+//
+//	go run ./cmd/benchlatency -bin bin/replyd-native -models ~/.cache/replyd/synth
+//
+// For each language model it starts two replyd processes, one with the
+// engines' overlap (REPLYD_OVERLAP=on) and one without, and alternates their
+// turns, so load from other processes hits both alike. Each turn is sent with
+// Accept: text/event-stream, which gives the time until the transcript
+// arrives as well as the whole answer. It prints the median of each stage
+// over the going-on turns (every turn after the first) and the ratio of the
+// two servers' medians; with -text the partner's turns are typed (the clip's
+// real words) instead of recorded.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	bin        string
+	models     string
+	llms       []string
+	whisper    string
+	turns      int
+	candidates int
+	audio      string
+	seconds    float64
+	text       bool
+	env        []string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("benchlatency", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.bin, "bin", "bin/replyd-native", "replyd binary")
+	home, _ := os.UserHomeDir()
+	fs.StringVar(&c.models, "models", filepath.Join(home, ".cache", "replyd", "synth"), "directory of the synthesised models (written there by `replyd models synth` when missing)")
+	llms := fs.String("llm", "qwen2.5-0.5b,qwen2.5-1.5b", "language-model shapes, comma-separated")
+	fs.StringVar(&c.whisper, "whisper", "base.en", "Whisper shape")
+	fs.IntVar(&c.turns, "turns", 5, "going-on turns measured per server (after the dialog's first turn)")
+	fs.IntVar(&c.candidates, "candidates", 3, "options.max_candidates")
+	fs.StringVar(&c.audio, "audio", "", "WAV recording of the partner (default: the first seconds of jfk.wav from the shared Whisper test data, else a synthetic voiced sound)")
+	fs.Float64Var(&c.seconds, "seconds", 5, "length of the partner's utterance")
+	fs.BoolVar(&c.text, "text", false, "type the partner's turns (the clip's words) instead of sending the recording")
+	env := fs.String("env", "", "extra REPLYD_NAME=value settings for both servers, comma-separated")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.llms = strings.Split(*llms, ",")
+	if *env != "" {
+		c.env = strings.Split(*env, ",")
+	}
+	if c.turns < 1 || c.candidates < 1 || c.seconds <= 0 {
+		return c, fmt.Errorf("-turns, -candidates and -seconds must be positive")
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(stderr, "benchlatency:", err)
+		return 2
+	}
+	if err := bench(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "benchlatency:", err)
+		return 1
+	}
+	return 0
+}
+
+// bench runs the scenario for every language model shape.
+func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	whisperPath, err := ensureModel(ctx, cfg.bin, cfg.models, cfg.whisper)
+	if err != nil {
+		return err
+	}
+	clip, err := partnerClip(cfg.audio, cfg.seconds)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "clinic scenario: %s, %.1f s partner utterance (%s), %d candidates, %d going-on turns; host load %s\n",
+		cfg.whisper, cfg.seconds, clip.source, cfg.candidates, cfg.turns, loadAverage())
+	for _, shape := range cfg.llms {
+		llmPath, err := ensureModel(ctx, cfg.bin, cfg.models, shape)
+		if err != nil {
+			return err
+		}
+		if err := benchShape(ctx, cfg, shape, whisperPath, llmPath, clip, stdout, stderr); err != nil {
+			return fmt.Errorf("%s: %w", shape, err)
+		}
+	}
+	return nil
+}
+
+// benchShape runs the dialog on two servers, with and without the overlap,
+// alternating their turns, and prints the medians.
+func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath string, clip clip, stdout, stderr io.Writer) error {
+	variants := []struct {
+		name    string
+		overlap string
+	}{{"overlap", "on"}, {"no overlap", "off"}}
+	servers := make([]*server, len(variants))
+	for i, v := range variants {
+		env := append([]string{
+			"REPLYD_LLM_MODEL=" + llmPath,
+			"REPLYD_WHISPER_MODEL=" + whisperPath,
+			"REPLYD_OVERLAP=" + v.overlap,
+			"REPLYD_LOG_LEVEL=warn",
+		}, cfg.env...)
+		t0 := time.Now()
+		s, err := startServer(ctx, cfg.bin, env)
+		if err != nil {
+			for _, s := range servers[:i] {
+				_ = s.stop()
+			}
+			return err
+		}
+		defer s.stop()
+		servers[i] = s
+		fmt.Fprintf(stderr, "%s, %s: replyd ready in %.1f s\n", shape, v.name, time.Since(t0).Seconds())
+	}
+	dialogs := make([]*dialog, len(servers))
+	for i, s := range servers {
+		key, err := s.apiKey(ctx)
+		if err != nil {
+			return err
+		}
+		dialogs[i] = newDialog(s, key, fmt.Sprintf("bench-%s-%d", shape, i), cfg.candidates, clip, cfg.text)
+	}
+	// The first turn of each dialog, then the going-on turns, alternating
+	// the servers turn by turn.
+	first := make([]turnTimes, len(dialogs))
+	goingOn := make([][]turnTimes, len(dialogs))
+	for turn := 0; turn <= cfg.turns; turn++ {
+		for i, d := range dialogs {
+			tt, err := d.turn(ctx)
+			if err != nil {
+				return fmt.Errorf("%s, turn %d: %w", variants[i].name, turn, err)
+			}
+			if turn == 0 {
+				first[i] = tt
+			} else {
+				goingOn[i] = append(goingOn[i], tt)
+			}
+		}
+	}
+	rows := make([]turnTimes, len(dialogs))
+	for i := range dialogs {
+		rows[i] = medianTimes(goingOn[i])
+	}
+	fmt.Fprintf(stdout, "\n%s (%s), going-on turns: medians of %d, ms (first turn in brackets)\n", shape, filepath.Base(llmPath), cfg.turns)
+	printTable(stdout, variants[0].name, variants[1].name, rows, first)
+	for i, s := range servers {
+		if rss, err := s.peakRSS(); err == nil {
+			fmt.Fprintf(stdout, "peak RSS %s: %d MiB\n", variants[i].name, rss>>20)
+		}
+	}
+	return nil
+}
