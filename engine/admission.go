@@ -64,3 +64,55 @@ func (s *Stage) InFlight() int {
 	defer s.mu.Unlock()
 	return s.inflight
 }
+
+// Avg returns the stage's recent mean service time (0 before the first).
+func (s *Stage) Avg() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.avg
+}
+
+// Workload bounds how long an admitted request waits for the CPU that both
+// engines share. Every admitted request reserves its expected work (the
+// stages' recent service times); a request is refused at once, with
+// ErrOverloaded, when the work reserved before it is more than MaxWaitRatio
+// times its own: its wait would be more than that multiple of its own
+// service, so its latency more than 1+MaxWaitRatio times the unloaded one.
+// Refused clients retry after Retry-After, which a busy hour turns into
+// fast 503s instead of answers that come too late to be said.
+//
+// The zero Workload (MaxWaitRatio 0) admits everything. It is safe for
+// concurrent use.
+type Workload struct {
+	MaxWaitRatio float64
+
+	mu          sync.Mutex
+	outstanding time.Duration
+}
+
+// Admit reserves own, the request's expected work, or refuses the request.
+// The returned release gives back part of the reservation as stages finish;
+// it may be called several times and gives back at most own in all.
+func (w *Workload) Admit(own time.Duration) (release func(time.Duration), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.MaxWaitRatio > 0 && own > 0 && w.outstanding > time.Duration(w.MaxWaitRatio*float64(own)) {
+		return nil, ErrOverloaded
+	}
+	w.outstanding += own
+	left := own
+	return func(d time.Duration) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		d = min(d, left)
+		left -= d
+		w.outstanding -= d
+	}, nil
+}
+
+// Outstanding returns the work reserved by admitted requests.
+func (w *Workload) Outstanding() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.outstanding
+}

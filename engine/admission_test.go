@@ -99,3 +99,34 @@ func TestStageConcurrent(t *testing.T) {
 		t.Fatalf("peak %d admitted %d left %d", peak, admitted, s.InFlight())
 	}
 }
+
+func TestWorkloadBoundsTheWait(t *testing.T) {
+	w := &Workload{MaxWaitRatio: 1}
+	r1, err := w.Admit(2 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 s ahead of a 2 s request: a wait of 1x its work is admitted.
+	r2, err := w.Admit(2 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 s ahead of a 3 s request is more than 1x: refused at once.
+	if _, err := w.Admit(3 * time.Second); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("third request: %v, want ErrOverloaded", err)
+	}
+	// The first request's speech-to-text (1.5 s) is done, then the rest.
+	r1(1500 * time.Millisecond)
+	if _, err := w.Admit(3 * time.Second); err != nil {
+		t.Fatalf("with 2.5 s ahead a 3 s request: %v", err)
+	}
+	r1(time.Hour) // gives back only what is left of its 2 s
+	r2(2 * time.Second)
+	if got := w.Outstanding(); got != 3*time.Second {
+		t.Fatalf("outstanding %v, want the third request's 3 s", got)
+	}
+	// Before any service time is known, everything is admitted.
+	if _, err := (&Workload{MaxWaitRatio: 1}).Admit(0); err != nil {
+		t.Fatal(err)
+	}
+}

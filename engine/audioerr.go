@@ -11,6 +11,8 @@ import (
 // so they are shown to the client.
 func classifyAudioErr(err error) error {
 	switch {
+	case isContextErr(err):
+		return &Error{Kind: KindCanceled, Message: "the request was canceled or timed out", Err: err}
 	case errors.Is(err, audio.ErrTooLong):
 		return &Error{Kind: KindAudioTooLong, Message: err.Error(), Err: err}
 	case errors.Is(err, audio.ErrEmpty):

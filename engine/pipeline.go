@@ -27,6 +27,10 @@ type Pipeline struct {
 	// Stage. Their zero values admit everything.
 	STTStage Stage
 	LLMStage Stage
+	// Workload admits a request only when the work admitted before it is
+	// not expected to keep it waiting too long; see Workload. Its zero value
+	// admits everything.
+	Workload Workload
 
 	// CPU is the budget both engines take their cores from (nil: none).
 	// A transcription takes STTThreads cores (the threads the speech
@@ -62,10 +66,21 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 	msgs := append([]Message(nil), req.Messages...)
 	greqReserve := 0
 
+	sttWork, own := time.Duration(0), p.LLMStage.Avg()
+	if req.Audio != nil {
+		sttWork = p.STTStage.Avg()
+		own += sttWork
+	}
+	release, err := p.Workload.Admit(own)
+	if err != nil {
+		return res, err
+	}
+	defer release(own)
+
 	if req.Audio != nil {
 		res.HasTranscript = true
 		t0 := p.now()
-		pcm, err := p.Decode(req.Audio, p.MaxAudio)
+		pcm, err := p.decode(ctx, req.Audio)
 		res.Timings.Decode = p.now().Sub(t0)
 		if err != nil {
 			return res, classifyAudioErr(err)
@@ -98,6 +113,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		// The stage learns the time of the work itself: with one transcription
 		// at a time, the wait inside Transcribe is the other requests' work.
 		done(tr.Mel + tr.Encoder + tr.Decoder)
+		release(sttWork)
 		if err != nil {
 			return res, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 		}
@@ -158,6 +174,16 @@ func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message,
 		Seed:              req.Seed,
 		TranscriptReserve: reserve,
 	}
+}
+
+// decode decodes the recording on one core of the CPU budget.
+func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
+	n, err := p.CPU.Acquire(ctx, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer p.CPU.Release(n)
+	return p.Decode(data, p.MaxAudio)
 }
 
 // transcribe runs speech-to-text on STTThreads cores of the CPU budget, one

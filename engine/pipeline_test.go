@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -274,5 +275,70 @@ func TestPipelineOverlap(t *testing.T) {
 		if stt.free > 1 || cpu.Free() != 2 {
 			t.Errorf("overlap %v: %d cores free while transcribing (it holds 1 of 2), %d after", overlap, stt.free, cpu.Free())
 		}
+	}
+}
+
+// gateSTT holds every transcription until its gate is closed.
+type gateSTT struct {
+	engine.Transcriber
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gateSTT) Transcribe(ctx context.Context, pcm []float32, o engine.TranscribeOptions) (engine.Transcript, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Transcriber.Transcribe(ctx, pcm, o)
+}
+
+// TestPipelineWorkloadShedsEarly: once the stages' service times are known,
+// a request that would wait more than its own work is refused before its
+// audio is decoded.
+func TestPipelineWorkloadShedsEarly(t *testing.T) {
+	s, l := engines(t)
+	stt := &gateSTT{Transcriber: s, entered: make(chan struct{}, 4), gate: make(chan struct{})}
+	decoded := 0
+	var mu sync.Mutex
+	p := &engine.Pipeline{STT: stt, LLM: l, MaxAudio: 10 * time.Second, Workload: engine.Workload{MaxWaitRatio: 1},
+		Decode: func(b []byte, max time.Duration) ([]float32, error) {
+			mu.Lock()
+			decoded++
+			mu.Unlock()
+			return audio.Decode(b, max)
+		}}
+	req := engine.Request{Messages: []engine.Message{{Role: engine.RoleSpeaker, Audio: true}}, Audio: wav16k(1), MaxCandidates: 1, Seed: 1}
+	// Learn the service times.
+	close(stt.gate)
+	if _, err := p.Infer(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	<-stt.entered
+	stt.gate = make(chan struct{})
+	errs := make(chan error, 2)
+	go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
+	<-stt.entered // the first holds the speech engine
+	go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
+	for p.STTStage.InFlight() != 2 {
+		time.Sleep(time.Millisecond) // the second waits for its turn
+	}
+	mu.Lock()
+	before := decoded
+	mu.Unlock()
+	if _, err := p.Infer(context.Background(), req); !errors.Is(err, engine.ErrOverloaded) {
+		t.Errorf("third request: %v, want ErrOverloaded", err)
+	}
+	mu.Lock()
+	if decoded != before {
+		t.Error("the refused request's audio was decoded")
+	}
+	mu.Unlock()
+	close(stt.gate)
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if p.Workload.Outstanding() != 0 {
+		t.Errorf("work still reserved: %v", p.Workload.Outstanding())
 	}
 }

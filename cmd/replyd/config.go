@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sort"
 	"strconv"
@@ -39,6 +40,7 @@ type Config struct {
 	ContextPerSeq  int
 	QueueSize      int
 	STTQueueSize   int
+	MaxWaitRatio   float64
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
@@ -98,6 +100,19 @@ func intOpt(flagName, env, def, usage string, p func(c *Config) *int) option {
 		get: func(c *Config) string { return strconv.Itoa(*p(c)) }}
 }
 
+func floatOpt(flagName, env, def, usage string, p func(c *Config) *float64) option {
+	return option{flag: flagName, env: env, def: def, usage: usage,
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+				return fmt.Errorf("not a number of at least 0: %q", v)
+			}
+			*p(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*p(c), 'g', -1, 64) }}
+}
+
 func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) option {
 	return option{flag: flagName, env: env, def: def, usage: usage,
 		set: func(c *Config, v string) error {
@@ -134,6 +149,7 @@ func options() []option {
 		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
 		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
+		floatOpt("max-wait-ratio", "REPLYD_MAX_WAIT_RATIO", "1", "a request whose expected wait for the CPU is more than this many times its own expected work gets 503 overloaded at once (0: only the queue sizes bound the wait)", func(c *Config) *float64 { return &c.MaxWaitRatio }),
 		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "20", "token cap of one candidate reply (a few words; a reply also ends at its first newline)", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),

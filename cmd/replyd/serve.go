@@ -111,6 +111,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
 	pipe.LLMStage.Max = cfg.QueueSize + 1
+	pipe.Workload.MaxWaitRatio = cfg.MaxWaitRatio
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
