@@ -33,6 +33,11 @@ type healthResponse struct {
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
+	// VAD is "on" when voice activity detection runs before speech-to-text,
+	// "off" when its model is missing (whole recordings are transcribed);
+	// absent when the engines do not report it. It never makes the status
+	// anything but "ok".
+	VAD string `json:"vad,omitempty"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
@@ -43,6 +48,13 @@ func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
 	if s.health != nil {
 		for _, e := range s.health.Engines() {
+			if e.Name == "vad" {
+				out.VAD = "off"
+				if e.Ready {
+					out.VAD = "on"
+				}
+				continue
+			}
 			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready, Demo: e.Demo})
 			out.DemoModels = out.DemoModels || e.Demo
 			if !e.Ready {

@@ -17,6 +17,7 @@ import (
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/store"
 )
@@ -104,6 +105,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	var det *vad.Detector
+	if det, s.eng.vad = loadVAD(cfg.VADModel, s.log); det != nil {
+		pipe.VAD = det
+	}
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
