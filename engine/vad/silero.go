@@ -338,12 +338,7 @@ func (m *Model) features(in *[inputLen]float32, out *[hidden]float32) {
 		im := m.basis[(nFreq+f)*filterLen : (nFreq+f+1)*filterLen]
 		for t := range nFrames {
 			x := padded[t*hop : t*hop+filterLen]
-			var sr, si float64
-			for k, v := range x {
-				sr += float64(re[k]) * float64(v)
-				si += float64(im[k]) * float64(v)
-			}
-			r, i := float32(sr), float32(si)
+			r, i := dot(re, x), dot(im, x)
 			mag[f*nFrames+t] = float32(math.Sqrt(float64(r*r + i*i)))
 		}
 	}
@@ -355,39 +350,51 @@ func (m *Model) features(in *[inputLen]float32, out *[hidden]float32) {
 }
 
 // apply runs the convolution (padding 1) and ReLU on x ([in][L]) and
-// returns [out][L'] and L'.
+// returns [out][L'] and L'. Each output step is the dot product of a kernel
+// row ([in][3]) with the input column it covers.
 func (c conv1d) apply(x []float32, L int) ([]float32, int) {
 	lo := (L+2-3)/c.stride + 1
 	y := make([]float32, c.out*lo)
-	for o := range c.out {
-		w := c.w[o*c.in*3 : (o+1)*c.in*3]
-		for t := range lo {
-			s := float64(c.b[o])
-			for i := range c.in {
-				xi := x[i*L : (i+1)*L]
-				for k := range 3 {
-					if p := t*c.stride + k - 1; p >= 0 && p < L {
-						s += float64(w[i*3+k]) * float64(xi[p])
-					}
+	col := make([]float32, c.in*3)
+	for t := range lo {
+		for i := range c.in {
+			for k := range 3 {
+				var v float32
+				if p := t*c.stride + k - 1; p >= 0 && p < L {
+					v = x[i*L+p]
 				}
+				col[i*3+k] = v
 			}
-			y[o*lo+t] = max(float32(s), 0)
+		}
+		for o := range c.out {
+			y[o*lo+t] = max(dot(c.w[o*c.in*3:(o+1)*c.in*3], col)+c.b[o], 0)
 		}
 	}
 	return y, lo
+}
+
+// dot is the float32 dot product of a and b[:len(a)], in four running sums.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // step runs the LSTM cell and the decoder on the encoder output x.
 func (m *Model) step(st *State, x *[hidden]float32) float32 {
 	var gates [4 * hidden]float32
 	for g := range gates {
-		wi := m.wih[g*hidden : (g+1)*hidden]
-		wh := m.whh[g*hidden : (g+1)*hidden]
-		s := float64(m.bih[g]) + float64(m.bhh[g])
-		for k := range hidden {
-			s += float64(wi[k])*float64(x[k]) + float64(wh[k])*float64(st.h[k])
-		}
-		gates[g] = float32(s)
+		gates[g] = dot(m.wih[g*hidden:(g+1)*hidden], x[:]) + m.bih[g] + dot(m.whh[g*hidden:(g+1)*hidden], st.h[:]) + m.bhh[g]
 	}
 	var out float64 = float64(m.decB)
 	for k := range hidden {
