@@ -45,6 +45,9 @@ type Store interface {
 	Stats(since, until time.Time) (store.Stats, error)
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error)
 
+	// Installation secrets: get-or-create by name (store.SecretPseudonym).
+	InstallationSecret(name string) ([]byte, error)
+
 	// Operations.
 	Backup(w io.Writer) (int64, error) // hot, consistent copy of the file
 	Size() (int64, error)

@@ -27,6 +27,7 @@ type memStore struct {
 	logs      []store.LogEntry
 	touches   int
 	backup    []byte
+	secrets   map[string][]byte
 	failWith  error // returned by every method when set
 }
 
@@ -292,6 +293,21 @@ func (m *memStore) Backup(w io.Writer) (int64, error) {
 	}
 	n, err := w.Write(data)
 	return int64(n), err
+}
+
+func (m *memStore) InstallationSecret(name string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return nil, m.failWith
+	}
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
+	}
+	if _, ok := m.secrets[name]; !ok {
+		m.secrets[name] = []byte("test secret " + name)
+	}
+	return slices.Clone(m.secrets[name]), nil
 }
 
 func (m *memStore) Size() (int64, error) {

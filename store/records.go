@@ -1,7 +1,9 @@
 // Package store keeps all of replyd's state in one bbolt file: API keys, the
 // admin key, system prompt versions, OTP codes, admin sessions, logs and the
 // counters behind the statistics. Nothing else in replyd imports bbolt.
-// Secrets are stored only as SHA-256 hashes.
+// Keys, tokens and codes are stored only as hashes; the installation secrets
+// (the user-id pseudonym key, the TOTP secret) are the only secrets kept
+// as they are, because replyd must use them.
 package store
 
 import (
@@ -63,8 +65,9 @@ type LogEntry struct {
 	ResourceType string
 	ResourceID   string
 	StreamName   string
-	// Subject is the SHA-256 hex of the infer payload's user_id, or the key
-	// hash when there is none. It feeds active_users and is never shown.
+	// Subject is the infer payload's user_id as secret.Pseudonym under the
+	// installation's SecretPseudonym key, or the key hash when there is no
+	// user_id. It feeds active_users and is never shown.
 	Subject string
 	// Status is the HTTP status the request was answered with (0 for admin
 	// actions that are not requests).
