@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +88,8 @@ type DB struct {
 
 	touchMu sync.Mutex
 	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+
+	closed atomic.Bool // set by Close
 }
 
 // Open opens (creating if needed, mode 0600) the bbolt file at path and makes
@@ -194,6 +198,7 @@ func describeIOError(err error) error {
 
 // Close releases the file and its lock. It waits for running transactions.
 func (db *DB) Close() error {
+	db.closed.Store(true)
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", db.path, err)
 	}
@@ -202,6 +207,21 @@ func (db *DB) Close() error {
 
 // Path returns the file the DB was opened on.
 func (db *DB) Path() string { return db.path }
+
+// Describe returns the file's path.
+func (db *DB) Describe() string { return db.path }
+
+// Ping reports whether the file is open: a bbolt store is in the process, so
+// it is available for as long as it is open.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if db.closed.Load() {
+		return fmt.Errorf("store %s: %w: closed", db.path, ErrUnavailable)
+	}
+	return nil
+}
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
@@ -222,17 +242,15 @@ func (db *DB) view(fn func(*bolt.Tx) error) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
 }
 
-// errInvalidArg marks a caller's mistake (an empty hash, a bad range).
-var errInvalidArg = errors.New("invalid argument")
-
+// invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("store: %w: %s", errInvalidArg, fmt.Sprintf(format, args...))
+	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // u64 encodes v big-endian so that byte order equals numeric order.
