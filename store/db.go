@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -58,10 +57,6 @@ const DefaultTimeout = time.Second
 // the file passes this size (bbolt's advice in DB.Begin). 64-bit only.
 const initialMmapSize = 1 << 30
 
-// touchInterval is the least time between two persisted LastUsedAt updates
-// of one key.
-const touchInterval = time.Minute
-
 // Options configures Open. The zero value is usable.
 type Options struct {
 	// Now is the clock used for defaults (a zero LogEntry.Timestamp, a zero
@@ -86,8 +81,7 @@ type DB struct {
 	path string
 	now  func() time.Time
 
-	touchMu sync.Mutex
-	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+	touches TouchThrottle
 
 	closed atomic.Bool // set by Close
 }
@@ -118,7 +112,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, describeOpenError(path, err)
 	}
-	db := &DB{bolt: bdb, path: path, now: opts.Now, touched: make(map[string]time.Time)}
+	db := &DB{bolt: bdb, path: path, now: opts.Now}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error { return checkSchema(tx) })
 	} else {
