@@ -316,6 +316,45 @@ func (m *memStore) Size() (int64, error) {
 	return int64(len(m.backup)), nil
 }
 
+func (m *memStore) PruneSessions(now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for h, exp := range m.sessions {
+		if !now.Before(exp) {
+			delete(m.sessions, h)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memStore) PruneLogs(before time.Time, batch int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := m.logs[:0]
+	n := 0
+	for _, e := range m.logs {
+		if e.Timestamp.Before(before) && (batch <= 0 || n < batch) {
+			n++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	m.logs = kept
+	return n, nil
+}
+
+func (m *memStore) Ping(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failWith
+}
+
+func (m *memStore) Describe() string { return "memory" }
+
+func (m *memStore) Close() error { return nil }
+
 // logsCopy returns the log entries oldest first.
 func (m *memStore) logsCopy() []store.LogEntry {
 	m.mu.Lock()
