@@ -5,13 +5,13 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // BenchmarkProbs: Silero on 10 s of speech-like audio, on one core and on
 // all; the figure to compare is ns/op against 10 s of audio.
 func BenchmarkProbs(b *testing.B) {
-	m, err := Load(testdata.VADModel(b))
+	m, err := Load(shareddata.VADModel(b))
 	if err != nil {
 		b.Fatal(err)
 	}

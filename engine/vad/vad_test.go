@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 var (
@@ -24,7 +24,7 @@ var (
 // model loads the real Silero VAD weights once (or skips; see testdata).
 func model(t *testing.T) *Model {
 	t.Helper()
-	path := testdata.VADModel(t)
+	path := shareddata.VADModel(t)
 	loadOnce.Do(func() { loaded, loadErr = Load(path) })
 	if loadErr != nil {
 		t.Fatal(loadErr)
@@ -90,12 +90,12 @@ func tones(sec float64) []float32 {
 
 func clips(t *testing.T) []clip {
 	const text = "Would you like a cup of tea with your lunch today?"
-	us := testdata.Speak(t, text, "en-us", 1, 1, 0)
-	gb := testdata.Speak(t, text, "en-gb+f3", 1, 1, 0)
+	us := shareddata.Speak(t, text, "en-us", 1, 1, 0)
+	gb := shareddata.Speak(t, text, "en-gb+f3", 1, 1, 0)
 	return []clip{
 		{"espeak-en-us", us, true, voiceBounds(us)},
 		{"espeak-en-gb-female", gb, true, voiceBounds(gb)},
-		{"espeak-en-us-noise", testdata.Speak(t, text, "en-us", 1, 1, 0.02), true, voiceBounds(us)},
+		{"espeak-en-us-noise", shareddata.Speak(t, text, "en-us", 1, 1, 0.02), true, voiceBounds(us)},
 		{"silence", silence(3), false, [2]float64{}},
 		{"white-noise", whiteNoise(3, 0.1), false, [2]float64{}},
 		{"tones", tones(3), false, [2]float64{}},
@@ -105,7 +105,7 @@ func clips(t *testing.T) []clip {
 // reference runs ONNX Runtime on pcm through tests/vadref/ref.js.
 func reference(t *testing.T, pcm []float32) []float32 {
 	t.Helper()
-	node, script := testdata.VADReference(t)
+	node, script := shareddata.VADReference(t)
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.f32")
 	b := make([]byte, 4*len(pcm))
@@ -116,7 +116,7 @@ func reference(t *testing.T, pcm []float32) []float32 {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out.json")
-	if o, err := exec.Command(node, script, testdata.VADModel(t), in, out).CombinedOutput(); err != nil {
+	if o, err := exec.Command(node, script, shareddata.VADModel(t), in, out).CombinedOutput(); err != nil {
 		t.Fatalf("ONNX Runtime reference: %v\n%s", err, o)
 	}
 	var ref []float32
@@ -206,8 +206,8 @@ func TestSpeechSegments(t *testing.T) {
 // with whisper.cpp's 0.1 s overlap and 0.1 s of silence.
 func TestTwoUtterances(t *testing.T) {
 	d := NewDetector(model(t))
-	a := testdata.Speak(t, "Good morning.", "en-us", 0.5, 0.75, 0)
-	b := testdata.Speak(t, "How are you feeling?", "en-us", 0.75, 0.5, 0)
+	a := shareddata.Speak(t, "Good morning.", "en-us", 0.5, 0.75, 0)
+	b := shareddata.Speak(t, "How are you feeling?", "en-us", 0.75, 0.5, 0)
 	pcm := append(a, b...)
 	segs := Segments(d.Model.Probs(pcm), d.Params)
 	if len(segs) != 2 {
@@ -225,7 +225,7 @@ func TestTwoUtterances(t *testing.T) {
 
 func TestLoadRefusesOtherFiles(t *testing.T) {
 	dir := t.TempDir()
-	good, err := os.ReadFile(testdata.VADModel(t))
+	good, err := os.ReadFile(shareddata.VADModel(t))
 	if err != nil {
 		t.Fatal(err)
 	}

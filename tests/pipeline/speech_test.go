@@ -1,9 +1,7 @@
-package engine_test
+package pipeline
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -13,7 +11,8 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/vad"
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // countingSTT passes to the real Whisper model and keeps what it was given.
@@ -46,30 +45,8 @@ func (c *countingLLM) Generate(ctx context.Context, req engine.GenerateRequest) 
 	return c.Generator.Generate(ctx, req)
 }
 
-// encodeWAV writes float samples as 16-bit mono 16 kHz WAV.
-func encodeWAV(pcm []float32) []byte {
-	var b bytes.Buffer
-	w := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
-	b.WriteString("RIFF")
-	w(uint32(36 + 2*len(pcm)))
-	b.WriteString("WAVEfmt ")
-	w(uint32(16))
-	w(uint16(1))
-	w(uint16(1))
-	w(uint32(16000))
-	w(uint32(32000))
-	w(uint16(2))
-	w(uint16(16))
-	b.WriteString("data")
-	w(uint32(2 * len(pcm)))
-	for _, v := range pcm {
-		w(int16(math.Max(-32768, math.Min(32767, float64(v)*32768))))
-	}
-	return b.Bytes()
-}
-
 func speechPipeline(t *testing.T) (*engine.Pipeline, *countingSTT, *countingLLM) {
-	m, err := vad.Load(testdata.VADModel(t))
+	m, err := vad.Load(shareddata.VADModel(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +78,7 @@ func TestPipelineNoSpeech(t *testing.T) {
 	}
 	for name, pcm := range map[string][]float32{"silence": make([]float32, 3*16000), "white noise": noise, "tones": tones} {
 		t.Run(name, func(t *testing.T) {
-			res, err := infer(t, p, encodeWAV(pcm))
+			res, err := infer(t, p, testaudio.Mono16(16000, pcm))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,8 +97,8 @@ func TestPipelineNoSpeech(t *testing.T) {
 // padding), so no tail can be hallucinated from it; replies are generated.
 func TestPipelineTrailingSilence(t *testing.T) {
 	p, stt, lm := speechPipeline(t)
-	pcm := testdata.Speak(t, "Would you like some tea?", "en-us", 0.3, 2.5, 0)
-	res, err := infer(t, p, encodeWAV(pcm))
+	pcm := shareddata.Speak(t, "Would you like some tea?", "en-us", 0.3, 2.5, 0)
+	res, err := infer(t, p, testaudio.Mono16(16000, pcm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +116,8 @@ func TestPipelineTrailingSilence(t *testing.T) {
 // header says is refused as unsupported audio, never answered.
 func TestPipelineTruncatedWAV(t *testing.T) {
 	p, stt, lm := speechPipeline(t)
-	wav := encodeWAV(make([]float32, 16000))
-	for _, b := range [][]byte{wav[:44], wav[:len(wav)/2]} {
+	wav := testaudio.Mono16(16000, make([]float32, 16000))
+	for _, b := range [][]byte{wav[:len(wav)-32000], wav[:len(wav)-16000]} {
 		res, err := infer(t, p, b)
 		if engine.KindOf(err) != engine.KindUnsupportedAudio || len(res.Candidates) != 0 {
 			t.Fatalf("%d bytes: %v (%d candidates), want unsupported audio", len(b), err, len(res.Candidates))
