@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/replyd/replyd/internal/f32"
 )
 
 // The Silero VAD v5 network at 16 kHz, as its ONNX graph computes it (the
@@ -338,7 +340,7 @@ func (m *Model) features(in *[inputLen]float32, out *[hidden]float32) {
 		im := m.basis[(nFreq+f)*filterLen : (nFreq+f+1)*filterLen]
 		for t := range nFrames {
 			x := padded[t*hop : t*hop+filterLen]
-			r, i := dot(re, x), dot(im, x)
+			r, i := f32.Dot(re, x), f32.Dot(im, x)
 			mag[f*nFrames+t] = float32(math.Sqrt(float64(r*r + i*i)))
 		}
 	}
@@ -367,34 +369,17 @@ func (c conv1d) apply(x []float32, L int) ([]float32, int) {
 			}
 		}
 		for o := range c.out {
-			y[o*lo+t] = max(dot(c.w[o*c.in*3:(o+1)*c.in*3], col)+c.b[o], 0)
+			y[o*lo+t] = max(f32.Dot(c.w[o*c.in*3:(o+1)*c.in*3], col)+c.b[o], 0)
 		}
 	}
 	return y, lo
-}
-
-// dot is the float32 dot product of a and b[:len(a)], in four running sums.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // step runs the LSTM cell and the decoder on the encoder output x.
 func (m *Model) step(st *State, x *[hidden]float32) float32 {
 	var gates [4 * hidden]float32
 	for g := range gates {
-		gates[g] = dot(m.wih[g*hidden:(g+1)*hidden], x[:]) + m.bih[g] + dot(m.whh[g*hidden:(g+1)*hidden], st.h[:]) + m.bhh[g]
+		gates[g] = f32.Dot(m.wih[g*hidden:(g+1)*hidden], x[:]) + m.bih[g] + f32.Dot(m.whh[g*hidden:(g+1)*hidden], st.h[:]) + m.bhh[g]
 	}
 	var out float64 = float64(m.decB)
 	for k := range hidden {
