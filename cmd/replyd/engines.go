@@ -135,12 +135,11 @@ func (e *engines) Generate(ctx context.Context, req engine.GenerateRequest) (eng
 	return lm.Generate(ctx, req)
 }
 
-// Engines implements api.HealthSource: speech-to-text first, then the LLM,
-// then voice activity detection.
+// Engines implements api.HealthSource: speech-to-text first, then the LLM.
 func (e *engines) Engines() []engine.EngineStatus {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	out := make([]engine.EngineStatus, 0, 3)
+	out := make([]engine.EngineStatus, 0, 2)
 	if e.stt != nil {
 		out = append(out, e.stt.Status())
 	} else {
@@ -151,10 +150,14 @@ func (e *engines) Engines() []engine.EngineStatus {
 	} else {
 		out = append(out, e.pend["llm"])
 	}
-	if e.vad.Name != "" {
-		out = append(out, e.vad)
-	}
 	return out
+}
+
+// VAD implements api.VADSource.
+func (e *engines) VAD() engine.EngineStatus {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.vad
 }
 
 // QueueDepth implements api.HealthSource.

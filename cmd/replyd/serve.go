@@ -17,7 +17,6 @@ import (
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
-	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/store"
 )
@@ -105,10 +104,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
-	var det *vad.Detector
-	if det, s.eng.vad = loadVAD(cfg.VADModel, s.log); det != nil {
+	det, vadStatus := loadVAD(cfg.VADModel, s.log)
+	if det != nil {
 		pipe.VAD = det
 	}
+	s.eng.mu.Lock()
+	s.eng.vad = vadStatus
+	s.eng.mu.Unlock()
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
