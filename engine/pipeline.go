@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +18,12 @@ type DecodeFunc func(data []byte, max time.Duration) ([]float32, error)
 // Its fields are set once at start and never changed; it is safe for
 // concurrent use when its engines are.
 type Pipeline struct {
-	Decode   DecodeFunc
-	STT      Transcriber
-	LLM      Generator
+	Decode DecodeFunc
+	STT    Transcriber
+	LLM    Generator
+	// VAD keeps only the speech of a recording before it is transcribed;
+	// nil transcribes the whole recording.
+	VAD      SpeechFilter
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
 
@@ -86,11 +90,24 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			return res, classifyAudioErr(err)
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
+		if p.VAD != nil {
+			sp, err := p.keepSpeech(ctx, pcm)
+			if err != nil {
+				return res, wrapEngineErr(err, KindSTT, "voice activity detection failed")
+			}
+			if len(sp.PCM) == 0 {
+				// No speech: Whisper never runs and nobody is answered.
+				res.NoSpeech = true
+				res.Timings.Total = p.now().Sub(start)
+				return res, nil
+			}
+			pcm = sp.PCM
+		}
 		done, err := p.STTStage.Enter(ctx)
 		if err != nil {
 			return res, err
 		}
-		reserve := TranscriptReserve(time.Duration(res.AudioSeconds * float64(time.Second)))
+		reserve := TranscriptReserve(time.Duration(len(pcm)) * time.Second / 16000)
 		if pf, ok := p.LLM.(Prefiller); ok && p.Overlap {
 			// The turns before the recording's: what the transcript will
 			// follow.
@@ -120,6 +137,13 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		res.Transcript = tr.Text
 		res.TranscriptLanguage = tr.Language
 		p.lastLanguage.Store(tr.Language)
+		if strings.TrimSpace(tr.Text) == "" {
+			// Whisper's no-speech rule silenced every window.
+			res.Transcript = ""
+			res.NoSpeech = true
+			res.Timings.Total = p.now().Sub(start)
+			return res, nil
+		}
 		for i := range msgs {
 			if msgs[i].Audio {
 				msgs[i].Content = tr.Text
@@ -184,6 +208,16 @@ func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
 	}
 	defer p.CPU.Release(n)
 	return p.Decode(data, p.MaxAudio)
+}
+
+// keepSpeech runs voice activity detection on one core of the CPU budget.
+func (p *Pipeline) keepSpeech(ctx context.Context, pcm []float32) (Speech, error) {
+	n, err := p.CPU.Acquire(ctx, 1, 1)
+	if err != nil {
+		return Speech{}, err
+	}
+	defer p.CPU.Release(n)
+	return p.VAD.KeepSpeech(ctx, pcm)
 }
 
 // transcribe runs speech-to-text on STTThreads cores of the CPU budget, one

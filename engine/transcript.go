@@ -1,18 +1,36 @@
 package engine
 
-import "time"
+import (
+	"math"
+	"time"
+)
+
+// The token cap of speech-to-text: a 30-second window yields at most
+// windowTokenBase plus windowTokensPerSecond tokens per second of audio in
+// it (engine/whisper's fallback.go says why these numbers). Random-weight
+// models always reach it, so it also bounds the transcript's share of the
+// language model's prompt.
+const (
+	windowTokenBase       = 32
+	windowTokensPerSecond = 12
+	windowLength          = 30 * time.Second
+)
+
+// WindowTokenCap is the most text tokens speech-to-text emits for one
+// 30-second window holding the given length of audio.
+func WindowTokenCap(audio time.Duration) int {
+	return windowTokenBase + int(math.Ceil(windowTokensPerSecond*audio.Seconds()))
+}
 
 // TranscriptTokenCap is the most text tokens speech-to-text emits for a
-// recording with the given length of speech: 32 plus 12 per second of
-// speech in each 30-second window (a fast speaker says about 4 words, 5-6
-// Whisper tokens, a second; random-weight models always reach the cap).
+// recording of the given length of speech: WindowTokenCap summed over its
+// 30-second windows.
 func TranscriptTokenCap(speech time.Duration) int {
-	if speech <= 0 {
-		return 0
+	n := 0
+	for left := speech; left > 0; left -= windowLength {
+		n += WindowTokenCap(min(left, windowLength))
 	}
-	const window = 30 * time.Second
-	windows := int((speech + window - 1) / window)
-	return 32*windows + int(12*speech.Seconds()+0.999)
+	return n
 }
 
 // TranscriptReserve is how many language-model prompt tokens to keep free

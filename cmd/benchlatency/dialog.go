@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
 )
 
 // turnTimes is what one turn took, in milliseconds: the server's stage
@@ -116,27 +116,16 @@ func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 	if err != nil {
 		return turnTimes{}, err
 	}
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="payload"`)
-	h.Set("Content-Type", "application/json")
-	pw, _ := mw.CreatePart(h)
-	pw.Write(payload)
+	var recording []byte
 	if !d.typed {
-		h = textproto.MIMEHeader{}
-		h.Set("Content-Disposition", `form-data; name="audio"; filename="partner.wav"`)
-		h.Set("Content-Type", "audio/wav")
-		aw, _ := mw.CreatePart(h)
-		aw.Write(d.clip.wav)
+		recording = d.clip.wav
 	}
-	mw.Close()
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.srv.url+"/v1/infer", &body)
+	ctype, body := replydproc.InferForm(payload, recording)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.srv.URL+"/v1/infer", bytes.NewReader(body))
 	if err != nil {
 		return turnTimes{}, err
 	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Content-Type", ctype)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("X-API-KEY", d.key)
 	t0 := time.Now()

@@ -107,6 +107,13 @@ func (s *Server) Run(ctx context.Context) error {
 	cpu := engine.NewCores(cfg.CPUCores)
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio,
 		CPU: cpu, STTThreads: cfg.SpeechThreads(), Overlap: cfg.Overlap == "on"}
+	det, vadStatus := loadVAD(cfg.VADModel, s.log)
+	if det != nil {
+		pipe.VAD = det
+	}
+	s.eng.mu.Lock()
+	s.eng.vad = vadStatus
+	s.eng.mu.Unlock()
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
@@ -118,16 +125,17 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
 	srv := api.New(api.Options{
-		Store:         db,
-		Inferer:       pipe,
-		Notifier:      notifier,
-		Health:        s.eng,
-		Logger:        s.log,
-		Version:       version,
-		Limits:        limits,
-		MetricsPublic: cfg.MetricsAddr != "",
-		TLS:           s.tls,
-		DataFile:      dbPath(cfg),
+		Store:          db,
+		Inferer:        pipe,
+		Notifier:       notifier,
+		Health:         s.eng,
+		Logger:         s.log,
+		Version:        version,
+		Limits:         limits,
+		MetricsPublic:  cfg.MetricsAddr != "",
+		TLS:            s.tls,
+		DataFile:       dbPath(cfg),
+		TrustedProxies: cfg.TrustedNets,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)
