@@ -15,13 +15,15 @@ import (
 // threads never exceed the cores.
 //
 // Waiters are served in arrival order: a stage that needs many cores is not
-// overtaken forever by stages that need one. The nil *Cores is no budget:
+// overtaken forever by stages that need one. Work that only gets ahead
+// (AcquireIdle) is served after all of them. The nil *Cores is no budget:
 // Acquire grants the most asked for at once.
 type Cores struct {
 	mu      sync.Mutex
 	total   int
 	free    int
 	waiters []*coreWaiter
+	idle    []*coreWaiter // AcquireIdle's waiters, served when waiters is empty
 }
 
 type coreWaiter struct {
@@ -49,6 +51,17 @@ func (c *Cores) Total() int {
 // run at most n busy threads and call Release(n) when they have stopped. When
 // ctx ends first, Acquire returns ctx's error and takes nothing.
 func (c *Cores) Acquire(ctx context.Context, lo, hi int) (int, error) {
+	return c.acquire(ctx, lo, hi, false)
+}
+
+// AcquireIdle is Acquire for work that is only done ahead of time (the
+// prompt evaluated while speech-to-text runs): it is served after every
+// waiter of Acquire, so it only ever takes cores nobody else asks for.
+func (c *Cores) AcquireIdle(ctx context.Context, lo, hi int) (int, error) {
+	return c.acquire(ctx, lo, hi, true)
+}
+
+func (c *Cores) acquire(ctx context.Context, lo, hi int, idle bool) (int, error) {
 	if hi < 1 {
 		hi = 1
 	}
@@ -68,22 +81,26 @@ func (c *Cores) Acquire(ctx context.Context, lo, hi int) (int, error) {
 		lo = hi
 	}
 	c.mu.Lock()
-	if len(c.waiters) == 0 && c.free >= lo {
+	if len(c.waiters) == 0 && (!idle || len(c.idle) == 0) && c.free >= lo {
 		n := c.take(hi)
 		c.mu.Unlock()
 		return n, nil
 	}
 	w := &coreWaiter{lo: lo, hi: hi, granted: make(chan int, 1)}
-	c.waiters = append(c.waiters, w)
+	queue := &c.waiters
+	if idle {
+		queue = &c.idle
+	}
+	*queue = append(*queue, w)
 	c.mu.Unlock()
 	select {
 	case n := <-w.granted:
 		return n, nil
 	case <-ctx.Done():
 		c.mu.Lock()
-		for i, x := range c.waiters {
+		for i, x := range *queue {
 			if x == w {
-				c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+				*queue = append((*queue)[:i], (*queue)[i+1:]...)
 				break
 			}
 		}
@@ -112,11 +129,16 @@ func (c *Cores) Release(n int) {
 }
 
 // grant serves the waiters at the head of the line while enough cores are
-// free; c.mu is held.
+// free, then the idle waiters when no other waits; c.mu is held.
 func (c *Cores) grant() {
 	for len(c.waiters) > 0 && c.free >= c.waiters[0].lo {
 		w := c.waiters[0]
 		c.waiters = c.waiters[1:]
+		w.granted <- c.take(w.hi)
+	}
+	for len(c.waiters) == 0 && len(c.idle) > 0 && c.free >= c.idle[0].lo {
+		w := c.idle[0]
+		c.idle = c.idle[1:]
 		w.granted <- c.take(w.hi)
 	}
 }

@@ -108,3 +108,42 @@ func TestTranscriptTokenCap(t *testing.T) {
 		t.Errorf("TranscriptReserve(5s) = %d", got)
 	}
 }
+
+func TestCoresIdleWorkComesLast(t *testing.T) {
+	c := NewCores(2)
+	ctx := context.Background()
+	held, _ := c.Acquire(ctx, 2, 2)
+	idle := make(chan int, 1)
+	go func() { n, _ := c.AcquireIdle(ctx, 1, 2); idle <- n }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.idle) == 1 })
+	busy := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 1, 1); busy <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	c.Release(held)
+	// The later Acquire is served first; the idle work gets what is left.
+	if n := <-busy; n != 1 {
+		t.Fatalf("Acquire got %d", n)
+	}
+	if n := <-idle; n != 1 {
+		t.Fatalf("AcquireIdle got %d, want the one core left", n)
+	}
+	c.Release(2)
+
+	// While an Acquire waits, idle work does not take the free core.
+	one, _ := c.Acquire(ctx, 1, 1)
+	both := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 2, 2); both <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	go func() { n, _ := c.AcquireIdle(ctx, 1, 1); idle <- n }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.idle) == 1 })
+	select {
+	case <-idle:
+		t.Fatal("idle work took a core an Acquire waits for")
+	default:
+	}
+	c.Release(one)
+	c.Release(<-both)
+	if n := <-idle; n != 1 {
+		t.Fatalf("AcquireIdle got %d", n)
+	}
+}

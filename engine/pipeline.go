@@ -108,6 +108,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			return res, err
 		}
 		reserve := TranscriptReserve(time.Duration(len(pcm)) * time.Second / 16000)
+		ahead := func() {}
 		if pf, ok := p.LLM.(Prefiller); ok && p.Overlap {
 			// The turns before the recording's: what the transcript will
 			// follow.
@@ -122,10 +123,10 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			if l, ok := p.lastLanguage.Load().(string); ok && profile.Language == "" {
 				profile.Language = l
 			}
-			pf.Prefill(ctx, p.generateRequest(req, profile, head, reserve))
+			ahead = func() { pf.Prefill(ctx, p.generateRequest(req, profile, head, reserve)) }
 		}
 		t1 := p.now()
-		tr, err := p.transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
+		tr, err := p.transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language}, ahead)
 		res.Timings.STT = p.now().Sub(t1)
 		// The stage learns the time of the work itself: with one transcription
 		// at a time, the wait inside Transcribe is the other requests' work.
@@ -222,8 +223,9 @@ func (p *Pipeline) keepSpeech(ctx context.Context, pcm []float32) (Speech, error
 
 // transcribe runs speech-to-text on STTThreads cores of the CPU budget, one
 // transcription at a time (a second one would hold its cores idle while it
-// waits for the speech engine).
-func (p *Pipeline) transcribe(ctx context.Context, pcm []float32, opts TranscribeOptions) (Transcript, error) {
+// waits for the speech engine). ahead runs once the cores are taken, just
+// before the transcription: work queued there finds them taken.
+func (p *Pipeline) transcribe(ctx context.Context, pcm []float32, opts TranscribeOptions, ahead func()) (Transcript, error) {
 	p.sttOnce.Do(func() { p.sttTurn = make(chan struct{}, 1) })
 	select {
 	case p.sttTurn <- struct{}{}:
@@ -240,6 +242,7 @@ func (p *Pipeline) transcribe(ctx context.Context, pcm []float32, opts Transcrib
 		return Transcript{}, err
 	}
 	defer p.CPU.Release(n)
+	ahead()
 	return p.STT.Transcribe(ctx, pcm, opts)
 }
 

@@ -47,6 +47,9 @@ type results struct {
 	started   time.Time
 	elapsed   time.Duration
 	latencies map[string][]time.Duration
+	// byOutcome holds the inference routes' latencies by "admitted" (200)
+	// and "shed" (503 overloaded): admission control is judged by both.
+	byOutcome map[string][]time.Duration
 	byStatus  map[string]map[string]int // route -> "200" / "503 overloaded" / "no response" -> count
 	transport []string                  // first few transport errors
 
@@ -59,7 +62,7 @@ type results struct {
 }
 
 func newResults() *results {
-	return &results{latencies: map[string][]time.Duration{}, byStatus: map[string]map[string]int{}}
+	return &results{latencies: map[string][]time.Duration{}, byOutcome: map[string][]time.Duration{}, byStatus: map[string]map[string]int{}}
 }
 
 func (r *results) add(o outcome) {
@@ -74,6 +77,12 @@ func (r *results) add(o outcome) {
 		r.latencies[o.route] = append(r.latencies[o.route], o.latency)
 		if o.route == routeInfer || o.route == routeInferAudio {
 			r.inferResponses++
+			switch {
+			case o.status == http.StatusOK:
+				r.byOutcome[o.route+" admitted (200)"] = append(r.byOutcome[o.route+" admitted (200)"], o.latency)
+			case o.status == http.StatusServiceUnavailable && o.code == "overloaded":
+				r.byOutcome[o.route+" shed (503)"] = append(r.byOutcome[o.route+" shed (503)"], o.latency)
+			}
 		}
 	} else if len(r.transport) < 5 {
 		r.transport = append(r.transport, fmt.Sprintf("%s: %v", o.route, o.err))
@@ -121,6 +130,17 @@ func (r *results) print(w io.Writer) {
 			ms(percentile(l, 50)), ms(percentile(l, 95)), ms(percentile(l, 99)), ms(max))
 	}
 	fmt.Fprintf(w, "%-24s %8d %9.2f   over %.1f s\n", "all", total, float64(total)/secs, secs)
+	var outcomes []string
+	for k := range r.byOutcome {
+		outcomes = append(outcomes, k)
+	}
+	sort.Strings(outcomes)
+	for _, k := range outcomes {
+		l := append([]time.Duration(nil), r.byOutcome[k]...)
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+		ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+		fmt.Fprintf(w, "  %-38s %6d   p50 %9s   p95 %9s ms\n", k, len(l), ms(percentile(l, 50)), ms(percentile(l, 95)))
+	}
 
 	fmt.Fprintf(w, "\nresponses by status:\n")
 	for _, route := range routeOrder {

@@ -22,6 +22,9 @@ type run struct {
 	steps int
 	// minThreads is the fewest cores a decode waits for (0: one).
 	minThreads int
+	// ahead marks work done ahead of time (Prefill): it takes only cores
+	// nobody else waits for, in smaller chunks.
+	ahead bool
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -36,7 +39,11 @@ func (r *run) decode() error {
 		return canceled(err)
 	}
 	cpu := r.e.opts.CPU
-	n, err := cpu.Acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+	acquire := cpu.Acquire
+	if r.ahead {
+		acquire = cpu.AcquireIdle
+	}
+	n, err := acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
 	if err != nil {
 		return canceled(err)
 	}
@@ -191,7 +198,7 @@ func (e *Engine) prefill(j *job) error {
 		return err
 	}
 	if reuse < len(tokens) {
-		if _, err := e.evalPrompt(&run{e: e, ctx: j.ctx}, promptSeq, tokens, reuse, false); err != nil {
+		if _, err := e.evalPrompt(&run{e: e, ctx: j.ctx, ahead: true}, promptSeq, tokens, reuse, false); err != nil {
 			return err
 		}
 	}
@@ -337,8 +344,12 @@ func (e *Engine) leaveCurrent() {
 // wantLogits. On cancellation the prompt sequence keeps what was evaluated.
 func (e *Engine) evalPrompt(r *run, seq int, tokens []int, reuse int, wantLogits bool) ([]float32, error) {
 	var logits []float32
+	chunk := promptChunk
+	if r.ahead {
+		chunk = aheadChunk
+	}
 	for pos := reuse; pos < len(tokens); {
-		end := min(pos+promptChunk, len(tokens))
+		end := min(pos+chunk, len(tokens))
 		e.batch.Clear()
 		for i := pos; i < end; i++ {
 			e.batch.Add(tokens[i], nil, i, wantLogits && i == len(tokens)-1, seq)

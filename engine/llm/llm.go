@@ -50,6 +50,9 @@ const (
 	// llama.cpp's batch size); a cancelled request is noticed, and the CPU
 	// budget taken again, between chunks.
 	promptChunk = 256
+	// aheadChunk is the chunk of a Prefill: it holds cores that a request
+	// may come to want for a shorter while.
+	aheadChunk = 64
 	// extraRounds bounds how often more candidates are sampled when
 	// duplicates or empty replies leave fewer than asked.
 	extraRounds = 2
