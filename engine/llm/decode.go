@@ -461,7 +461,7 @@ func (e *Engine) freeGen() {
 
 // chooseDecoding decides, for every number of candidates, whether to sample
 // them batched or one after another. With DecodeAuto it times decode steps
-// of 1 to MaxCandidates sequences over a prompt of typical length, three
+// of 1 to MaxCandidates sequences over a prompt of typical length, five
 // rounds alternating the sizes, keeping each size's fastest, and batches n candidates when a step of n
 // costs less than n steps of one. Where batching saves little compute (a
 // large model on few cores), a batch of n costs about n single steps and
@@ -504,11 +504,19 @@ func (e *Engine) chooseDecoding() {
 		"step_us_by_seqs", steps, "threads", e.opts.Threads, "timing_ms", time.Since(t0).Milliseconds())
 }
 
-// timeSteps returns the least cost of a decode step of k sequences for k
-// in 1..MaxCandidates (index k), over a prompt of about 200 tokens.
+// timeSteps returns the cost of a decode step of k sequences for k in
+// 1..MaxCandidates (index k), over a prompt of about 200 tokens: the least
+// of five rounds for 1 to 4 sequences and for MaxCandidates, the sizes in
+// between interpolated linearly.
 func (e *Engine) timeSteps() ([]time.Duration, error) {
-	const rounds = 3
+	const rounds = 5
 	n := e.opts.MaxCandidates
+	var sizes []int
+	for k := 1; k <= n; k++ {
+		if k <= 4 || k == n {
+			sizes = append(sizes, k)
+		}
+	}
 	req := engine.GenerateRequest{
 		SystemPrompt: defaultSystemPrompt,
 		Profile:      engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Persona: "dry humour, brief", Language: "en"},
@@ -539,7 +547,7 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 	}()
 	samples := make([][]time.Duration, n+1)
 	for round := 0; round < rounds; round++ {
-		for k := 1; k <= n; k++ {
+		for _, k := range sizes {
 			e.batch.Clear()
 			for i := 0; i < k; i++ {
 				e.batch.Add(tokens[len(tokens)-1-i], nil, pos, true, e.genSeqs[i])
@@ -556,8 +564,14 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 	}
 	// The least of the rounds: other processes only ever add time.
 	cost := make([]time.Duration, n+1)
-	for k := 1; k <= n; k++ {
+	for _, k := range sizes {
 		cost[k] = slices.Min(samples[k])
+	}
+	for i := 1; i < len(sizes); i++ {
+		a, b := sizes[i-1], sizes[i]
+		for k := a + 1; k < b; k++ {
+			cost[k] = cost[a] + (cost[b]-cost[a])*time.Duration(k-a)/time.Duration(b-a)
+		}
 	}
 	return cost, nil
 }
