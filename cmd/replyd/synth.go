@@ -36,9 +36,16 @@ var synthShapes = map[string]synthShape{
 	"qwen2.5-1.5b": llmShape("Qwen2.5-1.5B-Instruct (width 1536, 28 layers, 151936 tokens)", llm.Qwen15BConfig),
 }
 
+// whisperShape writes Whisper models whose text tokens are the generated
+// language models' words, so that a random transcript costs the language
+// model about as many prompt tokens as real speech of that length.
 func whisperShape(what string, cfg func(weightType string) whisper.ModelConfig) synthShape {
 	return synthShape{what: what, types: []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "f16", "f32"}, ext: ".bin",
-		write: func(path, typ string) error { return whisper.WriteModel(path, cfg(typ)) }}
+		write: func(path, typ string) error {
+			c := cfg(typ)
+			c.Words = llm.DemoWords()
+			return whisper.WriteModel(path, c)
+		}}
 }
 
 func llmShape(what string, cfg func() llm.ModelConfig) synthShape {

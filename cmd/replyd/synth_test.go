@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // TestModelsSynth writes the smallest real shape, checks that it prints the
@@ -22,12 +26,27 @@ func TestModelsSynth(t *testing.T) {
 	if path != filepath.Join(dir, "synth-tiny.en-q4_0.bin") {
 		t.Fatalf("printed %q", out.String())
 	}
-	m, err := whisper.Load(path, whisper.Options{Threads: 1})
+	m, err := whisper.Load(path, whisper.Options{Threads: 1, NoFallback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := m.Status()
+	// Its transcripts are made of the language models' words.
+	tr, err := m.Transcribe(context.Background(), testaudio.Voiced(1, 16000), engine.TranscribeOptions{})
 	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := map[string]bool{}
+	for _, w := range llm.DemoWords() {
+		words[w] = true
+	}
+	for _, w := range strings.Fields(tr.Text) {
+		if !words[w] {
+			t.Errorf("transcript word %q is not one of the language models' words (%q)", w, tr.Text)
+			break
+		}
+	}
 	if !strings.Contains(errOut.String(), "random weights") || !isDemoModel(path) || st.Model != path {
 		t.Errorf("stderr %q, demo %v, status %+v", errOut.String(), isDemoModel(path), st)
 	}

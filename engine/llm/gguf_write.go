@@ -116,6 +116,10 @@ sugar Sugar shall Shall lunch Lunch sister Sister coming Coming three Three phys
 years Years old Old has Has lives Lives likes Likes teacher Teacher former Former humour Humour dry
 Dry kind Kind`)
 
+// DemoWords returns the English words whose pieces every generated model's
+// vocabulary holds: text made of them tokenizes to about one token a word.
+func DemoWords() []string { return append([]string(nil), demoWords...) }
+
 // vocab builds the token strings, scores and types of cfg's vocabulary.
 func vocab(cfg ModelConfig) (toks []string, scores []float32, types []int32) {
 	add := func(s string, score float32, t int32) {

@@ -49,7 +49,7 @@ const (
 	// promptChunk is how many prompt tokens one decode call evaluates (and
 	// llama.cpp's batch size); a cancelled request is noticed, and the CPU
 	// budget taken again, between chunks.
-	promptChunk = 256
+	promptChunk = 512
 	// aheadChunk is the chunk of a Prefill: it holds cores that a request
 	// may come to want for a shorter while.
 	aheadChunk = 64

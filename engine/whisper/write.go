@@ -31,6 +31,11 @@ type ModelConfig struct {
 	// EOTRowScale multiplies the <|endoftext|> row of the token embedding,
 	// so that greedy decoding ends some windows; 0 means 1.
 	EOTRowScale float64
+	// Words, when set, spell the text tokens from id 256 on: " "+word, the
+	// words taken in turn. Transcripts then read as words, and a language
+	// model splits them into about as many tokens as real speech's (the
+	// default " t<id>" spelling costs it 5-7 tokens a Whisper token).
+	Words []string
 }
 
 // DemoConfig is the demo model of WriteDemoModel: English-only, d = 64,
@@ -126,6 +131,8 @@ func WriteModel(path string, cfg ModelConfig) error {
 		var s []byte
 		if id < 256 {
 			s = []byte{byte(id)}
+		} else if len(cfg.Words) > 0 {
+			s = []byte(" " + cfg.Words[(id-256)%len(cfg.Words)])
 		} else {
 			s = []byte(" t" + strconv.Itoa(id))
 		}
