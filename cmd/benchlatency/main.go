@@ -131,6 +131,8 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 			"REPLYD_WHISPER_MODEL=" + whisperPath,
 			"REPLYD_OVERLAP=" + v.overlap,
 			"REPLYD_LOG_LEVEL=warn",
+			// A slow box is measured, not answered with 503 timeout.
+			"REPLYD_INFER_TIMEOUT=10m",
 		}, cfg.env...)
 		t0 := time.Now()
 		s, err := startServer(ctx, cfg.bin, env)
