@@ -110,6 +110,26 @@ func gemvRows(w *weight, x []float32, n int, y []float32, ldy, r0, r1 int, tmp [
 		(*C.float)(&y[0]), C.int(ldy), C.int(r0), C.int(r1), (*C.float)(&tmp[0]))
 }
 
+// quantizeQ8 quantises x (a multiple of 32 values) to q8_0 blocks: int8
+// values in q, per block the scale in d and the scale times the block's sum
+// in s (rd_quantize_q8).
+func quantizeQ8(x []float32, q []int8, d, s []float32) {
+	if len(x) == 0 {
+		return
+	}
+	C.rd_quantize_q8((*C.float)(&x[0]), C.long(len(x)), (*C.int8_t)(&q[0]), (*C.float)(&d[0]), (*C.float)(&s[0]))
+}
+
+// gemvRowsQ8 is gemvRows for a quantised w and n activation rows that
+// quantizeQ8 quantised to q, d and s.
+func gemvRowsQ8(w *weight, q []int8, d, s []float32, n int, y []float32, ldy, r0, r1 int) {
+	if r0 >= r1 || n == 0 {
+		return
+	}
+	C.rd_gemvq_rows(C.int(w.typ), (*C.uint8_t)(&w.raw[0]), C.long(w.rowBytes), (*C.int8_t)(&q[0]), (*C.float)(&d[0]),
+		(*C.float)(&s[0]), C.int(n), C.int(w.cols), (*C.float)(&y[0]), C.int(ldy), C.int(r0), C.int(r1))
+}
+
 // softmaxRows replaces n rows of length l (stride ld) of x by softmax(scale·row);
 // with valid non-nil, row i keeps only its first valid[i] entries.
 func softmaxRows(x []float32, n, l, ld int, scale float32, valid []int32) {

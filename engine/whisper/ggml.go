@@ -71,6 +71,13 @@ func (t ggmlType) blockSize() (values, bytes int, ok bool) {
 	return 0, 0, false
 }
 
+// quantized reports whether t stores 32-value blocks with scales (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0).
+func (t ggmlType) quantized() bool {
+	values, _, ok := t.blockSize()
+	return ok && values == 32
+}
+
 // HParams are the hyperparameters stored at the start of a model file.
 type HParams struct {
 	NVocab      int `json:"n_vocab"`

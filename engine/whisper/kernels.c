@@ -331,6 +331,70 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// sum8 returns the horizontal sums of a[0..7] as one vector.
+static inline __m256 sum8(const __m256 *a) {
+    __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+static inline __m256 ldh(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+// attention_h64 is attention for half K and V and heads of 64 values (every
+// Whisper model's), one query: the keys go eight at a time, so that eight
+// dot products share one horizontal sum, and each head's output stays in
+// registers over eight rows of V.
+static void attention_h64(const float *qt, const uint16_t *K, const uint16_t *V, int L, int d, int h0, int h1,
+                          float scale, float *ot, float *scores, int ldScores) {
+    int j = 0;
+    for (; j + 8 <= L; j += 8) {
+        const uint16_t *kj = K + (long)j * d;
+        for (int r = 0; r < 8; r++) prefetch_ahead(kj + (long)r * d + h0 * 64, (long)(h1 - h0) * 128);
+        for (int h = h0; h < h1; h++) {
+            const float *qh = qt + h * 64;
+            __m256 acc[8];
+            for (int r = 0; r < 8; r++) {
+                const uint16_t *k = kj + (long)r * d + h * 64;
+                __m256 a0 = _mm256_mul_ps(ldh(k), _mm256_loadu_ps(qh));
+                __m256 a1 = _mm256_mul_ps(ldh(k + 8), _mm256_loadu_ps(qh + 8));
+                a0 = _mm256_fmadd_ps(ldh(k + 16), _mm256_loadu_ps(qh + 16), a0);
+                a1 = _mm256_fmadd_ps(ldh(k + 24), _mm256_loadu_ps(qh + 24), a1);
+                a0 = _mm256_fmadd_ps(ldh(k + 32), _mm256_loadu_ps(qh + 32), a0);
+                a1 = _mm256_fmadd_ps(ldh(k + 40), _mm256_loadu_ps(qh + 40), a1);
+                a0 = _mm256_fmadd_ps(ldh(k + 48), _mm256_loadu_ps(qh + 48), a0);
+                a1 = _mm256_fmadd_ps(ldh(k + 56), _mm256_loadu_ps(qh + 56), a1);
+                acc[r] = _mm256_add_ps(a0, a1);
+            }
+            _mm256_storeu_ps(scores + (long)(h - h0) * ldScores + j, sum8(acc));
+        }
+    }
+    for (; j < L; j++)
+        for (int h = h0; h < h1; h++)
+            scores[(long)(h - h0) * ldScores + j] = dot_f16((const uint8_t *)(K + (long)j * d + h * 64), qt + h * 64, 64);
+    for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
+    for (int h = h0; h < h1; h++) memset(ot + h * 64, 0, sizeof(float) * 64);
+    for (j = 0; j < L; j += 8) {
+        const int rows = L - j < 8 ? L - j : 8;
+        const uint16_t *vj = V + (long)j * d;
+        for (int r = 0; r < rows; r++) prefetch_ahead(vj + (long)r * d + h0 * 64, (long)(h1 - h0) * 128);
+        for (int h = h0; h < h1; h++) {
+            float *oh = ot + h * 64;
+            const float *sc = scores + (long)(h - h0) * ldScores + j;
+            __m256 o[8];
+            for (int c = 0; c < 8; c++) o[c] = _mm256_loadu_ps(oh + 8 * c);
+            for (int r = 0; r < rows; r++) {
+                const uint16_t *v = vj + (long)r * d + h * 64;
+                const __m256 a = _mm256_set1_ps(sc[r]);
+                for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(a, ldh(v + 8 * c), o[c]);
+            }
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(oh + 8 * c, o[c]);
+        }
+    }
+}
+#define HAVE_ATTENTION_H64 1
+#endif
+
 // attention is rd_attention over K and V of float32 (es 4) or IEEE halves
 // (es 2).
 static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
@@ -339,6 +403,12 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
         const float *qt = q + (long)t * d;
         float *ot = out + (long)t * d;
         int L = valid[t];
+#ifdef HAVE_ATTENTION_H64
+        if (es == 2 && hd == 64) {
+            attention_h64(qt, (const uint16_t *)K, (const uint16_t *)V, L, d, h0, h1, scale, ot, scores, ldScores);
+            continue;
+        }
+#endif
         for (int j = 0; j < L; j++) {
             const char *kj = (const char *)K + (long)j * d * es;
             prefetch_ahead(kj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
@@ -565,4 +635,209 @@ void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int c
 #endif
         y[k] = dot(row_f32(typ, src, cols, tmp), x, cols);
     }
+}
+
+// ---- products of quantised weights with q8_0-quantised activations ----
+//
+// ggml's way: the activation row is quantised once to 32-value blocks of
+// int8 with one scale each (q8_0), and each weight block's product with it
+// is an integer dot product, scaled by both blocks' scales.
+
+static inline int block_bytes(int typ) {
+    switch (typ) {
+    case RD_Q8_0: return 34;
+    case RD_Q4_0: return 18;
+    case RD_Q4_1: return 20;
+    case RD_Q5_0: return 22;
+    case RD_Q5_1: return 24;
+    }
+    return 0;
+}
+
+void rd_quantize_q8(const float *x, long n, int8_t *q, float *d, float *s) {
+    for (long b = 0; b < n / 32; b++, x += 32, q += 32) {
+        float amax = 0;
+        long i = 0;
+#ifdef __AVX2__
+        const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 m = _mm256_setzero_ps();
+        for (; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        amax = _mm_cvtss_f32(m4);
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        int qsum = _mm_cvtsi128_si32(s4);
+#else
+        for (; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        int qsum = 0;
+        for (i = 0; i < 32; i++) {
+            q[i] = (int8_t)lrintf(x[i] * id); // to nearest, ties to even
+            qsum += q[i];
+        }
+#endif
+        // The scale as ggml stores it: rounded to half precision.
+        d[b] = h2f(f2h(amax / 127.0f));
+        s[b] = d[b] * (float)qsum;
+    }
+}
+
+// unpack_block writes block src of type typ as 32 integers q, with x = d·q
+// (+ m for Q4_1 and Q5_1).
+static inline void unpack_block(int typ, const uint8_t *src, int8_t *q, float *d, float *m) {
+    *d = h2f(ld16(src));
+    *m = 0;
+    switch (typ) {
+    case RD_Q8_0:
+        memcpy(q, src + 2, 32);
+        return;
+    case RD_Q4_0:
+    case RD_Q4_1: {
+        const uint8_t *qs = src + (typ == RD_Q4_0 ? 2 : 4);
+        int off = typ == RD_Q4_0 ? 8 : 0;
+        if (typ == RD_Q4_1) *m = h2f(ld16(src + 2));
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((qs[j] & 15) - off);
+            q[j + 16] = (int8_t)((qs[j] >> 4) - off);
+        }
+        return;
+    }
+    case RD_Q5_0:
+    case RD_Q5_1: {
+        int h = typ == RD_Q5_0 ? 2 : 4, off = typ == RD_Q5_0 ? 16 : 0;
+        if (typ == RD_Q5_1) *m = h2f(ld16(src + 2));
+        uint32_t qh = ld32(src + h);
+        const uint8_t *qs = src + h + 4;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off);
+            q[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off);
+        }
+        return;
+    }
+    }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// nibbles32 spreads 16 bytes of nibbles to 32 bytes: the low nibbles first.
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(15));
+}
+
+// bits32 turns the 32 bits at p into 32 bytes of 0xFF (bit set) or 0.
+static inline __m256i bits32(const uint8_t *p) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ld32(p)), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+// unpack32 is unpack_block's integers in one register: signed for Q8_0,
+// Q4_0 and Q5_0, unsigned (0..31) for Q4_1 and Q5_1.
+static inline __m256i unpack32(int typ, const uint8_t *b) {
+    switch (typ) {
+    case RD_Q4_0: return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    case RD_Q4_1: return nibbles32(b + 4);
+    case RD_Q5_0: return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits32(b + 2), _mm256_set1_epi8((char)0xF0)));
+    case RD_Q5_1: return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10)));
+    default: return _mm256_loadu_si256((const __m256i *)(b + 2));
+    }
+}
+
+// sum_pairs returns the eight sums of four neighbouring products a[i]·x[i]
+// as floats; a is signed, or unsigned when typ has an offset. No int16
+// saturates: |a|, |x| ≤ 127 after the sign trick (a = -128 is 128·|x| ≤
+// 16256 per product), and unsigned a ≤ 31.
+static inline __m256 sum_pairs(int typ, __m256i a, __m256i x) {
+    __m256i p;
+    if (typ == RD_Q4_1 || typ == RD_Q5_1) {
+        p = _mm256_maddubs_epi16(a, x);
+    } else {
+        p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(x, a));
+    }
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+// dotq is one row's product with one quantised activation row; inlined
+// with a constant typ, it becomes one loop per type.
+static inline __attribute__((always_inline)) float dotq(int typ, const uint8_t *w, const int8_t *xq, const float *xd,
+                                                        const float *xs, int nb) {
+    const int bs = block_bytes(typ);
+    const int offset = typ == RD_Q4_1 || typ == RD_Q5_1;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float accm = 0;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *b0 = w + (long)b * bs, *b1 = b0 + bs;
+        __m256 p0 = sum_pairs(typ, unpack32(typ, b0), _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+        __m256 p1 = sum_pairs(typ, unpack32(typ, b1), _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 32)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b0)) * xd[b]), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b1)) * xd[b + 1]), p1, acc1);
+        if (offset) accm += h2f(ld16(b0 + 2)) * xs[b] + h2f(ld16(b1 + 2)) * xs[b + 1];
+    }
+    for (; b < nb; b++) {
+        const uint8_t *b0 = w + (long)b * bs;
+        __m256 p0 = sum_pairs(typ, unpack32(typ, b0), _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b0)) * xd[b]), p0, acc0);
+        if (offset) accm += h2f(ld16(b0 + 2)) * xs[b];
+    }
+    return hsum256(_mm256_add_ps(acc0, acc1)) + accm;
+}
+
+static void gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs,
+                       int n, int cols, float *y, int ldy, int r0, int r1) {
+    const int nb = cols / 32;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *src = W + (long)r * rowBytes;
+        prefetch_ahead(src, rowBytes);
+        for (int t = 0; t < n; t++)
+            y[(long)t * ldy + r] = dotq(typ, src, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
+    }
+}
+#endif
+
+// dotq_scalar is dotq without SIMD, for builds without AVX2.
+static float dotq_scalar(int typ, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, int nb) {
+    const int bs = block_bytes(typ);
+    float acc = 0;
+    int8_t q[32];
+    for (int b = 0; b < nb; b++) {
+        float d, m;
+        unpack_block(typ, w + (long)b * bs, q, &d, &m);
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += (int32_t)q[j] * (int32_t)xq[32 * b + j];
+        acc += d * xd[b] * (float)s + m * xs[b];
+    }
+    return acc;
+}
+
+void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs, int n,
+                   int cols, float *y, int ldy, int r0, int r1) {
+#if defined(__AVX2__) && defined(__FMA__)
+    // One call per type, so that each gets its own loop.
+    switch (typ) {
+    case RD_Q8_0: gemvq_rows(RD_Q8_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_0: gemvq_rows(RD_Q4_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_1: gemvq_rows(RD_Q4_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_0: gemvq_rows(RD_Q5_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_1: gemvq_rows(RD_Q5_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    }
+#endif
+    const int nb = cols / 32;
+    for (int r = r0; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            y[(long)t * ldy + r] =
+                dotq_scalar(typ, W + (long)r * rowBytes, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
 }

@@ -66,4 +66,19 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
 // as rd_gemv_rows does for one token. tmp holds cols floats.
 void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int cols, const int32_t *idx, int n,
                  float *y, float *tmp);
+
+// rd_quantize_q8 quantises n values of x (a multiple of 32) to ggml's q8_0
+// blocks as its quantize_row_q8_0 does: per block of 32, the scale d =
+// max|x|/127 rounded to half precision, q = x·127/max|x| rounded to the
+// nearest integer (ties to even). It writes the int8 values to q, the scales
+// (as float) to d and d·Σq per block to s.
+void rd_quantize_q8(const float *x, long n, int8_t *q, float *d, float *s);
+
+// rd_gemvq_rows is rd_gemv_rows for quantised weights (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1) and activations quantised by rd_quantize_q8: token t's row is
+// xq[t*cols ..] with scales xd[t*cols/32 ..] and sums xs[t*cols/32 ..]. Each
+// block's product is an integer dot product times both scales, as ggml
+// computes it.
+void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs, int n,
+                   int cols, float *y, int ldy, int r0, int r1);
 #endif

@@ -161,8 +161,11 @@ func TestF16Conversion(t *testing.T) {
 	}
 }
 
-// TestLinearPaths checks the three product paths (small-batch kernel,
-// F32 OpenBLAS, tiled dequantisation + OpenBLAS) against float64 sums.
+// TestLinearPaths checks the four product paths (small-batch kernel, the
+// same for quantised weights on q8_0-quantised activations, F32 OpenBLAS,
+// tiled dequantisation + OpenBLAS) against float64 sums. With quantised
+// weights and few rows the sums are over the activations as ggml quantises
+// them (refQuantizeQ8), which is what whisper.cpp computes.
 func TestLinearPaths(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	rows, cols := 300, 96
@@ -189,11 +192,15 @@ func TestLinearPaths(t *testing.T) {
 				}
 				out := make([]float32, n*rows)
 				m.linear(out, x, n, w, bias)
+				xr := x
+				if typ.quantized() && n <= 8 {
+					xr = refQuantizeQ8(x)
+				}
 				for tk := 0; tk < n; tk++ {
 					for j := 0; j < rows; j++ {
 						want := float64(bias[j])
 						for k := 0; k < cols; k++ {
-							want += float64(full[j*cols+k]) * float64(x[tk*cols+k])
+							want += float64(full[j*cols+k]) * float64(xr[tk*cols+k])
 						}
 						if d := math.Abs(float64(out[tk*rows+j]) - want); d > 1e-4*(1+math.Abs(want)) {
 							t.Fatalf("%s n=%d threads=%d: out[%d][%d] = %g, want %g", typ, n, threads, tk, j, out[tk*rows+j], want)
@@ -203,6 +210,28 @@ func TestLinearPaths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// refQuantizeQ8 returns x after ggml's quantize_row_q8_0 and back: per
+// block of 32, d = max|x|/127 rounded to half precision and q = x·(127/max|x|)
+// rounded to the nearest integer, ties to even; the value is d·q.
+func refQuantizeQ8(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for b := 0; b+32 <= len(x); b += 32 {
+		var amax float32
+		for _, v := range x[b : b+32] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := halfBits(f32ToF16(amax / 127))
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		for i, v := range x[b : b+32] {
+			out[b+i] = d * float32(math.RoundToEven(float64(v*id)))
+		}
+	}
+	return out
 }
 
 func TestSoftmaxGeluAttention(t *testing.T) {
@@ -331,6 +360,64 @@ func TestFFTMatchesDFT(t *testing.T) {
 			}
 			if d := want - got[k]; math.Hypot(real(d), imag(d)) > 1e-9*float64(n) {
 				t.Fatalf("n=%d: X[%d] = %v, want %v", n, k, got[k], want)
+			}
+		}
+	}
+}
+
+// TestAttentionF16 checks the decoder's cross-attention kernel (half K and
+// V) against a float64 computation, for heads of 64 values (every Whisper
+// model's, with their own kernel) and of 32, key counts that are and are not
+// multiples of eight, several queries and heads split over threads.
+func TestAttentionF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ nh, hd, L int }{{8, 64, 1500}, {6, 64, 53}, {2, 64, 7}, {2, 32, 50}} {
+		const n = 3
+		d := c.nh * c.hd
+		q := make([]float32, n*d)
+		for i := range q {
+			q[i] = float32(r.NormFloat64())
+		}
+		k, v := make([]uint16, c.L*d), make([]uint16, c.L*d)
+		for i := range k {
+			k[i] = f32ToF16(float32(r.NormFloat64()))
+			v[i] = f32ToF16(float32(r.NormFloat64()))
+		}
+		valid := []int32{int32(c.L), int32(max(c.L-5, 1)), 1}
+		scale := float32(1 / math.Sqrt(float64(c.hd)))
+		for _, threads := range []int{1, 2, 3} {
+			out := make([]float32, n*d)
+			scores := make([]float32, c.nh*c.L)
+			parallel(threads, c.nh, func(h0, h1 int) {
+				attendF16(q, k, v, n, valid, d, c.hd, h0, h1, scale, out, scores[h0*c.L:h1*c.L], c.L)
+			})
+			for tq := 0; tq < n; tq++ {
+				for h := 0; h < c.nh; h++ {
+					s := make([]float64, valid[tq])
+					mx := math.Inf(-1)
+					for j := range s {
+						for e := 0; e < c.hd; e++ {
+							s[j] += float64(q[tq*d+h*c.hd+e]) * float64(halfBits(k[j*d+h*c.hd+e]))
+						}
+						s[j] *= float64(scale)
+						mx = math.Max(mx, s[j])
+					}
+					var sum float64
+					for j := range s {
+						s[j] = math.Exp(s[j] - mx)
+						sum += s[j]
+					}
+					for e := 0; e < c.hd; e++ {
+						var want float64
+						for j := range s {
+							want += s[j] / sum * float64(halfBits(v[j*d+h*c.hd+e]))
+						}
+						if dd := math.Abs(float64(out[tq*d+h*c.hd+e]) - want); dd > 1e-5 {
+							t.Fatalf("nh %d hd %d L %d threads %d: q%d h%d c%d = %g, want %g", c.nh, c.hd, c.L, threads, tq, h, e,
+								out[tq*d+h*c.hd+e], want)
+						}
+					}
+				}
 			}
 		}
 	}

@@ -10,6 +10,8 @@ import (
 type scratch struct {
 	tmp    [][]float32   // per-thread row buffers for gemvRows
 	tile   []float32     // dequantised weight tile for large products
+	xq     []int8        // activations quantised to q8_0 for small-batch products
+	xd, xs []float32     // their blocks' scales and scaled sums
 	logits []float32     // textLogits' result
 	enc    [9][]float32  // encoder activations, reused window after window
 	dec    *decState     // the decoder state, reused window after window
@@ -58,6 +60,17 @@ const tileFloats = 1 << 17
 func (m *Model) linear(out, x []float32, n int, w *weight, b []float32) {
 	rows, cols := w.rows, w.cols
 	switch {
+	case n <= 8 && w.typ.quantized():
+		// As ggml does: the activations are quantised to q8_0 once, and each
+		// block product is an integer dot product.
+		xq, xd, xs := m.q8Buffers(n * cols)
+		quantizeQ8(x[:n*cols], xq, xd, xs)
+		chunks := m.threads
+		parallel(m.threads, chunks, func(c0, c1 int) {
+			for c := c0; c < c1; c++ {
+				gemvRowsQ8(w, xq, xd, xs, n, out, rows, c*rows/chunks, (c+1)*rows/chunks)
+			}
+		})
 	case n <= 8:
 		tmps := m.tmpBuffers(cols)
 		chunks := m.threads
@@ -98,6 +111,17 @@ func (m *Model) tmpBuffers(cols int) [][]float32 {
 		}
 	}
 	return m.scr.tmp
+}
+
+// q8Buffers returns scratch for n activations quantised by quantizeQ8:
+// their int8 values, and the scales and sums of their n/32 blocks.
+func (m *Model) q8Buffers(n int) (q []int8, d, s []float32) {
+	sc := &m.scr
+	if len(sc.xq) < n {
+		sc.xq = make([]int8, n)
+		sc.xd, sc.xs = make([]float32, n/32), make([]float32, n/32)
+	}
+	return sc.xq[:n], sc.xd[:n/32], sc.xs[:n/32]
 }
 
 func (m *Model) tileBuffer(n int) []float32 {

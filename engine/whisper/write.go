@@ -47,6 +47,15 @@ func TinyENConfig() ModelConfig {
 		NTextCtx: 448, NTextState: 384, NTextHead: 6, NTextLayer: 4, NMels: 80, WeightType: "f16", Seed: 7, EOTRowScale: 2.25}
 }
 
+// BaseENConfig has the dimensions of OpenAI's base.en (d = 512, 8 heads,
+// 6 layers) with random weights of type weightType ("f16", "q8_0", ...):
+// the shape the decoder benchmarks and the side-by-side runs against
+// whisper.cpp use.
+func BaseENConfig(weightType string) ModelConfig {
+	return ModelConfig{NVocab: 51864, NAudioCtx: 1500, NAudioState: 512, NAudioHead: 8, NAudioLayer: 6,
+		NTextCtx: 448, NTextState: 512, NTextHead: 8, NTextLayer: 6, NMels: 80, WeightType: weightType, Seed: 9, EOTRowScale: 2.25}
+}
+
 // WriteModel writes a whisper.cpp ggml model with deterministic random
 // weights drawn as the conformance data's generator draws them: linear
 // weights N(0, 1/in), biases N(0, 0.02²), layer norms 1+N(0, 0.05²) and
