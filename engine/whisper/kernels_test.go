@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/replyd/replyd/internal/testdata"
@@ -417,6 +418,49 @@ func TestAttentionF16(t *testing.T) {
 								out[tq*d+h*c.hd+e], want)
 						}
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestLinearsShareInput checks that products computed together (one
+// quantisation of the input, one split over threads) equal, bit for bit,
+// the same products computed one by one, for weights of mixed types and
+// row counts and every batch path.
+func TestLinearsShareInput(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	cols := 64
+	var ws []*weight
+	for i, typ := range []ggmlType{typeQ8_0, typeQ5_0, typeF16, typeQ8_0} {
+		rows := 40 + 7*i
+		vals, bsz, _ := typ.blockSize()
+		w := &weight{typ: typ, rows: rows, cols: cols, rowBytes: cols / vals * bsz, raw: randomBlocks(r, typ, rows, cols)}
+		ws = append(ws, w)
+	}
+	for _, n := range []int{1, 5, 12} {
+		for _, threads := range []int{1, 2, 3} {
+			m := &Model{threads: threads}
+			x := make([]float32, n*cols)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			var together []product
+			var apart [][]float32
+			for _, w := range ws {
+				b := make([]float32, w.rows)
+				for i := range b {
+					b[i] = float32(r.NormFloat64())
+				}
+				one := make([]float32, n*w.rows)
+				m.linear(one, x, n, w, b)
+				apart = append(apart, one)
+				together = append(together, product{make([]float32, n*w.rows), w, b})
+			}
+			m.linears(x, n, together...)
+			for i, p := range together {
+				if !slices.Equal(p.out, apart[i]) {
+					t.Fatalf("n=%d threads=%d: product %d (%s) differs when computed with the others", n, threads, i, p.w.typ)
 				}
 			}
 		}
