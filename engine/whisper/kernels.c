@@ -841,3 +841,104 @@ void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, c
             y[(long)t * ldy + r] =
                 dotq_scalar(typ, W + (long)r * rowBytes, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
 }
+
+// max_of returns the highest of x[0..n), ignoring NaNs; -Inf when there is
+// none.
+static float max_of(const float *x, int n) {
+    float m = -INFINITY;
+    int i = 0;
+#ifdef __AVX2__
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    // max_ps returns its second operand when either is NaN: the running max.
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    m = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+void rd_top2(const float *x, int n, int *best, float *top, float *runner) {
+    float m = max_of(x, n);
+    int b = -1, i = 0;
+#ifdef __AVX2__
+    const __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (mask) {
+            b = i + __builtin_ctz(mask);
+            break;
+        }
+    }
+#endif
+    for (; b < 0 && i < n; i++)
+        if (x[i] == m) b = i;
+    if (b < 0) { // only NaNs
+        *best = 0, *top = x[0], *runner = -INFINITY;
+        return;
+    }
+    float r0 = max_of(x, b), r1 = max_of(x + b + 1, n - b - 1);
+    *best = b, *top = m, *runner = r0 > r1 ? r0 : r1;
+}
+
+int rd_shadow_candidates(const float *a, const float *b, int n, int32_t *cand, int maxc) {
+    // The two highest lower ends a-b (NaN counts as -Inf).
+    float l1 = -INFINITY, l2 = -INFINITY;
+    int i = 0;
+#ifdef __AVX2__
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 v1 = ninf, v2 = ninf;
+    for (; i + 8 <= n; i += 8) {
+        __m256 lo = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+        lo = _mm256_blendv_ps(ninf, lo, _mm256_cmp_ps(lo, lo, _CMP_ORD_Q));
+        v2 = _mm256_max_ps(v2, _mm256_min_ps(v1, lo));
+        v1 = _mm256_max_ps(v1, lo);
+    }
+    float t1[8], t2[8];
+    _mm256_storeu_ps(t1, v1);
+    _mm256_storeu_ps(t2, v2);
+    for (int k = 0; k < 16; k++) {
+        float lo = k < 8 ? t1[k] : t2[k - 8];
+        if (lo > l2) {
+            if (lo > l1) l2 = l1, l1 = lo;
+            else l2 = lo;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        float lo = a[i] - b[i];
+        if (lo > l2) {
+            if (lo > l1) l2 = l1, l1 = lo;
+            else l2 = lo;
+        }
+    }
+    // The rows whose upper end a+b reaches l2.
+    int c = 0;
+    i = 0;
+#ifdef __AVX2__
+    const __m256 vl2 = _mm256_set1_ps(l2);
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = _mm256_loadu_ps(a + i);
+        __m256 hit = _mm256_and_ps(_mm256_cmp_ps(_mm256_add_ps(va, _mm256_loadu_ps(b + i)), vl2, _CMP_GE_OQ),
+                                   _mm256_cmp_ps(va, ninf, _CMP_NEQ_OQ));
+        for (int mask = _mm256_movemask_ps(hit); mask; mask &= mask - 1) {
+            if (c == maxc) return maxc + 1;
+            cand[c++] = i + __builtin_ctz(mask);
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        if (a[i] + b[i] >= l2 && a[i] != -INFINITY) {
+            if (c == maxc) return maxc + 1;
+            cand[c++] = i;
+        }
+    }
+    return c;
+}

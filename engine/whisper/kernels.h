@@ -67,6 +67,18 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
 void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int cols, const int32_t *idx, int n,
                  float *y, float *tmp);
 
+// rd_shadow_candidates writes to cand, in ascending order, the rows i of
+// the approximate logits a (bounds b) that can hold the best or the
+// runner-up: those whose a+b reaches the second-highest a-b, less those
+// with a = -Inf. It returns their count, or maxc+1 when there are more
+// than maxc.
+int rd_shadow_candidates(const float *a, const float *b, int n, int32_t *cand, int maxc);
+
+// rd_top2 finds greedy decoding's pick among x[0..n) (n ≥ 1): the highest
+// value (NaNs are never picked), its index (the lowest on ties) and the
+// highest of the other values.
+void rd_top2(const float *x, int n, int *best, float *top, float *runner);
+
 // rd_quantize_q8 quantises n values of x (a multiple of 32) to ggml's q8_0
 // blocks as its quantize_row_q8_0 does: per block of 32, the scale d =
 // max|x|/127 rounded to half precision, q = x·127/max|x| rounded to the
