@@ -117,6 +117,7 @@ type Model struct {
 	wtype ggmlType
 
 	owned   [][]byte      // C memory holding weights, freed by Close
+	hot     *arena        // the weights every decoder step reads (packHot), nil if none
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
@@ -150,15 +151,17 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	// Tensor data no weight refers to is freed once the model is built; on
 	// failure all of it is.
 	defer func() {
-		if g.release == nil {
-			return
-		}
-		for name, t := range g.tensors {
-			if kept[name] && err == nil {
-				m.owned = append(m.owned, t.data)
-			} else {
-				g.release(t.data)
+		if g.release != nil {
+			for name, t := range g.tensors {
+				if kept[name] && err == nil {
+					m.owned = append(m.owned, t.data)
+				} else {
+					g.release(t.data)
+				}
 			}
+		}
+		if err == nil {
+			m.packHot()
 		}
 	}()
 	m = &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
@@ -345,6 +348,10 @@ func (m *Model) Close() error {
 		}
 	}
 	m.owned = nil
+	if m.hot != nil {
+		hugeFree(m.hot.mem)
+		m.hot = nil
+	}
 	m.scr.free()
 	return nil
 }

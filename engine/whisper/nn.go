@@ -20,6 +20,7 @@ type scratch struct {
 	// large buffers outside the Go heap keeps the collector's heap goal (and
 	// so the peak RSS) small.
 	owned [][]byte
+	kv    *arena // the decoder's K/V caches, in huge pages (huge.go)
 }
 
 // floats returns n float32s of C memory owned by s (Go memory when malloc
@@ -47,6 +48,9 @@ func (s *scratch) halves(n int) []uint16 {
 func (s *scratch) free() {
 	for _, b := range s.owned {
 		cFree(b)
+	}
+	if s.kv != nil {
+		hugeFree(s.kv.mem)
 	}
 	*s = scratch{}
 }
@@ -320,11 +324,21 @@ func (m *Model) newDecState(enc []float32) *decState {
 	st := m.scr.dec
 	if st == nil {
 		st = &decState{}
+		// Every step reads the cross K/V and the filled part of the cache:
+		// one arena of huge pages for all of them, where it can be had.
+		cross, self := int64(T*d), int64(hp.NTextCtx*d)
+		m.scr.kv = newArena(int64(len(m.dec)) * 2 * arenaSize(2*cross, 2*self))
+		halves := func(n int64) []uint16 {
+			if m.scr.kv == nil {
+				return m.scr.halves(int(n))
+			}
+			return unsafe.Slice((*uint16)(unsafe.Pointer(&m.scr.kv.take(2 * n)[0])), n)
+		}
 		for range m.dec {
-			st.ck = append(st.ck, m.scr.halves(T*d))
-			st.cv = append(st.cv, m.scr.halves(T*d))
-			st.k = append(st.k, m.scr.halves(hp.NTextCtx*d))
-			st.v = append(st.v, m.scr.halves(hp.NTextCtx*d))
+			st.ck = append(st.ck, halves(cross))
+			st.cv = append(st.cv, halves(cross))
+			st.k = append(st.k, halves(self))
+			st.v = append(st.v, halves(self))
 		}
 		m.scr.dec = st
 	}

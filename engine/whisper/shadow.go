@@ -57,7 +57,8 @@ func (m *Model) buildShadow() {
 	if w == nil || (w.typ != typeF16 && w.typ != typeF32) || w.rows == 0 || w.cols == 0 || w.cols > 4096 {
 		return
 	}
-	q := cAlloc(int64(w.rows) * int64(w.cols))
+	// Every step reads all of it: in huge pages (huge.go).
+	q := hugeAlloc(int64(w.rows) * int64(w.cols))
 	if q == nil {
 		return
 	}
@@ -81,7 +82,7 @@ func (m *Model) buildShadow() {
 	})
 	for _, v := range ok {
 		if !v {
-			cFree(q)
+			hugeFree(q)
 			m.log.Warn("whisper token embedding holds values that are not finite; decoding reads it in full")
 			return
 		}
@@ -100,7 +101,7 @@ func (sh *shadow) bytes() int64 {
 // free releases the shadow's C memory.
 func (sh *shadow) free() {
 	if sh != nil {
-		cFree(sh.q)
+		hugeFree(sh.q)
 		sh.q = nil
 	}
 }
