@@ -331,70 +331,6 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-// sum8 returns the horizontal sums of a[0..7] as one vector.
-static inline __m256 sum8(const __m256 *a) {
-    __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-static inline __m256 ldh(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-
-// attention_h64 is attention for half K and V and heads of 64 values (every
-// Whisper model's), one query: the keys go eight at a time, so that eight
-// dot products share one horizontal sum, and each head's output stays in
-// registers over eight rows of V.
-static void attention_h64(const float *qt, const uint16_t *K, const uint16_t *V, int L, int d, int h0, int h1,
-                          float scale, float *ot, float *scores, int ldScores) {
-    int j = 0;
-    for (; j + 8 <= L; j += 8) {
-        const uint16_t *kj = K + (long)j * d;
-        for (int r = 0; r < 8; r++) prefetch_ahead(kj + (long)r * d + h0 * 64, (long)(h1 - h0) * 128);
-        for (int h = h0; h < h1; h++) {
-            const float *qh = qt + h * 64;
-            __m256 acc[8];
-            for (int r = 0; r < 8; r++) {
-                const uint16_t *k = kj + (long)r * d + h * 64;
-                __m256 a0 = _mm256_mul_ps(ldh(k), _mm256_loadu_ps(qh));
-                __m256 a1 = _mm256_mul_ps(ldh(k + 8), _mm256_loadu_ps(qh + 8));
-                a0 = _mm256_fmadd_ps(ldh(k + 16), _mm256_loadu_ps(qh + 16), a0);
-                a1 = _mm256_fmadd_ps(ldh(k + 24), _mm256_loadu_ps(qh + 24), a1);
-                a0 = _mm256_fmadd_ps(ldh(k + 32), _mm256_loadu_ps(qh + 32), a0);
-                a1 = _mm256_fmadd_ps(ldh(k + 40), _mm256_loadu_ps(qh + 40), a1);
-                a0 = _mm256_fmadd_ps(ldh(k + 48), _mm256_loadu_ps(qh + 48), a0);
-                a1 = _mm256_fmadd_ps(ldh(k + 56), _mm256_loadu_ps(qh + 56), a1);
-                acc[r] = _mm256_add_ps(a0, a1);
-            }
-            _mm256_storeu_ps(scores + (long)(h - h0) * ldScores + j, sum8(acc));
-        }
-    }
-    for (; j < L; j++)
-        for (int h = h0; h < h1; h++)
-            scores[(long)(h - h0) * ldScores + j] = dot_f16((const uint8_t *)(K + (long)j * d + h * 64), qt + h * 64, 64);
-    for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
-    for (int h = h0; h < h1; h++) memset(ot + h * 64, 0, sizeof(float) * 64);
-    for (j = 0; j < L; j += 8) {
-        const int rows = L - j < 8 ? L - j : 8;
-        const uint16_t *vj = V + (long)j * d;
-        for (int r = 0; r < rows; r++) prefetch_ahead(vj + (long)r * d + h0 * 64, (long)(h1 - h0) * 128);
-        for (int h = h0; h < h1; h++) {
-            float *oh = ot + h * 64;
-            const float *sc = scores + (long)(h - h0) * ldScores + j;
-            __m256 o[8];
-            for (int c = 0; c < 8; c++) o[c] = _mm256_loadu_ps(oh + 8 * c);
-            for (int r = 0; r < rows; r++) {
-                const uint16_t *v = vj + (long)r * d + h * 64;
-                const __m256 a = _mm256_set1_ps(sc[r]);
-                for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(a, ldh(v + 8 * c), o[c]);
-            }
-            for (int c = 0; c < 8; c++) _mm256_storeu_ps(oh + 8 * c, o[c]);
-        }
-    }
-}
-#define HAVE_ATTENTION_H64 1
-#endif
-
 // attention is rd_attention over K and V of float32 (es 4) or IEEE halves
 // (es 2).
 static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
@@ -403,12 +339,6 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
         const float *qt = q + (long)t * d;
         float *ot = out + (long)t * d;
         int L = valid[t];
-#ifdef HAVE_ATTENTION_H64
-        if (es == 2 && hd == 64) {
-            attention_h64(qt, (const uint16_t *)K, (const uint16_t *)V, L, d, h0, h1, scale, ot, scores, ldScores);
-            continue;
-        }
-#endif
         for (int j = 0; j < L; j++) {
             const char *kj = (const char *)K + (long)j * d * es;
             prefetch_ahead(kj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
