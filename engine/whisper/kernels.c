@@ -166,15 +166,6 @@ static inline float dot_f16(const uint8_t *h, const float *b, int n) {
 }
 #endif
 
-// prefetch_ahead asks for the n bytes that start PREFETCH_BYTES after p:
-// the rows of a product stream from memory, and a few kilobytes of lead
-// keep the loads from waiting (measured: 6 KB beat 1.5, 3 and 12 KB).
-#define PREFETCH_BYTES 6144
-static inline void prefetch_ahead(const void *p, long n) {
-    const char *c = (const char *)p + PREFETCH_BYTES;
-    for (long i = 0; i < n; i += 64) __builtin_prefetch(c + i, 0, 3);
-}
-
 // row_f32 returns the row at src as float32: itself for F32, else
 // dequantised into tmp.
 static inline const float *row_f32(int typ, const uint8_t *src, int cols, float *tmp) {
@@ -183,13 +174,14 @@ static inline const float *row_f32(int typ, const uint8_t *src, int cols, float 
     return tmp;
 }
 
+// The row products leave prefetching to the hardware: on huge pages
+// (huge.go) a software prefetch 6 KB ahead made them 3-8% slower.
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
                   float *y, int ldy, int r0, int r1, float *tmp) {
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = W + (long)r * rowBytes;
 #ifdef HAVE_DOT_F16
         if (typ == RD_F16 && n <= 2) {
-            prefetch_ahead(src, rowBytes);
             for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot_f16(src, x + (long)t * cols, cols);
             continue;
         }
@@ -332,7 +324,9 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
 }
 
 // attention is rd_attention over K and V of float32 (es 4) or IEEE halves
-// (es 2).
+// (es 2). It reads K and V row by row, in memory order: reading them head
+// by head across rows streamed at half the rate, and a software prefetch
+// made it 5-15% slower.
 static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
                       int h0, int h1, float scale, float *out, float *scores, int ldScores) {
     for (int t = 0; t < n; t++) {
@@ -341,7 +335,6 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
         int L = valid[t];
         for (int j = 0; j < L; j++) {
             const char *kj = (const char *)K + (long)j * d * es;
-            prefetch_ahead(kj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
             for (int h = h0; h < h1; h++) {
                 const char *kh = kj + (long)h * hd * es;
                 scores[(long)(h - h0) * ldScores + j] =
@@ -352,7 +345,6 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
         for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
         for (int j = 0; j < L; j++) {
             const char *vj = (const char *)V + (long)j * d * es;
-            prefetch_ahead(vj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
             for (int h = h0; h < h1; h++) {
                 const char *vh = vj + (long)h * hd * es;
                 float a = scores[(long)(h - h0) * ldScores + j];
@@ -526,8 +518,6 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
         int64_t acc = 0;
         int i = 0;
 #ifdef __AVX2__
-        // Prefetch the row 8 rows ahead: the rows stream from memory.
-        for (int c = 0; c < cols; c += 64) _mm_prefetch((const char *)(qr + 8L * cols + c), _MM_HINT_T0);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         // Each 32-bit lane sums at most cols/8 products of |q| ≤ 127 and
         // |x| ≤ 32767: no overflow below 4096 columns; rows are summed in 64 bits.
@@ -731,7 +721,6 @@ static void gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *x
     const int nb = cols / 32;
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = W + (long)r * rowBytes;
-        prefetch_ahead(src, rowBytes);
         for (int t = 0; t < n; t++)
             y[(long)t * ldy + r] = dotq(typ, src, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
     }
