@@ -18,7 +18,10 @@ import (
 
 // SchemaVersion is the layout version this package writes into the meta
 // bucket. Open refuses a file written with a newer version.
-const SchemaVersion = 1
+//
+// Version 2 added the inferences and mem_* buckets and the compact binary
+// rows of infer_index (version 1 rows, the subject alone, are still read).
+const SchemaVersion = 2
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -29,12 +32,20 @@ var (
 	bucketPromptIdx = []byte("prompt_index") // version -> seq
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
-	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> inferRow
+	// Version 2.
+	bucketInferences = []byte("inferences") // inference_id -> log key
+	bucketMemUsers   = []byte("mem_users")  // subject -> JSON userRecord (the user's AES key)
+	bucketMemPairs   = []byte("mem_pairs")  // subject ‖ 0 ‖ log key -> sealed pair
+	bucketMemInfer   = []byte("mem_infer")  // subject ‖ 0 ‖ log key -> sealed texts awaiting feedback
 
-	allBuckets = [][]byte{
-		bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx,
-		bucketSessions, bucketLogs, bucketInferIdx,
+	// schemaBuckets lists the buckets each schema version has.
+	schemaBuckets = map[uint64][][]byte{
+		1: {bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx, bucketSessions, bucketLogs, bucketInferIdx},
+		2: {bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx, bucketSessions, bucketLogs, bucketInferIdx,
+			bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer},
 	}
+	allBuckets = schemaBuckets[SchemaVersion]
 )
 
 // Keys inside the meta bucket.
@@ -83,6 +94,10 @@ type DB struct {
 	bolt *bolt.DB
 	path string
 	now  func() time.Time
+
+	// gate admits every transaction; ScrubFreePages, which must run with
+	// no transaction open, takes it exclusively.
+	gate gate
 
 	touchMu sync.Mutex
 	touched map[string]time.Time // key hash -> last persisted LastUsedAt
@@ -136,7 +151,8 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
-	if meta.Get(metaSchemaVersion) == nil {
+	if v := meta.Get(metaSchemaVersion); v == nil || (len(v) == 8 && binary.BigEndian.Uint64(v) < SchemaVersion) {
+		// New, or an older layout whose missing buckets were just created.
 		return meta.Put(metaSchemaVersion, u64(SchemaVersion))
 	}
 	return checkSchema(tx)
@@ -153,10 +169,11 @@ func checkSchema(tx *bolt.Tx) error {
 	if len(v) != 8 {
 		return errors.New("not a replyd data file: no schema version")
 	}
-	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+	got := binary.BigEndian.Uint64(v)
+	if got > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
-	for _, name := range allBuckets {
+	for _, name := range schemaBuckets[max(got, 1)] {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("not a replyd data file: bucket %s missing", name)
 		}
@@ -205,18 +222,35 @@ func (db *DB) Path() string { return db.path }
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
 	if err := db.bolt.Update(fn); err != nil {
 		return db.wrap(err)
 	}
 	return nil
 }
 
+// batch runs fn through bbolt's Batch (see AppendLog); errors are bbolt's.
+func (db *DB) batch(fn func(*bolt.Tx) error) error {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
+	return db.bolt.Batch(fn)
+}
+
 // view runs fn in one read-only transaction.
 func (db *DB) view(fn func(*bolt.Tx) error) error {
-	if err := db.bolt.View(fn); err != nil {
+	if err := db.rawView(fn, false); err != nil {
 		return db.wrap(err)
 	}
 	return nil
+}
+
+// rawView runs fn in one read-only transaction and returns bbolt's error.
+// long marks a reader that may last (a backup streamed to a client).
+func (db *DB) rawView(fn func(*bolt.Tx) error, long bool) error {
+	db.gate.enter(long)
+	defer db.gate.leave(long)
+	return db.bolt.View(fn)
 }
 
 // wrap leaves the sentinel errors of this package as they are and prefixes
