@@ -107,6 +107,62 @@ func chatFor(system string, turns []turn) []chatMessage {
 	return msgs
 }
 
+// ExampleTokenBudget is the most prompt tokens a request's remembered
+// examples (GenerateRequest.Examples) may add: with them the dialog is
+// fitted into the context less this budget, so the prompt never overflows,
+// and examples are left out, least similar first, until they fit in it.
+const ExampleTokenBudget = 64
+
+// maxExampleChars shortens each side of an example so that one long turn
+// does not crowd the others out of the budget.
+const maxExampleChars = 100
+
+// examplesNote renders the examples as one bracketed note in the chat.
+func examplesNote(ex []engine.Example) string {
+	var b strings.Builder
+	b.WriteString("[How you answered similar words before:")
+	for _, e := range ex {
+		b.WriteString(` "`)
+		b.WriteString(shorten(e.Partner))
+		b.WriteString(`" → "`)
+		b.WriteString(shorten(e.Reply))
+		b.WriteString(`";`)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// shorten puts s on one line and cuts it to maxExampleChars characters at a
+// word boundary.
+func shorten(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= maxExampleChars {
+		return s
+	}
+	cut := string(r[:maxExampleChars])
+	if i := strings.LastIndexByte(cut, ' '); i > maxExampleChars/2 {
+		cut = cut[:i]
+	}
+	return cut + "…"
+}
+
+// withExamples returns a copy of msgs with note put at the start of the
+// last user message, the partner's current turn. That is the one place the
+// examples go: after the system message and the earlier turns, which the
+// dialog prefix cache keeps (and which may be evaluated before the
+// partner's turn is known), and just before the words they are similar to.
+func withExamples(msgs []chatMessage, note string) []chatMessage {
+	out := append([]chatMessage(nil), msgs...)
+	for i := len(out) - 1; i > 0; i-- {
+		if out[i].Role == "user" {
+			out[i].Content = note + out[i].Content
+			return out
+		}
+	}
+	return out
+}
+
 // errPromptTooLong is returned when even the system prompt and the last
 // speaker turn alone exceed the token budget.
 var errPromptTooLong = errors.New("the system prompt and the last speaker turn do not fit in the context")
