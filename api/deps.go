@@ -45,6 +45,14 @@ type Store interface {
 	Stats(since, until time.Time) (store.Stats, error)
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error)
 
+	// Outcomes (feedback) and the memory of users with remember: true.
+	Inference(id string) (store.Inference, error)                        // store.ErrNotFound
+	SetOutcome(id string, o store.Outcome, reply string) (uint64, error) // store.ErrNotFound
+	Outcomes(since, until time.Time, fn func(store.OutcomeRecord) error) error
+	MemoryUsers() ([]store.MemoryUser, error)
+	MemoryPairs(subject string) ([]store.Pair, uint64, error)
+	DeleteUser(subject string) (store.UserDeletion, error) // store.ErrNotFound
+
 	// Operations.
 	Backup(w io.Writer) (int64, error) // hot, consistent copy of the file
 	Size() (int64, error)

@@ -25,6 +25,7 @@ type wirePayload struct {
 	StepID        string        `json:"step_id"`
 	TimeWindowSec *int64        `json:"time_window_sec"`
 	Options       *wireOptions  `json:"options"`
+	Remember      bool          `json:"remember"`
 }
 
 type wireMessage struct {
@@ -109,6 +110,9 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
 		}
 	}
+	if p.Remember && strings.TrimSpace(p.UserID) == "" {
+		return req, -1, badRequest("remember requires user_id: replies are remembered per user")
+	}
 	if p.TimeWindowSec != nil && (*p.TimeWindowSec < 0 || *p.TimeWindowSec > maxTimeWindowSec) {
 		return req, -1, badRequest("time_window_sec must be between 0 and %d", maxTimeWindowSec)
 	}
@@ -136,6 +140,9 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		Language:    strings.TrimSpace(p.Language),
 	}
 	req.UserID = p.UserID
+	if p.Remember {
+		req.MemoryUser = subjectOf(p.UserID)
+	}
 	req.DialogID = p.DialogID
 	req.StepID = p.StepID
 	if p.TimeWindowSec != nil {

@@ -6,6 +6,8 @@
 package api
 
 import (
+	"crypto/rand"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -39,6 +41,8 @@ type Options struct {
 	TLS bool
 	// DataFile is the path of the store's file, shown on the admin page.
 	DataFile string
+	// Rand is the source of inference ids; nil means crypto/rand.
+	Rand io.Reader
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -58,6 +62,8 @@ type Server struct {
 	started  time.Time
 
 	limiter *rateLimiter
+	recent  *recentInferences
+	rand    io.Reader
 	otpMu   sync.Mutex // serialises OTP sends
 	metrics *metrics
 	reg     *prometheus.Registry
@@ -84,6 +90,10 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		rand:     o.Rand,
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -96,6 +106,7 @@ func New(o Options) *Server {
 	}
 	s.started = s.now()
 	s.limiter = newRateLimiter()
+	s.recent = newRecentInferences(recentMax)
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -131,6 +142,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.GET("/admin/*", s.handleAdminPage)
 
 	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	e.POST("/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -148,6 +160,10 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.POST("/system-prompt", s.handleSetPrompt)
 	a.GET("/system-prompt/history", s.handlePromptHistory)
 	a.GET("/backup", s.handleBackup)
+	a.GET("/outcomes", s.handleOutcomesExport)
+	a.GET("/users", s.handleListUsers)
+	a.GET("/users/:user/pairs", s.handleUserPairs)
+	a.DELETE("/users/:user", s.handleDeleteUser)
 	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
 
 	if !metricsPublic {
