@@ -263,6 +263,9 @@ func (m *memStore) entryLocked(id string) (store.LogEntry, bool) {
 func (m *memStore) Inference(id string) (store.Inference, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return store.Inference{}, m.failWith
+	}
 	e, ok := m.entryLocked(id)
 	if !ok {
 		return store.Inference{}, store.ErrNotFound
@@ -517,6 +520,7 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 			Language: "en",
 		})
 	}
+	res.PartnerTurn = engine.PartnerTurn(req.Messages)
 	res.Timings.Prompt = 5 * time.Millisecond
 	res.Timings.Generation = 20 * time.Millisecond
 	res.PromptTokens, res.CachedTokens, res.GenTokens = 60, 10, 2*req.MaxCandidates
