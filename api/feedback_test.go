@@ -25,6 +25,16 @@ func feedbackReq(key, body string) *http.Request {
 	return req
 }
 
+// subject is the server's pseudonym of userID.
+func (e *env) subject(userID string) string {
+	e.t.Helper()
+	s, err := e.srv.pseudonym(userID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
 // infer makes one inference with key and returns its inference_id.
 func (e *env) infer(key, payload string) string {
 	e.t.Helper()
@@ -246,7 +256,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 
 	const partner = "Fancy a cuppa, SECRET-PARTNER?"
 	a := e.infer("valid", `{"remember":true,"user_id":"sam/ward 3","messages":[{"role":"speaker","content":"`+partner+`"}]}`)
-	if got := e.inf.last().MemoryUser; got != subjectOf("sam/ward 3") {
+	if got := e.inf.last().MemoryUser; got != e.subject("sam/ward 3") {
 		t.Errorf("MemoryUser = %q, want the user's subject", got)
 	}
 	b := e.infer("valid", `{"user_id":"kim","messages":[{"role":"speaker","content":"Walk?"}]}`)
@@ -257,7 +267,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 		fbOK(a, "edited", 20-13-1, false, true))
 	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+b+`","spoken_text":"KIM-TEXT not kept"}`)), 200, fbOK(b, "typed", 0, false, false))
 
-	p := pseudonym(subjectOf("sam/ward 3"))
+	p := userLabel(e.subject("sam/ward 3"))
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/users", "")), 200,
 		`{"items":[{"user":"`+p+`","pairs":1,"created_at":"2026-01-02T03:04:05Z","last_at":null}],"count":1}`)
 
@@ -281,7 +291,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	}
 	hv := hashHex("valid")
 	wantA := `{"messages":[{"role":"speaker","content":"` + partner + `"}],"reply":"reply 2 SECRET-REPLY","inference_id":"` + a + `","at":"2026-01-02T03:04:05Z","user":"` + p + `","api_key_hash":"` + hv + `","prompt_version":"0","outcome":"edited","chosen_rank":2,"spoken_chars":20,"keystrokes_saved":6}`
-	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + pseudonym(subjectOf("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"0","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
+	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.subject("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"0","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
 	if lines[0] != wantA || lines[1] != wantB {
 		t.Errorf("outcomes:\n got %s\n     %s\nwant %s\n     %s", lines[0], lines[1], wantA, wantB)
 	}
@@ -292,7 +302,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/users/"+p, "")), 404, errJSON("not_found", "nothing is stored for this user"))
 	// A user without memory, named by user_id: its outcomes go.
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/users/kim", "")), 200,
-		`{"user":"`+pseudonym(subjectOf("kim"))+`","pairs":0,"pending":0,"outcomes":1,"key_destroyed":false,"scrubbed_pages":0,"scrub_ms":0}`)
+		`{"user":"`+userLabel(e.subject("kim"))+`","pairs":0,"pending":0,"outcomes":1,"key_destroyed":false,"scrubbed_pages":0,"scrub_ms":0}`)
 
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=admin", ""))
 	for _, want := range []string{"exported 1 remembered pairs of user " + p, "exported 2 outcomes (1 with the user's texts)", "deleted user " + p + ": 1 pairs"} {

@@ -206,7 +206,13 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return err
 	}
 	if req.UserID != "" {
-		st.subject = subjectOf(req.UserID)
+		if st.subject, err = s.pseudonym(req.UserID); err != nil {
+			return err
+		}
+	}
+	if req.MemoryUser != "" {
+		// parsePayload left the user_id there: the memory is the pseudonym's.
+		req.MemoryUser = st.subject
 	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)

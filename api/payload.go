@@ -141,7 +141,8 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 	}
 	req.UserID = p.UserID
 	if p.Remember {
-		req.MemoryUser = subjectOf(p.UserID)
+		// The caller replaces it with the user's pseudonym (Server.pseudonym).
+		req.MemoryUser = p.UserID
 	}
 	req.DialogID = p.DialogID
 	req.StepID = p.StepID

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ type Options struct {
 	DataFile string
 	// Rand is the source of inference ids; nil means crypto/rand.
 	Rand io.Reader
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
+	// ClientAddr); nil trusts none.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -65,8 +69,11 @@ type Server struct {
 	recent  *recentInferences
 	rand    io.Reader
 	otpMu   sync.Mutex // serialises OTP sends
-	metrics *metrics
-	reg     *prometheus.Registry
+
+	pseudoMu  sync.Mutex
+	pseudoKey []byte // the installation's pseudonym key, read once
+	metrics   *metrics
+	reg       *prometheus.Registry
 
 	clientMD    []byte
 	openAPIYAML []byte
@@ -125,6 +132,7 @@ func New(o Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = ipExtractor(o.TrustedProxies)
 	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
 	s.routes(e, o.MetricsPublic)
 	s.e = e

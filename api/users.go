@@ -17,16 +17,13 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// subjectOf is how a user_id is stored: its pseudonymous hash (the log's
-// Subject and the memory's user). It is the one place that maps user_id.
-func subjectOf(userID string) string { return hashHex(userID) }
-
 // pseudonymPrefix starts every user pseudonym.
 const pseudonymPrefix = "p_"
 
-// pseudonym is how admins see a stored user: "p_" and the first 16 hex
-// digits of its subject. It is stable, and names no user_id.
-func pseudonym(subject string) string {
+// userLabel is how admins see a stored user: "p_" and the first 16 hex
+// digits of its subject (Server.pseudonym of its user_id). It is stable,
+// and names no user_id.
+func userLabel(subject string) string {
 	if len(subject) > 16 {
 		subject = subject[:16]
 	}
@@ -57,7 +54,7 @@ func (s *Server) handleListUsers(c echo.Context) error {
 	}
 	out := usersResponse{Items: make([]memoryUserJSON, 0, len(users))}
 	for _, u := range users {
-		out.Items = append(out.Items, memoryUserJSON{User: pseudonym(u.Subject), Pairs: u.Pairs, CreatedAt: u.CreatedAt.UTC(), LastAt: optTime(u.LastAt)})
+		out.Items = append(out.Items, memoryUserJSON{User: userLabel(u.Subject), Pairs: u.Pairs, CreatedAt: u.CreatedAt.UTC(), LastAt: optTime(u.LastAt)})
 	}
 	out.Count = len(out.Items)
 	return c.JSON(http.StatusOK, out)
@@ -80,7 +77,7 @@ func (s *Server) userOf(c echo.Context) (string, string, error) {
 			return "", "", err
 		}
 		for _, u := range users {
-			if pseudonym(u.Subject) == v {
+			if userLabel(u.Subject) == v {
 				return u.Subject, v, nil
 			}
 		}
@@ -88,8 +85,11 @@ func (s *Server) userOf(c echo.Context) (string, string, error) {
 	if len(v) > s.limits.MaxIDChars {
 		return "", "", badRequest("user has more than %d characters", s.limits.MaxIDChars)
 	}
-	subj := subjectOf(v)
-	return subj, pseudonym(subj), nil
+	subj, err := s.pseudonym(v)
+	if err != nil {
+		return "", "", err
+	}
+	return subj, userLabel(subj), nil
 }
 
 // requireJSONL checks the format query parameter: jsonl (the default) is
@@ -227,7 +227,7 @@ func (s *Server) handleOutcomesExport(c echo.Context) error {
 			Outcome: o.Kind, ChosenRank: o.Rank, SpokenChars: o.SpokenChars, KeystrokesSaved: &o.KeystrokesSaved,
 		}
 		if inf.Subject != "" && inf.Subject != inf.KeyHash {
-			line.User = pseudonym(inf.Subject)
+			line.User = userLabel(inf.Subject)
 		}
 		if o.TimeToChoiceMS >= 0 {
 			line.TimeToChoiceMS = &o.TimeToChoiceMS

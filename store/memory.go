@@ -78,7 +78,7 @@ func ensureUser(tx *bolt.Tx, subject string, now time.Time) (*userRecord, error)
 	if err != nil {
 		return nil, err
 	}
-	u = &userRecord{Key: key, CreatedAt: now.UTC()}
+	u = &userRecord{Key: key, CreatedAt: now.UTC(), Rev: 1}
 	return u, putUser(tx, subject, u)
 }
 
@@ -213,8 +213,9 @@ func (db *DB) MemoryPairs(subject string) ([]Pair, uint64, error) {
 
 // DeleteUser destroys everything the store holds for the user named by
 // subject: the encryption key, the pairs, the texts awaiting feedback, and
-// the reported outcomes of the user's inferences (which can then no longer
-// be reported on). The counts of the log entries stay. Then it overwrites
+// the reported outcomes of the user's inferences, whose ids go too (they can
+// no longer be reported on, and their log entries lose Inference). The
+// counts of the log entries stay. Then it overwrites
 // the file's free pages with zeros (ScrubFreePages), so that when it
 // returns no byte of the key or of a text is left anywhere in the file. It
 // returns ErrNotFound when nothing was stored for the user.
@@ -251,8 +252,8 @@ func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
 		}
 		// The user's outcomes: clear them from the index, and forget the
 		// inference ids so no later report brings one back.
-		idx, ids := tx.Bucket(bucketInferIdx), tx.Bucket(bucketInferences)
-		type change struct{ k, v []byte }
+		idx, ids, logs := tx.Bucket(bucketInferIdx), tx.Bucket(bucketInferences), tx.Bucket(bucketLogs)
+		type change struct{ k, v, entry []byte }
 		var changes []change
 		c := idx.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -272,11 +273,27 @@ func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
 				}
 			}
 			row.outcome, row.remembered, row.inferenceID = nil, false, ""
-			changes = append(changes, change{append([]byte(nil), k...), row.encode()})
+			ch := change{k: append([]byte(nil), k...), v: row.encode()}
+			if raw := logs.Get(k); raw != nil {
+				var e LogEntry
+				if err := json.Unmarshal(raw, &e); err != nil {
+					return fmt.Errorf("store: decode log entry: %w", err)
+				}
+				e.Inference = nil // the id goes with the outcome
+				if ch.entry, err = json.Marshal(e); err != nil {
+					return err
+				}
+			}
+			changes = append(changes, ch)
 		}
 		for _, ch := range changes {
 			if err := idx.Put(ch.k, ch.v); err != nil {
 				return err
+			}
+			if ch.entry != nil {
+				if err := logs.Put(ch.k, ch.entry); err != nil {
+					return err
+				}
 			}
 		}
 		if !d.Key && d.Pairs == 0 && d.Pending == 0 && d.Outcomes == 0 {

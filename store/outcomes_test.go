@@ -58,111 +58,6 @@ func spoken(rank, chars int, at time.Time) Outcome {
 	return Outcome{Kind: OutcomeSpoken, Rank: rank, SpokenChars: chars, KeystrokesSaved: chars - 1, TimeToChoiceMS: -1, FirstAt: at, At: at}
 }
 
-func TestInferenceAndOutcome(t *testing.T) {
-	db, _ := MustOpen(t)
-	MustInfer(t, db, inf{key: "k1", subject: "s1", id: "inf_a", version: "3", cands: []string{"Yes please.", "No."}})
-
-	got, err := db.Inference("inf_a")
-	Must(t, err)
-	want := Inference{ID: "inf_a", At: t0, KeyHash: "k1", Subject: "s1", PromptVersion: "3", CandidateChars: []int{11, 3}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Inference (-want +got):\n%s", diff)
-	}
-	if _, err := db.Inference("inf_nope"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("unknown id: %v, want ErrNotFound", err)
-	}
-	if _, err := db.SetOutcome("inf_nope", spoken(1, 11, t0), ""); !errors.Is(err, ErrNotFound) {
-		t.Errorf("SetOutcome of an unknown id: %v, want ErrNotFound", err)
-	}
-
-	o := spoken(1, 11, t0.Add(time.Minute))
-	rev, err := db.SetOutcome("inf_a", o, "ignored: no remember")
-	Must(t, err)
-	if rev != 0 {
-		t.Errorf("rev = %d for an inference without remember", rev)
-	}
-	got, _ = db.Inference("inf_a")
-	want.Outcome = &o
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("after SetOutcome (-want +got):\n%s", diff)
-	}
-	// No text of an inference without remember reaches the file.
-	if b, _ := os.ReadFile(db.Path()); bytes.Contains(b, []byte("Yes please")) || bytes.Contains(b, []byte("ignored: no")) {
-		t.Error("candidate or reply text in the data file")
-	}
-
-	// The log entry records the id and the prompt version, never text.
-	es, _ := db.Logs(LogQuery{})
-	if es[0].Inference == nil || es[0].Inference.ID != "inf_a" || es[0].Inference.PromptVersion != "3" || es[0].Inference.Remember != nil {
-		t.Errorf("log entry = %+v", es[0])
-	}
-
-	// Pruning the log entry forgets the id.
-	_, err = db.PruneLogs(t0.Add(time.Second), 0)
-	Must(t, err)
-	if _, err := db.Inference("inf_a"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("after prune: %v, want ErrNotFound", err)
-	}
-}
-
-// TestStatsOutcomes checks every counter of Stats on a mix of keys,
-// versions, errors and outcomes, and the series' outcome counts.
-func TestStatsOutcomes(t *testing.T) {
-	db, _ := MustOpen(t)
-	at := func(m int) time.Duration { return time.Duration(m) * time.Minute }
-	MustInfer(t, db, inf{at: at(0), key: "k1", subject: "u1", id: "i1", version: "1", cands: []string{"aaaa", "bb"}, latency: 100})
-	MustInfer(t, db, inf{at: at(1), key: "k1", subject: "u1", id: "i2", version: "1", cands: []string{"aaaa", "bb"}, latency: 300})
-	MustInfer(t, db, inf{at: at(2), key: "k2", subject: "u2", id: "i3", version: "2", cands: []string{"cc"}, latency: 200})
-	MustInfer(t, db, inf{at: at(3), key: "k2", subject: "u2", status: 429, code: "rate_limited", latency: 1})
-	MustInfer(t, db, inf{at: at(4), key: "k1", subject: "u3", status: 502, code: "llm_failed", latency: 5000})
-	MustInfer(t, db, inf{at: at(5), key: "k2", subject: "u2", id: "i4", version: "2", cands: []string{"dd"}, latency: 400})
-
-	ts := t0.Add(time.Hour)
-	for id, o := range map[string]Outcome{
-		"i1": spoken(1, 4, ts),
-		"i2": {Kind: OutcomeEdited, Rank: 2, SpokenChars: 5, KeystrokesSaved: 2, TimeToChoiceMS: 3000, FirstAt: ts, At: ts},
-		"i3": {Kind: OutcomeNoneFit, TimeToChoiceMS: 9000, FirstAt: ts, At: ts},
-		"i4": {Kind: OutcomeTyped, SpokenChars: 7, TimeToChoiceMS: 5000, FirstAt: ts, At: ts},
-	} {
-		_, err := db.SetOutcome(id, o, "")
-		Must(t, err)
-	}
-
-	got, err := db.Stats(t0, t0.Add(10*time.Minute))
-	Must(t, err)
-	want := Stats{
-		TotalRequests: 6, ActiveUsers: 3,
-		Errors:  map[string]int{"rate_limited": 1, "llm_failed": 1},
-		Latency: Percentiles{N: 4, P50: 200, P95: 400},
-		OutcomeStats: OutcomeStats{
-			Outcomes: 4, Accepted: 2, NoneFit: 1, RankCounts: map[int]int{1: 1, 2: 1}, KeystrokesSaved: 3 + 2,
-			TimeToChoice: Percentiles{N: 3, P50: 5000, P95: 9000},
-		},
-		ByKey: []KeyStats{
-			{KeyHash: "k1", Requests: 3, Errors: 1, OutcomeStats: OutcomeStats{Outcomes: 2, Accepted: 2, RankCounts: map[int]int{1: 1, 2: 1}, KeystrokesSaved: 5, TimeToChoice: Percentiles{N: 1, P50: 3000, P95: 3000}}},
-			{KeyHash: "k2", Requests: 3, Errors: 1, OutcomeStats: OutcomeStats{Outcomes: 2, NoneFit: 1, RankCounts: map[int]int{}, TimeToChoice: Percentiles{N: 2, P50: 5000, P95: 9000}}},
-		},
-		ByPromptVersion: []VersionStats{
-			{Version: "1", Inferences: 2, Outcomes: 2, Accepted: 2},
-			{Version: "2", Inferences: 2, Outcomes: 2, Accepted: 0},
-		},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Stats (-want +got):\n%s", diff)
-	}
-
-	series, err := db.StatsSeries(t0, t0.Add(6*time.Minute), 2*time.Minute)
-	Must(t, err)
-	wantSeries := []StatsBucket{
-		{Start: t0, TotalRequests: 2, ActiveUsers: 1, Outcomes: 2, Accepted: 2},
-		{Start: t0.Add(2 * time.Minute), TotalRequests: 2, ActiveUsers: 1, Outcomes: 1},
-		{Start: t0.Add(4 * time.Minute), TotalRequests: 2, ActiveUsers: 2, Outcomes: 1},
-	}
-	if diff := cmp.Diff(wantSeries, series); diff != "" {
-		t.Errorf("StatsSeries (-want +got):\n%s", diff)
-	}
-}
-
 func TestPercentiles(t *testing.T) {
 	for _, c := range []struct {
 		in   []int64
@@ -199,7 +94,7 @@ func TestOpenUpgradesSchema1(t *testing.T) {
 	b, err := bolt.Open(path, 0o600, nil)
 	Must(t, err)
 	Must(t, b.Update(func(tx *bolt.Tx) error {
-		for _, name := range schemaBuckets[1] {
+		for _, name := range v1Buckets {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
@@ -217,6 +112,13 @@ func TestOpenUpgradesSchema1(t *testing.T) {
 	}
 }
 
+// counts is the Stats of requests without keys, statuses or outcomes.
+func counts(requests, users int) Stats {
+	s := NewStatsBuilder().Stats()
+	s.TotalRequests, s.ActiveUsers = requests, users
+	return s
+}
+
 // userKey reads the user's raw AES key (a test of what deletion destroys).
 func userKey(tb testing.TB, db *DB, subject string) []byte {
 	tb.Helper()
@@ -231,65 +133,23 @@ func userKey(tb testing.TB, db *DB, subject string) []byte {
 	return key
 }
 
-func TestMemoryPairs(t *testing.T) {
+// TestTextsOnlyEncrypted: the partner's turn, the candidates and the
+// replies of a remembering user never reach the file in clear (nor does any
+// text of a user without remember).
+func TestTextsOnlyEncrypted(t *testing.T) {
 	db, _ := MustOpen(t)
-	MustInfer(t, db, inf{at: 0, key: "k", subject: "s1", id: "i1", version: "1", cands: []string{"Yes, with milk.", "No thanks."}, partner: "Tea?"})
-	MustInfer(t, db, inf{at: time.Second, key: "k", subject: "s1", id: "i2", version: "1", cands: []string{"Outside.", "Inside."}, partner: "Shall we walk?"})
-	MustInfer(t, db, inf{at: 2 * time.Second, key: "k", subject: "s2", id: "i3", version: "1", cands: []string{"Fine."}, partner: "How are you?"})
-
-	got, err := db.Inference("i1")
+	MustInfer(t, db, inf{key: "k", subject: "s1", id: "i1", version: "1", cands: []string{"Yes, with milk.", "No thanks."}, partner: "Tea for two?"})
+	MustInfer(t, db, inf{key: "k", subject: "s2", id: "i2", version: "1", cands: []string{"Outside, please."}})
+	_, err := db.SetOutcome("i1", spoken(1, 15, t0), "Yes, with honey.")
 	Must(t, err)
-	if !got.Remembered || got.Texts == nil || got.Texts.Partner != "Tea?" || !cmp.Equal(got.Texts.Candidates, []string{"Yes, with milk.", "No thanks."}) {
-		t.Fatalf("remembered texts = %+v", got)
-	}
-	rev0, _ := db.MemoryRev("s1")
-
-	ts := t0.Add(time.Minute)
-	rev, err := db.SetOutcome("i1", spoken(1, 15, ts), "Yes, with milk.")
+	_, err = db.SetOutcome("i2", spoken(1, 16, t0), "Outside, please.")
 	Must(t, err)
-	if rev != rev0+1 {
-		t.Errorf("rev %d, want %d", rev, rev0+1)
+	if pairs, _, _ := db.MemoryPairs("s1"); len(pairs) != 1 {
+		t.Fatalf("pairs: %v", pairs)
 	}
-	_, err = db.SetOutcome("i2", Outcome{Kind: OutcomeTyped, SpokenChars: 12, TimeToChoiceMS: -1, FirstAt: ts, At: ts}, "Let's go out.")
-	Must(t, err)
-	pairs, rev, err := db.MemoryPairs("s1")
-	Must(t, err)
-	want := []Pair{
-		{InferenceID: "i1", At: t0, Partner: "Tea?", Reply: "Yes, with milk."},
-		{InferenceID: "i2", At: t0.Add(time.Second), Partner: "Shall we walk?", Reply: "Let's go out."},
-	}
-	if diff := cmp.Diff(want, pairs); diff != "" {
-		t.Errorf("pairs (-want +got):\n%s", diff)
-	}
-	if r, _ := db.MemoryRev("s1"); r != rev {
-		t.Errorf("MemoryRev %d, MemoryPairs rev %d", r, rev)
-	}
-
-	// A replacement replaces the pair; none_fit without a text removes it.
-	_, err = db.SetOutcome("i2", Outcome{Kind: OutcomeNoneFit, TimeToChoiceMS: -1, FirstAt: ts, At: ts}, "")
-	Must(t, err)
-	pairs, _, _ = db.MemoryPairs("s1")
-	if len(pairs) != 1 || pairs[0].InferenceID != "i1" {
-		t.Errorf("after none_fit: %+v", pairs)
-	}
-
-	users, err := db.MemoryUsers()
-	Must(t, err)
-	wantUsers := []MemoryUser{
-		{Subject: "s1", Pairs: 1, CreatedAt: t0, LastAt: ts, Rev: rev + 1},
-		{Subject: "s2", Pairs: 0, CreatedAt: t0},
-	}
-	if diff := cmp.Diff(wantUsers, users); diff != "" {
-		t.Errorf("MemoryUsers (-want +got):\n%s", diff)
-	}
-	if p, rev, err := db.MemoryPairs("nobody"); err != nil || len(p) != 0 || rev != 0 {
-		t.Errorf("unknown user: %v %d %v", p, rev, err)
-	}
-
-	// Texts are only ever stored encrypted.
 	b, err := os.ReadFile(db.Path())
 	Must(t, err)
-	for _, s := range []string{"Tea?", "with milk", "Shall we walk", "go out", "How are you"} {
+	for _, s := range []string{"Tea for two", "with milk", "No thanks", "with honey", "Outside, please"} {
 		if bytes.Contains(b, []byte(s)) {
 			t.Errorf("%q in the data file in clear", s)
 		}
@@ -425,97 +285,6 @@ func TestScrubWithConcurrentUse(t *testing.T) {
 		}
 		return true
 	})
-}
-
-func TestPruneMemory(t *testing.T) {
-	db, _ := MustOpen(t)
-	MustInfer(t, db, inf{at: 0, key: "k", subject: "old", id: "a", version: "1", cands: []string{"x"}, partner: "p1"})
-	MustInfer(t, db, inf{at: time.Hour, key: "k", subject: "new", id: "b", version: "1", cands: []string{"y"}, partner: "p2"})
-	MustInfer(t, db, inf{at: 2 * time.Hour, key: "k", subject: "new", id: "c", version: "1", cands: []string{"z"}, partner: "p3"})
-	_, err := db.SetOutcome("a", spoken(1, 1, t0), "x")
-	Must(t, err)
-	_, err = db.SetOutcome("b", spoken(1, 1, t0), "y")
-	Must(t, err)
-	revNew, _ := db.MemoryRev("new")
-
-	// Texts awaiting feedback before 1.5 h go; pairs before 30 min go.
-	p, err := db.PruneMemory(t0.Add(30*time.Minute), t0.Add(90*time.Minute))
-	Must(t, err)
-	if p != (MemoryPrune{Pairs: 1, Pending: 2, Users: 1}) {
-		t.Errorf("prune = %+v", p)
-	}
-	if k := userKey(t, db, "old"); k != nil {
-		t.Error("an emptied user's key was kept")
-	}
-	if pairs, _, _ := db.MemoryPairs("new"); len(pairs) != 1 || pairs[0].Reply != "y" {
-		t.Errorf("new's pairs: %+v", pairs)
-	}
-	if inf, _ := db.Inference("c"); inf.Texts == nil {
-		t.Error("recent texts were pruned")
-	}
-	if inf, _ := db.Inference("b"); inf.Texts != nil {
-		t.Error("old texts were kept")
-	}
-	if r, _ := db.MemoryRev("new"); r != revNew {
-		t.Errorf("rev changed without a pair change: %d -> %d", revNew, r)
-	}
-	// A zero pairsBefore keeps every pair.
-	p, err = db.PruneMemory(time.Time{}, t0.Add(90*time.Minute))
-	Must(t, err)
-	if p != (MemoryPrune{}) {
-		t.Errorf("second prune = %+v", p)
-	}
-}
-
-func TestOutcomesExport(t *testing.T) {
-	db, _ := MustOpen(t)
-	defer func(n int) { outcomePage = n }(outcomePage)
-	outcomePage = 7
-	n := outcomePage*2 + 5
-	for i := range n {
-		i := i
-		e := inf{at: time.Duration(i) * time.Second, key: "k", subject: "s", id: fmt.Sprint("i", i), version: "1", cands: []string{"c"}}
-		if i%2 == 0 {
-			e.partner = fmt.Sprint("partner ", i)
-		}
-		MustInfer(t, db, e)
-		if i%3 != 0 {
-			_, err := db.SetOutcome(e.id, spoken(1, 1, t0), fmt.Sprint("reply ", i))
-			Must(t, err)
-		}
-	}
-	var got []OutcomeRecord
-	Must(t, db.Outcomes(t0, t0.Add(time.Hour), func(r OutcomeRecord) error {
-		got = append(got, r)
-		return nil
-	}))
-	want := 0
-	for i := range n {
-		if i%3 != 0 {
-			want++
-		}
-	}
-	if len(got) != want {
-		t.Fatalf("%d outcomes, want %d", len(got), want)
-	}
-	for k, r := range got {
-		if k > 0 && !got[k-1].Inference.At.Before(r.Inference.At) {
-			t.Fatalf("not in time order at %d", k)
-		}
-		var i int
-		fmt.Sscanf(r.Inference.ID, "i%d", &i)
-		if (r.Pair != nil) != (i%2 == 0) {
-			t.Errorf("%s: pair %+v", r.Inference.ID, r.Pair)
-		}
-		if r.Pair != nil && (r.Pair.Partner != fmt.Sprint("partner ", i) || r.Pair.Reply != fmt.Sprint("reply ", i)) {
-			t.Errorf("%s: pair %+v", r.Inference.ID, r.Pair)
-		}
-	}
-	stop := errors.New("stop")
-	calls := 0
-	if err := db.Outcomes(t0, t0.Add(time.Hour), func(OutcomeRecord) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
-		t.Errorf("fn's error: %v after %d calls", err, calls)
-	}
 }
 
 func TestSealBindsRow(t *testing.T) {

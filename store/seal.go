@@ -12,6 +12,29 @@ import (
 // userKeySize is the size of a user's AES-256-GCM key.
 const userKeySize = 32
 
+// The encryption of remembered texts, shared by every Store
+// implementation: a random AES-256 key per user (NewUserKey), and strings
+// sealed with AES-GCM bound to the row they are stored in (SealStrings,
+// OpenStrings).
+
+// NewUserKey returns a fresh random AES-256 key for one user.
+func NewUserKey() ([]byte, error) { return newUserKey() }
+
+// SealStrings encrypts ss under key, bound to aad (name the row: a
+// ciphertext copied to another row does not open).
+func SealStrings(key, aad []byte, ss ...string) ([]byte, error) {
+	return seal(key, aad, encodeStrings(ss...))
+}
+
+// OpenStrings reverses SealStrings; a wrong key or row is an error.
+func OpenStrings(key, aad, sealed []byte) ([]string, error) {
+	plain, err := unseal(key, aad, sealed)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStrings(plain)
+}
+
 // newUserKey returns a fresh random AES-256 key.
 func newUserKey() ([]byte, error) {
 	k := make([]byte, userKeySize)

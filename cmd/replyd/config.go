@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replyd/replyd/api"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -25,6 +28,10 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
+	// into TrustedNets.
+	TrustedProxies string
+	TrustedNets    []*net.IPNet
 
 	LLMModel       string
 	WhisperModel   string
@@ -52,14 +59,17 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	MaxBodyMiB    int
-	MaxAudio      time.Duration
-	InferTimeout  time.Duration
-	SessionTTL    time.Duration
-	LogRetention  time.Duration
-	LogLevel      string
-	LogFormat     string
-	ShutdownGrace time.Duration
+	MaxBodyMiB   int
+	MaxAudio     time.Duration
+	InferTimeout time.Duration
+	SessionTTL   time.Duration
+	LogRetention time.Duration
+	// MemoryRetention is how long remembered pairs are kept; negative
+	// (unset) follows LogRetention. See MemoryKeep.
+	MemoryRetention time.Duration
+	LogLevel        string
+	LogFormat       string
+	ShutdownGrace   time.Duration
 }
 
 // option describes one configuration value: its flag, its environment
@@ -121,6 +131,7 @@ func options() []option {
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
@@ -154,6 +165,22 @@ func options() []option {
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
+			set: func(c *Config, v string) error {
+				if strings.TrimSpace(v) == "" {
+					c.MemoryRetention = -1
+					return nil
+				}
+				d, err := ParseDuration(v)
+				c.MemoryRetention = d
+				return err
+			},
+			get: func(c *Config) string {
+				if c.MemoryRetention < 0 {
+					return ""
+				}
+				return FormatDuration(c.MemoryRetention)
+			}},
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -194,6 +221,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
+	} else {
+		c.TrustedNets = nets
+	}
 	switch c.OTPChannel {
 	case "console", "webhook", "telegram", "ntfy", "gotify":
 	default:
@@ -243,6 +275,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
+// else REPLYD_LOG_RETENTION; 0 keeps them.
+func (c *Config) MemoryKeep() time.Duration {
+	if c.MemoryRetention >= 0 {
+		return c.MemoryRetention
+	}
+	return c.LogRetention
 }
 
 // TLSEnabled reports whether replyd serves HTTPS.
