@@ -194,3 +194,19 @@ func jsonTypeName(kind string) string {
 	}
 	return kind
 }
+
+// ParseDialog validates one dialog of `replyd eval`: an InferPayload (its
+// messages, the profile fields and options) under the limits lim, with
+// the same messages as /v1/infer. It refuses audio: eval replays text.
+// Its error is an *Error whose Message names the field.
+func ParseDialog(data []byte, lim Limits) (engine.Request, error) {
+	req, audioIdx, err := parsePayload(data, lim.withDefaults())
+	if err != nil {
+		return req, err
+	}
+	if audioIdx >= 0 {
+		return req, badRequest("messages[%d].audio: replyd eval replays text only; put the transcript in content", audioIdx)
+	}
+	req.MemoryUser = "" // eval has no memory
+	return req, nil
+}

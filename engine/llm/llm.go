@@ -533,8 +533,8 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 // promptTokens renders the request with the model's chat template and
 // tokenizes it, dropping the oldest turns until the prompt leaves room for
 // a reply in one sequence (and for ExampleTokenBudget when the request has
-// examples). Then it adds as many of the examples as fit in that budget,
-// recording how many and their tokens in gen.
+// examples). Then it adds as many of the examples as fit in that budget
+// (see exampleFits), recording how many and their tokens in gen.
 func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation) ([]int, error) {
 	budget := e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1
 	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
@@ -563,13 +563,16 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
 	}
-	for n := len(examples); n > 0; n-- {
-		with, err := tokenize(withExamples(msgs, examplesNote(examples[:n])))
+	for _, f := range exampleFits {
+		if f.n > len(examples) {
+			continue
+		}
+		with, err := tokenize(withExamples(msgs, examplesNote(examples[:f.n], f.chars)))
 		if err != nil {
 			return nil, engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
 		}
 		if extra := len(with) - len(tokens); extra <= ExampleTokenBudget {
-			gen.Examples, gen.ExampleTokens = n, extra
+			gen.Examples, gen.ExampleTokens = f.n, extra
 			return with, nil
 		}
 	}

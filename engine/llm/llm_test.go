@@ -546,7 +546,7 @@ func TestExamplesPromptGolden(t *testing.T) {
 	got, err := applyTemplate("chatml", withExamples(msgs, examplesNote([]engine.Example{
 		{Partner: "Fancy a cuppa?", Reply: "Go on then, milk no sugar."},
 		{Partner: "  Tea   or\ncoffee? ", Reply: strings.Repeat("very ", 30) + "long"},
-	})))
+	}, 100)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +594,7 @@ func TestExamplesStayInBudget(t *testing.T) {
 		long.Examples = append(long.Examples, engine.Example{Partner: fmt.Sprint("Would you like to go for a long walk in the park this afternoon ", i), Reply: "Yes, if it does not rain, and if we can stop for an ice cream on the way back home."})
 	}
 	g := mustGenerate(t, e, long)
-	if g.ExampleTokens > ExampleTokenBudget || g.PromptTokens-plain.PromptTokens > ExampleTokenBudget || g.Examples >= 3 {
+	if g.ExampleTokens > ExampleTokenBudget || g.PromptTokens-plain.PromptTokens > ExampleTokenBudget || g.Examples >= 3 || g.Examples == 0 {
 		t.Errorf("long examples: %d examples, %d tokens (budget %d), prompt %d -> %d", g.Examples, g.ExampleTokens, ExampleTokenBudget, plain.PromptTokens, g.PromptTokens)
 	}
 }

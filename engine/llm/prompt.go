@@ -113,35 +113,38 @@ func chatFor(system string, turns []turn) []chatMessage {
 // and examples are left out, least similar first, until they fit in it.
 const ExampleTokenBudget = 64
 
-// maxExampleChars shortens each side of an example so that one long turn
-// does not crowd the others out of the budget.
-const maxExampleChars = 100
+// exampleFits are the ways promptTokens tries to fit the examples in
+// ExampleTokenBudget, in order: as many examples as possible, each side cut
+// to at most chars characters; one example cut shorter and shorter rather
+// than none.
+var exampleFits = []struct{ n, chars int }{{3, 100}, {2, 100}, {1, 100}, {1, 50}, {1, 25}}
 
-// examplesNote renders the examples as one bracketed note in the chat.
-func examplesNote(ex []engine.Example) string {
+// examplesNote renders the examples as one bracketed note in the chat,
+// each side cut to chars characters.
+func examplesNote(ex []engine.Example, chars int) string {
 	var b strings.Builder
-	b.WriteString("[How you answered similar words before:")
+	b.WriteString("[Your earlier replies to similar words:")
 	for _, e := range ex {
 		b.WriteString(` "`)
-		b.WriteString(shorten(e.Partner))
+		b.WriteString(shorten(e.Partner, chars))
 		b.WriteString(`" → "`)
-		b.WriteString(shorten(e.Reply))
+		b.WriteString(shorten(e.Reply, chars))
 		b.WriteString(`";`)
 	}
 	b.WriteString("]\n")
 	return b.String()
 }
 
-// shorten puts s on one line and cuts it to maxExampleChars characters at a
-// word boundary.
-func shorten(s string) string {
+// shorten puts s on one line and cuts it to max characters, at a word
+// boundary when there is one in its second half.
+func shorten(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	r := []rune(s)
-	if len(r) <= maxExampleChars {
+	if len(r) <= max {
 		return s
 	}
-	cut := string(r[:maxExampleChars])
-	if i := strings.LastIndexByte(cut, ' '); i > maxExampleChars/2 {
+	cut := string(r[:max])
+	if i := strings.LastIndexByte(cut, ' '); i > len(cut)/2 {
 		cut = cut[:i]
 	}
 	return cut + "…"
