@@ -188,7 +188,11 @@ type timingsMS struct {
 // part was sent (possibly ""); candidates, timings_ms and inference_id are
 // additive.
 type inferResponse struct {
-	Transcript  *string           `json:"transcript,omitempty"`
+	Transcript *string `json:"transcript,omitempty"`
+	// NoSpeech is present exactly when an audio part was sent: true when
+	// the recording held no speech (then transcript is "" and response is
+	// empty: the tablet shows "didn't catch that").
+	NoSpeech    *bool             `json:"no_speech,omitempty"`
 	Response    []string          `json:"response"`
 	Candidates  []answerCandidate `json:"candidates"`
 	TimingsMS   timingsMS         `json:"timings_ms"`
@@ -281,8 +285,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: lang})
 	}
 	if f.hasAudio {
-		t := res.Transcript
-		out.Transcript = &t
+		t, ns := res.Transcript, res.NoSpeech
+		out.Transcript, out.NoSpeech = &t, &ns
 	}
 	st.candidates = len(out.Response)
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
@@ -292,7 +296,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	for i, text := range out.Response {
 		inf.CandidateChars[i] = score.Chars(text)
 	}
-	if req.MemoryUser != "" {
+	if req.MemoryUser != "" && res.PartnerTurn != "" {
+		// Nothing to pair a reply with when the partner said nothing.
 		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
 	}
 	st.inference = inf
