@@ -676,15 +676,18 @@ func (h *fakeHealth) set(engines ...engine.EngineStatus) {
 	h.engines = engines
 }
 
-// fakeClock is a settable clock.
+// fakeClock is a settable clock. With tick set, every reading moves it on
+// by tick, as a real clock moves between two readings of one request.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	t    time.Time
+	tick time.Duration
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.t = c.t.Add(c.tick)
 	return c.t
 }
 

@@ -389,24 +389,10 @@ func TestStatsWithOutcomes(t *testing.T) {
 	}
 }
 
-// tickingClock advances by a nanosecond on every reading, as a real clock
-// does between two readings of one request.
-type tickingClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *tickingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Nanosecond)
-	return c.t
-}
-
 // TestStatsSeriesHasNoBucketAtNow: the series ends where the window does;
 // no trailing bucket starts at "now" (it would always read zero).
 func TestStatsSeriesHasNoBucketAtNow(t *testing.T) {
-	clock := &tickingClock{t: t0}
+	clock := &fakeClock{t: t0, tick: time.Nanosecond}
 	e := newEnv(t, func(o *Options) { o.Now = clock.Now })
 	for _, q := range []string{"window=24h&bucket=1h", "window=15m&bucket=1m", "window=7d&bucket=6h"} {
 		var st struct {

@@ -61,23 +61,11 @@ func TestEndToEndOutcomes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
 	const adminKey = "e2e-outcomes-admin-key-0123456789"
-	dataDir := filepath.Join(dir, "data")
-	p := startReplyd(t, map[string]string{
-		"REPLYD_DATA_DIR":      dataDir,
-		"REPLYD_ADMIN_KEY":     adminKey,
-		"REPLYD_LLM_MODEL":     filepath.Join(modelDir, "llm-demo.gguf"),
-		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
-		"REPLYD_THREADS":       "1",
-		"REPLYD_LLM_CONTEXT":   "2048",
-		"REPLYD_LOG_LEVEL":     "debug",
-		"REPLYD_LOG_FORMAT":    "json",
-	})
+	_, env := demoEnv(t, adminKey)
+	env["REPLYD_LOG_LEVEL"], env["REPLYD_LOG_FORMAT"] = "debug", "json"
+	dataDir := env["REPLYD_DATA_DIR"]
+	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
 	key := p.CreateKey("tablet-outcomes")
 	const tea = `{"messages":[{"role":"speaker","content":"Would you like some tea?"}],"options":{"max_candidates":2}}`

@@ -109,6 +109,24 @@ func mustGenerate(tb testing.TB, e *Engine, req engine.GenerateRequest) engine.G
 	return g
 }
 
+// checkGolden compares got with testdata/name (written with -update).
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("prompt mismatch (-want +got):\n%s", d)
+	}
+}
+
 func TestPromptGolden(t *testing.T) {
 	req := engine.GenerateRequest{
 		SystemPrompt: "You suggest short replies for an AAC user.",
@@ -135,19 +153,7 @@ func TestPromptGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "prompt_"+name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("prompt mismatch (-want +got):\n%s", d)
-			}
+			checkGolden(t, "prompt_"+name+".golden", got)
 		})
 	}
 	if _, err := applyTemplate("no such template", msgs); !errors.Is(err, errUnknownTemplate) {
@@ -550,19 +556,7 @@ func TestExamplesPromptGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "prompt_examples_chatml.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(string(want), got); d != "" {
-		t.Errorf("prompt mismatch (-want +got):\n%s", d)
-	}
+	checkGolden(t, "prompt_examples_chatml.golden", got)
 	plain, _ := applyTemplate("chatml", msgs)
 	cut := strings.LastIndex(plain, "<|im_start|>user\n") + len("<|im_start|>user\n")
 	if !strings.HasPrefix(got, plain[:cut]) || !strings.HasSuffix(got, plain[cut:]) {
