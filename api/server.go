@@ -13,6 +13,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/store"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -39,6 +41,10 @@ type Options struct {
 	TLS bool
 	// DataFile is the path of the store's file, shown on the admin page.
 	DataFile string
+	// Limiter enforces the per-key rate limits; nil means this box's own
+	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
+	// so that a key's limit holds across all of them.
+	Limiter store.RateLimiter
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -57,7 +63,8 @@ type Server struct {
 	dataFile string
 	started  time.Time
 
-	limiter *rateLimiter
+	limiter store.RateLimiter
+	touches store.TouchThrottle
 	otpMu   sync.Mutex // serialises OTP sends
 	metrics *metrics
 	reg     *prometheus.Registry
@@ -95,7 +102,10 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = newRateLimiter()
+	s.limiter = o.Limiter
+	if s.limiter == nil {
+		s.limiter = newMemoryLimiter()
+	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 

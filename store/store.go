@@ -161,3 +161,30 @@ type Store interface {
 
 // The bbolt store keeps the contract.
 var _ Store = (*DB)(nil)
+
+// RateWindow is the length of a rate-limit window.
+const RateWindow = time.Minute
+
+// RateLimiter admits a key's requests under its rate_limit_per_minute, in
+// fixed windows of RateWindow: a window opens with the first request after
+// the previous one closed. One box uses an in-memory limiter (api's); boxes
+// that share a PostgreSQL store share its limiter (store/postgres), so that
+// the limit holds across all of them. storetest.RunLimiter states the
+// contract for both.
+type RateLimiter interface {
+	// Allow admits one request for key at now when fewer than limit were
+	// admitted in the key's current window, and counts it. A limit of 0 or
+	// less means unlimited. When refused, retry is the time until the
+	// window closes. A time slightly before the window's start (another
+	// box's clock) counts in the current window; one more than a window
+	// before it (a clock set back) opens a new window. An error (wrapping
+	// ErrUnavailable when the database cannot be reached) admits nothing.
+	Allow(key string, limit int, now time.Time) (ok bool, retry time.Duration, err error)
+}
+
+// RateWindowOver reports whether a window that opened at start is over at
+// now, so that a request at now opens a new one. Both limiters use it (the
+// PostgreSQL one in SQL of the same meaning).
+func RateWindowOver(start, now time.Time) bool {
+	return !now.Before(start.Add(RateWindow)) || now.Before(start.Add(-RateWindow))
+}
