@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -39,8 +40,13 @@ type Options struct {
 	MetricsPublic bool
 	// TLS tells /v1/admin/status whether the listener uses TLS.
 	TLS bool
-	// DataFile is the path of the store's file, shown on the admin page.
+	// DataFile names where the data lives on the admin page; empty means
+	// the store's Describe (a file path, or a database URL without its
+	// password).
 	DataFile string
+	// Node names this box in the log entries it writes and in /healthz and
+	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
+	Node string
 	// Limiter enforces the per-key rate limits; nil means this box's own
 	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
 	// so that a key's limit holds across all of them.
@@ -61,7 +67,10 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	node     string
 	started  time.Time
+
+	storeDown atomic.Bool // the last health check found the store unreachable
 
 	limiter store.RateLimiter
 	touches store.TouchThrottle
@@ -91,6 +100,10 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		node:     o.Node,
+	}
+	if s.dataFile == "" {
+		s.dataFile = o.Store.Describe()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
