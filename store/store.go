@@ -11,7 +11,9 @@ import (
 // embedded default) and store/postgres (PostgreSQL, shared by several boxes).
 // Both run the one scenario suite in store/storetest; a behaviour that only
 // one of them has is a bug in the other. A new method goes into this
-// interface, into both implementations and into a storetest scenario.
+// interface, into both implementations and into a storetest scenario; a new
+// kind of data also goes into Snapshot, so that `replyd store migrate`
+// carries it.
 //
 // Rules that hold for every method:
 //   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
@@ -140,6 +142,19 @@ type Store interface {
 	// Callers loop until it returns fewer than batch. A batch <= 0 means
 	// DefaultPruneBatch.
 	PruneLogs(before time.Time, batch int) (int, error)
+
+	// Snapshot calls fn with a consistent view of everything the store
+	// holds, taken in one read transaction that lasts until fn returns;
+	// snap.Logs may be ranged over only during fn. It is how `replyd store
+	// migrate` reads a store.
+	Snapshot(fn func(snap Snapshot) error) error
+	// Import writes everything in snap, in one transaction: all of it or
+	// nothing. Into a store that holds anything (keys, prompts, logs,
+	// sessions, a code, the admin key) it refuses with ErrExists unless
+	// replace is set, in which case what the store held is gone afterwards.
+	// Importing a store's Snapshot into an empty store gives one that
+	// answers every method as the first does.
+	Import(snap Snapshot, replace bool) error
 
 	// Backup writes a consistent copy of everything to w and returns the
 	// bytes written. A store that cannot (PostgreSQL, whose backup is

@@ -155,7 +155,7 @@ func cmdAdminKey(args []string, getenv func(string) string, stderr io.Writer) er
 	if cfg.AdminKey != "" {
 		return errors.New("admin-key --reset: REPLYD_ADMIN_KEY is set, so the configured key would replace the new one at the next start; change it in the configuration instead")
 	}
-	db, err := openStore(cfg)
+	db, err := openStore(context.Background(), cfg, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
 		return err
 	}
