@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,7 +28,7 @@ type Snapshot struct {
 	OTPLastIssued time.Time // zero when no code was ever issued
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
-	Logs iter.Seq2[LogEntry, error]
+	Logs iter.Seq2[LogEntry, error] `json:"-"`
 }
 
 // Session is one admin session as stored.
@@ -240,4 +242,93 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 		}
 		return nil
 	})
+}
+
+// SameData reports whether a and b hold the same data, comparing their
+// Snapshots (times as instants, logs entry by entry). When they differ, the
+// string names the first difference found.
+func SameData(a, b Store) (bool, string, error) {
+	var diff string
+	err := a.Snapshot(func(sa Snapshot) error {
+		return b.Snapshot(func(sb Snapshot) error {
+			var err error
+			diff, err = snapshotDiff(sa, sb)
+			return err
+		})
+	})
+	return diff == "" && err == nil, diff, err
+}
+
+// snapshotDiff compares two snapshots.
+func snapshotDiff(a, b Snapshot) (string, error) {
+	ja, err := canonical(a)
+	if err != nil {
+		return "", err
+	}
+	jb, err := canonical(b)
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Equal(ja, jb) {
+		return "keys, prompts, sessions, OTP or admin key differ", nil
+	}
+	nextB, stop := iter.Pull2(b.Logs)
+	defer stop()
+	n := 0
+	for ea, err := range a.Logs {
+		if err != nil {
+			return "", err
+		}
+		eb, err, ok := nextB()
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return fmt.Sprintf("the first has more log entries than the second (%d+)", n+1), nil
+		}
+		if ea.Timestamp.Equal(eb.Timestamp) {
+			eb.Timestamp = ea.Timestamp
+		}
+		if ea != eb {
+			return fmt.Sprintf("log entry %d differs", n+1), nil
+		}
+		n++
+	}
+	if _, err, ok := nextB(); err != nil {
+		return "", err
+	} else if ok {
+		return fmt.Sprintf("the second has more log entries than the first (%d+)", n+1), nil
+	}
+	return "", nil
+}
+
+// canonical encodes everything but the logs with every time in UTC.
+func canonical(s Snapshot) ([]byte, error) {
+	s.Logs = nil
+	s.OTPLastIssued = s.OTPLastIssued.UTC()
+	keys := make([]APIKey, len(s.Keys))
+	for i, k := range s.Keys {
+		k.CreatedAt, k.RevokedAt, k.LastUsedAt = k.CreatedAt.UTC(), k.RevokedAt.UTC(), k.LastUsedAt.UTC()
+		keys[i] = k
+	}
+	s.Keys = keys
+	prompts := make([]PromptVersion, len(s.Prompts))
+	for i, p := range s.Prompts {
+		p.CreatedAt = p.CreatedAt.UTC()
+		prompts[i] = p
+	}
+	s.Prompts = prompts
+	sessions := make([]Session, len(s.Sessions))
+	for i, ss := range s.Sessions {
+		ss.ExpiresAt = ss.ExpiresAt.UTC()
+		sessions[i] = ss
+	}
+	slices.SortFunc(sessions, func(x, y Session) int { return strings.Compare(x.TokenHash, y.TokenHash) })
+	s.Sessions = sessions
+	if s.OTP != nil {
+		o := *s.OTP
+		o.IssuedAt, o.ExpiresAt = o.IssuedAt.UTC(), o.ExpiresAt.UTC()
+		s.OTP = &o
+	}
+	return json.Marshal(s)
 }

@@ -41,7 +41,7 @@ func openStore(ctx context.Context, cfg *Config, log *slog.Logger) (store.Store,
 }
 
 // openPostgres opens the PostgreSQL store at url, retrying for up to wait
-// while the database cannot be reached.
+// while the database cannot be reached (log, if not nil, says so).
 func openPostgres(ctx context.Context, url string, wait time.Duration, log *slog.Logger) (*postgres.Store, error) {
 	deadline := time.Now().Add(wait)
 	for {
@@ -52,7 +52,9 @@ func openPostgres(ctx context.Context, url string, wait time.Duration, log *slog
 		if !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
 			return nil, fmt.Errorf("cannot open the PostgreSQL store (REPLYD_STORE_URL): %w", err)
 		}
-		log.Warn("waiting for PostgreSQL", "error", err.Error())
+		if log != nil {
+			log.Warn("waiting for PostgreSQL", "error", err.Error())
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -73,6 +73,9 @@ func SameData(t testing.TB, a, b store.Store) {
 	if diff := cmp.Diff(Flatten(t, a), Flatten(t, b)); diff != "" {
 		t.Errorf("snapshots differ (-first +second):\n%s", diff)
 	}
+	if same, why, err := store.SameData(a, b); err != nil || !same {
+		t.Errorf("store.SameData = %v, %q, %v; want true", same, why, err)
+	}
 	for _, check := range []struct {
 		name string
 		get  func(s store.Store) (any, error)
@@ -141,6 +144,16 @@ func snapshotImportRefusesOrReplaces(t *testing.T, e Env) {
 	}
 	if _, err := b.GetKey("already-here"); err == nil {
 		t.Error("replace kept the target's own key")
+	}
+	// SameData sees a difference in the logs and in the rest.
+	MustAppend(t, b, store.LogEntry{Timestamp: T0, Message: "one more"})
+	if same, why, err := store.SameData(e.S, b); same || err != nil || why == "" {
+		t.Errorf("SameData after an extra log entry = %v, %q, %v", same, why, err)
+	}
+	Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, true) }))
+	Must(t, b.SetAdminKeyHash("other"))
+	if same, _, _ := store.SameData(e.S, b); same {
+		t.Error("SameData after changing the admin key = true")
 	}
 	// A snapshot that repeats a key is refused whole.
 	c := e.Open()
