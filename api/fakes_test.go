@@ -27,6 +27,7 @@ type memStore struct {
 	logs      []store.LogEntry
 	touches   int
 	backup    []byte
+	secrets   map[string][]byte
 	failWith  error // returned by every method when set
 }
 
@@ -293,6 +294,50 @@ func (m *memStore) Backup(w io.Writer) (int64, error) {
 	n, err := w.Write(data)
 	return int64(n), err
 }
+
+func (m *memStore) InstallationSecret(name string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return nil, m.failWith
+	}
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
+	}
+	if _, ok := m.secrets[name]; !ok {
+		m.secrets[name] = []byte("test secret " + name)
+	}
+	return slices.Clone(m.secrets[name]), nil
+}
+
+func (m *memStore) Secret(name string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.secrets[name]
+	return slices.Clone(v), ok, m.failWith
+}
+
+func (m *memStore) SetSecret(name string, value []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
+	}
+	if len(value) == 0 {
+		delete(m.secrets, name)
+	} else {
+		m.secrets[name] = slices.Clone(value)
+	}
+	return m.failWith
+}
+
+// Snapshot and Import are not used by the API; the fake has them only to
+// satisfy store.Store.
+func (m *memStore) Snapshot(func(store.Snapshot) error) error {
+	return errors.New("memStore: no snapshots")
+}
+
+func (m *memStore) Import(store.Snapshot, bool) error { return errors.New("memStore: no imports") }
 
 func (m *memStore) Size() (int64, error) {
 	m.mu.Lock()

@@ -7,6 +7,7 @@ package api
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,9 @@ type Options struct {
 	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
 	// so that a key's limit holds across all of them.
 	Limiter store.RateLimiter
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
+	// ClientAddr); nil trusts none.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -75,8 +79,11 @@ type Server struct {
 	limiter store.RateLimiter
 	touches store.TouchThrottle
 	otpMu   sync.Mutex // serialises OTP sends
-	metrics *metrics
-	reg     *prometheus.Registry
+
+	pseudoMu  sync.Mutex
+	pseudoKey []byte // the installation's pseudonym key, read once
+	metrics   *metrics
+	reg       *prometheus.Registry
 
 	clientMD    []byte
 	openAPIYAML []byte
@@ -137,6 +144,7 @@ func New(o Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = ipExtractor(o.TrustedProxies)
 	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
 	s.routes(e, o.MetricsPublic)
 	s.e = e

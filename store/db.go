@@ -18,8 +18,13 @@ import (
 )
 
 // SchemaVersion is the layout version this package writes into the meta
-// bucket. Open refuses a file written with a newer version.
-const SchemaVersion = 1
+// bucket. Open refuses a file written with a newer version and migrates an
+// older one (see migrations).
+//
+//   - 1: the first layout.
+//   - 2: infer log subjects are keyed pseudonyms (migratePseudonyms); the
+//     secrets bucket holds the installation secrets.
+const SchemaVersion = 2
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -31,12 +36,23 @@ var (
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
 	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
 
-	allBuckets = [][]byte{
+	// v1Buckets exist in every replyd file; a read-only open checks them.
+	v1Buckets = [][]byte{
 		bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx,
 		bucketSessions, bucketLogs, bucketInferIdx,
 	}
+	// allBuckets are created by a writable Open. Buckets added after
+	// schema 1 may be missing from a file opened read-only: readers check.
+	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets)
 )
+
+// migrations[v] upgrades a file of schema version v to v+1 inside Open's
+// transaction.
+var migrations = map[uint64]func(*bolt.Tx) error{
+	1: migratePseudonyms,
+}
 
 // Keys inside the meta bucket.
 var (
@@ -137,7 +153,20 @@ func initSchema(tx *bolt.Tx) error {
 	if meta.Get(metaSchemaVersion) == nil {
 		return meta.Put(metaSchemaVersion, u64(SchemaVersion))
 	}
-	return checkSchema(tx)
+	if err := checkSchema(tx); err != nil {
+		return err
+	}
+	for v := binary.BigEndian.Uint64(meta.Get(metaSchemaVersion)); v < SchemaVersion; v++ {
+		if m := migrations[v]; m != nil {
+			if err := m(tx); err != nil {
+				return fmt.Errorf("migrating schema %d to %d: %w", v, v+1, err)
+			}
+		}
+		if err := meta.Put(metaSchemaVersion, u64(v+1)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkSchema verifies that tx holds every bucket and a schema version this
@@ -154,7 +183,7 @@ func checkSchema(tx *bolt.Tx) error {
 	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
-	for _, name := range allBuckets {
+	for _, name := range v1Buckets {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("not a replyd data file: bucket %s missing", name)
 		}

@@ -4,7 +4,8 @@
 // versions, OTP codes, admin sessions, logs and the counters behind the
 // statistics. Nothing else in replyd imports bbolt. The PostgreSQL
 // implementation lives in store/postgres. Secrets are stored only as SHA-256
-// hashes.
+// hashes, except the installation secrets (the user-id pseudonym key, the TOTP
+// secret), kept as they are because replyd must use them.
 package store
 
 import (
@@ -74,8 +75,9 @@ type LogEntry struct {
 	ResourceType string
 	ResourceID   string
 	StreamName   string
-	// Subject is the SHA-256 hex of the infer payload's user_id, or the key
-	// hash when there is none. It feeds active_users and is never shown.
+	// Subject is the infer payload's user_id as secret.Pseudonym under the
+	// installation's SecretPseudonym key, or the key hash when there is no
+	// user_id. It feeds active_users and is never shown.
 	Subject string
 	// Status is the HTTP status the request was answered with (0 for admin
 	// actions that are not requests).

@@ -23,6 +23,10 @@ type Snapshot struct {
 	// Prompts in saving order, oldest first: the last one is current.
 	Prompts  []PromptVersion
 	Sessions []Session
+	// Secrets are the installation secrets by name (the pseudonym key
+	// above all: without it the copied statistics would count every user
+	// again under a new pseudonym).
+	Secrets map[string][]byte
 	// OTP is the outstanding code, or nil.
 	OTP           *OTPCode
 	OTPLastIssued time.Time // zero when no code was ever issued
@@ -51,7 +55,16 @@ func noLogs(func(LogEntry, error) bool) {}
 // Snapshot reads everything in one read transaction; see Store.
 func (db *DB) Snapshot(fn func(Snapshot) error) error {
 	return db.view(func(tx *bolt.Tx) error {
-		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}}
+		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}, Secrets: map[string][]byte{}}
+		if b := tx.Bucket(bucketSecrets); b != nil {
+			err := b.ForEach(func(k, v []byte) error {
+				snap.Secrets[string(k)] = append([]byte(nil), v...)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
 		meta := tx.Bucket(bucketMeta)
 		snap.AdminKeyHash = string(meta.Get(metaAdminKeyHash))
 		if v := meta.Get(metaOTPLastIssued); len(v) == 8 {
@@ -115,6 +128,9 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 func empty(tx *bolt.Tx) bool {
 	for _, name := range allBuckets {
 		b := tx.Bucket(name)
+		if b == nil {
+			continue
+		}
 		if bytes.Equal(name, bucketMeta) {
 			c := b.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -151,6 +167,14 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
+		for name, v := range snap.Secrets {
+			if name == "" || len(v) == 0 {
+				return invalid("a secret with an empty name or value")
+			}
+			if err := tx.Bucket(bucketSecrets).Put([]byte(name), v); err != nil {
+				return err
+			}
+		}
 		if snap.AdminKeyHash != "" {
 			if err := meta.Put(metaAdminKeyHash, []byte(snap.AdminKeyHash)); err != nil {
 				return err

@@ -101,6 +101,19 @@ type Store interface {
 	// is treated as 1.
 	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (OTPResult, error)
 
+	// InstallationSecret returns the installation secret stored under name
+	// (SecretPseudonym, SecretTOTP, …), creating it (32 bytes from
+	// crypto/rand) when there is none, so that concurrent callers on every
+	// box and later starts all get the same value. An empty name is
+	// ErrInvalid.
+	InstallationSecret(name string) ([]byte, error)
+	// Secret returns the secret stored under name and whether there is one,
+	// without creating it.
+	Secret(name string) ([]byte, bool, error)
+	// SetSecret stores value under name, replacing any earlier value; an
+	// empty value deletes the secret. An empty name is ErrInvalid.
+	SetSecret(name string, value []byte) error
+
 	// CreateSession stores an admin session under the SHA-256 hex of its
 	// token. It returns ErrExists when the hash is already stored and
 	// ErrInvalid when it is empty.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replyd/replyd/api"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -29,6 +32,10 @@ type Config struct {
 	MetricsAddr string
 	StoreURL    string // "": the bbolt file in DataDir; postgres://…: a shared PostgreSQL
 	NodeName    string
+	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
+	// into TrustedNets.
+	TrustedProxies string
+	TrustedNets    []*net.IPNet
 
 	LLMModel       string
 	WhisperModel   string
@@ -130,6 +137,7 @@ func options() []option {
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
 		redacted(strOpt("store-url", "REPLYD_STORE_URL", "", "empty: the bbolt file replyd.db in the data dir; postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=…: a PostgreSQL database several replyd boxes share", true, func(c *Config) *string { return &c.StoreURL }), redactURL),
 		strOpt("node-name", "REPLYD_NODE_NAME", defaultNodeName(), "this box's name in log entries, /healthz and the admin page (default: the hostname)", false, func(c *Config) *string { return &c.NodeName }),
+		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
@@ -203,6 +211,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
+	} else {
+		c.TrustedNets = nets
+	}
 	switch c.OTPChannel {
 	case "console", "webhook", "telegram", "ntfy", "gotify":
 	default:

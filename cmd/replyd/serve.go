@@ -98,17 +98,18 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
 	srv := api.New(api.Options{
-		Store:         db,
-		Inferer:       pipe,
-		Notifier:      notifier,
-		Health:        s.eng,
-		Logger:        s.log,
-		Version:       version,
-		Limits:        limits,
-		MetricsPublic: cfg.MetricsAddr != "",
-		TLS:           s.tls,
-		Node:          cfg.NodeName,
-		Limiter:       limiter,
+		Store:          db,
+		Inferer:        pipe,
+		Notifier:       notifier,
+		Health:         s.eng,
+		Logger:         s.log,
+		Version:        version,
+		Limits:         limits,
+		MetricsPublic:  cfg.MetricsAddr != "",
+		TLS:            s.tls,
+		Node:           cfg.NodeName,
+		Limiter:        limiter,
+		TrustedProxies: cfg.TrustedNets,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)

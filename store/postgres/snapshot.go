@@ -109,6 +109,18 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if err != nil {
 		return snap, err
 	}
+	if rows, err = tx.Query(ctx, "SELECT name, value FROM secrets"); err != nil {
+		return snap, err
+	}
+	snap.Secrets = map[string][]byte{}
+	var name string
+	var value []byte
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		snap.Secrets[name] = append([]byte(nil), value...)
+		return nil
+	}); err != nil {
+		return snap, err
+	}
 	var o store.OTPCode
 	var issued, expires int64
 	err = tx.QueryRow(ctx, "SELECT hash, issued_ns, expires_ns, attempts FROM otp WHERE id = 1").Scan(&o.Hash, &issued, &expires, &o.Attempts)
@@ -133,7 +145,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, api_keys, prompts, otp, sessions, logs, rate_windows"
+const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, logs, rate_windows"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -143,7 +155,8 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 			var held bool
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
 				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp)
-				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
+				OR EXISTS (SELECT 1 FROM secrets)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -163,6 +176,12 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 // importInto writes snap into empty tables.
 func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	batch := &pgx.Batch{}
+	for name, v := range snap.Secrets {
+		if name == "" || len(v) == 0 {
+			return invalid("a secret with an empty name or value")
+		}
+		batch.Queue("INSERT INTO secrets (name, value) VALUES ($1, $2)", name, v)
+	}
 	if snap.AdminKeyHash != "" {
 		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingAdminKeyHash, snap.AdminKeyHash)
 	}

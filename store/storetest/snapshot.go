@@ -17,11 +17,14 @@ import (
 func Fill(t testing.TB, s store.Store) {
 	t.Helper()
 	Must(t, s.SetAdminKeyHash("admin-hash"))
+	_, err := s.InstallationSecret(store.SecretPseudonym)
+	Must(t, err)
+	Must(t, s.SetSecret(store.SecretTOTP, []byte("totp secret")))
 	MustCreateKey(t, s, "k1", T0)
 	MustCreateKey(t, s, "k2", T0) // same nanosecond: listed before k1
 	Must(t, s.CreateKey(store.APIKey{Hash: "k3", ClientID: "ward 3", Scopes: []string{"infer"}, RateLimitPerMinute: 5, CreatedAt: T0.Add(time.Minute)}))
 	Must(t, s.TouchKey("k1", T0.Add(2*time.Minute)))
-	_, err := s.RevokeKey("k2", T0.Add(3*time.Minute))
+	_, err = s.RevokeKey("k2", T0.Add(3*time.Minute))
 	Must(t, err)
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "first", Version: "1", CreatedAt: T0}))
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "second\nline", Version: "beta", CreatedAt: T0.Add(time.Minute)}))
@@ -89,6 +92,8 @@ func SameData(t testing.TB, a, b store.Store) {
 		{"LastOTPIssued", func(s store.Store) (any, error) { return s.LastOTPIssued() }},
 		{"NextPromptVersion", func(s store.Store) (any, error) { return s.NextPromptVersion() }},
 		{"SessionValid", func(s store.Store) (any, error) { return s.SessionValid("sess-live", T0) }},
+		{"pseudonym key", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretPseudonym); return v, err }},
+		{"TOTP secret", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretTOTP); return v, err }},
 	} {
 		va, erra := check.get(a)
 		vb, errb := check.get(b)

@@ -64,6 +64,8 @@ var scenarios = []scenario{
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
 	{"otp/concurrent-wrong-codes-burn-once", otpConcurrentWrong},
 	{"sessions/create-valid-prune-delete", sessionsLifecycle},
+	{"secrets/get-or-create-set-delete", secretsLifecycle},
+	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
