@@ -126,3 +126,48 @@ func BenchmarkAppendLogParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "appends/s")
 }
+
+// BenchmarkRequestStoreWorkParallel runs the whole store work of a request
+// (key lookup, rate-limit check, durable log append) from 16 concurrent
+// requests, as several boxes would send it, and reports requests/s: what one
+// PostgreSQL takes on this machine before it is the bottleneck.
+func BenchmarkRequestStoreWorkParallel(b *testing.B) {
+	srv := pgtest.Start(b)
+	pg, err := postgres.Open(b.Context(), srv.NewDatabase(b), postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pg.Close()
+	var keys []string
+	for i := range 40 { // forty tablets
+		k := store.APIKey{Hash: fmt.Sprintf("%064x", i), Scopes: []string{"infer"}, RateLimitPerMinute: 1 << 30}
+		if err := pg.CreateKey(k); err != nil {
+			b.Fatal(err)
+		}
+		keys = append(keys, k.Hash)
+	}
+	var n, next atomic.Int64
+	b.SetParallelism(8)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h := keys[next.Add(1)%int64(len(keys))]
+			now := time.Now()
+			if _, err := pg.GetKey(h); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, _, err := pg.Allow(h, 1<<30, now); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := pg.AppendLog(store.LogEntry{Timestamp: now, Level: store.LevelInfo, Message: "infer ok: 3 candidates in 212 ms",
+				ResourceType: store.ResourceAPIKey, ResourceID: h, StreamName: store.StreamInfer, Subject: h, Status: 200, LatencyMS: 212, Node: "box-a"}); err != nil {
+				b.Error(err)
+				return
+			}
+			n.Add(1)
+		}
+	})
+	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "requests/s")
+}
