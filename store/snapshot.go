@@ -241,7 +241,6 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
-		logs, inferIdx := tx.Bucket(bucketLogs), tx.Bucket(bucketInferIdx)
 		for e, err := range snap.Logs {
 			if err != nil {
 				return err
@@ -250,18 +249,8 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 			if err != nil {
 				return err
 			}
-			seq, err := logs.NextSequence()
-			if err != nil {
+			if err := putLog(tx, e, val); err != nil {
 				return err
-			}
-			k := timeKey(e.Timestamp, seq)
-			if err := logs.Put(k, val); err != nil {
-				return err
-			}
-			if e.StreamName == StreamInfer {
-				if err := inferIdx.Put(k, []byte(e.Subject)); err != nil {
-					return err
-				}
 			}
 		}
 		return nil

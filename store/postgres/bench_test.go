@@ -17,6 +17,12 @@ import (
 // (fsync on, synchronous_commit on) on this machine's disk, as a hospital's
 // would be; they report quantiles as custom metrics.
 
+// benchStore opens a store on a fresh server for b.
+func benchStore(b *testing.B) *postgres.Store {
+	b.Helper()
+	return mustOpen(b, pgtest.Start(b).NewDatabase(b), postgres.Options{})
+}
+
 // quantiles reports the p50 and p99 of ds (in µs) as metrics named
 // prefix-p50-µs and prefix-p99-µs.
 func quantiles(b *testing.B, prefix string, ds []time.Duration) {
@@ -36,12 +42,7 @@ func quantiles(b *testing.B, prefix string, ds []time.Duration) {
 // append, interleaved request by request so that both see the same machine
 // (its rate limit is api's in-memory map, which costs next to nothing).
 func BenchmarkRequestStoreWork(b *testing.B) {
-	srv := pgtest.Start(b)
-	pg, err := postgres.Open(b.Context(), srv.NewDatabase(b), postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pg.Close()
+	pg := benchStore(b)
 	bolt, err := store.Open(filepath.Join(b.TempDir(), "replyd.db"), store.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -102,12 +103,7 @@ func BenchmarkRequestStoreWork(b *testing.B) {
 // from many concurrent requests (as several boxes send them): appends/s is
 // the figure the README's "how many boxes" arithmetic starts from.
 func BenchmarkAppendLogParallel(b *testing.B) {
-	srv := pgtest.Start(b)
-	pg, err := postgres.Open(b.Context(), srv.NewDatabase(b), postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pg.Close()
+	pg := benchStore(b)
 	entry := store.LogEntry{Level: store.LevelInfo, Message: "infer ok: 3 candidates in 212 ms", ResourceType: store.ResourceAPIKey,
 		ResourceID: fmt.Sprintf("%064x", 1), StreamName: store.StreamInfer, Subject: "s", Status: 200, LatencyMS: 212, Node: "box-a"}
 	var n atomic.Int64
@@ -132,12 +128,7 @@ func BenchmarkAppendLogParallel(b *testing.B) {
 // requests, as several boxes would send it, and reports requests/s: what one
 // PostgreSQL takes on this machine before it is the bottleneck.
 func BenchmarkRequestStoreWorkParallel(b *testing.B) {
-	srv := pgtest.Start(b)
-	pg, err := postgres.Open(b.Context(), srv.NewDatabase(b), postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pg.Close()
+	pg := benchStore(b)
 	var keys []string
 	for i := range 40 { // forty tablets
 		k := store.APIKey{Hash: fmt.Sprintf("%064x", i), Scopes: []string{"infer"}, RateLimitPerMinute: 1 << 30}

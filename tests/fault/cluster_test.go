@@ -162,22 +162,7 @@ func TestTwoBoxesOnePostgres(t *testing.T) {
 			}
 		}
 		for _, p := range []*testutil.Replyd{a, b} {
-			body := p.Must(replydproc.Request{Path: "/v1/admin/logs?stream=infer&limit=1000", Header: p.AdminHeader()}, 200)
-			var logs struct {
-				Items []struct {
-					ResourceID string `json:"resource_id"`
-					Node       string `json:"node"`
-				} `json:"items"`
-			}
-			if err := json.Unmarshal(body, &logs); err != nil {
-				t.Fatal(err)
-			}
-			nodes := map[string]int{}
-			for _, e := range logs.Items {
-				if e.ResourceID == k.APIKeyHash {
-					nodes[e.Node]++
-				}
-			}
+			nodes := nodesOf(t, p)[k.APIKeyHash]
 			if nodes["box-a"] != 1 || nodes["box-b"] != 2 || len(nodes) != 2 {
 				t.Errorf("%s: the key's log entries by node = %v, want box-a 1, box-b 2", p.Addr, nodes)
 			}
