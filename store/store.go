@@ -163,7 +163,7 @@ type Store interface {
 	Snapshot(fn func(snap Snapshot) error) error
 	// Import writes everything in snap, in one transaction: all of it or
 	// nothing. Into a store that holds anything (keys, prompts, logs,
-	// sessions, a code, the admin key) it refuses with ErrExists unless
+	// sessions, a code, the admin key, secrets) it refuses with ErrExists unless
 	// replace is set, in which case what the store held is gone afterwards.
 	// Importing a store's Snapshot into an empty store gives one that
 	// answers every method as the first does.
