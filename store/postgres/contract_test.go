@@ -16,7 +16,8 @@ import (
 func TestContract(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, func(t testing.TB, now func() time.Time) store.Store {
-		return mustOpen(t, srv.NewDatabase(t), postgres.Options{Now: now})
+		// Four connections a store: dozens of scenarios run at once.
+		return mustOpen(t, srv.NewDatabase(t)+"&pool_max_conns=4", postgres.Options{Now: now})
 	})
 }
 
