@@ -58,6 +58,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		Version:  "1.2.3",
 		DataFile: "/var/lib/replyd/replyd.db",
 		Rand:     &countingReader{},
+		Node:     "box-test",
 	}
 	for _, m := range mod {
 		m(&o)

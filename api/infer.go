@@ -95,6 +95,7 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Subject:      subject,
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
+			Node:         s.node,
 			ErrorCode:    errCode,
 			Inference:    inf,
 		}

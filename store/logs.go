@@ -28,51 +28,56 @@ func (db *DB) AppendLog(e LogEntry) error {
 	if err != nil {
 		return fmt.Errorf("store: encode log entry: %w", err)
 	}
-	infer := e.StreamName == StreamInfer
-	row := rowOf(e).encode()
-	var id []byte
-	var texts *RememberedTexts
-	if inf := e.Inference; infer && inf != nil {
-		if inf.ID != "" {
-			id = []byte(inf.ID)
-		}
-		if e.Subject != "" {
-			texts = inf.Remember
-		}
-	}
 	now := db.now()
 	// Batch may run this function more than once (a failed batch is retried
 	// one call at a time); it only depends on its arguments and the Tx.
-	err = db.batch(func(tx *bolt.Tx) error {
-		logs := tx.Bucket(bucketLogs)
-		seq, err := logs.NextSequence()
-		if err != nil {
-			return err
-		}
-		k := timeKey(e.Timestamp, seq)
-		if err := logs.Put(k, val); err != nil {
-			return err
-		}
-		if !infer {
-			return nil
-		}
-		if err := tx.Bucket(bucketInferIdx).Put(k, row); err != nil {
-			return err
-		}
-		if id != nil {
-			if err := tx.Bucket(bucketInferences).Put(id, k); err != nil {
-				return err
-			}
-		}
-		if texts != nil {
-			return putTexts(tx, e.Subject, k, texts, now)
-		}
-		return nil
-	})
+	err = db.batch(func(tx *bolt.Tx) error { return putLog(tx, e, val, now) })
 	if err != nil {
 		return db.wrap(err)
 	}
 	return nil
+}
+
+// putLog stores the entry e, encoded as val, under "Timestamp nanos ‖
+// sequence", and indexes it for Stats when it is of stream StreamInfer.
+func putLog(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) error {
+	_, err := putLogKey(tx, e, val, now)
+	return err
+}
+
+// putLogKey is putLog returning the entry's key: an infer entry is also
+// indexed for Stats, an answered inference (e.Inference) becomes findable
+// by its id, and its Remember texts are stored sealed under the key of the
+// user e.Subject names (created at now on first use).
+func putLogKey(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) ([]byte, error) {
+	logs := tx.Bucket(bucketLogs)
+	seq, err := logs.NextSequence()
+	if err != nil {
+		return nil, err
+	}
+	k := timeKey(e.Timestamp, seq)
+	if err := logs.Put(k, val); err != nil {
+		return nil, err
+	}
+	if e.StreamName != StreamInfer {
+		return k, nil
+	}
+	if err := tx.Bucket(bucketInferIdx).Put(k, rowOf(e).encode()); err != nil {
+		return nil, err
+	}
+	inf := e.Inference
+	if inf == nil {
+		return k, nil
+	}
+	if inf.ID != "" {
+		if err := tx.Bucket(bucketInferences).Put([]byte(inf.ID), k); err != nil {
+			return nil, err
+		}
+	}
+	if inf.Remember != nil && e.Subject != "" {
+		return k, putTexts(tx, e.Subject, k, inf.Remember, now)
+	}
+	return k, nil
 }
 
 // Logs returns the entries with Timestamp >= q.Since (inclusive) that match

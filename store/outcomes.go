@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -165,4 +167,125 @@ func (db *DB) Outcomes(since, until time.Time, fn func(OutcomeRecord) error) err
 		}
 		from = next
 	}
+}
+
+// snapshotOutcomes reads the outcomes and the memory into snap.
+func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
+	idx := tx.Bucket(bucketInferIdx)
+	err := idx.ForEach(func(_, v []byte) error {
+		row, err := decodeRow(v)
+		if err != nil {
+			return err
+		}
+		if row.outcome != nil && row.inferenceID != "" {
+			snap.Outcomes[row.inferenceID] = *row.outcome
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
+		var u userRecord
+		if err := json.Unmarshal(v, &u); err != nil {
+			return fmt.Errorf("store: decode memory user: %w", err)
+		}
+		subject := string(k)
+		m := MemorySnapshot{Subject: subject, Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
+			Rev: u.Rev, Pairs: []Pair{}, Texts: map[string]RememberedTexts{}}
+		prefix := memPrefix(subject)
+		c := tx.Bucket(bucketMemPairs).Cursor()
+		for pk, pv := c.Seek(prefix); pk != nil && bytes.HasPrefix(pk, prefix); pk, pv = c.Next() {
+			p, err := openPair(&u, pk, pv)
+			if err != nil {
+				return err
+			}
+			m.Pairs = append(m.Pairs, p)
+		}
+		c = tx.Bucket(bucketMemInfer).Cursor()
+		for tk, _ := c.Seek(prefix); tk != nil && bytes.HasPrefix(tk, prefix); tk, _ = c.Next() {
+			lk := append([]byte(nil), tk[len(prefix):]...)
+			rv := idx.Get(lk)
+			if rv == nil {
+				continue // its log entry was pruned: nobody can report on it
+			}
+			row, err := decodeRow(rv)
+			if err != nil {
+				return err
+			}
+			t, err := getTexts(tx, &u, subject, lk)
+			if err != nil {
+				return err
+			}
+			if t != nil && row.inferenceID != "" {
+				m.Texts[row.inferenceID] = *t
+			}
+		}
+		snap.Memory = append(snap.Memory, m)
+		return nil
+	})
+}
+
+// importOutcomes writes snap's outcomes and memory after its logs, whose
+// new keys logKeys gives by inference id. A pair whose log entry was pruned
+// gets a key of its own time.
+func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error {
+	idx := tx.Bucket(bucketInferIdx)
+	update := func(id string, fn func(*inferRow)) error {
+		lk := logKeys[id]
+		if lk == nil {
+			return nil
+		}
+		row, err := decodeRow(idx.Get(lk))
+		if err != nil {
+			return err
+		}
+		fn(&row)
+		return idx.Put(lk, row.encode())
+	}
+	for id, o := range snap.Outcomes {
+		if err := update(id, func(r *inferRow) { r.outcome = &o }); err != nil {
+			return err
+		}
+	}
+	pairs := tx.Bucket(bucketMemPairs)
+	for _, m := range snap.Memory {
+		if m.Subject == "" || len(m.Key) != userKeySize {
+			return invalid("a memory user with an empty subject or a key of %d bytes", len(m.Key))
+		}
+		u := &userRecord{Key: m.Key, CreatedAt: m.CreatedAt, LastAt: m.LastAt, Rev: m.Rev}
+		if err := putUser(tx, m.Subject, u); err != nil {
+			return err
+		}
+		remembered := func(r *inferRow) { r.remembered = true }
+		for _, p := range m.Pairs {
+			lk := logKeys[p.InferenceID]
+			if lk == nil {
+				seq, err := pairs.NextSequence()
+				if err != nil {
+					return err
+				}
+				lk = timeKey(p.At, seq)
+			}
+			if err := putPair(tx, u, m.Subject, lk, p); err != nil {
+				return err
+			}
+			if err := update(p.InferenceID, remembered); err != nil {
+				return err
+			}
+		}
+		for id, t := range m.Texts {
+			lk := logKeys[id]
+			if lk == nil {
+				continue
+			}
+			if err := putTexts(tx, m.Subject, lk, &t, m.CreatedAt); err != nil {
+				return err
+			}
+			if err := update(id, remembered); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

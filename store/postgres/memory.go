@@ -422,3 +422,146 @@ func (s *Store) PruneMemory(pairsBefore, textsBefore time.Time) (store.MemoryPru
 	})
 	return p, err
 }
+
+func int32s(v []int) []int32 {
+	if v == nil {
+		return nil
+	}
+	out := make([]int32, len(v))
+	for i, n := range v {
+		out[i] = int32(n)
+	}
+	return out
+}
+
+// readMemory reads the outcomes and the memory into snap (Snapshot).
+func readMemory(ctx context.Context, tx pgx.Tx, snap *store.Snapshot) error {
+	snap.Outcomes, snap.Memory = map[string]store.Outcome{}, []store.MemorySnapshot{}
+	rows, err := tx.Query(ctx, `SELECT inference_id, `+outcomeColumns+` FROM logs WHERE inference_id IS NOT NULL AND outcome_kind IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	var id string
+	var oc outcomeCols
+	if _, err := pgx.ForEachRow(rows, append([]any{&id}, oc.dest()...), func() error {
+		snap.Outcomes[id] = *oc.outcome()
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT subject, key, created_ns, last_ns, rev FROM memory_users ORDER BY subject`)
+	if err != nil {
+		return err
+	}
+	byUser := map[string]int{}
+	var m store.MemorySnapshot
+	var created int64
+	var last *int64
+	var rev int64
+	if _, err := pgx.ForEachRow(rows, []any{&m.Subject, &m.Key, &created, &last, &rev}, func() error {
+		byUser[m.Subject] = len(snap.Memory)
+		snap.Memory = append(snap.Memory, store.MemorySnapshot{Subject: m.Subject, Key: append([]byte(nil), m.Key...),
+			CreatedAt: fromNS(created), LastAt: fromNullNS(last), Rev: uint64(rev), Pairs: []store.Pair{}, Texts: map[string]store.RememberedTexts{}})
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT subject, seq, ts_ns, sealed FROM memory_pairs ORDER BY subject, ts_ns, seq`)
+	if err != nil {
+		return err
+	}
+	var subject string
+	var seq, ts int64
+	var sealed []byte
+	if _, err := pgx.ForEachRow(rows, []any{&subject, &seq, &ts, &sealed}, func() error {
+		u := &snap.Memory[byUser[subject]]
+		p, err := openPair(u.Key, subject, seq, ts, sealed)
+		u.Pairs = append(u.Pairs, p)
+		return err
+	}); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT t.subject, t.seq, t.sealed, l.inference_id FROM memory_texts t
+		JOIN logs l ON l.seq = t.seq WHERE l.inference_id IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&subject, &seq, &sealed, &id}, func() error {
+		u := &snap.Memory[byUser[subject]]
+		t, err := openTexts(u.Key, subject, seq, sealed)
+		if err != nil {
+			return err
+		}
+		u.Texts[id] = *t
+		return nil
+	})
+	return err
+}
+
+// importMemory writes snap's outcomes and memory after its logs (Import).
+// A pair whose log entry was pruned gets a negative seq of its own.
+func importMemory(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
+	for id, o := range snap.Outcomes {
+		if _, err := tx.Exec(ctx, `UPDATE logs SET outcome_kind = $2, outcome_rank = $3, outcome_spoken_chars = $4, outcome_keystrokes = $5,
+				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8 WHERE inference_id = $1`,
+			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At)); err != nil {
+			return err
+		}
+	}
+	orphan := int64(0)
+	for _, m := range snap.Memory {
+		if m.Subject == "" || len(m.Key) == 0 {
+			return invalid("a memory user with an empty subject or key")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO memory_users (subject, key, created_ns, last_ns, rev) VALUES ($1, $2, $3, $4, $5)`,
+			m.Subject, m.Key, ns(m.CreatedAt), nullNS(m.LastAt), int64(m.Rev)); err != nil {
+			if isUniqueViolation(err) {
+				return fmt.Errorf("store: import: memory user repeats: %w", store.ErrInvalid)
+			}
+			return err
+		}
+		seqOf := func(id string) (int64, bool, error) {
+			var seq int64
+			err := tx.QueryRow(ctx, `UPDATE logs SET remembered = true WHERE inference_id = $1 RETURNING seq`, id).Scan(&seq)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return 0, false, nil
+			}
+			return seq, err == nil, err
+		}
+		for _, p := range m.Pairs {
+			seq, ok, err := seqOf(p.InferenceID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				orphan--
+				seq = orphan
+			}
+			sealed, err := store.SealStrings(m.Key, memAAD("memory_pairs", m.Subject, seq), p.InferenceID, p.Partner, p.Reply)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO memory_pairs (subject, seq, ts_ns, sealed) VALUES ($1, $2, $3, $4)`, m.Subject, seq, ns(p.At), sealed); err != nil {
+				return err
+			}
+		}
+		for id, t := range m.Texts {
+			seq, ok, err := seqOf(id)
+			if err != nil || !ok {
+				return err
+			}
+			var ts int64
+			if err := tx.QueryRow(ctx, `SELECT ts_ns FROM logs WHERE seq = $1`, seq).Scan(&ts); err != nil {
+				return err
+			}
+			sealed, err := store.SealStrings(m.Key, memAAD("memory_texts", m.Subject, seq), append([]string{t.Partner}, t.Candidates...)...)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO memory_texts (subject, seq, ts_ns, sealed) VALUES ($1, $2, $3, $4)`, m.Subject, seq, ts, sealed); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

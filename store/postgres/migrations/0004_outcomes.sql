@@ -1,4 +1,4 @@
--- Schema version 2: outcomes (POST /v1/feedback) and the memory of users
+-- Schema version 4: outcomes (POST /v1/feedback) and the memory of users
 -- who opted in with remember: true.
 
 -- What an infer entry records beside its counts: the error code of a failed
