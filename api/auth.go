@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -40,23 +41,69 @@ func hashHex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key).
-func (s *Server) admit(c echo.Context, key store.APIKey) error {
+// apiKey authenticates the X-API-KEY header: missing, unknown or revoked is
+// 401. It returns the key's hash even when it fails, for the log.
+func (s *Server) apiKey(c echo.Context) (store.APIKey, string, error) {
+	raw := c.Request().Header.Get(HeaderAPIKey)
+	if raw == "" {
+		return store.APIKey{}, "", errorf(CodeUnauthorized, "the %s header is required", HeaderAPIKey)
+	}
+	if len(raw) > maxSecretHeader {
+		return store.APIKey{}, "", errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
+	}
+	hash := hashHex(raw)
+	key, err := s.store.GetKey(hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return key, hash, errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
+	}
+	if err != nil {
+		return key, hash, err
+	}
+	if key.Status != store.StatusActive {
+		return key, hash, errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
+	}
+	return key, hash, nil
+}
+
+// Rate-limit budgets: each key has one of rate_limit_per_minute requests
+// for inferences and another, as large, for feedback, so that reporting an
+// outcome never costs an inference.
+const (
+	budgetInfer    = ""
+	budgetFeedback = "#feedback"
+)
+
+// budgetExceeded is the message of a 429 per budget.
+var budgetExceeded = map[string]string{
+	budgetInfer:    "rate limit of %d requests per minute exceeded for this API key; retry in %d s",
+	budgetFeedback: "feedback rate limit of %d reports per minute exceeded for this API key; retry in %d s",
+}
+
+// admit checks the key's scope and its rate limit in budget (the box's own,
+// or the one shared through PostgreSQL), and records its use (at most once a
+// minute per key).
+func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
 	now := s.now()
-	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
+	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		s.metrics.rateLimited.Inc()
 		return &Error{
 			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
+			Message:    fmt.Sprintf(budgetExceeded[budget], key.RateLimitPerMinute, retryAfterSeconds(retry)),
 			RetryAfter: retry,
 		}
 	}
-	if s.limiter.shouldTouch(key.Hash, now) {
+	// The store persists "last used" at most once a minute; this spares
+	// even the call in between.
+	if s.touches.Begin(key.Hash, now) {
 		if err := s.store.TouchKey(key.Hash, now); err != nil {
+			s.touches.Failed(key.Hash, now)
 			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
 		}
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -15,11 +16,17 @@ type DecodeFunc func(data []byte, max time.Duration) ([]float32, error)
 // Its fields are set once at start and never changed; it is safe for
 // concurrent use when its engines are.
 type Pipeline struct {
-	Decode   DecodeFunc
-	STT      Transcriber
-	LLM      Generator
+	Decode DecodeFunc
+	STT    Transcriber
+	LLM    Generator
+	// VAD keeps only the speech of a recording before it is transcribed;
+	// nil transcribes the whole recording.
+	VAD      SpeechFilter
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
+	// Memory, when set, supplies a remembering user's earlier replies as
+	// examples for the prompt (Request.MemoryUser).
+	Memory Recaller
 
 	// STTStage and LLMStage admit requests into the two serial steps; see
 	// Stage. Their zero values admit everything.
@@ -50,6 +57,19 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			return res, classifyAudioErr(err)
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
+		if p.VAD != nil {
+			sp, err := p.VAD.KeepSpeech(ctx, pcm)
+			if err != nil {
+				return res, wrapEngineErr(err, KindSTT, "voice activity detection failed")
+			}
+			if len(sp.PCM) == 0 {
+				// No speech: Whisper never runs and nobody is answered.
+				res.NoSpeech = true
+				res.Timings.Total = p.now().Sub(start)
+				return res, nil
+			}
+			pcm = sp.PCM
+		}
 		done, err := p.STTStage.Enter(ctx)
 		if err != nil {
 			return res, err
@@ -65,11 +85,25 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 		res.Transcript = tr.Text
 		res.TranscriptLanguage = tr.Language
+		if strings.TrimSpace(tr.Text) == "" {
+			// Whisper's no-speech rule silenced every window.
+			res.Transcript = ""
+			res.NoSpeech = true
+			res.Timings.Total = p.now().Sub(start)
+			return res, nil
+		}
 		for i := range msgs {
 			if msgs[i].Audio {
 				msgs[i].Content = tr.Text
 			}
 		}
+	}
+
+	res.PartnerTurn = PartnerTurn(msgs)
+	var examples []Example
+	if req.MemoryUser != "" && p.Memory != nil && res.PartnerTurn != "" {
+		// After speech-to-text: the partner's turn is what they are matched on.
+		examples, res.RecallErr = p.Memory.Recall(ctx, req.MemoryUser, res.PartnerTurn, MaxExamples)
 	}
 
 	profile := req.Profile
@@ -87,12 +121,14 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		Profile:      profile,
 		Messages:     msgs,
 		DialogID:     req.DialogID,
+		Examples:     examples,
 		N:            req.MaxCandidates,
 		Temperature:  req.Temperature,
 		Seed:         req.Seed,
 	})
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
+	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

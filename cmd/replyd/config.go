@@ -5,17 +5,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replyd/replyd/api"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
 const (
 	DefaultLLMModel     = "models/demo/llm-demo.gguf"
 	DefaultWhisperModel = "models/demo/whisper-demo.bin"
+	// DefaultVADModel is where scripts/deps.sh and `make run` put Silero
+	// VAD's weights.
+	DefaultVADModel = "models/silero_vad_v5.onnx"
 )
 
 // Config is replyd's whole configuration. Values come from flags, which
@@ -25,9 +33,16 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	StoreURL    string // "": the bbolt file in DataDir; postgres://…: a shared PostgreSQL
+	NodeName    string
+	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
+	// into TrustedNets.
+	TrustedProxies string
+	TrustedNets    []*net.IPNet
 
 	LLMModel       string
 	WhisperModel   string
+	VADModel       string // Silero VAD v5 ONNX file; empty or missing: VAD off
 	GPULayers      int
 	Threads        int
 	STTThreads     int
@@ -52,14 +67,17 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	MaxBodyMiB    int
-	MaxAudio      time.Duration
-	InferTimeout  time.Duration
-	SessionTTL    time.Duration
-	LogRetention  time.Duration
-	LogLevel      string
-	LogFormat     string
-	ShutdownGrace time.Duration
+	MaxBodyMiB   int
+	MaxAudio     time.Duration
+	InferTimeout time.Duration
+	SessionTTL   time.Duration
+	LogRetention time.Duration
+	// MemoryRetention is how long remembered pairs are kept; negative
+	// (unset) follows LogRetention. See MemoryKeep.
+	MemoryRetention time.Duration
+	LogLevel        string
+	LogFormat       string
+	ShutdownGrace   time.Duration
 }
 
 // option describes one configuration value: its flag, its environment
@@ -70,6 +88,9 @@ type option struct {
 	def    string
 	usage  string
 	secret bool
+	// redact, when set, is how `replyd config` shows the value (instead of
+	// masking all of it).
+	redact func(v string) string
 	set    func(c *Config, v string) error
 	get    func(c *Config) string
 }
@@ -121,10 +142,14 @@ func options() []option {
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		redacted(strOpt("store-url", "REPLYD_STORE_URL", "", "empty: the bbolt file replyd.db in the data dir; postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=…: a PostgreSQL database several replyd boxes share", true, func(c *Config) *string { return &c.StoreURL }), redactURL),
+		strOpt("node-name", "REPLYD_NODE_NAME", defaultNodeName(), "this box's name in log entries, /healthz and the admin page (default: the hostname)", false, func(c *Config) *string { return &c.NodeName }),
+		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
+		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "CPU threads for the language model (default cores-1)", func(c *Config) *int { return &c.Threads }),
 		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(runtime.NumCPU()), "CPU threads for speech-to-text", func(c *Config) *int { return &c.STTThreads }),
@@ -154,6 +179,22 @@ func options() []option {
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
+			set: func(c *Config, v string) error {
+				if strings.TrimSpace(v) == "" {
+					c.MemoryRetention = -1
+					return nil
+				}
+				d, err := ParseDuration(v)
+				c.MemoryRetention = d
+				return err
+			},
+			get: func(c *Config) string {
+				if c.MemoryRetention < 0 {
+					return ""
+				}
+				return FormatDuration(c.MemoryRetention)
+			}},
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -194,6 +235,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
+	} else {
+		c.TrustedNets = nets
+	}
 	switch c.OTPChannel {
 	case "console", "webhook", "telegram", "ntfy", "gotify":
 	default:
@@ -242,7 +288,22 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, errors.New("REPLYD_STORE_URL must be a postgres:// (or postgresql://) URL, or empty for the bbolt file in the data directory"))
+	}
+	if strings.TrimSpace(c.NodeName) == "" || len(c.NodeName) > 64 {
+		errs = append(errs, errors.New("REPLYD_NODE_NAME must be 1 to 64 characters"))
+	}
 	return errors.Join(errs...)
+}
+
+// MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
+// else REPLYD_LOG_RETENTION; 0 keeps them.
+func (c *Config) MemoryKeep() time.Duration {
+	if c.MemoryRetention >= 0 {
+		return c.MemoryRetention
+	}
+	return c.LogRetention
 }
 
 // TLSEnabled reports whether replyd serves HTTPS.
@@ -254,7 +315,9 @@ func (c *Config) Print(w io.Writer) {
 	lines := make([]string, 0, len(options()))
 	for _, o := range options() {
 		v := o.get(c)
-		if o.secret && v != "" {
+		if o.redact != nil {
+			v = o.redact(v)
+		} else if o.secret && v != "" {
 			v = mask(v)
 		}
 		lines = append(lines, fmt.Sprintf("%s=%s", o.env, v))
@@ -263,6 +326,38 @@ func (c *Config) Print(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// redacted gives o a redact function for `replyd config`.
+func redacted(o option, f func(string) string) option {
+	o.redact = f
+	return o
+}
+
+// redactURL shows a URL with its password (and any password= parameter)
+// masked, so that `replyd config` still tells where the database is.
+func redactURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		return mask(v)
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "REDACTED")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// defaultNodeName is the hostname, or "replyd" when it cannot be read.
+func defaultNodeName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "replyd"
 }
 
 // mask hides a secret, keeping only a hint of its length. URLs are secrets

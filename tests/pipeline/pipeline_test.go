@@ -1,11 +1,16 @@
-package engine_test
+// Package pipeline runs engine.Pipeline on the real cgo engines
+// (engine/whisper and engine/llm on the demo models). It lives outside
+// engine because engine's own tests must not compile the cgo leaves: only
+// cmd/replyd and tests may import them.
+package pipeline
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"math"
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +19,7 @@ import (
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // recordingLLM passes requests to the real engine and keeps the last one, so
@@ -32,22 +38,29 @@ func (r *recordingLLM) Generate(ctx context.Context, req engine.GenerateRequest)
 }
 
 var (
+	tmpRoot string // the demo models; TestMain removes it
 	once    sync.Once
 	stt     *whisper.Model
 	lm      *llm.Engine
 	loadErr error
 )
 
+func TestMain(m *testing.M) {
+	var err error
+	if tmpRoot, err = os.MkdirTemp("", "replyd-pipeline-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(tmpRoot)
+	os.Exit(code)
+}
+
 // engines loads the demo models once for all tests of this file.
 func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
 	t.Helper()
 	once.Do(func() {
-		dir, err := tempDir()
-		if err != nil {
-			loadErr = err
-			return
-		}
-		wp, lp := filepath.Join(dir, "whisper-demo.bin"), filepath.Join(dir, "llm-demo.gguf")
+		wp, lp := filepath.Join(tmpRoot, "whisper-demo.bin"), filepath.Join(tmpRoot, "llm-demo.gguf")
 		if loadErr = whisper.WriteDemoModel(wp); loadErr != nil {
 			return
 		}
@@ -65,27 +78,10 @@ func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
 	return stt, lm
 }
 
-// wav16k encodes seconds of a voiced tone as 16-bit mono 16 kHz WAV.
+// wav16k encodes seconds of a 220 Hz tone as 16-bit mono 16 kHz WAV.
 func wav16k(seconds float64) []byte {
 	n := int(seconds * 16000)
-	var b bytes.Buffer
-	w := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
-	b.WriteString("RIFF")
-	w(uint32(36 + 2*n))
-	b.WriteString("WAVEfmt ")
-	w(uint32(16))
-	w(uint16(1))
-	w(uint16(1))
-	w(uint32(16000))
-	w(uint32(32000))
-	w(uint16(2))
-	w(uint16(16))
-	b.WriteString("data")
-	w(uint32(2 * n))
-	for i := 0; i < n; i++ {
-		w(int16(8000 * math.Sin(2*math.Pi*220*float64(i)/16000)))
-	}
-	return b.Bytes()
+	return testaudio.Mono16(16000, testaudio.Sine(220, 16000, n, 8000.0/32767))
 }
 
 func TestPipelineTranscriptFillsMarkedMessage(t *testing.T) {
@@ -165,5 +161,63 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	}
 	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens != 0 {
 		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
+	}
+}
+
+// fakeRecaller returns fixed examples (or an error) and records its calls.
+type fakeRecaller struct {
+	mu      sync.Mutex
+	user    string
+	query   string
+	k       int
+	calls   int
+	answer  []engine.Example
+	failure error
+}
+
+func (f *fakeRecaller) Recall(ctx context.Context, user, partnerTurn string, k int) ([]engine.Example, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.user, f.query, f.k = user, partnerTurn, k
+	f.calls++
+	return f.answer, f.failure
+}
+
+// TestPipelineRecallsOnTheTranscript: a remembering user's examples are
+// looked up with the partner's turn as transcribed, reach the language
+// model, and a failing memory does not fail the inference.
+func TestPipelineRecallsOnTheTranscript(t *testing.T) {
+	s, l := engines(t)
+	rec := &recordingLLM{Generator: l}
+	mem := &fakeRecaller{answer: []engine.Example{{Partner: "Tea?", Reply: "Yes please."}}}
+	p := &engine.Pipeline{Decode: audio.Decode, STT: s, LLM: rec, MaxAudio: 10 * time.Second, Memory: mem}
+	req := engine.Request{
+		Messages:      []engine.Message{{Role: engine.RoleSpeaker, Content: "Earlier words."}, {Role: engine.RoleDisabledPerson, Content: "Mine."}, {Role: engine.RoleSpeaker, Audio: true}},
+		Audio:         wav16k(1),
+		MaxCandidates: 1, Seed: 2, MemoryUser: "p_user",
+	}
+	res, err := p.Infer(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.user != "p_user" || mem.query != strings.TrimSpace(res.Transcript) || mem.k != engine.MaxExamples || res.PartnerTurn != mem.query {
+		t.Errorf("recall(%q, %q, %d); transcript %q, partner turn %q", mem.user, mem.query, mem.k, res.Transcript, res.PartnerTurn)
+	}
+	if len(rec.last.Examples) != 1 || res.Examples != 1 || res.ExampleTokens <= 0 {
+		t.Errorf("examples: sent %v, used %d (%d tokens)", rec.last.Examples, res.Examples, res.ExampleTokens)
+	}
+
+	mem.failure = errors.New("disk on fire")
+	req.Audio, req.Messages = nil, req.Messages[:2]
+	req.Messages = append(req.Messages, engine.Message{Role: engine.RoleSpeaker, Content: "Shall we go?"})
+	res, err = p.Infer(context.Background(), req)
+	if err != nil || res.RecallErr == nil || len(res.Candidates) == 0 || mem.query != "Shall we go?" {
+		t.Errorf("failing memory: err %v, recall err %v, %d candidates, query %q", err, res.RecallErr, len(res.Candidates), mem.query)
+	}
+
+	calls := mem.calls
+	req.MemoryUser = ""
+	if _, err := p.Infer(context.Background(), req); err != nil || mem.calls != calls {
+		t.Errorf("without remember the memory was asked (%d calls): %v", mem.calls-calls, err)
 	}
 }
