@@ -240,7 +240,7 @@ func benchModel(b *testing.B, name string, cfg ModelConfig) string {
 // per run on the same file.
 func BenchmarkDecoderBaseEN(b *testing.B) {
 	const benchTokens = 224
-	dir := testdata.Whisper(b)
+	dir := shareddata.Whisper(b)
 	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
 	for _, typ := range []string{"q8_0", "f16"} {
 		path := benchModel(b, "base-en-"+typ+".bin", BaseENConfig(typ))

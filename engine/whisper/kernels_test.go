@@ -472,7 +472,7 @@ func TestLinearsShareInput(t *testing.T) {
 // step reads in its huge-page arena (and no longer in their first copies),
 // and that the arena and the K/V caches are 2 MB aligned.
 func TestPackHot(t *testing.T) {
-	m, err := Load(filepath.Join(testdata.Whisper(t), "models", "rand-w64-en-q8_0.bin"), Options{Threads: 1, Logger: quiet})
+	m, err := Load(filepath.Join(shareddata.Whisper(t), "models", "rand-w64-en-q8_0.bin"), Options{Threads: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
