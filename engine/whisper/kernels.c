@@ -230,46 +230,53 @@ static inline __m256 exp_neg8(__m256 x) {
 }
 #endif
 
+// exp_rows replaces x[0..n) by exp(scale·x - m), where m = max scale·x,
+// and returns their sum and m.
+static float exp_rows(float *x, int n, float scale, float *mo) {
+    int j = 0;
+    float mx = -INFINITY;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), vs);
+        _mm256_storeu_ps(x + j, v);
+        vmx = _mm256_max_ps(vmx, v);
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, vmx);
+    for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
+#endif
+    for (; j < n; j++) {
+        x[j] *= scale;
+        if (x[j] > mx) mx = x[j];
+    }
+    float sum = 0;
+    j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vsum = _mm256_setzero_ps(), vm = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        _mm256_storeu_ps(x + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    sum = hsum256(vsum);
+#endif
+    for (; j < n; j++) {
+        float e = exp_neg(x[j] - mx);
+        x[j] = e;
+        sum += e;
+    }
+    *mo = mx;
+    return sum;
+}
+
 void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid) {
     for (int i = 0; i < n; i++) {
         float *row = x + (long)i * ld;
         int m = valid ? valid[i] : len;
-        int j = 0;
-        float mx = -INFINITY;
-#if defined(__AVX2__) && defined(__FMA__)
-        __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
-        for (; j + 8 <= m; j += 8) {
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + j), vs);
-            _mm256_storeu_ps(row + j, v);
-            vmx = _mm256_max_ps(vmx, v);
-        }
-        float tmp[8];
-        _mm256_storeu_ps(tmp, vmx);
-        for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
-#endif
-        for (; j < m; j++) {
-            row[j] *= scale;
-            if (row[j] > mx) mx = row[j];
-        }
-        float sum = 0;
-        j = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-        __m256 vsum = _mm256_setzero_ps(), vm = _mm256_set1_ps(mx);
-        for (; j + 8 <= m; j += 8) {
-            __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
-            _mm256_storeu_ps(row + j, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        sum = hsum256(vsum);
-#endif
-        for (; j < m; j++) {
-            float e = exp_neg(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (j = 0; j < m; j++) row[j] *= inv;
-        for (j = m; j < len; j++) row[j] = 0;
+        float mx, inv = 1.0f / exp_rows(row, m, scale, &mx);
+        for (int j = 0; j < m; j++) row[j] *= inv;
+        for (int j = m; j < len; j++) row[j] = 0;
     }
 }
 
@@ -323,31 +330,40 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
-// attention is rd_attention over K and V of float32 (es 4) or IEEE halves
-// (es 2). It reads K and V row by row, in memory order: reading them head
-// by head across rows streamed at half the rate, and a software prefetch
-// made it 5-15% slower.
-static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
-                      int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+// The attention kernels read K and V row by row, in memory order, for all
+// heads at once: reading them head by head across rows streamed at half
+// the rate, and threads that split the heads of each row between them
+// each pulled whole rows through the cache (the hardware prefetchers fetch
+// the neighbouring lines), which made two threads slower than one. So
+// threads split the rows: each computes a softmax over its rows alone, and
+// rd_attention_merge combines them (as flash-decoding does).
+void rd_attention_part(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
+                       int p, int parts, float scale, float *scores, int ldScores, float *m, float *l, float *o) {
+    const int nh = d / hd;
     for (int t = 0; t < n; t++) {
         const float *qt = q + (long)t * d;
-        float *ot = out + (long)t * d;
-        int L = valid[t];
-        for (int j = 0; j < L; j++) {
+        const int L = valid[t], j0 = (int)((long)p * L / parts), j1 = (int)((long)(p + 1) * L / parts);
+        float *mt = m + ((long)t * parts + p) * nh, *lt = l + ((long)t * parts + p) * nh;
+        float *ot = o + ((long)t * parts + p) * d;
+        memset(ot, 0, sizeof(float) * d);
+        if (j0 >= j1) {
+            for (int h = 0; h < nh; h++) mt[h] = -INFINITY, lt[h] = 0;
+            continue;
+        }
+        for (int j = j0; j < j1; j++) {
             const char *kj = (const char *)K + (long)j * d * es;
-            for (int h = h0; h < h1; h++) {
+            for (int h = 0; h < nh; h++) {
                 const char *kh = kj + (long)h * hd * es;
-                scores[(long)(h - h0) * ldScores + j] =
+                scores[(long)h * ldScores + j] =
                     es == 2 ? dot_f16((const uint8_t *)kh, qt + h * hd, hd) : dot(qt + h * hd, (const float *)kh, hd);
             }
         }
-        for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
-        for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
-        for (int j = 0; j < L; j++) {
+        for (int h = 0; h < nh; h++) lt[h] = exp_rows(scores + (long)h * ldScores + j0, j1 - j0, scale, mt + h);
+        for (int j = j0; j < j1; j++) {
             const char *vj = (const char *)V + (long)j * d * es;
-            for (int h = h0; h < h1; h++) {
+            for (int h = 0; h < nh; h++) {
                 const char *vh = vj + (long)h * hd * es;
-                float a = scores[(long)(h - h0) * ldScores + j];
+                float a = scores[(long)h * ldScores + j];
                 if (es == 2)
                     axpy_f16(ot + h * hd, a, (const uint16_t *)vh, hd);
                 else
@@ -357,14 +373,29 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
     }
 }
 
-void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
-                  int h0, int h1, float scale, float *out, float *scores, int ldScores) {
-    attention(q, K, V, 4, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
-}
-
-void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
-                        int h0, int h1, float scale, float *out, float *scores, int ldScores) {
-    attention(q, K, V, 2, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
+void rd_attention_merge(int n, int parts, int d, int hd, const float *m, const float *l, const float *o, float *out) {
+    const int nh = d / hd;
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < nh; h++) {
+            float mx = -INFINITY;
+            for (int p = 0; p < parts; p++) {
+                float v = m[((long)t * parts + p) * nh + h];
+                if (v > mx) mx = v;
+            }
+            float *oh = out + (long)t * d + h * hd;
+            memset(oh, 0, sizeof(float) * hd);
+            float sum = 0;
+            for (int p = 0; p < parts; p++) {
+                long i = ((long)t * parts + p) * nh + h;
+                if (l[i] == 0) continue;
+                float w = exp_neg(m[i] - mx);
+                sum += w * l[i];
+                axpy(oh, w, o + ((long)t * parts + p) * d + h * hd, hd);
+            }
+            float inv = 1.0f / sum;
+            for (int e = 0; e < hd; e++) oh[e] *= inv;
+        }
+    }
 }
 
 static inline uint16_t f2h(float f) {

@@ -420,13 +420,11 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 // halves. Few queries read the halves directly; many go through attendAll
 // on float32 copies in k32 and v32 (L·d floats each).
 func (m *Model) attendHalves(q []float32, k, v []uint16, n, L int, valid []int32, nh, hd int, scale float32, out, scores, k32, v32 []float32) {
-	d := nh * hd
 	if n <= 16 {
-		parallel(m.threads, nh, func(h0, h1 int) {
-			attendF16(q, k, v, n, valid, d, hd, h0, h1, scale, out, scores[h0*L:h1*L], L)
-		})
+		m.attendRows(q, unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]), 2, n, L, valid, nh, hd, scale, out, scores)
 		return
 	}
+	d := nh * hd
 	fromF16(k[:L*d], k32[:L*d])
 	fromF16(v[:L*d], v32[:L*d])
 	m.attendAll(q, k32, v32, n, L, valid, nh, hd, scale, out, scores)
@@ -434,15 +432,12 @@ func (m *Model) attendHalves(q []float32, k, v []uint16, n, L int, valid []int32
 
 // attendAll computes multi-head attention of the n queries in q ([n][d])
 // over the first L rows of k and v ([rows][d]); query i sees valid[i] rows.
-// Few queries go through a kernel that reads K and V once for all heads,
-// split over threads by head; many go through OpenBLAS head by head.
+// Few queries go through attendRows; many go through OpenBLAS head by head.
 // scores holds at least max(n, nh)·L floats.
 func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int, scale float32, out, scores []float32) {
 	d := nh * hd
 	if n <= 16 {
-		parallel(m.threads, nh, func(h0, h1 int) {
-			attend(q, k, v, n, valid, d, hd, h0, h1, scale, out, scores[h0*L:h1*L], L)
-		})
+		m.attendRows(q, unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]), 4, n, L, valid, nh, hd, scale, out, scores)
 		return
 	}
 	for hh := 0; hh < nh; hh++ {
@@ -451,6 +446,30 @@ func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int
 		softmaxRows(scores, n, L, L, scale, valid)
 		sgemmNN(n, hd, L, scores, L, v[o:], d, out[o:], d)
 	}
+}
+
+// minRowsPerPart is the fewest K/V rows worth a thread of their own in
+// attendRows.
+const minRowsPerPart = 64
+
+// attendRows computes the attention of n queries over K and V (rows of
+// nh·hd elements of es bytes) with a kernel that reads them once for all
+// heads, row by row. The threads split the rows, each taking a softmax over
+// its own, and the parts are merged (see rd_attention_part).
+func (m *Model) attendRows(q []float32, k, v unsafe.Pointer, es, n, L int, valid []int32, nh, hd int, scale float32, out, scores []float32) {
+	d := nh * hd
+	parts := 1
+	if m.threads > 1 && L >= minRowsPerPart*m.threads {
+		parts = m.threads
+	}
+	mx, l := make([]float32, n*parts*nh), make([]float32, n*parts*nh)
+	o := make([]float32, n*parts*d)
+	parallel(m.threads, parts, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			attendPart(q, k, v, es, n, valid, d, hd, p, parts, scale, scores, L, mx, l, o)
+		}
+	})
+	attendMerge(n, parts, d, hd, mx, l, o, out)
 }
 
 // textLogits returns the logits of ids 0..eot only (the ids greedy
