@@ -28,6 +28,15 @@ static void *rd_huge_alloc(size_t n, int huge) {
 #endif
 }
 
+// rd_huge_drop gives the whole 4 KB pages inside [p, p+n) back to the
+// system; the range stays mapped and reads as zeros.
+static void rd_huge_drop(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+	uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+	if (lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#endif
+}
+
 static void rd_huge_free(void *p, size_t n) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 	munmap(p, rd_huge_len(n));
@@ -40,14 +49,15 @@ import "C"
 
 import "unsafe"
 
-// The decoder reads its weights, the token embedding (or its shadow) and
-// the K/V caches once per token, about 70 MB for base.en, in streams that
-// cross a 4 KB page every few hundred nanoseconds. On 4 KB pages nearly
+// A decoder step reads its weights, the token embedding (or its shadow)
+// and the K/V caches once per token, about 70 MB for base.en, in streams
+// that cross a 4 KB page every few hundred nanoseconds. On 4 KB pages nearly
 // every one is a TLB miss, and streaming from memory ran at about half the
 // rate of 2 MB pages on the development box (73 MB: 5.9 ms against 2.9 ms,
-// medians of 40 alternated passes). So these live in memory that asks the
-// kernel for transparent huge pages (where it grants them only on request,
-// as Debian's default "madvise" does).
+// medians of 40 alternated passes). So the model's tensors, the shadow and
+// the K/V caches live in memory that asks the kernel for transparent huge
+// pages (where it grants them only on request, as Debian's default
+// "madvise" does).
 
 // hugePages is true unless a benchmark sets it false to compare.
 var hugePages = true
@@ -109,45 +119,47 @@ func (a *arena) take(n int64) []byte {
 	return b
 }
 
-// packHot moves the weights that every decoder step reads (the decoder's
-// layers and, when there is no shadow, the token embedding) into one arena
-// of huge pages and releases their first copies. F32 weights stay where
-// they are. Without the memory it leaves everything as it was.
-func (m *Model) packHot() {
-	var ws []*weight
-	for i := range m.dec {
-		b := &m.dec[i]
-		ws = append(ws, b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.o, b.fc1, b.fc2)
+// tensorArena holds a model file's tensors one after another in one
+// hugeAlloc the size of the file; tensors that do not fit (never, for a
+// well-formed file) come from cAlloc.
+type tensorArena struct{ arena }
+
+// newTensorArena returns an arena for the tensors of a file of size bytes,
+// or nil when the memory cannot be had.
+func newTensorArena(size int64) *tensorArena {
+	mem := hugeAlloc(size)
+	if mem == nil {
+		return nil
 	}
-	if m.shadow == nil {
-		ws = append(ws, m.tokEmb)
+	return &tensorArena{arena{mem: mem}}
+}
+
+// alloc returns n bytes for a tensor.
+func (a *tensorArena) alloc(n int64) []byte {
+	if a.used+n > int64(len(a.mem)) {
+		return cAlloc(n)
 	}
-	var sizes []int64
-	for _, w := range ws {
-		sizes = append(sizes, int64(len(w.raw)))
-	}
-	a := newArena(arenaSize(sizes...))
-	if a == nil {
+	return a.take(n)
+}
+
+// release gives a tensor's memory back: the whole pages inside it to the
+// system when it is in the arena (the rest goes with the arena).
+func (a *tensorArena) release(b []byte) {
+	if len(b) == 0 {
 		return
 	}
-	moved := map[*byte]bool{}
-	for _, w := range ws {
-		if len(w.raw) == 0 {
-			continue
-		}
-		b := a.take(int64(len(w.raw)))
-		copy(b, w.raw)
-		moved[&w.raw[0]] = true
-		w.raw = b
+	p, lo := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&a.mem[0]))
+	if p < lo || p >= lo+uintptr(len(a.mem)) {
+		cFree(b)
+		return
 	}
-	kept := m.owned[:0]
-	for _, b := range m.owned {
-		if len(b) > 0 && moved[&b[0]] {
-			m.release(b)
-		} else {
-			kept = append(kept, b)
-		}
+	C.rd_huge_drop(unsafe.Pointer(&b[0]), C.size_t(len(b)))
+}
+
+// free releases the arena.
+func (a *tensorArena) free() {
+	if a != nil {
+		hugeFree(a.mem)
+		a.mem = nil
 	}
-	m.owned = kept
-	m.hot = a
 }

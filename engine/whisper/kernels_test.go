@@ -468,37 +468,29 @@ func TestLinearsShareInput(t *testing.T) {
 	}
 }
 
-// TestPackHot checks that a loaded model keeps the weights every decoder
-// step reads in its huge-page arena (and no longer in their first copies),
-// and that the arena and the K/V caches are 2 MB aligned.
-func TestPackHot(t *testing.T) {
+// TestHugePageArenas checks that a loaded model keeps its tensors (the
+// decoder's weights and the token embedding among them) in one 2 MB
+// aligned arena, and the decoder's K/V caches in another.
+func TestHugePageArenas(t *testing.T) {
 	m, err := Load(filepath.Join(shareddata.Whisper(t), "models", "rand-w64-en-q8_0.bin"), Options{Threads: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.hot == nil {
-		t.Fatal("no arena for the decoder's weights")
+	if m.tensors == nil || uintptr(unsafe.Pointer(&m.tensors.mem[0]))%(2<<20) != 0 {
+		t.Fatal("the tensors are not in a 2 MB aligned arena")
 	}
 	inArena := func(b []byte, a *arena) bool {
 		p, lo := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&a.mem[0]))
 		return p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(a.mem))
-	}
-	if uintptr(unsafe.Pointer(&m.hot.mem[0]))%(2<<20) != 0 {
-		t.Fatal("the arena is not 2 MB aligned")
 	}
 	ws := []*weight{m.tokEmb}
 	for _, b := range m.dec {
 		ws = append(ws, b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.o, b.fc1, b.fc2)
 	}
 	for i, w := range ws {
-		if !inArena(w.raw, m.hot) {
+		if !inArena(w.raw, &m.tensors.arena) {
 			t.Fatalf("weight %d is not in the arena", i)
-		}
-		for _, b := range m.owned {
-			if &b[0] == &w.raw[0] {
-				t.Fatalf("weight %d is still owned outside the arena", i)
-			}
 		}
 	}
 	st := m.newDecState(make([]float32, m.hp.NAudioCtx*m.hp.NAudioState))

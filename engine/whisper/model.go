@@ -123,7 +123,7 @@ type Model struct {
 	wtype ggmlType
 
 	owned   [][]byte      // C memory holding weights, freed by Close
-	hot     *arena        // the weights every decoder step reads (packHot), nil if none
+	tensors *tensorArena  // the file's tensor data (huge.go), freed by Close; nil if none
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
@@ -141,6 +141,7 @@ func Load(path string, opts Options) (*Model, error) {
 	}
 	m, err := newModel(g, opts)
 	if err != nil {
+		g.arena.free()
 		return nil, fmt.Errorf("whisper: load %s: %w", path, err)
 	}
 	m.path = path
@@ -167,7 +168,7 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 			}
 		}
 		if err == nil {
-			m.packHot()
+			m.tensors = g.arena
 		}
 	}()
 	m = &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
@@ -355,10 +356,8 @@ func (m *Model) Close() error {
 		}
 	}
 	m.owned = nil
-	if m.hot != nil {
-		hugeFree(m.hot.mem)
-		m.hot = nil
-	}
+	m.tensors.free()
+	m.tensors = nil
 	m.scr.free()
 	return nil
 }
