@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ var (
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
 	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
 	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
+	bucketOTP       = []byte("otp")          // scope (client address) -> JSON otpRecord (schema 2)
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -44,7 +46,7 @@ var (
 	}
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
-	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets)
+	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's
@@ -58,8 +60,11 @@ var (
 	metaSchemaVersion = []byte("schema_version")
 	metaAdminKeyHash  = []byte("admin_key_hash")
 	metaPromptCurrent = []byte("prompt_current")
-	metaOTP           = []byte("otp")
-	metaOTPLastIssued = []byte("otp_last_issued")
+	metaTOTPLastStep  = []byte("totp_last_step")
+
+	// Schema 1 kept one global code here; Open deletes them.
+	metaV1OTP           = []byte("otp")
+	metaV1OTPLastIssued = []byte("otp_last_issued")
 )
 
 // DefaultTimeout is how long Open waits for the file lock when
@@ -102,6 +107,9 @@ type DB struct {
 
 	touchMu sync.Mutex
 	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+
+	// writeFail is the last write's failure, nil after a write succeeds.
+	writeFail atomic.Pointer[error]
 }
 
 // Open opens (creating if needed, mode 0600) the bbolt file at path and makes
@@ -168,6 +176,13 @@ func initSchema(tx *bolt.Tx) error {
 			return err
 		}
 	}
+	for _, k := range [][]byte{metaV1OTP, metaV1OTPLastIssued} {
+		if meta.Get(k) != nil {
+			if err := meta.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -216,7 +231,7 @@ func describeIOError(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("permission denied: the data directory must be writable by this user: %w", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("no space left on the data directory's device: %w", err)
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	return err
 }
@@ -234,8 +249,30 @@ func (db *DB) Path() string { return db.path }
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
-	if err := db.bolt.Update(fn); err != nil {
-		return db.wrap(err)
+	return db.noteWrite(db.bolt.Update(fn))
+}
+
+// noteWrite records the outcome of a write transaction for WriteFailure and
+// returns err explained. A caller's mistake (not found, exists, invalid)
+// says nothing about the disk and changes nothing.
+func (db *DB) noteWrite(err error) error {
+	if err == nil {
+		db.writeFail.Store(nil)
+		return nil
+	}
+	err = db.wrap(err)
+	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, errInvalidArg) {
+		db.writeFail.Store(&err)
+	}
+	return err
+}
+
+// WriteFailure returns the error of the last write transaction when it
+// failed (wrapping ErrNoSpace when the disk is full), or nil when the last
+// write succeeded or none was made since Open. Health checks report it.
+func (db *DB) WriteFailure() error {
+	if p := db.writeFail.Load(); p != nil {
+		return *p
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ var (
 	ErrExists   = errors.New("already exists")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
+	// ErrNoSpace: a write failed because the data directory's file system
+	// is full (or the user's quota is used up).
+	ErrNoSpace = errors.New("no space left on the data directory's device")
 )
 
 // APIKey is a client key as stored: only its SHA-256 hash, never the key.
@@ -96,15 +99,3 @@ type StatsBucket struct {
 	TotalRequests int
 	ActiveUsers   int
 }
-
-// OTPResult tells how a verification went.
-type OTPResult int
-
-// Results of VerifyOTP.
-const (
-	OTPOK      OTPResult = iota
-	OTPWrong             // wrong code; attempts remain
-	OTPBurned            // too many wrong tries: the code is gone
-	OTPExpired           // the code expired
-	OTPNone              // no code outstanding
-)

@@ -399,58 +399,80 @@ func TestPrompts(t *testing.T) {
 func TestOTP(t *testing.T) {
 	db, _ := MustOpen(t)
 	exp := t0.Add(5 * time.Minute)
-	verify := func(hash string, now time.Time, want OTPResult) {
+	use := func(scope, hash string, now time.Time, want bool) {
 		t.Helper()
-		got, err := db.VerifyOTP(hash, now, 3)
+		got, err := db.UseOTP(scope, hash, now)
 		Must(t, err)
 		if got != want {
-			t.Errorf("VerifyOTP(%q) = %v, want %v", hash, got, want)
+			t.Errorf("UseOTP(%q, %q) = %v, want %v", scope, hash, got, want)
 		}
 	}
-	if last, _ := db.LastOTPIssued(); !last.IsZero() {
-		t.Errorf("LastOTPIssued empty = %v", last)
-	}
-	verify("x", t0, OTPNone)
+	use("10.0.0.1", "x", t0, false)
 
 	// Single use.
-	Must(t, db.SaveOTP("good", t0, exp))
-	verify("bad", t0, OTPWrong)
-	verify("good", t0, OTPOK)
-	verify("good", t0, OTPNone)
-	if last, _ := db.LastOTPIssued(); !last.Equal(t0) {
-		t.Errorf("LastOTPIssued after use = %v, want %v", last, t0)
+	Must(t, db.SaveOTP("10.0.0.1", "good", t0, exp))
+	use("10.0.0.1", "bad", t0, false)
+	use("10.0.0.1", "good", t0, true)
+	use("10.0.0.1", "good", t0, false)
+
+	// Wrong guesses write nothing and never burn the code.
+	Must(t, db.SaveOTP("10.0.0.1", "good", t0, exp))
+	st := db.bolt.Stats()
+	writes := st.TxStats.GetWrite()
+	for i := 0; i < 50; i++ {
+		use("10.0.0.1", fmt.Sprintf("bad%d", i), t0, false)
 	}
-
-	// Burned on the third wrong try; the right code is then useless.
-	Must(t, db.SaveOTP("good", t0, exp))
-	verify("bad1", t0, OTPWrong)
-	verify("bad2", t0, OTPWrong)
-	verify("bad3", t0, OTPBurned)
-	verify("good", t0, OTPNone)
-
-	// A new code resets the attempts.
-	Must(t, db.SaveOTP("good", t0, exp))
-	verify("bad1", t0, OTPWrong)
-	verify("bad2", t0, OTPWrong)
-	Must(t, db.SaveOTP("new", t0.Add(time.Minute), exp))
-	verify("good", t0, OTPWrong) // the replaced code no longer works
-	verify("bad", t0, OTPWrong)
-	verify("new", t0, OTPOK)
-	if last, _ := db.LastOTPIssued(); !last.Equal(t0.Add(time.Minute)) {
-		t.Errorf("LastOTPIssued = %v", last)
+	st = db.bolt.Stats()
+	if w := st.TxStats.GetWrite(); w != writes {
+		t.Errorf("50 wrong guesses wrote %d pages", w-writes)
 	}
+	use("10.0.0.1", "good", t0, true)
 
-	// Expiry is exclusive: at expiresAt the code is gone.
-	Must(t, db.SaveOTP("good", t0, exp))
-	verify("good", exp, OTPExpired)
-	verify("good", t0, OTPNone)
-	Must(t, db.SaveOTP("good", t0, exp))
-	verify("good", exp.Add(-time.Nanosecond), OTPOK)
+	// Scopes are separate: a code is spent only from its own scope, and a
+	// new code for one scope leaves the others alone.
+	Must(t, db.SaveOTP("10.0.0.1", "one", t0, exp))
+	Must(t, db.SaveOTP("10.0.0.2", "two", t0, exp))
+	use("10.0.0.2", "one", t0, false)
+	Must(t, db.SaveOTP("10.0.0.2", "two-again", t0.Add(time.Minute), exp))
+	use("10.0.0.2", "two", t0, false) // replaced
+	use("10.0.0.1", "one", t0, true)
+	use("10.0.0.2", "two-again", t0, true)
 
-	// maxAttempts below 1 burns on the first wrong try.
-	Must(t, db.SaveOTP("good", t0, exp))
-	if r, _ := db.VerifyOTP("bad", t0, 0); r != OTPBurned {
-		t.Errorf("maxAttempts 0: %v, want OTPBurned", r)
+	// Expiry is exclusive.
+	Must(t, db.SaveOTP("s", "good", t0, exp))
+	use("s", "good", exp, false)
+	use("s", "good", exp.Add(-time.Nanosecond), true)
+
+	// Delete and prune.
+	Must(t, db.SaveOTP("a", "h", t0, exp))
+	Must(t, db.SaveOTP("b", "h", t0, t0.Add(time.Minute)))
+	Must(t, db.SaveOTP("c", "h", t0, exp))
+	Must(t, db.DeleteOTP("c"))
+	Must(t, db.DeleteOTP("never-existed"))
+	use("c", "h", t0, false)
+	n, err := db.PruneOTPs(t0.Add(2 * time.Minute))
+	Must(t, err)
+	if n != 1 { // b; a is still valid; the others were spent or deleted
+		t.Errorf("pruned %d codes, want 1", n)
+	}
+	use("a", "h", t0, true)
+	use("b", "h", t0, false)
+	if err := db.SaveOTP("", "h", t0, exp); err == nil {
+		t.Error("empty scope accepted")
+	}
+}
+
+func TestUseTOTPStep(t *testing.T) {
+	db, _ := MustOpen(t)
+	for _, tc := range []struct {
+		step int64
+		want bool
+	}{{100, true}, {100, false}, {99, false}, {101, true}, {103, true}, {102, false}} {
+		got, err := db.UseTOTPStep(tc.step)
+		Must(t, err)
+		if got != tc.want {
+			t.Errorf("UseTOTPStep(%d) = %v, want %v", tc.step, got, tc.want)
+		}
 	}
 }
 
@@ -745,7 +767,30 @@ func TestRestoreRejectsBadSources(t *testing.T) {
 
 func TestDescribeIOErrorFull(t *testing.T) {
 	err := describeIOError(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left") {
+	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("describeIOError(ENOSPC) = %v", err)
+	}
+}
+
+func TestWriteFailure(t *testing.T) {
+	db, _ := MustOpen(t)
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("fresh store: %v", err)
+	}
+	// A caller's mistake is not a write failure.
+	if _, err := db.RevokeKey("unknown", t0); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("after ErrNotFound: %v", err)
+	}
+	// A failed commit is, until the next write succeeds.
+	_ = db.noteWrite(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
+	if err := db.WriteFailure(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("after ENOSPC: %v", err)
+	}
+	Must(t, db.AppendLog(LogEntry{Message: "m"}))
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("after a good write: %v", err)
 	}
 }
