@@ -1,17 +1,18 @@
 package api
 
 // Who is calling: the credential headers, the API key vocabulary and the two
-// admission checks (a tablet's key on /v1/infer, an administrator on /v1/admin).
+// admission checks (a tablet's key on /v1/infer, an administrator on
+// /v1/admin).
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -35,13 +36,45 @@ const maxSecretHeader = 512
 
 // hashHex returns the lowercase hex SHA-256 of s: how keys, codes and
 // session tokens are stored and how api_key_hash is formed.
-func hashHex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
+func hashHex(s string) string { return secret.Hash(s) }
+
+// authenticateKey returns the active key named by the request's X-API-KEY.
+// A missing, unknown or revoked key is 401, or 429 once the client address
+// has failed too often this minute; either way the failure is only counted
+// in memory (st.authFailed tells inferLog not to write an entry for it). A
+// valid key is served whatever its address's failures.
+func (s *Server) authenticateKey(c echo.Context, st *inferState) (store.APIKey, error) {
+	raw := c.Request().Header.Get(HeaderAPIKey)
+	fail := func(format string, args ...any) (store.APIKey, error) {
+		st.authFailed = true
+		if e := s.authFailed(ClientAddr(c), failAPIKey); e != nil {
+			return store.APIKey{}, e
+		}
+		return store.APIKey{}, errorf(CodeUnauthorized, format, args...)
+	}
+	if raw == "" {
+		return fail("the %s header is required", HeaderAPIKey)
+	}
+	if len(raw) > maxSecretHeader {
+		return fail("%s is not a valid API key", HeaderAPIKey)
+	}
+	key, err := s.store.GetKey(hashHex(raw))
+	if errors.Is(err, store.ErrNotFound) {
+		return fail("%s is not a valid API key", HeaderAPIKey)
+	}
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if key.Status != store.StatusActive {
+		return fail("%s has been revoked", HeaderAPIKey)
+	}
+	st.keyHash = key.Hash
+	return key, nil
 }
 
 // admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key).
+// once a minute per key). The caller must call refund when the request ends
+// shed (503): shed requests do not count against the limit.
 func (s *Server) admit(c echo.Context, key store.APIKey) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
@@ -77,10 +110,11 @@ func isKeyHash(h string) bool {
 	return true
 }
 
-// adminAuth admits a request carrying a valid X-ADMIN-KEY (its SHA-256
-// compared in constant time with the stored admin key hash) or a valid,
-// unexpired X-ADMIN-SESSION. Neither, or an invalid one, is 401. An API key
-// is never an admin credential.
+// adminAuth admits a request carrying a valid X-ADMIN-KEY or a valid,
+// unexpired X-ADMIN-SESSION. Neither is 401; an invalid one is 401, counted
+// as a failed authentication of the client address, and 429 (before the
+// admin key's KDF runs) once the address has failed too often this minute.
+// An API key is never an admin credential.
 func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header
@@ -88,13 +122,13 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 		if key == "" && session == "" {
 			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
 		}
+		addr := ClientAddr(c)
 		if key != "" && len(key) <= maxSecretHeader {
-			want, err := s.store.AdminKeyHash()
+			ok, err := s.checkAdminKey(c, addr, key)
 			if err != nil {
 				return err
 			}
-			got := hashHex(key)
-			if want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			if ok {
 				c.Set(adminViaKey, true)
 				return next(c)
 			}
@@ -108,8 +142,81 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 				return next(c)
 			}
 		}
+		if e := s.authFailed(addr, failAdmin); e != nil {
+			return e
+		}
 		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
 	}
 }
 
 const adminViaKey = "replyd.admin_via_key"
+
+// verifiedAdminKey remembers the SHA-256 of the admin key last verified
+// against a stored hash, so that scrapes and the admin page pay the KDF
+// once. A different stored hash (a reset, another box's change) forgets it.
+type verifiedAdminKey struct {
+	mu     sync.Mutex
+	stored string // the stored hash it was verified against
+	digest string // secret.Hash of the key
+}
+
+func (v *verifiedAdminKey) known(stored, digest string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stored != "" && v.stored == stored && secret.Equal(v.digest, digest)
+}
+
+func (v *verifiedAdminKey) remember(stored, digest string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stored, v.digest = stored, digest
+}
+
+// checkAdminKey reports whether key is the admin key. A key verified before
+// is recognised by its SHA-256 alone. Otherwise the address's failures are
+// checked first (429 without running the KDF), then the KDF runs, one at a
+// time. A match against a legacy SHA-256 hash upgrades the stored hash to
+// Argon2id.
+func (s *Server) checkAdminKey(c echo.Context, addr, key string) (bool, error) {
+	stored, err := s.store.AdminKeyHash()
+	if err != nil || stored == "" {
+		return false, err
+	}
+	digest := hashHex(key)
+	if s.adminKey.known(stored, digest) {
+		return true, nil
+	}
+	if e := s.throttledAddr(addr); e != nil {
+		return false, e
+	}
+	select {
+	case s.kdfSlot <- struct{}{}:
+		defer func() { <-s.kdfSlot }()
+	case <-c.Request().Context().Done():
+		return false, &Error{Code: CodeCanceled, Message: "the client closed the request", Err: c.Request().Context().Err()}
+	}
+	// While this request waited, another may have verified the key, or
+	// this address may have run out of failures.
+	if s.adminKey.known(stored, digest) {
+		return true, nil
+	}
+	if e := s.throttledAddr(addr); e != nil {
+		return false, e
+	}
+	ok, err := secret.CheckAdminKey(key, stored)
+	if err != nil || !ok {
+		return false, err
+	}
+	if secret.IsLegacyAdminKeyHash(stored) {
+		if upgraded, err := secret.HashAdminKey(key); err != nil {
+			s.reqLogger(c).Warn("hashing the admin key with Argon2id failed", "error", err.Error())
+		} else if err := s.store.SetAdminKeyHash(upgraded); err != nil {
+			s.reqLogger(c).Warn("storing the admin key's Argon2id hash failed", "error", err.Error())
+		} else {
+			stored = upgraded
+			s.reqLogger(c).Info("the admin key's stored hash was upgraded from SHA-256 to Argon2id")
+		}
+	}
+	s.adminKey.remember(stored, digest)
+	return true, nil
+}

@@ -29,10 +29,13 @@ type Store interface {
 	PromptHistory(limit int) ([]store.PromptVersion, error) // newest first
 	NextPromptVersion() (string, error)                     // the next integer version as a string
 
-	// OTP: at most one outstanding code; saving replaces it.
-	SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error
-	LastOTPIssued() (time.Time, error) // zero when none
-	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (store.OTPResult, error)
+	// OTP: one outstanding code per scope (client address); saving
+	// replaces that scope's code only. UseOTP spends a matching unexpired
+	// code and writes nothing otherwise.
+	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error
+	UseOTP(scope, codeHash string, now time.Time) (bool, error)
+	DeleteOTP(scope string) error
+	UseTOTPStep(step int64) (bool, error) // true once per step, for steps later than any used
 
 	// Admin sessions (token hashes).
 	CreateSession(tokenHash string, expiresAt time.Time) error
@@ -45,12 +48,16 @@ type Store interface {
 	Stats(since, until time.Time) (store.Stats, error)
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error)
 
-	// Installation secrets: get-or-create by name (store.SecretPseudonym).
+	// Installation secrets: get-or-create by name (store.SecretPseudonym),
+	// or plain get and set (store.SecretTOTP; an empty value deletes).
 	InstallationSecret(name string) ([]byte, error)
+	Secret(name string) ([]byte, bool, error)
+	SetSecret(name string, value []byte) error
 
 	// Operations.
 	Backup(w io.Writer) (int64, error) // hot, consistent copy of the file
 	Size() (int64, error)
+	WriteFailure() error // the last write's failure (store.ErrNoSpace when full), nil once a write succeeds
 }
 
 // Inferer runs one inference. *engine.Pipeline implements it.

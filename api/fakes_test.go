@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/replyd/replyd/engine"
@@ -21,8 +22,10 @@ type memStore struct {
 	keyOrder  []string
 	adminHash string
 	prompts   []store.PromptVersion
-	otp       *memOTP
-	lastOTP   time.Time
+	otps      map[string]memOTP // scope -> code
+	totpUsed  bool
+	totpStep  int64
+	writeFail error // reported by WriteFailure
 	sessions  map[string]time.Time
 	logs      []store.LogEntry
 	touches   int
@@ -34,7 +37,6 @@ type memStore struct {
 type memOTP struct {
 	hash            string
 	issued, expires time.Time
-	attempts        int
 }
 
 func newMemStore() *memStore {
@@ -169,40 +171,72 @@ func (m *memStore) NextPromptVersion() (string, error) {
 	return strconv.Itoa(max + 1), nil
 }
 
-func (m *memStore) SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error {
+func (m *memStore) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.otp = &memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
-	m.lastOTP = issuedAt
+	if m.failWith != nil {
+		return m.failWith
+	}
+	if m.otps == nil {
+		m.otps = map[string]memOTP{}
+	}
+	m.otps[scope] = memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
 	return nil
 }
 
-func (m *memStore) LastOTPIssued() (time.Time, error) {
+func (m *memStore) UseOTP(scope, codeHash string, now time.Time) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lastOTP, nil
+	o, ok := m.otps[scope]
+	if !ok || !now.Before(o.expires) || o.hash != codeHash {
+		return false, nil
+	}
+	delete(m.otps, scope)
+	return true, nil
 }
 
-func (m *memStore) VerifyOTP(codeHash string, now time.Time, maxAttempts int) (store.OTPResult, error) {
+func (m *memStore) DeleteOTP(scope string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.otp == nil {
-		return store.OTPNone, nil
+	delete(m.otps, scope)
+	return nil
+}
+
+func (m *memStore) UseTOTPStep(step int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.totpUsed && step <= m.totpStep {
+		return false, nil
 	}
-	if !now.Before(m.otp.expires) {
-		m.otp = nil
-		return store.OTPExpired, nil
+	m.totpUsed, m.totpStep = true, step
+	return true, nil
+}
+
+func (m *memStore) Secret(name string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.secrets[name]
+	return slices.Clone(v), ok, nil
+}
+
+func (m *memStore) SetSecret(name string, value []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
 	}
-	if m.otp.hash == codeHash {
-		m.otp = nil
-		return store.OTPOK, nil
+	if len(value) == 0 {
+		delete(m.secrets, name)
+	} else {
+		m.secrets[name] = slices.Clone(value)
 	}
-	m.otp.attempts++
-	if m.otp.attempts >= maxAttempts {
-		m.otp = nil
-		return store.OTPBurned, nil
-	}
-	return store.OTPWrong, nil
+	return nil
+}
+
+func (m *memStore) WriteFailure() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.writeFail
 }
 
 func (m *memStore) CreateSession(tokenHash string, expiresAt time.Time) error {
@@ -407,6 +441,29 @@ func (n *fakeNotifier) Send(ctx context.Context, code, text string, expiresAt ti
 	n.codes = append(n.codes, code)
 	n.texts = append(n.texts, text)
 	return nil
+}
+
+func (n *fakeNotifier) textsCopy() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.texts)
+}
+
+func (n *fakeNotifier) codesCopy() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.codes)
+}
+
+// waitFor polls cond for up to 5 s (alerts are sent in the background).
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5 s")
 }
 
 func (n *fakeNotifier) lastCode() string {

@@ -18,6 +18,7 @@ import (
 type inferState struct {
 	start        time.Time
 	try          bool
+	authFailed   bool // no valid key: counted in memory, never logged per request
 	keyHash      string
 	subject      string
 	audio        bool
@@ -36,9 +37,13 @@ func inferStateOf(c echo.Context) *inferState {
 
 // inferLog wraps /v1/infer and /v1/admin/try: it answers the request (errors
 // through the error handler), flushes the answer to the client, and then
-// appends exactly one log entry for the call, whatever its outcome: level
-// info on 2xx, warn on 4xx, error on 5xx. The entry names counts and times,
-// never dialog text or transcripts.
+// appends one log entry for the call: level info on 2xx, warn on 4xx, error
+// on 5xx. Two outcomes write no entry of their own, so that a client cannot
+// grow the log faster than the key's rate limit lets it: a failed
+// authentication (counted in memory and aggregated per client address, see
+// authFailed) and a request refused by the key's rate limit after the
+// first one in its window. The entry names counts and times, never dialog
+// text or transcripts.
 func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		st := &inferState{start: s.now(), try: c.Path() == "/v1/admin/try"}
@@ -83,44 +88,55 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
 		}
-		if err := s.store.AppendLog(entry); err != nil {
-			s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+		if s.keepInferLog(st, code) {
+			if err := s.store.AppendLog(entry); err != nil {
+				s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+			}
 		}
 		s.metrics.inferences.WithLabelValues(code).Inc()
 		return nil
 	}
 }
 
+// keepInferLog reports whether the outcome of an infer call gets its own
+// log entry (see inferLog).
+func (s *Server) keepInferLog(st *inferState, code string) bool {
+	switch {
+	case st.authFailed:
+		return false
+	case code == CodeRateLimited && st.keyHash != "":
+		return s.limiter.firstRefusal(st.keyHash)
+	}
+	return true
+}
+
 // handleInfer serves POST /v1/infer: authenticate the key, apply its rate
 // limit, and only then read and decode the body.
 func (s *Server) handleInfer(c echo.Context) error {
 	st := inferStateOf(c)
-	raw := c.Request().Header.Get(HeaderAPIKey)
-	if raw == "" {
-		return errorf(CodeUnauthorized, "the %s header is required", HeaderAPIKey)
-	}
-	if len(raw) > maxSecretHeader {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
-	st.keyHash = hashHex(raw)
-	key, err := s.store.GetKey(st.keyHash)
-	if errors.Is(err, store.ErrNotFound) {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
+	key, err := s.authenticateKey(c, st)
 	if err != nil {
 		return err
-	}
-	if key.Status != store.StatusActive {
-		return errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
 	}
 	if err := s.admit(c, key); err != nil {
 		return err
 	}
+	defer s.refundIfShed(key.Hash, &err)
 	form, err := s.readInferForm(c.Request(), false)
 	if err != nil {
 		return err
 	}
-	return s.runInfer(c, st, form)
+	err = s.runInfer(c, st, form)
+	return err
+}
+
+// refundIfShed gives the request back to the key's rate limit when it ended
+// in a 503 (overloaded, not ready, timeout): the client is told to retry,
+// and the retry must not find the limit used up by requests replyd refused.
+func (s *Server) refundIfShed(keyHash string, errp *error) {
+	if *errp != nil && toAPIError(*errp).Status() == http.StatusServiceUnavailable {
+		s.limiter.refund(keyHash, s.now())
+	}
 }
 
 // handleTry serves POST /v1/admin/try: the admin page's "Try it". It runs an
@@ -158,7 +174,9 @@ func (s *Server) handleTry(c echo.Context) error {
 	if err := s.admit(c, key); err != nil {
 		return err
 	}
-	return s.runInfer(c, st, form)
+	defer s.refundIfShed(key.Hash, &err)
+	err = s.runInfer(c, st, form)
+	return err
 }
 
 // answerCandidate is the spec's AnswerCandidate.

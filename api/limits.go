@@ -42,10 +42,16 @@ type Limits struct {
 	// SessionTTL is the lifetime of an admin session.
 	SessionTTL time.Duration
 	// OTPTTL is the lifetime of a one-time code; OTPResendInterval the least
-	// time between two sends; OTPMaxAttempts the wrong tries that burn a code.
+	// time between two sends from one client address; OTPMaxAttempts the
+	// wrong codes one address may try in 15 minutes (a wrong code never
+	// burns the code: see otp.go for the global lock).
 	OTPTTL            time.Duration
 	OTPResendInterval time.Duration
 	OTPMaxAttempts    int
+	// AuthFailuresPerMinute is how many failed authentications (API key,
+	// admin credential) one client address may make in a minute; further
+	// ones get 429 while valid credentials are still served.
+	AuthFailuresPerMinute int
 	// DefaultRateLimit is a new key's rate_limit_per_minute when the create
 	// request omits it; MaxRateLimit is the largest accepted value.
 	DefaultRateLimit int
@@ -62,6 +68,9 @@ type Limits struct {
 	MaxSeriesBuckets int
 	// MaxPromptChars bounds the system prompt, in code points.
 	MaxPromptChars int
+	// MinFreeBytes is the free space of the data disk under which /healthz
+	// and the Status view say "degraded".
+	MinFreeBytes int64
 	// OverloadedRetryAfter and NotReadyRetryAfter are the Retry-After values
 	// of 503 overloaded and 503 not_ready.
 	OverloadedRetryAfter time.Duration
@@ -71,33 +80,34 @@ type Limits struct {
 // DefaultLimits returns the limits replyd ships with.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxBodyBytes:         25 << 20,
-		MaxPayloadBytes:      1 << 20,
-		MaxJSONBodyBytes:     1 << 20,
-		MaxAudio:             120 * time.Second,
-		MaxMessages:          200,
-		MaxContentChars:      4000,
-		MaxProfileChars:      8000,
-		MaxIDChars:           200,
-		MaxCandidates:        8,
-		DefaultCandidates:    3,
-		DefaultTemperature:   0.7,
-		MaxTemperature:       2,
-		InferTimeout:         30 * time.Second,
-		SessionTTL:           12 * time.Hour,
-		OTPTTL:               5 * time.Minute,
-		OTPResendInterval:    30 * time.Second,
-		OTPMaxAttempts:       5,
-		DefaultRateLimit:     60,
-		MaxRateLimit:         100000,
-		DefaultListLimit:     100,
-		MaxListLimit:         1000,
-		DefaultWindow:        24 * time.Hour,
-		MaxWindow:            366 * 24 * time.Hour,
-		MaxSeriesBuckets:     1000,
-		MaxPromptChars:       32000,
-		OverloadedRetryAfter: 2 * time.Second,
-		NotReadyRetryAfter:   5 * time.Second,
+		MaxBodyBytes:          25 << 20,
+		MaxPayloadBytes:       1 << 20,
+		MaxJSONBodyBytes:      1 << 20,
+		MaxAudio:              120 * time.Second,
+		MaxMessages:           200,
+		MaxContentChars:       4000,
+		MaxProfileChars:       8000,
+		MaxIDChars:            200,
+		MaxCandidates:         8,
+		DefaultCandidates:     3,
+		DefaultTemperature:    0.7,
+		MaxTemperature:        2,
+		InferTimeout:          30 * time.Second,
+		SessionTTL:            12 * time.Hour,
+		OTPTTL:                5 * time.Minute,
+		OTPResendInterval:     30 * time.Second,
+		OTPMaxAttempts:        5,
+		AuthFailuresPerMinute: 10,
+		DefaultRateLimit:      60,
+		MaxRateLimit:          100000,
+		DefaultListLimit:      100,
+		MaxListLimit:          1000,
+		DefaultWindow:         24 * time.Hour,
+		MaxWindow:             366 * 24 * time.Hour,
+		MaxSeriesBuckets:      1000,
+		MaxPromptChars:        32000,
+		OverloadedRetryAfter:  2 * time.Second,
+		NotReadyRetryAfter:    5 * time.Second,
 	}
 }
 
@@ -146,6 +156,7 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.OTPTTL, d.OTPTTL)
 	setDur(&l.OTPResendInterval, d.OTPResendInterval)
 	setInt(&l.OTPMaxAttempts, d.OTPMaxAttempts)
+	setInt(&l.AuthFailuresPerMinute, d.AuthFailuresPerMinute)
 	setInt(&l.DefaultRateLimit, d.DefaultRateLimit)
 	setInt(&l.MaxRateLimit, d.MaxRateLimit)
 	setInt(&l.DefaultListLimit, d.DefaultListLimit)
@@ -154,6 +165,7 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.MaxWindow, d.MaxWindow)
 	setInt(&l.MaxSeriesBuckets, d.MaxSeriesBuckets)
 	setInt(&l.MaxPromptChars, d.MaxPromptChars)
+	set64(&l.MinFreeBytes, d.MinFreeBytes)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
 	return l

@@ -33,12 +33,16 @@ type healthResponse struct {
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
+	Storage    storageView       `json:"storage"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
 // is ready, 503 {"status":"loading"} with Retry-After while one is loading,
-// 503 {"status":"error"} when one failed to load. engines lists each
-// engine's readiness.
+// 503 {"status":"error"} when one failed to load, and 200
+// {"status":"degraded"} when the engines are ready but writes to the store
+// fail or the data disk is nearly full (inference still works; the box
+// stays in a load balancer). engines lists each engine's readiness, storage
+// the data disk's state.
 func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
 	if s.health != nil {
@@ -54,8 +58,13 @@ func (s *Server) handleHealthz(c echo.Context) error {
 			}
 		}
 	}
+	var degraded bool
+	degraded, out.Storage = s.storageState()
+	if degraded && out.Status == "ok" {
+		out.Status = "degraded"
+	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	if out.Status != "ok" {
+	if out.Status != "ok" && out.Status != "degraded" {
 		if out.Status == "loading" {
 			c.Response().Header().Set("Retry-After", fmt.Sprint(retryAfterSeconds(s.limits.NotReadyRetryAfter)))
 		}
@@ -147,6 +156,9 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 
 // statusResponse is GET /v1/admin/status, the admin page's overview.
 type statusResponse struct {
+	// Status is "ok", or "degraded" when storage is (see Storage).
+	Status        string                `json:"status"`
+	Storage       storageView           `json:"storage"`
 	Version       string                `json:"version"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
@@ -154,6 +166,7 @@ type statusResponse struct {
 	DataFile      string                `json:"data_file"`
 	DataFileBytes int64                 `json:"data_file_bytes"`
 	OTPChannel    string                `json:"otp_channel"`
+	TOTPEnrolled  bool                  `json:"totp_enrolled"`
 	TLS           bool                  `json:"tls"`
 	Limits        limitsView            `json:"limits"`
 }
@@ -202,6 +215,18 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()
+	}
+	if s.totpOnly {
+		out.OTPChannel = ChannelTOTP
+	}
+	if _, enrolled, err := s.store.Secret(store.SecretTOTP); err == nil {
+		out.TOTPEnrolled = enrolled
+	}
+	var degraded bool
+	degraded, out.Storage = s.storageState()
+	out.Status = "ok"
+	if degraded {
+		out.Status = "degraded"
 	}
 	return c.JSON(http.StatusOK, out)
 }

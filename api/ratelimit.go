@@ -21,6 +21,9 @@ type rateLimiter struct {
 type rateBucket struct {
 	start time.Time // when the current window opened
 	count int       // requests admitted in it
+	// refusals counts the requests refused in the window; only the first
+	// gets a log entry.
+	refusals int
 	// touched is when the key's "last used" time was last written.
 	touched time.Time
 }
@@ -42,16 +45,36 @@ func (l *rateLimiter) allow(key string, limit int, now time.Time) (ok bool, retr
 		l.buckets[key] = b
 	}
 	if now.Sub(b.start) >= rateWindow || now.Before(b.start) {
-		b.start, b.count = now, 0
+		b.start, b.count, b.refusals = now, 0, 0
 	}
 	if limit <= 0 {
 		return true, 0
 	}
 	if b.count >= limit {
+		b.refusals++
 		return false, b.start.Add(rateWindow).Sub(now)
 	}
 	b.count++
 	return true, 0
+}
+
+// refund gives back one request admitted in key's current window (a
+// request that was then shed).
+func (l *rateLimiter) refund(key string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.buckets[key]; b != nil && b.count > 0 && now.Sub(b.start) < rateWindow && !now.Before(b.start) {
+		b.count--
+	}
+}
+
+// firstRefusal reports whether the latest refusal of key was the first in
+// its window.
+func (l *rateLimiter) firstRefusal(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	return b == nil || b.refusals <= 1
 }
 
 // shouldTouch reports whether the key's last-used time should be written now

@@ -43,6 +43,12 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
+	// DiskFree reports the free bytes of the data directory's file system
+	// for /healthz and the Status view; nil leaves them unknown.
+	DiskFree func() (int64, error)
+	// TOTPOnly is REPLYD_OTP_CHANNEL=totp: nothing is sent; the admin logs
+	// in with an authenticator app's code (POST /v1/admin/totp/enroll).
+	TOTPOnly bool
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -59,10 +65,21 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	diskFree func() (int64, error)
 	started  time.Time
 
-	limiter *rateLimiter
-	otpMu   sync.Mutex // serialises OTP sends
+	limiter  *rateLimiter
+	otpMu    sync.Mutex // serialises OTP sends
+	otp      *otpGuard
+	totpOnly bool
+
+	failures  *authFailures
+	failMu    sync.Mutex
+	failTimer *time.Timer // logs the failure windows once they close
+	closed    bool
+
+	adminKey verifiedAdminKey
+	kdfSlot  chan struct{} // one admin-key KDF at a time
 
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
@@ -91,6 +108,7 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		diskFree: o.DiskFree,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -103,6 +121,10 @@ func New(o Options) *Server {
 	}
 	s.started = s.now()
 	s.limiter = newRateLimiter()
+	s.otp = newOTPGuard(s.limits)
+	s.totpOnly = o.TOTPOnly
+	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
+	s.kdfSlot = make(chan struct{}, 1)
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -157,6 +179,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.GET("/system-prompt/history", s.handlePromptHistory)
 	a.GET("/backup", s.handleBackup)
 	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
+	a.POST("/totp/enroll", s.handleTOTPEnroll)
 
 	if !metricsPublic {
 		e.GET("/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)

@@ -25,9 +25,13 @@ const (
 
 	ResourceAPIKey = "api_key"
 	ResourceAdmin  = "admin"
+	// ResourceClient names a client address (failed authentication).
+	ResourceClient = "client_address"
 
 	StreamInfer = "infer"
 	StreamAdmin = "admin"
+	// StreamAuth holds the aggregated failed-authentication entries.
+	StreamAuth = "auth"
 )
 
 // Errors returned by the store, tested with errors.Is.

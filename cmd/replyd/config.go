@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/api"
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -59,11 +60,16 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
+	OTPTTL            time.Duration
+	OTPResendInterval time.Duration
+
 	MaxBodyMiB    int
 	MaxAudio      time.Duration
 	InferTimeout  time.Duration
 	SessionTTL    time.Duration
 	LogRetention  time.Duration
+	LogMaxMB      int
+	MinFreeMB     int
 	LogLevel      string
 	LogFormat     string
 	ShutdownGrace time.Duration
@@ -143,7 +149,9 @@ func options() []option {
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
 
-		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console, webhook, telegram, ntfy, gotify", false, func(c *Config) *string { return &c.OTPChannel }),
+		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console (a terminal, else a 0600 file in the data dir), webhook, telegram, ntfy, gotify; or totp (an authenticator app, nothing is sent)", false, func(c *Config) *string { return &c.OTPChannel }),
+		durOpt("otp-ttl", "REPLYD_OTP_TTL", "5m", "lifetime of a sent login code", func(c *Config) *time.Duration { return &c.OTPTTL }),
+		durOpt("otp-resend-interval", "REPLYD_OTP_RESEND_INTERVAL", "30s", "least time between two login codes asked for from one address", func(c *Config) *time.Duration { return &c.OTPResendInterval }),
 		strOpt("otp-webhook-url", "REPLYD_OTP_WEBHOOK_URL", "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
 		strOpt("telegram-bot-token", "REPLYD_TELEGRAM_BOT_TOKEN", "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
 		strOpt("telegram-chat-id", "REPLYD_TELEGRAM_CHAT_ID", "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
@@ -162,6 +170,8 @@ func options() []option {
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		intOpt("log-max-mb", "REPLYD_LOG_MAX_MB", "256", "most space the log may take in the data file, in MB; the oldest entries go first (0 = no bound)", func(c *Config) *int { return &c.LogMaxMB }),
+		intOpt("min-free-mb", "REPLYD_MIN_FREE_MB", "512", "free space on the data disk under which start-up warns and /healthz says degraded, in MB", func(c *Config) *int { return &c.MinFreeMB }),
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -202,15 +212,26 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdminKey != "" {
+		if err := secret.CheckAdminKeyStrength(c.AdminKey); err != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_ADMIN_KEY: %w", err))
+		}
+	}
 	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
 	} else {
 		c.TrustedNets = nets
 	}
 	switch c.OTPChannel {
-	case "console", "webhook", "telegram", "ntfy", "gotify":
+	case "console", "webhook", "telegram", "ntfy", "gotify", api.ChannelTOTP:
 	default:
-		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify)", c.OTPChannel))
+		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify, totp)", c.OTPChannel))
+	}
+	if c.OTPTTL < time.Second || c.OTPResendInterval <= 0 {
+		errs = append(errs, errors.New("REPLYD_OTP_TTL (at least 1s) and REPLYD_OTP_RESEND_INTERVAL must be positive"))
+	}
+	if c.LogMaxMB < 0 || c.MinFreeMB < 0 {
+		errs = append(errs, errors.New("REPLYD_LOG_MAX_MB and REPLYD_MIN_FREE_MB must not be negative"))
 	}
 	switch c.TLS {
 	case "off", "auto", "on":

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -240,7 +241,7 @@ func TestEndToEnd(t *testing.T) {
 	created := p.json("POST", "/v1/admin/keys", admin, map[string]any{"client_id": "tablet-e2e"}, 200)
 	apiKey, _ := created["api_key"].(string)
 	keyHash, _ := created["api_key_hash"].(string)
-	if apiKey == "" || keyHash != sha256Hex(apiKey) {
+	if apiKey == "" || keyHash != secret.Hash(apiKey) {
 		t.Fatalf("create key: %v", created)
 	}
 

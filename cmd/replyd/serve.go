@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
@@ -33,6 +35,7 @@ type Server struct {
 	stderr io.Writer
 
 	db      *store.DB
+	api     *api.Server
 	eng     *engines
 	http    *http.Server
 	metrics *http.Server
@@ -84,9 +87,21 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 
-	notifier, err := notify.New(notifyConfig(cfg, s.stderr))
-	if err != nil {
-		return fmt.Errorf("OTP channel: %w", err)
+	s.warnIfNearlyFull()
+	tempDir := filepath.Join(cfg.DataDir, "tmp")
+	if n, err := audio.PrepareTempDir(tempDir); err != nil {
+		return fmt.Errorf("temporary folder %s: %w", tempDir, err)
+	} else if n > 0 {
+		s.log.Info("removed temporary copies of recordings left by an earlier run", "count", n, "dir", tempDir)
+	}
+
+	var notifier api.Notifier
+	if cfg.OTPChannel != api.ChannelTOTP {
+		n, err := notify.New(notifyConfig(cfg, s.stderr))
+		if err != nil {
+			return fmt.Errorf("OTP channel: %w", err)
+		}
+		notifier = n
 	}
 
 	if err := ensureModels(cfg, s.log); err != nil {
@@ -103,7 +118,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.tls = true
 	}
 
-	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
@@ -113,6 +128,9 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.MaxAudio = cfg.MaxAudio
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
+	limits.OTPTTL = cfg.OTPTTL
+	limits.OTPResendInterval = cfg.OTPResendInterval
+	limits.MinFreeBytes = int64(cfg.MinFreeMB) << 20
 	srv := api.New(api.Options{
 		Store:          db,
 		Inferer:        pipe,
@@ -125,7 +143,10 @@ func (s *Server) Run(ctx context.Context) error {
 		TLS:            s.tls,
 		DataFile:       dbPath(cfg),
 		TrustedProxies: cfg.TrustedNets,
+		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
+		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
 	})
+	s.api = srv
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -217,6 +238,9 @@ func (s *Server) Close() error {
 		s.stop()
 		<-s.bg
 	}
+	if s.api != nil {
+		s.api.Close() // logs the failed authentications still being counted
+	}
 	if s.eng != nil {
 		s.eng.close()
 	}
@@ -228,13 +252,18 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// housekeeping prunes old log entries (in small transactions, so the data
-// file stays bounded without blocking writers) and expired sessions.
+// housekeeping keeps the data file bounded without blocking writers: every
+// minute it trims the log to REPLYD_LOG_MAX_MB (oldest first), every ten
+// minutes it prunes log entries past their retention, expired sessions and
+// expired login codes, all in small transactions.
 func (s *Server) housekeeping(ctx context.Context) {
-	t := time.NewTicker(10 * time.Minute)
+	t := time.NewTicker(time.Minute)
 	defer t.Stop()
-	for {
-		s.prune(ctx)
+	for i := 0; ; i++ {
+		if i%10 == 0 {
+			s.prune(ctx)
+		}
+		s.trimLog()
 		select {
 		case <-ctx.Done():
 			return
@@ -243,10 +272,38 @@ func (s *Server) housekeeping(ctx context.Context) {
 	}
 }
 
+// trimLog deletes the oldest log entries while the log takes more than
+// REPLYD_LOG_MAX_MB.
+func (s *Server) trimLog() {
+	if s.cfg.LogMaxMB <= 0 {
+		return
+	}
+	n, err := s.db.PruneLogsToSize(int64(s.cfg.LogMaxMB)*1000*1000, 500)
+	if err != nil {
+		s.log.Warn("trimming the log to its size bound", "err", err)
+	}
+	if n > 0 {
+		s.log.Info("deleted the oldest log entries to keep the log within its size bound", "count", n, "log_max_mb", s.cfg.LogMaxMB)
+	}
+}
+
+// warnIfNearlyFull warns at start when the data disk has less free space
+// than REPLYD_MIN_FREE_MB.
+func (s *Server) warnIfNearlyFull() {
+	free, err := diskFree(s.cfg.DataDir)
+	if err == nil && free < int64(s.cfg.MinFreeMB)<<20 {
+		s.log.Warn("the data directory's disk is nearly full: writes will fail when it is; free space on it",
+			"dir", s.cfg.DataDir, "free_mib", free>>20, "min_free_mb", s.cfg.MinFreeMB)
+	}
+}
+
 func (s *Server) prune(ctx context.Context) {
 	now := time.Now()
 	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
+	}
+	if _, err := s.db.PruneOTPs(now); err != nil {
+		s.log.Warn("pruning login codes", "err", err)
 	}
 	if s.cfg.LogRetention <= 0 {
 		return
@@ -269,10 +326,19 @@ func (s *Server) prune(ctx context.Context) {
 	}
 }
 
+// otpCodeFile is where the console channel writes login codes when stderr is
+// not a terminal (under systemd it is the journal, which must never hold one).
+const otpCodeFile = "otp-code.txt"
+
 func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
+	consoleFile := ""
+	if f, ok := stderr.(*os.File); !ok || !isatty.IsTerminal(f.Fd()) {
+		consoleFile = filepath.Join(cfg.DataDir, otpCodeFile)
+	}
 	return notify.Config{
 		Channel:        cfg.OTPChannel,
 		Console:        stderr,
+		ConsoleFile:    consoleFile,
 		WebhookURL:     cfg.OTPWebhookURL,
 		TelegramToken:  cfg.TelegramBotToken,
 		TelegramChatID: cfg.TelegramChatID,

@@ -310,7 +310,7 @@ func TestDecodeM4AWithoutFFmpeg(t *testing.T) {
 	if f := Detect(data); f != FormatM4A {
 		t.Fatalf("Detect = %q, want m4a", f)
 	}
-	_, err := decodeM4A(data, time.Minute, "")
+	_, err := decodeM4A(data, time.Minute, "", "")
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "M4A/AAC needs ffmpeg, which is not installed") {
 		t.Errorf("err = %v", err)
 	}
@@ -469,7 +469,53 @@ func TestDecodeM4AMoovPlacement(t *testing.T) {
 			if _, err := Decode(data, 10*time.Second); !errors.Is(err, ErrTooLong) {
 				t.Errorf("with a 10 s limit: err = %v, want ErrTooLong", err)
 			}
+			// The temporary copy goes to the Decoder's folder and is gone
+			// afterwards; a piped file needs none.
+			tmp := t.TempDir()
+			if _, err := (Decoder{TempDir: tmp}).Decode(data, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("%d files left in the temporary folder", len(left))
+			}
+			_, err = (Decoder{TempDir: filepath.Join(tmp, "missing")}).Decode(data, time.Minute)
+			if faststart != (err == nil) {
+				t.Errorf("with a missing temporary folder: err = %v (faststart %v)", err, faststart)
+			}
 		})
+	}
+}
+
+func TestPrepareTempDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tmp")
+	if n, err := PrepareTempDir(dir); err != nil || n != 0 {
+		t.Fatalf("fresh: %d, %v", n, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"replyd-upload-1.m4a", "replyd-upload-2.m4a"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("recording"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := filepath.Join(dir, "not-ours.txt")
+	if err := os.WriteFile(keep, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := PrepareTempDir(dir)
+	if err != nil || n < 2 {
+		t.Fatalf("removed %d, %v", n, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	if len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a file that is not an upload copy was removed: %v", err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v, want 0700", fi.Mode().Perm())
 	}
 }
 

@@ -1,0 +1,420 @@
+package api
+
+// Administrator login without the admin key: one-time codes sent through the
+// configured channel, and TOTP codes from an authenticator app. The limits
+// here are what client.md's bound on an attacker's chance rests on.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/pquerna/otp"
+	"github.com/pquerna/otp/totp"
+
+	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/store"
+)
+
+// ChannelTOTP is the OTP channel name of authenticator-app login
+// (REPLYD_OTP_CHANNEL=totp): nothing is sent; verify takes the app's code.
+const ChannelTOTP = "totp"
+
+// The fixed parts of the login limits (the configurable ones are in Limits).
+const (
+	// otpDigits is the length of a sent code: 10^8 codes, so that the
+	// guesses the limits below allow in a year have under 0.1% chance.
+	otpDigits = 8
+	// totpDigits, totpPeriod and totpSkew are RFC 6238's usual settings
+	// (SHA-1), what every authenticator app shows.
+	totpDigits = 6
+	totpPeriod = 30 * time.Second
+	totpSkew   = 1
+	// otpAddrFailWindow is the window of the per-address limit on wrong
+	// codes (Limits.OTPMaxAttempts).
+	otpAddrFailWindow = 15 * time.Minute
+	// otpGlobalFailures wrong codes, from any addresses, start a lock of
+	// the code login: the first lasts otpLockBase, each next one twice as
+	// long up to otpLockMax. The level behind the doubling drops by one
+	// for every otpLockDecay without a wrong code.
+	otpGlobalFailures = 3
+	otpLockBase       = time.Minute
+	otpLockMax        = 24 * time.Hour
+	otpLockDecay      = 24 * time.Hour
+	// otpSendBurst codes may be sent at once, from all addresses
+	// together; the allowance refills by one every otpSendRefill.
+	otpSendBurst  = 3
+	otpSendRefill = 10 * time.Minute
+)
+
+// otpGuard holds the login limits in memory: a wrong code is never written
+// to the store. It is safe for concurrent use.
+type otpGuard struct {
+	mu sync.Mutex
+
+	maxAddrFails int
+	resend       time.Duration
+	addrFails    map[string]*addrFails // addrKey -> wrong codes in the window
+	lastSend     map[string]time.Time  // addrKey -> last successful send
+
+	fails       int       // wrong codes since the last lock
+	level       int       // locks so far, less the decay
+	lastFail    time.Time // the latest wrong code
+	lockedUntil time.Time
+
+	tokens   float64 // global send allowance
+	tokensAt time.Time
+}
+
+type addrFails struct {
+	start time.Time
+	count int
+}
+
+func newOTPGuard(l Limits) *otpGuard {
+	return &otpGuard{
+		maxAddrFails: l.OTPMaxAttempts,
+		resend:       l.OTPResendInterval,
+		addrFails:    map[string]*addrFails{},
+		lastSend:     map[string]time.Time{},
+		tokens:       otpSendBurst,
+	}
+}
+
+// admitVerify returns the 429 for a verify that must not even be checked:
+// the address used up its wrong codes, or the code login is locked.
+func (g *otpGuard) admitVerify(addr string, now time.Time) *Error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now.Before(g.lockedUntil) {
+		wait := g.lockedUntil.Sub(now)
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", retryAfterSeconds(wait))}
+	}
+	if f := g.addrFails[addrKey(addr)]; f != nil && now.Sub(f.start) < otpAddrFailWindow && f.count >= g.maxAddrFails {
+		wait := f.start.Add(otpAddrFailWindow).Sub(now)
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"%d wrong codes from this address: retry in %d s", g.maxAddrFails, retryAfterSeconds(wait))}
+	}
+	return nil
+}
+
+// fail counts a wrong code from addr. When it starts a lock, it returns the
+// lock's end (else the zero Time).
+func (g *otpGuard) fail(addr string, now time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := addrKey(addr)
+	f := g.addrFails[k]
+	if f == nil || now.Sub(f.start) >= otpAddrFailWindow || now.Before(f.start) {
+		g.sweepAddrFails(now)
+		f = &addrFails{start: now}
+		g.addrFails[k] = f
+	}
+	f.count++
+
+	if !g.lastFail.IsZero() && now.After(g.lastFail) {
+		g.level -= int(now.Sub(g.lastFail) / otpLockDecay)
+		if g.level < 0 {
+			g.level = 0
+		}
+	}
+	g.lastFail = now
+	g.fails++
+	if g.fails < otpGlobalFailures {
+		return time.Time{}
+	}
+	g.fails = 0
+	g.lockedUntil = now.Add(otpLockLength(g.level))
+	g.level++
+	return g.lockedUntil
+}
+
+// otpLockLength is the length of the lock at level: otpLockBase doubled
+// level times, at most otpLockMax.
+func otpLockLength(level int) time.Duration {
+	d := otpLockBase
+	for i := 0; i < level && d < otpLockMax; i++ {
+		d *= 2
+	}
+	return min(d, otpLockMax)
+}
+
+// sweepAddrFails forgets closed windows once the map grows; g.mu is held.
+func (g *otpGuard) sweepAddrFails(now time.Time) {
+	if len(g.addrFails) < maxTrackedAddrs {
+		return
+	}
+	for k, f := range g.addrFails {
+		if now.Sub(f.start) >= otpAddrFailWindow {
+			delete(g.addrFails, k)
+		}
+	}
+}
+
+// reserveSend admits a send from addr: at most one per resend interval per
+// address, and otpSendBurst at once from all addresses, refilled one per
+// otpSendRefill. The caller must call sent or unsent with the outcome.
+func (g *otpGuard) reserveSend(addr string, now time.Time) *Error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if last, ok := g.lastSend[addrKey(addr)]; ok && now.Sub(last) < g.resend && !now.Before(last) {
+		wait := last.Add(g.resend).Sub(now)
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"this address asked for a code less than %s ago; retry in %d s", g.resend, retryAfterSeconds(wait))}
+	}
+	if !g.tokensAt.IsZero() && now.After(g.tokensAt) {
+		g.tokens = min(otpSendBurst, g.tokens+float64(now.Sub(g.tokensAt))/float64(otpSendRefill))
+	}
+	g.tokensAt = now
+	if g.tokens < 1 {
+		wait := time.Duration((1 - g.tokens) * float64(otpSendRefill))
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"too many codes were asked for from all addresses; retry in %d s", retryAfterSeconds(wait))}
+	}
+	g.tokens--
+	if len(g.lastSend) >= maxTrackedAddrs {
+		for k, t := range g.lastSend {
+			if now.Sub(t) >= g.resend {
+				delete(g.lastSend, k)
+			}
+		}
+	}
+	g.lastSend[addrKey(addr)] = now
+	return nil
+}
+
+// unsent undoes the per-address part of reserveSend after a failed
+// delivery, so that the next try is not held back; the global allowance
+// stays spent, so a broken channel cannot be hammered.
+func (g *otpGuard) unsent(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.lastSend, addrKey(addr))
+}
+
+// otpSendResponse is the body of POST /v1/admin/otp/send; it never holds the
+// code. With the totp channel nothing is sent: sent is false and expires_at
+// absent.
+type otpSendResponse struct {
+	Sent      bool       `json:"sent"`
+	Channel   string     `json:"channel"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// handleOTPSend makes an 8-digit code with crypto/rand, stores its hash for
+// the client address that asked (replacing only that address's earlier
+// code) with an OTPTTL lifetime, and delivers it through the Notifier.
+// Sends are throttled per address and globally (429). A failed delivery is
+// 502, counted in replyd_otp_delivery_failures_total, and does not hold the
+// address's next try back.
+func (s *Server) handleOTPSend(c echo.Context) error {
+	if s.totpOnly {
+		return c.JSON(http.StatusOK, otpSendResponse{Sent: false, Channel: ChannelTOTP})
+	}
+	if s.notifier == nil {
+		return errorf(CodeOTPDeliveryFailed, "no OTP channel is configured; use %s or configure a channel", HeaderAdminKey)
+	}
+	// One send at a time: at most one delivery is ever in flight.
+	s.otpMu.Lock()
+	defer s.otpMu.Unlock()
+	addr, now := ClientAddr(c), s.now()
+	if e := s.otp.reserveSend(addr, now); e != nil {
+		return e
+	}
+	code, err := secret.Digits(otpDigits)
+	if err != nil {
+		s.otp.unsent(addr)
+		return err
+	}
+	expires := now.Add(s.limits.OTPTTL)
+	if err := s.store.SaveOTP(addr, hashHex(code), now, expires); err != nil {
+		s.otp.unsent(addr)
+		return err
+	}
+	channel := s.notifier.Channel()
+	text := fmt.Sprintf("Your replyd admin code is %s. It expires in %s and works once, from the device that asked for it.", code, formatMinutes(s.limits.OTPTTL))
+	if err := s.notifier.Send(c.Request().Context(), code, text, expires); err != nil {
+		s.otp.unsent(addr)
+		s.metrics.otpDeliveryFailures.Inc()
+		if derr := s.store.DeleteOTP(addr); derr != nil {
+			s.reqLogger(c).Warn("deleting the undelivered code failed", "error", derr.Error())
+		}
+		s.adminLog(c, store.LevelError, "otp", "otp send failed via %s", channel)
+		return &Error{Code: CodeOTPDeliveryFailed, Message: fmt.Sprintf("the code could not be delivered through the %s channel; check its configuration", channel), Err: err}
+	}
+	s.adminLog(c, store.LevelInfo, "otp", "otp sent via %s", channel)
+	exp := expires.UTC()
+	return c.JSON(http.StatusOK, otpSendResponse{Sent: true, Channel: channel, ExpiresAt: &exp})
+}
+
+// formatMinutes renders d as "N minutes" (or seconds below a minute).
+func formatMinutes(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%d seconds", int(d/time.Second))
+	}
+	if d == time.Minute {
+		return "1 minute"
+	}
+	return fmt.Sprintf("%d minutes", int(d/time.Minute))
+}
+
+type otpVerifyRequest struct {
+	Code string `json:"code"`
+}
+
+type otpVerifyResponse struct {
+	SessionToken string    `json:"session_token"`
+	ExpiresAt    time.Time `json:"expires_at"`
+}
+
+// wrongCodeMessage is the one answer to every code that does not log in:
+// it never says whether a code is outstanding, expired or used.
+const wrongCodeMessage = "the code is wrong, has expired, was already used, or was not asked for from this device"
+
+// handleOTPVerify checks a sent code (8 digits, valid only from the address
+// that asked for it) or, once TOTP is enrolled, an authenticator app's code
+// (6 digits). A wrong code is 401 and costs no store write; it counts
+// against the address (OTPMaxAttempts per 15 minutes) and towards the global
+// lock, which notifies the admin channel when it starts. Neither limit ever
+// spends or replaces a code. Success creates a session of SessionTTL from 32
+// random bytes, stored only as its hash.
+func (s *Server) handleOTPVerify(c echo.Context) error {
+	var req otpVerifyRequest
+	if err := s.readJSON(c, &req, false); err != nil {
+		return err
+	}
+	code := strings.TrimSpace(req.Code)
+	if code == "" {
+		return badRequest("code is required")
+	}
+	if !isDigits(code) || (len(code) != otpDigits && len(code) != totpDigits) {
+		return badRequest("code must be the %d digits of a sent code or the %d digits of an authenticator app", otpDigits, totpDigits)
+	}
+	addr, now := ClientAddr(c), s.now()
+	if e := s.otp.admitVerify(addr, now); e != nil {
+		return e
+	}
+	var ok bool
+	var err error
+	if len(code) == otpDigits {
+		ok, err = s.store.UseOTP(addr, hashHex(code), now)
+	} else {
+		ok, err = s.checkTOTP(code, now)
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.countFailure(addr, failLoginCode)
+		if until := s.otp.fail(addr, now); !until.IsZero() {
+			s.otpLocked(c, until)
+		}
+		return errorf(CodeUnauthorized, "%s", wrongCodeMessage)
+	}
+	token, err := secret.Token("")
+	if err != nil {
+		return err
+	}
+	expires := now.Add(s.limits.SessionTTL)
+	if err := s.store.CreateSession(hashHex(token), expires); err != nil {
+		return err
+	}
+	via := "sent code"
+	if len(code) == totpDigits {
+		via = "authenticator code"
+	}
+	s.adminLog(c, store.LevelInfo, "session", "login ok (%s): session valid for %s", via, s.limits.SessionTTL)
+	return c.JSON(http.StatusOK, otpVerifyResponse{SessionToken: token, ExpiresAt: expires.UTC()})
+}
+
+// otpLocked logs the start of a lock of the code login and tells the
+// administrator through the channel (in the background: the answer to the
+// wrong guess does not wait for it).
+func (s *Server) otpLocked(c echo.Context, until time.Time) {
+	msg := fmt.Sprintf("replyd: %d wrong admin login codes in a row; login by code is paused until %s. The admin key still works.",
+		otpGlobalFailures, until.UTC().Format("2006-01-02 15:04 UTC"))
+	s.metrics.otpLocks.Inc()
+	s.adminLog(c, store.LevelWarn, "otp", "login by code paused until %s after %d wrong codes", until.UTC().Format(time.RFC3339), otpGlobalFailures)
+	s.reqLogger(c).Warn("login by code paused after wrong codes", "until", until.UTC().Format(time.RFC3339))
+	if s.notifier == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.notifier.Send(ctx, "", msg, until); err != nil {
+			s.metrics.otpDeliveryFailures.Inc()
+			s.log.Warn("telling the administrator about the paused login failed", "error", err.Error())
+		}
+	}()
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+// totpOpts are the RFC 6238 settings replyd uses.
+var totpOpts = totp.ValidateOpts{Period: uint(totpPeriod / time.Second), Skew: 0, Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1}
+
+// checkTOTP reports whether code is the authenticator code of the time step
+// of now or one step either side, and spends that step (store.UseTOTPStep)
+// so that it works once. It is false when TOTP is not enrolled.
+func (s *Server) checkTOTP(code string, now time.Time) (bool, error) {
+	key, ok, err := s.store.Secret(store.SecretTOTP)
+	if err != nil || !ok {
+		return false, err
+	}
+	step := now.Unix() / int64(totpPeriod/time.Second)
+	for d := -totpSkew; d <= totpSkew; d++ {
+		at := time.Unix((step+int64(d))*int64(totpPeriod/time.Second), 0)
+		want, err := totp.GenerateCodeCustom(string(key), at, totpOpts)
+		if err != nil {
+			return false, fmt.Errorf("computing the TOTP code: %w", err)
+		}
+		if secret.Equal(want, code) {
+			return s.store.UseTOTPStep(step + int64(d))
+		}
+	}
+	return false, nil
+}
+
+// totpEnrollResponse is the answer of POST /v1/admin/totp/enroll: the only
+// time the secret is shown.
+type totpEnrollResponse struct {
+	Secret     string `json:"secret"`
+	OTPAuthURL string `json:"otpauth_url"`
+}
+
+// handleTOTPEnroll serves POST /v1/admin/totp/enroll: a new 160-bit TOTP
+// secret, stored as an installation secret (replacing any earlier one, whose
+// authenticator entry then stops working) and shown once, with the
+// otpauth:// URL an authenticator app scans.
+func (s *Server) handleTOTPEnroll(c echo.Context) error {
+	key, err := totp.Generate(totp.GenerateOpts{
+		Issuer:      "replyd",
+		AccountName: "admin",
+		Period:      uint(totpPeriod / time.Second),
+		SecretSize:  20,
+		Digits:      otp.DigitsSix,
+		Algorithm:   otp.AlgorithmSHA1,
+	})
+	if err != nil {
+		return fmt.Errorf("generating the TOTP secret: %w", err)
+	}
+	if err := s.store.SetSecret(store.SecretTOTP, []byte(key.Secret())); err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, "totp", "authenticator app enrolled (any earlier enrolment no longer works)")
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, totpEnrollResponse{Secret: key.Secret(), OTPAuthURL: key.URL()})
+}
