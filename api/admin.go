@@ -35,6 +35,10 @@ func (s *Server) adminLog(c echo.Context, level, resourceID, format string, args
 func (s *Server) readJSON(c echo.Context, dst any, allowEmpty bool) error {
 	data, err := io.ReadAll(io.LimitReader(c.Request().Body, s.limits.MaxJSONBodyBytes+1))
 	if err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			return ae // cut for arriving too slowly
+		}
 		return &Error{Code: CodeInvalidRequest, Message: "the request body could not be read", Err: err}
 	}
 	if int64(len(data)) > s.limits.MaxJSONBodyBytes {

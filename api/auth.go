@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -47,7 +48,7 @@ func (s *Server) authenticateKey(c echo.Context, st *inferState) (store.APIKey, 
 	raw := c.Request().Header.Get(HeaderAPIKey)
 	fail := func(format string, args ...any) (store.APIKey, error) {
 		st.authFailed = true
-		if e := s.authFailed(ClientAddr(c), failAPIKey); e != nil {
+		if e := s.authFailed(c, failAPIKey); e != nil {
 			return store.APIKey{}, e
 		}
 		return store.APIKey{}, errorf(CodeUnauthorized, format, args...)
@@ -72,17 +73,28 @@ func (s *Server) authenticateKey(c echo.Context, st *inferState) (store.APIKey, 
 	return key, nil
 }
 
-// admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key). The caller must call refund when the request ends
-// shed (503): shed requests do not count against the limit.
-func (s *Server) admit(c echo.Context, key store.APIKey) error {
+// admit checks the key's scope, its requests in flight and its rate limit,
+// and records its use (at most once a minute per key). On success the
+// caller must call release when the request ends, and refundIfShed:
+// requests shed with 503 do not count against the limit.
+func (s *Server) admit(c echo.Context, key store.APIKey) (release func(), err error) {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
-		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
+		return nil, errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
+	if !s.inflight.enter(key.Hash, s.limits.MaxInflightPerKey) {
+		s.metrics.rateLimited.Inc()
+		return nil, &Error{
+			Code:       CodeRateLimited,
+			Message:    fmt.Sprintf("this API key already has %d requests in progress; retry when one has finished", s.limits.MaxInflightPerKey),
+			RetryAfter: time.Second,
+		}
+	}
+	release = func() { s.inflight.leave(key.Hash) }
 	now := s.now()
 	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
+		release()
 		s.metrics.rateLimited.Inc()
-		return &Error{
+		return nil, &Error{
 			Code:       CodeRateLimited,
 			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
 			RetryAfter: retry,
@@ -93,7 +105,7 @@ func (s *Server) admit(c echo.Context, key store.APIKey) error {
 			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
 		}
 	}
-	return nil
+	return release, nil
 }
 
 // isKeyHash reports whether h looks like an api_key_hash.
@@ -122,9 +134,8 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 		if key == "" && session == "" {
 			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
 		}
-		addr := ClientAddr(c)
 		if key != "" && len(key) <= maxSecretHeader {
-			ok, err := s.checkAdminKey(c, addr, key)
+			ok, err := s.checkAdminKey(c, key)
 			if err != nil {
 				return err
 			}
@@ -142,7 +153,7 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 				return next(c)
 			}
 		}
-		if e := s.authFailed(addr, failAdmin); e != nil {
+		if e := s.authFailed(c, failAdmin); e != nil {
 			return e
 		}
 		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
@@ -177,7 +188,7 @@ func (v *verifiedAdminKey) remember(stored, digest string) {
 // checked first (429 without running the KDF), then the KDF runs, one at a
 // time. A match against a legacy SHA-256 hash upgrades the stored hash to
 // Argon2id.
-func (s *Server) checkAdminKey(c echo.Context, addr, key string) (bool, error) {
+func (s *Server) checkAdminKey(c echo.Context, key string) (bool, error) {
 	stored, err := s.store.AdminKeyHash()
 	if err != nil || stored == "" {
 		return false, err
@@ -186,7 +197,7 @@ func (s *Server) checkAdminKey(c echo.Context, addr, key string) (bool, error) {
 	if s.adminKey.known(stored, digest) {
 		return true, nil
 	}
-	if e := s.throttledAddr(addr); e != nil {
+	if e := s.throttledAddr(c); e != nil {
 		return false, e
 	}
 	select {
@@ -200,7 +211,7 @@ func (s *Server) checkAdminKey(c echo.Context, addr, key string) (bool, error) {
 	if s.adminKey.known(stored, digest) {
 		return true, nil
 	}
-	if e := s.throttledAddr(addr); e != nil {
+	if e := s.throttledAddr(c); e != nil {
 		return false, e
 	}
 	ok, err := secret.CheckAdminKey(key, stored)

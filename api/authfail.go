@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/replyd/replyd/store"
 )
 
@@ -164,14 +166,17 @@ func (s failSummary) message() string {
 	return fmt.Sprintf("%d failed authentications from %s in one minute (%s)", s.count, from, strings.Join(kinds, ", "))
 }
 
-// authFailed records a failed authentication of kind from addr and writes
-// the log entries of windows that have closed. When the address has used up
-// its failures for the minute it returns the 429 to answer instead of the
-// 401; otherwise nil.
-func (s *Server) authFailed(addr, kind string) *Error {
+// authFailed records a failed authentication of kind from the request's
+// client address and writes the log entries of windows that have closed.
+// When the address has used up its failures for the minute it returns the
+// 429 to answer instead of the 401 (logged at debug level only: a flood of
+// them must not flood the journal either); otherwise nil.
+func (s *Server) authFailed(c echo.Context, kind string) *Error {
+	addr := ClientAddr(c)
 	blocked, retry := s.failures.blocked(addr, s.now())
 	s.countFailure(addr, kind)
 	if blocked {
+		quietAccessLog(c)
 		return s.authThrottled(retry)
 	}
 	return nil
@@ -194,14 +199,21 @@ func (s *Server) authThrottled(retry time.Duration) *Error {
 	}
 }
 
-// throttledAddr returns the 429 for an address past its failures, or nil.
-// Checks that cost something (the admin key's KDF) run only after it.
-func (s *Server) throttledAddr(addr string) *Error {
-	if blocked, retry := s.failures.blocked(addr, s.now()); blocked {
+// throttledAddr returns the 429 for a request whose client address is past
+// its failures, or nil. Checks that cost something (the admin key's KDF)
+// run only after it.
+func (s *Server) throttledAddr(c echo.Context) *Error {
+	if blocked, retry := s.failures.blocked(ClientAddr(c), s.now()); blocked {
+		quietAccessLog(c)
 		return s.authThrottled(retry)
 	}
 	return nil
 }
+
+const quietKey = "replyd.quiet_access_log"
+
+// quietAccessLog makes the access log line of this request debug level.
+func quietAccessLog(c echo.Context) { c.Set(quietKey, true) }
 
 // scheduleFailFlush makes sure a timer will log the current windows once
 // they close, even if no further failure comes.

@@ -112,22 +112,28 @@ func (s *Server) keepInferLog(st *inferState, code string) bool {
 
 // handleInfer serves POST /v1/infer: authenticate the key, apply its rate
 // limit, and only then read and decode the body.
-func (s *Server) handleInfer(c echo.Context) error {
+func (s *Server) handleInfer(c echo.Context) (err error) {
 	st := inferStateOf(c)
 	key, err := s.authenticateKey(c, st)
 	if err != nil {
 		return err
 	}
-	if err := s.admit(c, key); err != nil {
+	release, err := s.admit(c, key)
+	if err != nil {
 		return err
 	}
+	defer release()
 	defer s.refundIfShed(key.Hash, &err)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), false)
 	if err != nil {
 		return err
 	}
-	err = s.runInfer(c, st, form)
-	return err
+	return s.runInfer(c, st, form)
 }
 
 // refundIfShed gives the request back to the key's rate limit when it ended
@@ -144,8 +150,13 @@ func (s *Server) refundIfShed(keyHash string, errp *error) {
 // with that key's scope, status and rate limit, and logs it against that key.
 // A revoked key gives 403 here rather than 401, so that the page does not
 // take it for an expired admin session.
-func (s *Server) handleTry(c echo.Context) error {
+func (s *Server) handleTry(c echo.Context) (err error) {
 	st := inferStateOf(c)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), true)
 	if err != nil {
 		return err
@@ -171,12 +182,13 @@ func (s *Server) handleTry(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
-	if err := s.admit(c, key); err != nil {
+	release, err := s.admit(c, key)
+	if err != nil {
 		return err
 	}
+	defer release()
 	defer s.refundIfShed(key.Hash, &err)
-	err = s.runInfer(c, st, form)
-	return err
+	return s.runInfer(c, st, form)
 }
 
 // answerCandidate is the spec's AnswerCandidate.

@@ -77,6 +77,8 @@ func TestInferScenarios(t *testing.T) {
 		{"temperature too high", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":2.01}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"temperature negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":-0.1}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"time_window_sec negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"time_window_sec":-1}`)}, 400, errJSON("invalid_request", "time_window_sec must be between 0 and 31622400")},
+		{"language not BCP 47", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"English please; DROP TABLE"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
+		{"language with unknown subtags", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"qq-ZZZZ"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
 		{"user_id too long", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"user_id":"` + strings.Repeat("u", 201) + `"}`)}, 400, errJSON("invalid_request", "user_id has 201 characters; the limit is 200")},
 		{"payload part too large", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"pad":"` + strings.Repeat("p", 1<<20) + `"}`)}, 413, errJSON("payload_too_large", "payload: the part exceeds the limit of 1 MiB")},
 	}
@@ -399,4 +401,18 @@ func TestInferPanicIsAnswered(t *testing.T) {
 	// The server still serves.
 	e.inf.fn = echoInferer
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+}
+
+func TestParseLanguage(t *testing.T) {
+	for in, want := range map[string]string{"": "", "auto": "auto", "en": "en", " DE ": "de", "pt-br": "pt-BR", "zh-hant-TW": "zh-Hant-TW", "sr-Latn": "sr-Latn"} {
+		got, err := parseLanguage(in)
+		if err != nil || got != want {
+			t.Errorf("parseLanguage(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"english", "e", "en_US!", "123", "en-", "x", "qq-ZZZZ"} {
+		if _, err := parseLanguage(bad); err == nil {
+			t.Errorf("parseLanguage(%q) accepted", bad)
+		}
+	}
 }

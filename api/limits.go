@@ -68,6 +68,17 @@ type Limits struct {
 	MaxSeriesBuckets int
 	// MaxPromptChars bounds the system prompt, in code points.
 	MaxPromptChars int
+	// UploadMemoryBytes bounds the request bodies held in memory at once;
+	// a body that does not fit is refused with 503 before it is read.
+	UploadMemoryBytes int64
+	// MaxInflightPerKey bounds the requests one API key has in progress;
+	// MaxConnsPerAddr the connections one client address holds (Listener).
+	MaxInflightPerKey int
+	MaxConnsPerAddr   int
+	// MinBodyRate (bytes/s) is the slowest a request body may arrive once
+	// BodyRateGrace has passed; slower bodies are cut with 408.
+	MinBodyRate   int64
+	BodyRateGrace time.Duration
 	// MinFreeBytes is the free space of the data disk under which /healthz
 	// and the Status view say "degraded".
 	MinFreeBytes int64
@@ -106,6 +117,11 @@ func DefaultLimits() Limits {
 		MaxWindow:             366 * 24 * time.Hour,
 		MaxSeriesBuckets:      1000,
 		MaxPromptChars:        32000,
+		MinFreeBytes:          512 << 20,
+		MaxInflightPerKey:     8,
+		MaxConnsPerAddr:       32,
+		MinBodyRate:           64 << 10,
+		BodyRateGrace:         10 * time.Second,
 		OverloadedRetryAfter:  2 * time.Second,
 		NotReadyRetryAfter:    5 * time.Second,
 	}
@@ -166,6 +182,14 @@ func (l Limits) withDefaults() Limits {
 	setInt(&l.MaxSeriesBuckets, d.MaxSeriesBuckets)
 	setInt(&l.MaxPromptChars, d.MaxPromptChars)
 	set64(&l.MinFreeBytes, d.MinFreeBytes)
+	if l.UploadMemoryBytes <= 0 {
+		// Four largest bodies: what the speech-to-text stage can use.
+		l.UploadMemoryBytes = 4 * l.MaxBodyBytes
+	}
+	setInt(&l.MaxInflightPerKey, d.MaxInflightPerKey)
+	setInt(&l.MaxConnsPerAddr, d.MaxConnsPerAddr)
+	set64(&l.MinBodyRate, d.MinBodyRate)
+	setDur(&l.BodyRateGrace, d.BodyRateGrace)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
 	return l

@@ -297,6 +297,7 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 	}
 	addr, now := ClientAddr(c), s.now()
 	if e := s.otp.admitVerify(addr, now); e != nil {
+		quietAccessLog(c)
 		return e
 	}
 	var ok bool

@@ -81,6 +81,10 @@ type Server struct {
 	adminKey verifiedAdminKey
 	kdfSlot  chan struct{} // one admin-key KDF at a time
 
+	trusted  []*net.IPNet
+	uploads  *uploadBudget
+	inflight *keyInflight
+
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
 	metrics   *metrics
@@ -125,6 +129,9 @@ func New(o Options) *Server {
 	s.totpOnly = o.TOTPOnly
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
+	s.trusted = o.TrustedProxies
+	s.uploads = &uploadBudget{avail: s.limits.UploadMemoryBytes}
+	s.inflight = &keyInflight{n: map[string]int{}}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -144,7 +151,7 @@ func New(o Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = ipExtractor(o.TrustedProxies)
-	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
+	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic, s.slowBody)
 	s.routes(e, o.MetricsPublic)
 	s.e = e
 	return s
@@ -191,14 +198,16 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 // HTTPServer returns an *http.Server for addr serving Handler with timeouts
 // suited to uploads from tablets on a clinic LAN: headers within 10 s and at
-// most 64 KiB of them, the whole request within 2 minutes, the answer within
-// the inference timeout plus a minute.
+// most 64 KiB of them, the body at MinBodyRate after BodyRateGrace (see
+// slowBody) and the whole request within 2 minutes, the answer within the
+// inference timeout plus two minutes. Serve it on Listener(ln) to bound the
+// connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       requestReadTimeout,
 		WriteTimeout:      2*time.Minute + s.limits.InferTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

@@ -42,6 +42,7 @@ type Config struct {
 	ContextPerSeq  int
 	QueueSize      int
 	STTQueueSize   int
+	MaxDecodes     int
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
@@ -145,6 +146,7 @@ func options() []option {
 		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
 		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
+		intOpt("max-decodes", "REPLYD_MAX_DECODES", "2", "recordings decoded at once (each may take up to about 100 MB while it is decoded)", func(c *Config) *int { return &c.MaxDecodes }),
 		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "48", "token cap of one candidate reply", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
@@ -247,8 +249,8 @@ func (c *Config) Validate() error {
 	if c.Threads < 1 || c.STTThreads < 1 {
 		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))
 	}
-	if c.QueueSize < 1 || c.STTQueueSize < 1 {
-		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE and REPLYD_STT_QUEUE_SIZE must be at least 1"))
+	if c.QueueSize < 1 || c.STTQueueSize < 1 || c.MaxDecodes < 1 {
+		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE, REPLYD_STT_QUEUE_SIZE and REPLYD_MAX_DECODES must be at least 1"))
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))

@@ -123,6 +123,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
 	pipe.LLMStage.Max = cfg.QueueSize + 1
+	pipe.Decodes.Max = cfg.MaxDecodes
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
@@ -152,6 +153,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	ln = srv.Listener(ln) // at most MaxConnsPerAddr connections per client address
 	s.ln = ln
 	s.http = srv.HTTPServer(cfg.Addr)
 	s.http.TLSConfig = tlsCfg

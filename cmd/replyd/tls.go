@@ -44,7 +44,19 @@ func loadTLS(cfg *Config, stderr io.Writer) (*tls.Config, error) {
 	}
 	fp := sha256.Sum256(pair.Certificate[0])
 	fmt.Fprintf(stderr, "replyd: TLS certificate SHA-256 fingerprint: %s\n", fingerprint(fp[:]))
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites}, nil
+}
+
+// aeadSuites are the TLS 1.2 suites replyd offers: ECDHE key exchange with
+// an AEAD cipher only (no CBC, no SHA-1 MAC, no static RSA). TLS 1.3's
+// suites are all AEAD and not configurable.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // fingerprint formats a digest as colon-separated upper-case hex, the way

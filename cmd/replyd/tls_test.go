@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,5 +43,23 @@ func TestSelfSignedCertificateIsMadeOnceAndKept(t *testing.T) {
 func TestFingerprintFormat(t *testing.T) {
 	if got := fingerprint([]byte{0xab, 0x01, 0xff}); got != "AB:01:FF" {
 		t.Fatal(got)
+	}
+}
+
+// TestTLSOffersOnlyAEADSuites: every TLS 1.2 suite offered is an AEAD suite
+// with forward secrecy.
+func TestTLSOffersOnlyAEADSuites(t *testing.T) {
+	tc, err := loadTLS(&Config{DataDir: t.TempDir(), TLS: "auto"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tc.CipherSuites) == 0 {
+		t.Fatal("no suite list: Go's defaults include CBC suites")
+	}
+	for _, id := range tc.CipherSuites {
+		name := tls.CipherSuiteName(id)
+		if !(strings.Contains(name, "_GCM_") || strings.Contains(name, "CHACHA20_POLY1305")) || !strings.HasPrefix(name, "TLS_ECDHE_") {
+			t.Errorf("suite %s is not ECDHE with an AEAD cipher", name)
+		}
 	}
 }

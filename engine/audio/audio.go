@@ -178,12 +178,6 @@ func unsupported(f Format, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrUnsupported, f, fmt.Sprintf(format, args...))
 }
 
-// toMono16k mixes interleaved samples of ch channels at rate down to mono
-// and resamples them to SampleRate. It reuses in's storage when it can.
-func toMono16k(in []float32, ch, rate int) []float32 {
-	return Resample(downmix(in, ch), rate, SampleRate)
-}
-
 // clamp1 clips v to [-1, 1].
 func clamp1(v float32) float32 {
 	if v > 1 {

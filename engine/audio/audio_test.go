@@ -656,3 +656,57 @@ func TestDecodeFLACDeclaredLength(t *testing.T) {
 		t.Errorf("the unmodified file: %v", err)
 	}
 }
+
+// TestDecodeRefusesLayoutsNoSpeechNeeds: more than MaxChannels channels or
+// a rate above MaxRate is refused as unsupported (415) from the header,
+// before the samples are allocated; the limits themselves are accepted.
+func TestDecodeRefusesLayoutsNoSpeechNeeds(t *testing.T) {
+	tone := func(ch, n int) [][]float32 {
+		out := make([][]float32, ch)
+		for c := range out {
+			out[c] = sine(440, 48000, n, 0.5)
+		}
+		return out
+	}
+	for _, s := range []wavSpec{{bits: 16, rate: 16000, ch: MaxChannels}, {bits: 16, rate: MaxRate, ch: 2}} {
+		pcm, err := Decode(makeWAV(s, tone(s.ch, s.rate/10)), time.Minute)
+		if err != nil || len(pcm) != 1600 {
+			t.Errorf("%s: %d samples, %v", s, len(pcm), err)
+		}
+	}
+	for _, s := range []wavSpec{{bits: 8, rate: 16000, ch: MaxChannels + 1}, {bits: 16, rate: MaxRate + 1, ch: 1}, {bits: 8, rate: 768000, ch: 1}} {
+		_, err := Decode(makeWAV(s, tone(s.ch, 100)), time.Minute)
+		if !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: err = %v, want ErrUnsupported", s, err)
+		}
+	}
+	// The upload: 65,535 channels of 8-bit samples, 25 MB. Refused
+	// with next to no allocation (the file itself is the caller's).
+	hdr := makeWAV(wavSpec{bits: 8, rate: 16000, ch: 1}, tone(1, 1))
+	binary.LittleEndian.PutUint16(hdr[22:], 65535)
+	binary.LittleEndian.PutUint16(hdr[32:], 65535)
+	big := append(hdr, make([]byte, 25<<20)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Decode(big, 2*time.Minute)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("65,535 channels: err = %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("refusing it allocated %d bytes", alloc)
+	}
+	// A mono 8-bit file at the largest rate allocates the mono samples
+	// once, not one float per byte per channel.
+	stereo := makeWAV(wavSpec{bits: 8, rate: MaxRate, ch: MaxChannels}, tone(MaxChannels, MaxRate))
+	runtime.ReadMemStats(&before)
+	if _, err := Decode(stereo, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	// MaxRate mono floats (768 KB) and the 16 kHz result; the old decoder
+	// took 8 times the first.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*4*MaxRate {
+		t.Errorf("decoding one second of %d channels at %d Hz allocated %d bytes", MaxChannels, MaxRate, alloc)
+	}
+}
