@@ -504,7 +504,7 @@ func TestPrepareTempDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := PrepareTempDir(dir)
-	if err != nil || n < 2 {
+	if err != nil || n != 2 {
 		t.Fatalf("removed %d, %v", n, err)
 	}
 	left, _ := filepath.Glob(filepath.Join(dir, tempPattern))

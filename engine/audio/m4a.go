@@ -101,8 +101,9 @@ const tempPattern = "replyd-upload-*.m4a"
 
 // PrepareTempDir makes dir (a Decoder's TempDir) a folder only its owner can
 // enter, creating it when needed, and removes every upload copy a crash left
-// in it; it also removes copies earlier versions of replyd left in
-// os.TempDir(). It returns how many files it removed.
+// in it. It returns how many files it removed. (Copies that versions before
+// the private folder left in the shared temporary folder are not touched:
+// another process may be using a file of that name there.)
 func PrepareTempDir(dir string) (int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
@@ -111,12 +112,10 @@ func PrepareTempDir(dir string) (int, error) {
 		return 0, err
 	}
 	removed := 0
-	for _, d := range []string{dir, os.TempDir()} {
-		old, _ := filepath.Glob(filepath.Join(d, tempPattern))
-		for _, f := range old {
-			if os.Remove(f) == nil {
-				removed++
-			}
+	old, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	for _, f := range old {
+		if os.Remove(f) == nil {
+			removed++
 		}
 	}
 	return removed, nil

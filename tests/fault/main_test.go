@@ -234,6 +234,15 @@ type request struct {
 	body    []byte
 	ctype   string
 	timeout time.Duration
+	from    string // loopback source address (127.x.y.z); empty: the default
+}
+
+// clientFrom returns an HTTP client whose connections come from the
+// loopback address ip, so that one test can play several clients: Linux
+// routes all of 127.0.0.0/8 to the loopback interface.
+func clientFrom(ip string, timeout time.Duration) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
 }
 
 // do sends r and returns the status and body. A transport error is returned,
@@ -264,7 +273,11 @@ func (p *proc) do(ctx context.Context, r request) (int, []byte, error) {
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	client := &http.Client{Timeout: timeout}
+	if r.from != "" {
+		client = clientFrom(r.from, timeout)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
