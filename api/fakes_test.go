@@ -25,7 +25,7 @@ type memStore struct {
 	otps      map[string]memOTP // scope -> code
 	totpUsed  bool
 	totpStep  int64
-	writeFail error // reported by WriteFailure
+	writeFail error // reported by Ping, as a failed write
 	sessions  map[string]time.Time
 	logs      []store.LogEntry
 	touches   int
@@ -233,10 +233,17 @@ func (m *memStore) SetSecret(name string, value []byte) error {
 	return nil
 }
 
-func (m *memStore) WriteFailure() error {
+func (m *memStore) PruneOTPs(now time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.writeFail
+	n := 0
+	for k, o := range m.otps {
+		if !now.Before(o.expires) {
+			delete(m.otps, k)
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (m *memStore) CreateSession(tokenHash string, expiresAt time.Time) error {
@@ -349,6 +356,57 @@ func (m *memStore) Size() (int64, error) {
 	defer m.mu.Unlock()
 	return int64(len(m.backup)), nil
 }
+
+func (m *memStore) PruneSessions(now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for h, exp := range m.sessions {
+		if !now.Before(exp) {
+			delete(m.sessions, h)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memStore) PruneLogs(before time.Time, batch int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := m.logs[:0]
+	n := 0
+	for _, e := range m.logs {
+		if e.Timestamp.Before(before) && (batch <= 0 || n < batch) {
+			n++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	m.logs = kept
+	return n, nil
+}
+
+// PruneLogsToSize counts 100 bytes an entry.
+func (m *memStore) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := max(0, len(m.logs)-int(maxBytes/100))
+	m.logs = m.logs[n:]
+	return n, nil
+}
+
+func (m *memStore) Ping(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.writeFail != nil {
+		return m.writeFail
+	}
+	return m.failWith
+}
+
+func (m *memStore) Describe() string { return "memory" }
+
+func (m *memStore) Close() error { return nil }
 
 // logsCopy returns the log entries oldest first.
 func (m *memStore) logsCopy() []store.LogEntry {
@@ -479,7 +537,14 @@ func (n *fakeNotifier) lastCode() string {
 type fakeHealth struct {
 	mu      sync.Mutex
 	engines []engine.EngineStatus
+	vad     engine.EngineStatus
 	depth   int
+}
+
+func (h *fakeHealth) VAD() engine.EngineStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vad
 }
 
 func (h *fakeHealth) Engines() []engine.EngineStatus {

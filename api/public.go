@@ -33,7 +33,12 @@ type healthResponse struct {
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
-	Storage    storageView       `json:"storage"`
+	// VAD is "on" when voice activity detection runs before speech-to-text,
+	// "off" when its model is missing (whole recordings are transcribed);
+	// absent when the engines do not report it. It never makes the status
+	// anything but "ok".
+	VAD     string      `json:"vad,omitempty"`
+	Storage storageView `json:"storage"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
@@ -46,6 +51,14 @@ type healthResponse struct {
 func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
 	if s.health != nil {
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = "off"
+				if st.Ready {
+					out.VAD = "on"
+				}
+			}
+		}
 		for _, e := range s.health.Engines() {
 			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready, Demo: e.Demo})
 			out.DemoModels = out.DemoModels || e.Demo
@@ -59,7 +72,7 @@ func (s *Server) handleHealthz(c echo.Context) error {
 		}
 	}
 	var degraded bool
-	degraded, out.Storage = s.storageState()
+	degraded, out.Storage = s.storageState(c.Request().Context())
 	if degraded && out.Status == "ok" {
 		out.Status = "degraded"
 	}
@@ -162,13 +175,16 @@ type statusResponse struct {
 	Version       string                `json:"version"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
-	QueueDepth    int                   `json:"queue_depth"`
-	DataFile      string                `json:"data_file"`
-	DataFileBytes int64                 `json:"data_file_bytes"`
-	OTPChannel    string                `json:"otp_channel"`
-	TOTPEnrolled  bool                  `json:"totp_enrolled"`
-	TLS           bool                  `json:"tls"`
-	Limits        limitsView            `json:"limits"`
+	// VAD is voice activity detection's state: ready, or an error saying
+	// why it is off. Absent when not reported.
+	VAD           *engine.EngineStatus `json:"vad,omitempty"`
+	QueueDepth    int                  `json:"queue_depth"`
+	DataFile      string               `json:"data_file"`
+	DataFileBytes int64                `json:"data_file_bytes"`
+	OTPChannel    string               `json:"otp_channel"`
+	TOTPEnrolled  bool                 `json:"totp_enrolled"`
+	TLS           bool                 `json:"tls"`
+	Limits        limitsView           `json:"limits"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -212,6 +228,11 @@ func (s *Server) handleStatus(c echo.Context) error {
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)
 		out.QueueDepth = s.health.QueueDepth()
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = &st
+			}
+		}
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()
@@ -223,7 +244,7 @@ func (s *Server) handleStatus(c echo.Context) error {
 		out.TOTPEnrolled = enrolled
 	}
 	var degraded bool
-	degraded, out.Storage = s.storageState()
+	degraded, out.Storage = s.storageState(c.Request().Context())
 	out.Status = "ok"
 	if degraded {
 		out.Status = "degraded"

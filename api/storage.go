@@ -1,13 +1,19 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/replyd/replyd/store"
 )
 
 // storageView is the state of the data directory in /healthz and
 // /v1/admin/status.
 type storageView struct {
-	// Writable is false while the last write to the store failed.
+	// Writable is false while the store cannot take writes: its last write
+	// failed (bbolt), or it cannot be reached (PostgreSQL).
 	Writable bool `json:"writable"`
 	// FreeBytes is the free space of the data directory's file system;
 	// absent when unknown.
@@ -16,17 +22,23 @@ type storageView struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// storageState reports whether storage is degraded (the last write failed,
-// or free space is under Limits.MinFreeBytes) and describes it.
-func (s *Server) storageState() (bool, storageView) {
+// storageState reports whether storage is degraded (the store's Ping fails:
+// its last write failed or it cannot be reached; or free space is under
+// Limits.MinFreeBytes) and describes it.
+func (s *Server) storageState(ctx context.Context) (bool, storageView) {
 	v := storageView{Writable: true}
 	var problems []string
-	if err := s.store.WriteFailure(); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
 		v.Writable = false
-		if toAPIError(err).Code == CodeInsufficientStorage {
+		switch {
+		case errors.Is(err, store.ErrNoSpace):
 			problems = append(problems, "writes fail: the data disk is full")
-		} else {
-			problems = append(problems, "writes to the data file fail")
+		case errors.Is(err, store.ErrUnavailable):
+			problems = append(problems, "the store cannot be reached")
+		default:
+			problems = append(problems, "writes to the store fail")
 		}
 	}
 	if s.diskFree != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -77,10 +77,6 @@ const DefaultTimeout = time.Second
 // the file passes this size (bbolt's advice in DB.Begin). 64-bit only.
 const initialMmapSize = 1 << 30
 
-// touchInterval is the least time between two persisted LastUsedAt updates
-// of one key.
-const touchInterval = time.Minute
-
 // Options configures Open. The zero value is usable.
 type Options struct {
 	// Now is the clock used for defaults (a zero LogEntry.Timestamp, a zero
@@ -105,8 +101,9 @@ type DB struct {
 	path string
 	now  func() time.Time
 
-	touchMu sync.Mutex
-	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+	touches TouchThrottle
+
+	closed atomic.Bool // set by Close
 
 	// writeFail is the last write's failure, nil after a write succeeds.
 	writeFail atomic.Pointer[error]
@@ -138,7 +135,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, describeOpenError(path, err)
 	}
-	db := &DB{bolt: bdb, path: path, now: opts.Now, touched: make(map[string]time.Time)}
+	db := &DB{bolt: bdb, path: path, now: opts.Now}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error { return checkSchema(tx) })
 	} else {
@@ -238,6 +235,7 @@ func describeIOError(err error) error {
 
 // Close releases the file and its lock. It waits for running transactions.
 func (db *DB) Close() error {
+	db.closed.Store(true)
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", db.path, err)
 	}
@@ -246,6 +244,22 @@ func (db *DB) Close() error {
 
 // Path returns the file the DB was opened on.
 func (db *DB) Path() string { return db.path }
+
+// Describe returns the file's path.
+func (db *DB) Describe() string { return db.path }
+
+// Ping reports whether the store can serve requests now: an error when it is
+// closed, or when its last write failed (WriteFailure: a full or read-only
+// disk) until a write succeeds again.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if db.closed.Load() {
+		return fmt.Errorf("store %s: %w: closed", db.path, ErrUnavailable)
+	}
+	return db.WriteFailure()
+}
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
@@ -261,7 +275,7 @@ func (db *DB) noteWrite(err error) error {
 		return nil
 	}
 	err = db.wrap(err)
-	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, errInvalidArg) {
+	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, ErrInvalid) {
 		db.writeFail.Store(&err)
 	}
 	return err
@@ -288,17 +302,15 @@ func (db *DB) view(fn func(*bolt.Tx) error) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
 }
 
-// errInvalidArg marks a caller's mistake (an empty hash, a bad range).
-var errInvalidArg = errors.New("invalid argument")
-
+// invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("store: %w: %s", errInvalidArg, fmt.Sprintf(format, args...))
+	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // u64 encodes v big-endian so that byte order equals numeric order.

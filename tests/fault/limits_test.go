@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,7 +21,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/testaudio"
+	"github.com/replyd/replyd/internal/testutil"
 )
+
+// doReq is p.Do returning the status and body.
+func doReq(p *testutil.Replyd, ctx context.Context, r replydproc.Request) (int, []byte, error) {
+	resp, err := p.Do(ctx, r)
+	return resp.Status, resp.Body, err
+}
 
 // fileSize returns the size of path.
 func fileSize(t *testing.T, path string) int64 {
@@ -49,9 +58,9 @@ func keepAliveClientFrom(ip string) *http.Client {
 // per minute.
 func TestFailedAuthCostsNoDisk(t *testing.T) {
 	data := t.TempDir()
-	p := startProc(t, procOpts{dataDir: data})
-	p.waitReady()
-	key := p.createKey("ward-tablet")
+	p := startProc(t, replydproc.Options{DataDir: data})
+	p.WaitReady()
+	key := p.CreateKey("ward-tablet")
 	dbFile := filepath.Join(data, "replyd.db")
 	before := fileSize(t, dbFile)
 
@@ -74,8 +83,8 @@ func TestFailedAuthCostsNoDisk(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				ct, body := inferBody(t, "Hello?")
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/v1/infer", bytes.NewReader(body))
+				ct, body := replydproc.InferForm([]byte(`{"messages":[{"role":"speaker","content":"Hello?"}]}`), nil)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/v1/infer", bytes.NewReader(body))
 				req.Header.Set("Content-Type", ct)
 				req.Header.Set("X-API-KEY", "rpd_made-up-"+strconv.Itoa(rand.IntN(1<<30)))
 				resp, err := client.Do(req)
@@ -94,8 +103,8 @@ func TestFailedAuthCostsNoDisk(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			status, _, err := p.do(context.Background(), request{method: http.MethodPost, path: "/v1/infer", from: "127.0.1.10",
-				header: map[string]string{"X-API-KEY": key.APIKey}, body: mustInferBody(t), ctype: inferCT, timeout: time.Minute})
+			status, _, err := doReq(p, context.Background(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", From: "127.0.1.10",
+				Header: map[string]string{"X-API-KEY": key.APIKey}, Body: mustInferBody(t), ContentType: inferCT, Timeout: time.Minute})
 			if err != nil {
 				status = -1
 			}
@@ -132,7 +141,7 @@ func TestFailedAuthCostsNoDisk(t *testing.T) {
 	var stats struct {
 		ActiveUsers int `json:"active_users"`
 	}
-	if err := json.Unmarshal(p.must(request{method: http.MethodGet, path: "/v1/admin/stats?window=1h", header: p.adminHeader()}, 200), &stats); err != nil || stats.ActiveUsers != 1 {
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/stats?window=1h", Header: p.AdminHeader()}, 200), &stats); err != nil || stats.ActiveUsers != 1 {
 		t.Errorf("active_users = %d (%v), want 1", stats.ActiveUsers, err)
 	}
 	// The failures are logged aggregated, one entry per address and minute.
@@ -144,7 +153,7 @@ func TestFailedAuthCostsNoDisk(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if err := json.Unmarshal(p.must(request{method: http.MethodGet, path: "/v1/admin/logs?stream=auth&window=1h", header: p.adminHeader()}, 200), &logs); err != nil {
+		if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/logs?stream=auth&window=1h", Header: p.AdminHeader()}, 200), &logs); err != nil {
 			t.Fatal(err)
 		}
 		if len(logs.Items) >= 20 || time.Now().After(deadline) {
@@ -172,26 +181,18 @@ func mustInferBody(t *testing.T) []byte {
 }
 
 // wav8 is a WAV file of 8-bit samples (noise) with the given layout and
-// size of sample data.
+// about dataBytes of sample data.
 func wav8(rate, ch, dataBytes int) []byte {
-	b := make([]byte, 44+dataBytes)
-	copy(b, "RIFF")
-	binary.LittleEndian.PutUint32(b[4:], uint32(36+dataBytes))
-	copy(b[8:], "WAVEfmt ")
-	binary.LittleEndian.PutUint32(b[16:], 16)
-	binary.LittleEndian.PutUint16(b[20:], 1)
-	binary.LittleEndian.PutUint16(b[22:], uint16(ch))
-	binary.LittleEndian.PutUint32(b[24:], uint32(rate))
-	binary.LittleEndian.PutUint32(b[28:], uint32(rate*ch))
-	binary.LittleEndian.PutUint16(b[32:], uint16(ch))
-	binary.LittleEndian.PutUint16(b[34:], 8)
-	copy(b[36:], "data")
-	binary.LittleEndian.PutUint32(b[40:], uint32(dataBytes))
+	frames := dataBytes / ch
 	r := rand.New(rand.NewPCG(1, 2))
-	for i := 44; i < len(b); i++ {
-		b[i] = byte(120 + r.IntN(16))
+	chans := make([][]float32, ch)
+	for c := range chans {
+		chans[c] = make([]float32, frames)
+		for i := range chans[c] {
+			chans[c][i] = float32(r.IntN(16)-8) / 128
+		}
 	}
-	return b
+	return testaudio.WAV(testaudio.Format{Bits: 8, Rate: rate, Channels: ch}, chans)
 }
 
 // audioBody is a /v1/infer body with the recording as its audio part.
@@ -230,11 +231,11 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 // the server's peak RSS by less than 1 GB over idle, and every answer is
 // 200, 429 or 503.
 func TestUploadsBoundedBeforeWork(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir()})
-	p.waitReady()
-	keys := make([]createdKey, 25)
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir()})
+	p.WaitReady()
+	keys := make([]testutil.CreatedKey, 25)
 	for i := range keys {
-		keys[i] = p.createKey(fmt.Sprintf("tablet-%d", i))
+		keys[i] = p.CreateKey(fmt.Sprintf("tablet-%d", i))
 	}
 	const maxBody = 25 << 20
 	ct, body := audioBody(wav8(192000, 8, maxBody-1024))
@@ -243,8 +244,8 @@ func TestUploadsBoundedBeforeWork(t *testing.T) {
 	}
 	// Warm the decoding and inference paths once, then take the idle RSS.
 	ct1, small := audioBody(wav8(16000, 1, 32000))
-	p.must(request{method: http.MethodPost, path: "/v1/infer", header: map[string]string{"X-API-KEY": keys[0].APIKey}, body: small, ctype: ct1, timeout: 2 * time.Minute}, 200)
-	pid := p.cmd.Process.Pid
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", Header: map[string]string{"X-API-KEY": keys[0].APIKey}, Body: small, ContentType: ct1, Timeout: 2 * time.Minute}, 200)
+	pid := p.Pid()
 	idle := procStatus(t, pid, "VmRSS")
 
 	var wg sync.WaitGroup
@@ -254,8 +255,8 @@ func TestUploadsBoundedBeforeWork(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, b, err := p.do(context.Background(), request{method: http.MethodPost, path: "/v1/infer", from: fmt.Sprintf("127.0.2.%d", 10+i),
-				header: map[string]string{"X-API-KEY": keys[i].APIKey}, body: body, ctype: ct, timeout: 3 * time.Minute})
+			status, b, err := doReq(p, context.Background(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", From: fmt.Sprintf("127.0.2.%d", 10+i),
+				Header: map[string]string{"X-API-KEY": keys[i].APIKey}, Body: body, ContentType: ct, Timeout: 3 * time.Minute})
 			if err != nil {
 				t.Errorf("upload %d: %v", i, err)
 			}
@@ -284,17 +285,17 @@ func TestUploadsBoundedBeforeWork(t *testing.T) {
 // TestDecodeRefusedFromHeader: layouts no speech recording needs are 415 at
 // once, whatever the body holds.
 func TestDecodeRefusedFromHeader(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir()})
-	p.waitReady()
-	key := p.createKey("tablet")
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir()})
+	p.WaitReady()
+	key := p.CreateKey("tablet")
 	for _, tc := range []struct {
 		name     string
 		rate, ch int
 	}{{"768 kHz", 768000, 1}, {"65,535 channels", 16000, 65535}, {"9 channels", 16000, 9}} {
 		ct, body := audioBody(wav8(tc.rate, tc.ch, 8<<20))
 		start := time.Now()
-		status, b, err := p.do(context.Background(), request{method: http.MethodPost, path: "/v1/infer",
-			header: map[string]string{"X-API-KEY": key.APIKey}, body: body, ctype: ct})
+		status, b, err := doReq(p, context.Background(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer",
+			Header: map[string]string{"X-API-KEY": key.APIKey}, Body: body, ContentType: ct})
 		if err != nil || status != http.StatusUnsupportedMediaType || !strings.Contains(string(b), "unsupported_media_type") {
 			t.Errorf("%s: %d %v %.200s", tc.name, status, err, b)
 		}
@@ -306,19 +307,19 @@ func TestDecodeRefusedFromHeader(t *testing.T) {
 // with 408 soon after the 10 s grace (today's bound was the 2-minute read
 // timeout), and one address holds at most 32 connections.
 func TestSlowClientsAreCut(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir()})
-	p.waitReady()
-	key := p.createKey("tablet")
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir()})
+	p.WaitReady()
+	key := p.CreateKey("tablet")
 
 	t.Run("trickled body", func(t *testing.T) {
-		conn, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		conn, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(45 * time.Second))
 		start := time.Now()
-		fmt.Fprintf(conn, "POST /v1/infer HTTP/1.1\r\nHost: %s\r\nX-API-KEY: %s\r\nContent-Type: %s\r\nContent-Length: 1000000\r\n\r\n", p.addr, key.APIKey, inferCT)
+		fmt.Fprintf(conn, "POST /v1/infer HTTP/1.1\r\nHost: %s\r\nX-API-KEY: %s\r\nContent-Type: %s\r\nContent-Length: 1000000\r\n\r\n", p.Addr, key.APIKey, inferCT)
 		go func() {
 			for i := 0; i < 60; i++ {
 				if _, err := conn.Write([]byte("-")); err != nil {
@@ -348,7 +349,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 			}
 		}()
 		for i := 0; i < 40; i++ {
-			c, err := d.Dial("tcp", p.addr)
+			c, err := d.Dial("tcp", p.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,6 +366,6 @@ func TestSlowClientsAreCut(t *testing.T) {
 			t.Errorf("%d of 40 idle connections from one address were closed at once, want 8 (32 kept)", closed)
 		}
 		// Another address is served meanwhile.
-		p.must(request{method: http.MethodGet, path: "/healthz", from: "127.0.3.2"}, 200)
+		p.Must(replydproc.Request{Method: http.MethodGet, Path: "/healthz", From: "127.0.3.2"}, 200)
 	})
 }

@@ -15,19 +15,17 @@ import (
 
 	"github.com/pquerna/otp/totp"
 
+	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
 const wrongCode = `{"error":"unauthorized","message":"the code is wrong, has expired, was already used, or was not asked for from this device"}`
 
 // verifyFrom tries code from the loopback address ip.
-func (p *proc) verifyFrom(ip, code string) (int, string) {
-	p.t.Helper()
-	status, body, err := p.do(p.t.Context(), request{method: http.MethodPost, path: "/v1/admin/otp/verify", from: ip, json: map[string]string{"code": code}})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return status, strings.TrimSpace(string(body))
+func verifyFrom(t *testing.T, p *testutil.Replyd, ip, code string) (int, string) {
+	t.Helper()
+	resp := p.Call(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", From: ip, JSON: map[string]string{"code": code}})
+	return resp.Status, strings.TrimSpace(string(resp.Body))
 }
 
 // TestOTPCannotBeBurnedOrGuessed: an attacker on another address asks for
@@ -38,42 +36,42 @@ func (p *proc) verifyFrom(ip, code string) (int, string) {
 // channel, and the admin key keeps working.
 func TestOTPCannotBeBurnedOrGuessed(t *testing.T) {
 	inbox := testutil.NewOTPInbox(t)
-	p := startProc(t, procOpts{dataDir: t.TempDir(), env: map[string]string{
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{
 		"REPLYD_OTP_CHANNEL":         "webhook",
 		"REPLYD_OTP_WEBHOOK_URL":     inbox.URL + "/otp",
 		"REPLYD_OTP_RESEND_INTERVAL": "1s",
 	}})
-	p.waitReady()
+	p.WaitReady()
 	const admin, attacker = "127.0.4.1", "127.0.4.66"
 
-	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send", from: admin}, 200)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send", From: admin}, 200)
 	code := inbox.Next(t, 1)
 	if !regexp.MustCompile(`^[0-9]{8}$`).MatchString(code) {
 		t.Fatalf("code %q is not 8 digits", code)
 	}
 	// The attacker's send is answered like anyone's: it does not reveal
 	// that a code is outstanding, and it does not replace the admin's.
-	body := p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send", from: attacker}, 200)
+	body := p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send", From: attacker}, 200)
 	if !strings.Contains(string(body), `"sent":true`) {
 		t.Errorf("attacker's send: %s", body)
 	}
 	// Two wrong codes from the attacker, the admin's real code among them:
 	// from the wrong address it does not work, and it is not spent.
 	for _, guess := range []string{code, fmt.Sprintf("%08d", (atoi(code)+1)%100000000)} {
-		if status, b := p.verifyFrom(attacker, guess); status != 401 || b != wrongCode {
+		if status, b := verifyFrom(t, p, attacker, guess); status != 401 || b != wrongCode {
 			t.Errorf("attacker's guess: %d %s", status, b)
 		}
 	}
-	if status, b := p.verifyFrom(admin, code); status != 200 || !strings.Contains(b, "session_token") {
+	if status, b := verifyFrom(t, p, admin, code); status != 200 || !strings.Contains(b, "session_token") {
 		t.Fatalf("the admin's own code after the attacker's guesses: %d %s", status, b)
 	}
 	// A code from an address that asked for none gets the same answer as a
 	// wrong one. It is the third wrong code from anyone: the code login
 	// pauses for every address.
-	if status, b := p.verifyFrom("127.0.4.77", "00000000"); status != 401 || b != wrongCode {
+	if status, b := verifyFrom(t, p, "127.0.4.77", "00000000"); status != 401 || b != wrongCode {
 		t.Errorf("no code outstanding: %d %s", status, b)
 	}
-	status, b := p.verifyFrom(attacker, "12345678")
+	status, b := verifyFrom(t, p, attacker, "12345678")
 	if status != 429 || !strings.Contains(b, "login by code is paused") {
 		t.Errorf("after 3 wrong codes: %d %s", status, b)
 	}
@@ -85,7 +83,7 @@ func TestOTPCannotBeBurnedOrGuessed(t *testing.T) {
 		t.Errorf("alerts at the channel: %q", a)
 	}
 	// The admin key is never delayed.
-	p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: p.adminHeader(), from: attacker}, 200)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: p.AdminHeader(), From: attacker}, 200)
 }
 
 func atoi(s string) int {
@@ -102,13 +100,13 @@ func atoi(s string) int {
 // says where.
 func TestConsoleCodeNeverInJournal(t *testing.T) {
 	data := t.TempDir()
-	p := startProc(t, procOpts{dataDir: data, env: map[string]string{"REPLYD_OTP_CHANNEL": "console"}})
-	p.waitReady()
-	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, 200)
+	p := startProc(t, replydproc.Options{DataDir: data, Env: map[string]string{"REPLYD_OTP_CHANNEL": "console"}})
+	p.WaitReady()
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, 200)
 	file := filepath.Join(data, "otp-code.txt")
 	b, err := os.ReadFile(file)
 	if err != nil {
-		t.Fatalf("no code file: %v\n%s", err, lastLines(p.out.String(), 20))
+		t.Fatalf("no code file: %v\n%s", err, replydproc.Tail(p.Output(), 20))
 	}
 	m := regexp.MustCompile(`code is ([0-9]{8})`).FindSubmatch(b)
 	if m == nil {
@@ -118,32 +116,32 @@ func TestConsoleCodeNeverInJournal(t *testing.T) {
 	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
 		t.Errorf("%s has mode %v, want 0600", file, fi.Mode().Perm())
 	}
-	out := p.out.String()
+	out := p.Output()
 	if strings.Contains(out, code) {
 		t.Errorf("the code appears in the process output (the journal)")
 	}
 	if !strings.Contains(out, file) {
-		t.Errorf("the output does not say where the code is:\n%s", lastLines(out, 20))
+		t.Errorf("the output does not say where the code is:\n%s", replydproc.Tail(out, 20))
 	}
-	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": code}}, 200)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code}}, 200)
 }
 
 // TestTOTPLogin: with REPLYD_OTP_CHANNEL=totp nothing is sent; once an
 // authenticator app is enrolled (admin auth), its current code logs in
 // once.
 func TestTOTPLogin(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir(), env: map[string]string{"REPLYD_OTP_CHANNEL": "totp"}})
-	p.waitReady()
-	body := p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, 200)
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{"REPLYD_OTP_CHANNEL": "totp"}})
+	p.WaitReady()
+	body := p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, 200)
 	if strings.TrimSpace(string(body)) != `{"sent":false,"channel":"totp"}` {
 		t.Errorf("send: %s", body)
 	}
-	p.must(request{method: http.MethodPost, path: "/v1/admin/totp/enroll"}, 401)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/totp/enroll"}, 401)
 	var en struct {
 		Secret     string `json:"secret"`
 		OTPAuthURL string `json:"otpauth_url"`
 	}
-	if err := json.Unmarshal(p.must(request{method: http.MethodPost, path: "/v1/admin/totp/enroll", header: p.adminHeader()}, 200), &en); err != nil || en.Secret == "" ||
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/totp/enroll", Header: p.AdminHeader()}, 200), &en); err != nil || en.Secret == "" ||
 		!strings.HasPrefix(en.OTPAuthURL, "otpauth://totp/") {
 		t.Fatalf("enroll: %+v %v", en, err)
 	}
@@ -151,11 +149,11 @@ func TestTOTPLogin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": code}}, 200)
-	if status, b := p.verifyFrom("127.0.0.1", code); status != 401 || b != wrongCode {
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code}}, 200)
+	if status, b := verifyFrom(t, p, "127.0.0.1", code); status != 401 || b != wrongCode {
 		t.Errorf("the same code again: %d %s", status, b)
 	}
-	if strings.Contains(p.out.String(), en.Secret) {
+	if strings.Contains(p.Output(), en.Secret) {
 		t.Error("the TOTP secret appears in the output")
 	}
 }
@@ -167,13 +165,13 @@ func TestWeakAdminKeyRefused(t *testing.T) {
 		{"aaaaaaaaaaaaaaaa", "use at least 20"},
 		{"abcdefghijklmnopqrstuvwxyz", "too easy to guess"},
 	} {
-		p := startProc(t, procOpts{dataDir: t.TempDir(), adminKey: tc.key})
-		if code := p.waitExit(startupLimit); code == 0 {
+		p := startProc(t, replydproc.Options{DataDir: t.TempDir(), AdminKey: tc.key})
+		if code := p.WaitExit(startupLimit); code == 0 {
 			t.Fatalf("replyd started with the admin key %q", tc.key)
 		}
-		out := p.out.String()
+		out := p.Output()
 		if !strings.Contains(out, "REPLYD_ADMIN_KEY") || !strings.Contains(out, tc.want) || strings.Contains(out, tc.key) {
-			t.Errorf("key %q: output %q", tc.key, lastLines(out, 5))
+			t.Errorf("key %q: output %q", tc.key, replydproc.Tail(out, 5))
 		}
 	}
 }
@@ -182,16 +180,16 @@ func TestWeakAdminKeyRefused(t *testing.T) {
 // ten times a minute, then 429 (without running the KDF); the admin key,
 // already verified, is still served from that address.
 func TestAdminKeyGuessesThrottled(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir()})
-	p.waitReady()
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir()})
+	p.WaitReady()
 	const from = "127.0.4.9"
-	p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: p.adminHeader(), from: from}, 200)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: p.AdminHeader(), From: from}, 200)
 	for i := 0; i < 10; i++ {
-		p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: map[string]string{"X-ADMIN-KEY": fmt.Sprintf("guess-%d-%s", i, randHex(t, 8))}, from: from}, 401)
+		p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: map[string]string{"X-ADMIN-KEY": fmt.Sprintf("guess-%d-%s", i, replydproc.RandHex(8))}, From: from}, 401)
 	}
 	start := time.Now()
-	p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: map[string]string{"X-ADMIN-KEY": "guess-" + randHex(t, 8)}, from: from}, 429)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: map[string]string{"X-ADMIN-KEY": "guess-" + replydproc.RandHex(8)}, From: from}, 429)
 	t.Logf("the throttled guess was answered in %s", time.Since(start))
-	p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: p.adminHeader(), from: from}, 200)
-	p.must(request{method: http.MethodGet, path: "/v1/admin/keys", header: map[string]string{"X-ADMIN-KEY": "guess-elsewhere"}, from: "127.0.4.10"}, 401)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: p.AdminHeader(), From: from}, 200)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys", Header: map[string]string{"X-ADMIN-KEY": "guess-elsewhere"}, From: "127.0.4.10"}, 401)
 }

@@ -17,24 +17,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestShedRequestsDoNotCount: requests shed with 503 are given back to the
 // key's rate limit, so the key still gets its whole minute's worth.
 func TestShedRequestsDoNotCount(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir(), env: map[string]string{"REPLYD_STT_QUEUE_SIZE": "1"}})
-	p.waitReady()
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{"REPLYD_STT_QUEUE_SIZE": "1"}})
+	p.WaitReady()
 	const limit = 6
-	var k createdKey
-	if err := json.Unmarshal(p.must(request{method: http.MethodPost, path: "/v1/admin/keys", header: p.adminHeader(),
-		json: map[string]any{"client_id": "tablet", "rate_limit_per_minute": limit}}, 200), &k); err != nil {
+	var k testutil.CreatedKey
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: p.AdminHeader(),
+		JSON: map[string]any{"client_id": "tablet", "rate_limit_per_minute": limit}}, 200), &k); err != nil {
 		t.Fatal(err)
 	}
 	ct, body := audioBody(wav8(16000, 1, 3*16000))
 	send := func() int {
-		status, b, err := p.do(context.Background(), request{method: http.MethodPost, path: "/v1/infer",
-			header: map[string]string{"X-API-KEY": k.APIKey}, body: body, ctype: ct, timeout: time.Minute})
+		status, b, err := doReq(p, context.Background(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer",
+			Header: map[string]string{"X-API-KEY": k.APIKey}, Body: body, ContentType: ct, Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,23 +89,23 @@ func TestShedRequestsDoNotCount(t *testing.T) {
 // never written to the output.
 func TestSecretsAtRest(t *testing.T) {
 	data := t.TempDir()
-	p := startProc(t, procOpts{dataDir: data})
-	p.waitReady()
-	key := p.createKey("tablet")
+	p := startProc(t, replydproc.Options{DataDir: data})
+	p.WaitReady()
+	key := p.CreateKey("tablet")
 	const userID = "patient-0042"
 	const probe = "rdprobe1" // a private-use subtag: valid BCP 47 (Klingon is unknown to Whisper)
 	ct, body := audioBody(wav8(16000, 1, 16000))
 	body = []byte(strings.Replace(string(body), `{"messages":[{"role":"speaker","audio":true}]`,
 		`{"user_id":"`+userID+`","language":"tlh-Latn-x-`+probe+`","messages":[{"role":"speaker","audio":true}]`, 1))
-	p.must(request{method: http.MethodPost, path: "/v1/infer", header: map[string]string{"X-API-KEY": key.APIKey}, body: body, ctype: ct, timeout: time.Minute}, 200)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", Header: map[string]string{"X-API-KEY": key.APIKey}, Body: body, ContentType: ct, Timeout: time.Minute}, 200)
 	// Free text that is not BCP 47 is refused, without being quoted.
 	_, bad := audioBody(wav8(16000, 1, 16000))
 	bad = []byte(strings.Replace(string(bad), `{"messages"`, `{"language":"Klingon `+probe+`","messages"`, 1))
-	status, b, err := p.do(t.Context(), request{method: http.MethodPost, path: "/v1/infer", header: map[string]string{"X-API-KEY": key.APIKey}, body: bad, ctype: ct, timeout: time.Minute})
+	status, b, err := doReq(p, t.Context(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", Header: map[string]string{"X-API-KEY": key.APIKey}, Body: bad, ContentType: ct, Timeout: time.Minute})
 	if err != nil || status != 400 || strings.Contains(string(b), probe) {
 		t.Errorf("a language that is not BCP 47: %d %v %.200s", status, err, b)
 	}
-	p.stop()
+	p.Stop()
 
 	db, err := os.ReadFile(filepath.Join(data, "replyd.db"))
 	if err != nil {
@@ -112,11 +114,11 @@ func TestSecretsAtRest(t *testing.T) {
 	if strings.Contains(string(db), secret.Hash(userID)) {
 		t.Error("the data file holds the bare SHA-256 of user_id")
 	}
-	if strings.Contains(string(db), secret.Hash(p.adminKey)) || !strings.Contains(string(db), "$argon2id$") {
+	if strings.Contains(string(db), secret.Hash(p.AdminKey)) || !strings.Contains(string(db), "$argon2id$") {
 		t.Error("the admin key is not stored with Argon2id")
 	}
-	if strings.Contains(p.out.String(), probe) {
-		t.Errorf("the payload's language reached the output:\n%s", grepLines(p.out.String(), probe))
+	if strings.Contains(p.Output(), probe) {
+		t.Errorf("the payload's language reached the output:\n%s", grepLines(p.Output(), probe))
 	}
 }
 
@@ -133,9 +135,9 @@ func grepLines(s, sub string) string {
 // TestTLSOffersOnlyAEAD: a TLS 1.2 client offering only CBC suites is
 // refused; one offering GCM is served.
 func TestTLSOffersOnlyAEAD(t *testing.T) {
-	p := startProc(t, procOpts{dataDir: t.TempDir(), env: map[string]string{"REPLYD_TLS": "auto"}})
+	p := startProc(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{"REPLYD_TLS": "auto"}})
 	handshake := func(suite uint16) error {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", p.addr, &tls.Config{
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", p.Addr, &tls.Config{
 			InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}})
 		if err == nil {
 			conn.Close()
@@ -145,7 +147,7 @@ func TestTLSOffersOnlyAEAD(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for handshake(tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("no TLS handshake with an AEAD suite:\n%s", lastLines(p.out.String(), 20))
+			t.Fatalf("no TLS handshake with an AEAD suite:\n%s", replydproc.Tail(p.Output(), 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -169,8 +171,8 @@ func TestRecordingCopiesStayPrivate(t *testing.T) {
 	if err := os.WriteFile(leftover, []byte("a recording a crash left"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, procOpts{dataDir: data})
-	p.waitReady()
+	p := startProc(t, replydproc.Options{DataDir: data})
+	p.WaitReady()
 	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
 		t.Errorf("the leftover recording is still there (%v)", err)
 	}
@@ -191,9 +193,9 @@ func TestRecordingCopiesStayPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := p.createKey("ipad")
+	key := p.CreateKey("ipad")
 	ct, body := audioBody(audio)
-	p.must(request{method: http.MethodPost, path: "/v1/infer", header: map[string]string{"X-API-KEY": key.APIKey}, body: body, ctype: ct, timeout: time.Minute}, 200)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", Header: map[string]string{"X-API-KEY": key.APIKey}, Body: body, ContentType: ct, Timeout: time.Minute}, 200)
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("files left in %s: %v", tmp, left)
 	}

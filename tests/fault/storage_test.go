@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/testutil"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,14 +51,14 @@ func fillDisk(t *testing.T, dir string) string {
 }
 
 // health returns /healthz's status field and its storage object.
-func (p *proc) health() (string, map[string]any) {
-	p.t.Helper()
+func health(t *testing.T, p *testutil.Replyd) (string, map[string]any) {
+	t.Helper()
 	var h struct {
 		Status  string         `json:"status"`
 		Storage map[string]any `json:"storage"`
 	}
-	if err := json.Unmarshal(p.must(request{method: http.MethodGet, path: "/healthz"}, 200), &h); err != nil {
-		p.t.Fatal(err)
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/healthz"}, 200), &h); err != nil {
+		t.Fatal(err)
 	}
 	return h.Status, h.Storage
 }
@@ -70,9 +72,9 @@ func TestFullDiskIs507(t *testing.T) {
 	dir := t.TempDir()
 	mountTmpfs(t, dir, "size=48m")
 	data := filepath.Join(dir, "data")
-	p := startProc(t, procOpts{dataDir: data, env: map[string]string{"REPLYD_MIN_FREE_MB": "1"}})
-	p.waitReady()
-	if status, st := p.health(); status != "ok" {
+	p := startProc(t, replydproc.Options{DataDir: data, Env: map[string]string{"REPLYD_MIN_FREE_MB": "1"}})
+	p.WaitReady()
+	if status, st := health(t, p); status != "ok" {
 		t.Fatalf("healthz on an empty disk: %s %v", status, st)
 	}
 	filler := fillDisk(t, dir)
@@ -81,8 +83,8 @@ func TestFullDiskIs507(t *testing.T) {
 	// 507, and the 507 says why.
 	got507 := false
 	for i := 0; i < 500 && !got507; i++ {
-		status, body, err := p.do(t.Context(), request{method: http.MethodPost, path: "/v1/admin/keys", header: p.adminHeader(),
-			json: map[string]any{"client_id": fmt.Sprintf("tablet-%d", i)}})
+		status, body, err := doReq(p, t.Context(), replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: p.AdminHeader(),
+			JSON: map[string]any{"client_id": fmt.Sprintf("tablet-%d", i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +102,7 @@ func TestFullDiskIs507(t *testing.T) {
 	if !got507 {
 		t.Fatal("500 key creations on a full disk all succeeded")
 	}
-	status, st := p.health()
+	status, st := health(t, p)
 	if status != "degraded" || st["writable"] != false || !strings.Contains(fmt.Sprint(st["problem"]), "disk is full") {
 		t.Errorf("healthz with failing writes: %s %v", status, st)
 	}
@@ -108,45 +110,45 @@ func TestFullDiskIs507(t *testing.T) {
 		Status  string         `json:"status"`
 		Storage map[string]any `json:"storage"`
 	}
-	if err := json.Unmarshal(p.must(request{method: http.MethodGet, path: "/v1/admin/status", header: p.adminHeader()}, 200), &view); err != nil || view.Status != "degraded" {
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/status", Header: p.AdminHeader()}, 200), &view); err != nil || view.Status != "degraded" {
 		t.Errorf("status view: %+v %v", view, err)
 	}
 	// Inference still works (its log entry is lost, the answer is not).
 	key := createKeyEventually(t, p, filler)
-	if status, body, err := p.infer(t.Context(), key.APIKey, "Still answering?"); err != nil || status != 200 {
-		t.Errorf("inference on a full disk: %d %v %s", status, err, body)
+	if resp, err := p.InferText(t.Context(), key.APIKey, "Still answering?"); err != nil || resp.Status != 200 {
+		t.Errorf("inference on a full disk: %d %v %s", resp.Status, err, resp.Body)
 	}
 
 	// Space freed: the next write succeeds and health recovers.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	p.createKey("after-cleanup")
-	if status, st := p.health(); status != "ok" {
+	p.CreateKey("after-cleanup")
+	if status, st := health(t, p); status != "ok" {
 		t.Errorf("healthz after freeing space: %s %v", status, st)
 	}
-	p.stop()
+	p.Stop()
 
 	// A start with less free space than REPLYD_MIN_FREE_MB (default 512)
 	// warns, and /healthz says degraded.
-	q := startProc(t, procOpts{dataDir: data, adminKey: p.adminKey})
-	q.waitReady()
-	if status, st := q.health(); status != "degraded" || !strings.Contains(fmt.Sprint(st["problem"]), "free on the data disk") {
+	q := startProc(t, replydproc.Options{DataDir: data, AdminKey: p.AdminKey})
+	q.WaitReady()
+	if status, st := health(t, q); status != "degraded" || !strings.Contains(fmt.Sprint(st["problem"]), "free on the data disk") {
 		t.Errorf("healthz on a small disk: %s %v", status, st)
 	}
-	if !strings.Contains(q.out.String(), "disk is nearly full") {
-		t.Errorf("no start-up warning:\n%s", lastLines(q.out.String(), 20))
+	if !strings.Contains(q.Output(), "disk is nearly full") {
+		t.Errorf("no start-up warning:\n%s", replydproc.Tail(q.Output(), 20))
 	}
 }
 
 // createKeyEventually frees a little space if needed to create one key, so
 // that the inference check above has a key to use; it fills the disk again.
-func createKeyEventually(t *testing.T, p *proc, filler string) createdKey {
+func createKeyEventually(t *testing.T, p *testutil.Replyd, filler string) testutil.CreatedKey {
 	t.Helper()
 	if err := os.Truncate(filler, 0); err != nil {
 		t.Fatal(err)
 	}
-	k := p.createKey("on-a-full-disk")
+	k := p.CreateKey("on-a-full-disk")
 	fillDisk(t, filepath.Dir(filler))
 	time.Sleep(10 * time.Millisecond)
 	return k

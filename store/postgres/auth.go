@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/replyd/replyd/store"
+)
+
+// Names in the settings table.
+const (
+	settingAdminKeyHash = "admin_key_hash"
+	settingTOTPLastStep = "totp_last_step"
+)
+
+// AdminKeyHash reads the admin key hash; see store.Store.
+func (s *Store) AdminKeyHash() (string, error) {
+	var h string
+	err := s.run("read admin key", func(ctx context.Context) error {
+		err := s.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingAdminKeyHash).Scan(&h)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return h, err
+}
+
+// SetAdminKeyHash replaces or ("") removes the admin key hash.
+func (s *Store) SetAdminKeyHash(hash string) error {
+	return s.run("store admin key", func(ctx context.Context) error {
+		var err error
+		if hash == "" {
+			_, err = s.pool.Exec(ctx, "DELETE FROM settings WHERE name = $1", settingAdminKeyHash)
+		} else {
+			_, err = s.pool.Exec(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET value = excluded.value`, settingAdminKeyHash, hash)
+		}
+		return err
+	})
+}
+
+// SaveOTP makes codeHash scope's code, replacing only that scope's earlier
+// one; see store.Store.
+func (s *Store) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error {
+	if scope == "" || codeHash == "" {
+		return invalid("empty OTP scope or hash")
+	}
+	return s.run("save OTP", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, `INSERT INTO otp_codes (scope, hash, issued_ns, expires_ns) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (scope) DO UPDATE SET hash = excluded.hash, issued_ns = excluded.issued_ns, expires_ns = excluded.expires_ns`,
+			scope, codeHash, ns(issuedAt), ns(expiresAt))
+		return err
+	})
+}
+
+// UseOTP spends scope's code when codeHash matches it; see store.Store. The
+// hashes are compared in constant time here, and the code is deleted only by
+// a statement that names the code it read, so of concurrent uses (on any
+// box) exactly one succeeds. A wrong guess only reads.
+func (s *Store) UseOTP(scope, codeHash string, now time.Time) (bool, error) {
+	used := false
+	err := s.run("use OTP", func(ctx context.Context) error {
+		var hash string
+		var issued, expires int64
+		err := s.pool.QueryRow(ctx, "SELECT hash, issued_ns, expires_ns FROM otp_codes WHERE scope = $1", scope).Scan(&hash, &issued, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ns(now) >= expires || subtle.ConstantTimeCompare([]byte(hash), []byte(codeHash)) != 1 {
+			return nil
+		}
+		tag, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE scope = $1 AND hash = $2 AND issued_ns = $3", scope, hash, issued)
+		used = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return used, err
+}
+
+// DeleteOTP removes scope's code; see store.Store.
+func (s *Store) DeleteOTP(scope string) error {
+	return s.run("delete OTP", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE scope = $1", scope)
+		return err
+	})
+}
+
+// PruneOTPs deletes the expired codes; see store.Store.
+func (s *Store) PruneOTPs(now time.Time) (int, error) {
+	var n int
+	err := s.run("prune OTPs", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE expires_ns <= $1", ns(now))
+		n = int(tag.RowsAffected())
+		return err
+	})
+	return n, err
+}
+
+// UseTOTPStep records an accepted TOTP step in one atomic statement: the
+// row changes only for a later step, and only a change returns a row.
+func (s *Store) UseTOTPStep(step int64) (bool, error) {
+	if step < 0 {
+		return false, invalid("negative TOTP step")
+	}
+	ok := false
+	err := s.run("use TOTP step", func(ctx context.Context) error {
+		var one int
+		err := s.pool.QueryRow(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2::bigint::text)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value
+			WHERE settings.value::bigint < excluded.value::bigint
+			RETURNING 1`, settingTOTPLastStep, step).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return ok, err
+}
+
+// CreateSession stores a session; see store.Store.
+func (s *Store) CreateSession(tokenHash string, expiresAt time.Time) error {
+	if tokenHash == "" {
+		return invalid("empty session hash")
+	}
+	return s.run("create session", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `INSERT INTO sessions (token_hash, expires_ns) VALUES ($1, $2)
+			ON CONFLICT (token_hash) DO NOTHING`, tokenHash, ns(expiresAt))
+		if err == nil && tag.RowsAffected() == 0 {
+			err = fmt.Errorf("store: session: %w", store.ErrExists)
+		}
+		return err
+	})
+}
+
+// SessionValid reads the session's expiry; see store.Store.
+func (s *Store) SessionValid(tokenHash string, now time.Time) (bool, error) {
+	var ok bool
+	err := s.run("check session", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM sessions WHERE token_hash = $1 AND expires_ns > $2)", tokenHash, ns(now)).Scan(&ok)
+	})
+	return ok, err
+}
+
+// DeleteSession removes a session; see store.Store.
+func (s *Store) DeleteSession(tokenHash string) error {
+	return s.run("delete session", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, "DELETE FROM sessions WHERE token_hash = $1", tokenHash)
+		return err
+	})
+}
+
+// PruneSessions deletes expired sessions; see store.Store.
+func (s *Store) PruneSessions(now time.Time) (int, error) {
+	var n int
+	err := s.run("prune sessions", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, "DELETE FROM sessions WHERE expires_ns <= $1", ns(now))
+		n = int(tag.RowsAffected())
+		return err
+	})
+	return n, err
+}

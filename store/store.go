@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Store is replyd's persistent state: the contract every implementation
+// keeps. Two implement it: *DB here (one bbolt file, one process: the
+// embedded default) and store/postgres (PostgreSQL, shared by several boxes).
+// Both run the one scenario suite in store/storetest; a behaviour that only
+// one of them has is a bug in the other. A new method goes into this
+// interface, into both implementations and into a storetest scenario.
+//
+// Rules that hold for every method:
+//   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
+//     from many processes at once.
+//   - A write is durable when the method returns nil: one transaction per
+//     logical write; nothing acknowledged is lost when the process dies.
+//   - Secrets (API keys, OTP codes, session tokens) arrive and are stored
+//     only as lowercase hex SHA-256; the store never sees them in clear.
+//     The installation secrets (InstallationSecret) are the exception:
+//     replyd must use them, so they are kept as they are, never logged.
+//   - Errors are tested with errors.Is: ErrNotFound, ErrExists, ErrInvalid
+//     (the caller's mistake: an empty hash, a bad range), ErrUnavailable (the
+//     database cannot be reached: retry later), ErrNoSpace (a write failed
+//     because the disk is full) and ErrNotSupported. Anything else is an
+//     internal failure.
+//   - Times are kept to the nanosecond and come back as the same instant;
+//     the zero Time stands for "never" (a key not revoked, not yet used).
+//   - Methods take no context: each bounds its own work (PostgreSQL: a
+//     per-call timeout), so a caller never hangs on a dead database.
+type Store interface {
+	// CreateKey stores k under k.Hash. It returns ErrExists when the hash
+	// is already stored (revoked or not) and ErrInvalid when it is empty. A
+	// zero CreatedAt is set from the store's clock and an empty Status
+	// becomes StatusActive.
+	CreateKey(k APIKey) error
+	// GetKey returns the key stored under hash, or ErrNotFound. It reads the
+	// stored record every time, so a revocation on any box is seen at once.
+	GetKey(hash string) (APIKey, error)
+	// ListKeys returns up to limit keys, newest CreatedAt first (keys created
+	// in the same nanosecond: last created first). Revoked keys are skipped
+	// unless includeRevoked is set; the limit counts only returned keys. A
+	// limit <= 0 means no limit. The result is never nil.
+	ListKeys(limit int, includeRevoked bool) ([]APIKey, error)
+	// RevokeKey marks the key revoked at at and returns the stored record.
+	// It is idempotent: revoking a revoked key changes nothing and returns
+	// the record with its first RevokedAt. An unknown hash gives ErrNotFound.
+	RevokeKey(hash string, at time.Time) (APIKey, error)
+	// TouchKey records that the key was used at at. To spare a write on
+	// every authenticated request it persists at most once per minute per
+	// key (tracked in memory, so a restart allows one early write); calls
+	// inside that minute return nil without writing and without checking
+	// that the key exists. A persisted touch of an unknown key gives
+	// ErrNotFound and is not remembered. LastUsedAt never moves backwards.
+	TouchKey(hash string, at time.Time) error
+
+	// AdminKeyHash returns the stored hash of the admin key (the Argon2id
+	// string of secret.HashAdminKey, or the hex SHA-256 older versions
+	// stored), or "" when none is set.
+	AdminKeyHash() (string, error)
+	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
+	// disables X-ADMIN-KEY authentication.
+	SetAdminKeyHash(hash string) error
+
+	// CurrentPrompt returns the most recently saved prompt version and true,
+	// or false when no prompt was ever saved.
+	CurrentPrompt() (PromptVersion, bool, error)
+	// SavePrompt appends p to the history and makes it current, in one
+	// transaction. p.Version must be non-empty (else ErrInvalid) and not
+	// used before (else ErrExists). A zero CreatedAt is set from the clock.
+	SavePrompt(p PromptVersion) error
+	// PromptHistory returns up to limit saved versions, most recently saved
+	// first. A limit <= 0 means all of them. The result is never nil.
+	PromptHistory(limit int) ([]PromptVersion, error)
+	// NextPromptVersion returns one more than the largest version that is a
+	// non-negative decimal integer, as a string; "1" when there is none.
+	// Versions that are not integers ("beta") are ignored. The answer is
+	// advisory: a concurrent SavePrompt may take it, and then SavePrompt
+	// reports ErrExists.
+	NextPromptVersion() (string, error)
+
+	// SaveOTP makes codeHash the code outstanding for scope (the client
+	// address that asked for it), replacing only that scope's earlier code:
+	// a code asked for from one address is never replaced or spent from
+	// another. An empty scope or hash is ErrInvalid.
+	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error
+	// UseOTP spends scope's code when codeHash matches it (compared in
+	// constant time) and now is before its expiry, and reports whether it
+	// did: of concurrent uses of the right code, on any box, exactly one is
+	// true. A wrong, expired or missing code is false and writes nothing:
+	// wrong guesses never touch the code (the caller limits attempts).
+	UseOTP(scope, codeHash string, now time.Time) (bool, error)
+	// DeleteOTP removes scope's code, if any (a code that could not be
+	// delivered). Deleting a missing code is not an error.
+	DeleteOTP(scope string) error
+	// PruneOTPs deletes every code whose expiry is at or before now and
+	// returns how many it deleted.
+	PruneOTPs(now time.Time) (int, error)
+	// UseTOTPStep records that a TOTP code of time step step (Unix time /
+	// 30 s) was accepted and reports whether it may be: true only when step
+	// is later than every step accepted before, so that each code works
+	// once, on any box. A negative step is ErrInvalid.
+	UseTOTPStep(step int64) (bool, error)
+
+	// InstallationSecret returns the secret stored under name (such as
+	// SecretPseudonym), creating it (32 bytes from crypto/rand) when there
+	// is none, so that concurrent callers, later starts and every box get
+	// the same value. An empty name is ErrInvalid.
+	InstallationSecret(name string) ([]byte, error)
+	// Secret returns the secret stored under name and whether there is
+	// one, without creating it.
+	Secret(name string) ([]byte, bool, error)
+	// SetSecret stores value under name, replacing any earlier value; an
+	// empty value deletes it. An empty name is ErrInvalid.
+	SetSecret(name string, value []byte) error
+
+	// CreateSession stores an admin session under the SHA-256 hex of its
+	// token. It returns ErrExists when the hash is already stored and
+	// ErrInvalid when it is empty.
+	CreateSession(tokenHash string, expiresAt time.Time) error
+	// SessionValid reports whether a session with this token hash exists
+	// and now is before its expiry. It never writes: expired sessions stay
+	// until PruneSessions or DeleteSession removes them.
+	SessionValid(tokenHash string, now time.Time) (bool, error)
+	// DeleteSession removes the session (logout). Deleting an unknown
+	// session is not an error.
+	DeleteSession(tokenHash string) error
+	// PruneSessions deletes every session whose expiry is at or before now
+	// and returns how many it deleted.
+	PruneSessions(now time.Time) (int, error)
+
+	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
+	// is durable when AppendLog returns nil; concurrent calls may share one
+	// commit. Entries of stream StreamInfer count in Stats.
+	AppendLog(e LogEntry) error
+	// Logs returns the entries with Timestamp >= q.Since (inclusive) that
+	// match q.Level and q.Stream when those are set, newest first, at most
+	// q.Limit of them (q.Limit <= 0: all), from every box. Entries with equal
+	// timestamps come last-appended first. The result is never nil.
+	Logs(q LogQuery) ([]LogEntry, error)
+	// Stats counts the StreamInfer entries with since <= Timestamp < until
+	// (TotalRequests) and the distinct non-empty Subjects among them
+	// (ActiveUsers). An empty or inverted window gives zero Stats.
+	Stats(since, until time.Time) (Stats, error)
+	// StatsSeries splits [since, until) into consecutive buckets of the
+	// given width starting at since (the last one may reach past until but
+	// counts nothing at or after until) and returns the Stats of each,
+	// empty buckets included, oldest first. bucket must be positive and the
+	// series at most MaxSeriesBuckets long, else ErrInvalid. An empty or
+	// inverted window gives an empty, non-nil series.
+	StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error)
+	// PruneLogs deletes up to batch of the oldest entries whose Timestamp is
+	// before before, in one short transaction so that writers are not held
+	// up, and returns how many it deleted; they leave the statistics too.
+	// Callers loop until it returns fewer than batch. A batch <= 0 means
+	// DefaultPruneBatch.
+	PruneLogs(before time.Time, batch int) (int, error)
+
+	// PruneLogsToSize deletes the oldest entries, in transactions of at
+	// most batch entries (<= 0: DefaultPruneBatch), until the entries take
+	// at most maxBytes as the store counts them (bbolt: the pages of the
+	// log and its index; PostgreSQL: the rows' stored size), and returns
+	// how many it deleted; they leave the statistics too.
+	PruneLogsToSize(maxBytes int64, batch int) (int, error)
+
+	// Backup writes a consistent copy of everything to w and returns the
+	// bytes written. A store that cannot (PostgreSQL, whose backup is
+	// pg_dump) returns an error wrapping ErrNotSupported whose text tells
+	// the operator what to do instead, before writing anything.
+	Backup(w io.Writer) (int64, error)
+	// Size returns the bytes the stored data takes.
+	Size() (int64, error)
+	// Ping reports whether the store can serve requests now: nil, or an
+	// error that /healthz shows as the reason it is degraded: wrapping
+	// ErrUnavailable when the database cannot be reached, or (bbolt) the
+	// last write's failure until a write succeeds again, wrapping
+	// ErrNoSpace when the disk is full.
+	Ping(ctx context.Context) error
+	// Describe names where the data lives for the admin page and the logs:
+	// a file path, or a database URL without its password.
+	Describe() string
+	// Close releases the store. Appends in flight finish first.
+	Close() error
+}
+
+// The bbolt store keeps the contract.
+var _ Store = (*DB)(nil)
