@@ -185,7 +185,7 @@ func TestRecordingCopiesStayPrivate(t *testing.T) {
 		return
 	}
 	m4a := filepath.Join(t.TempDir(), "moov-last.m4a")
-	if out, err := exec.Command(ff, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=f=440:d=30:sample_rate=16000",
+	if out, err := exec.Command(ff, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=f=440:d=5:sample_rate=16000",
 		"-c:a", "aac", "-b:a", "64k", m4a).CombinedOutput(); err != nil {
 		t.Fatalf("ffmpeg: %v: %s", err, out)
 	}
