@@ -670,3 +670,15 @@ func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
 		t.Errorf("statuses %v, want one 200 and nine 429", n)
 	}
 }
+
+// TestOTPAttackBound: the arithmetic client.md states keeps a sent code's
+// chance under 0.1% a year.
+func TestOTPAttackBound(t *testing.T) {
+	b := otpAttackBound()
+	if b.Levels != 11 || b.Guesses != 2235 || b.SentPercent >= 0.1 {
+		t.Errorf("bound %+v", b)
+	}
+	if md := string(newEnv(t).srv.clientMD); !strings.Contains(md, "2,235") && !strings.Contains(md, "2235") {
+		t.Error("client.md does not state the bound")
+	}
+}

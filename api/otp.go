@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,6 +51,37 @@ const (
 	otpSendBurst  = 3
 	otpSendRefill = 10 * time.Minute
 )
+
+// otpBound is the arithmetic client.md states: the most wrong codes the
+// limits allow in a year, whatever the attacker does, and the chance that
+// they find a sent code or an authenticator code.
+//
+// Every otpGlobalFailures wrong codes start a lock, during which nothing is
+// checked. A lock at a level whose length is under otpLockMax raises the
+// level by one, and only a quiet otpLockDecay lowers it by one, so each such
+// level sees at most one lock more than the decays: at most levels + days
+// locks in a year. A lock at otpLockMax lasts a day: at most days + 1. Each
+// lock follows otpGlobalFailures wrong codes, and fewer than that follow the
+// last one. Each wrong code is one guess at one code: a sent code is valid
+// only from the address that asked for it (1 in 10^otpDigits); an
+// authenticator accepts 2·totpSkew+1 codes at a time (of 10^totpDigits).
+type otpBound struct {
+	Levels, Locks, Guesses   int
+	SentPercent, TOTPPercent float64
+}
+
+func otpAttackBound() otpBound {
+	const days = 366
+	var b otpBound
+	for otpLockLength(b.Levels) < otpLockMax {
+		b.Levels++
+	}
+	b.Locks = b.Levels + 2*days + 1
+	b.Guesses = otpGlobalFailures * (b.Locks + 1)
+	b.SentPercent = 100 * float64(b.Guesses) / math.Pow10(otpDigits)
+	b.TOTPPercent = 100 * float64(b.Guesses) * float64(2*totpSkew+1) / math.Pow10(totpDigits)
+	return b
+}
 
 // otpGuard holds the login limits in memory: a wrong code is never written
 // to the store. It is safe for concurrent use.
