@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -64,7 +65,7 @@ func (s *Server) handleLogout(c echo.Context) error {
 	if token == "" {
 		return badRequest("%s is required to log out (an admin key has no session)", HeaderAdminSession)
 	}
-	if err := s.store.DeleteSession(hashHex(token)); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.store.DeleteSession(secret.Hash(token)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	s.adminLog(c, store.LevelInfo, "session", "logout")

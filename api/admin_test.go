@@ -16,6 +16,7 @@ import (
 	"github.com/pquerna/otp/totp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -28,7 +29,7 @@ func TestAdminAuth(t *testing.T) {
 	e := newEnv(t)
 	apiKey := e.addKey("client-key", 60)
 	adminRoutes := []struct{ method, path string }{
-		{"GET", "/v1/admin/keys"}, {"POST", "/v1/admin/keys"}, {"DELETE", "/v1/admin/keys/" + hashHex("x")},
+		{"GET", "/v1/admin/keys"}, {"POST", "/v1/admin/keys"}, {"DELETE", "/v1/admin/keys/" + secret.Hash("x")},
 		{"GET", "/v1/admin/system-prompt"}, {"POST", "/v1/admin/system-prompt"}, {"GET", "/v1/admin/system-prompt/history"},
 		{"GET", "/v1/admin/logs"}, {"GET", "/v1/admin/stats"}, {"GET", "/v1/admin/status"}, {"GET", "/v1/admin/backup"},
 		{"POST", "/v1/admin/try"}, {"DELETE", "/v1/admin/session"}, {"GET", "/metrics"}, {"GET", "/v1/admin/no-such-route"},
@@ -45,7 +46,7 @@ func TestAdminAuth(t *testing.T) {
 				{"api key as admin key", map[string]string{HeaderAdminKey: apiKey}, msgBadAdminCred},
 				{"api key header", map[string]string{HeaderAPIKey: apiKey}, msgNoAdminCred},
 				{"api key as session", map[string]string{HeaderAdminSession: apiKey}, msgBadAdminCred},
-				{"admin key hash as key", map[string]string{HeaderAdminKey: hashHex(testAdminKey)}, msgBadAdminCred},
+				{"admin key hash as key", map[string]string{HeaderAdminKey: secret.Hash(testAdminKey)}, msgBadAdminCred},
 			}
 			for _, c := range cases {
 				req := httptest.NewRequest(r.method, r.path, nil)
@@ -121,7 +122,7 @@ func TestOTPFullFlow(t *testing.T) {
 	if !strings.Contains(e.notifier.texts[0], code) {
 		t.Errorf("message text does not carry the code")
 	}
-	if e.st.otps["192.0.2.1"].hash != hashHex(code) || len(e.st.otps) != 1 {
+	if e.st.otps["192.0.2.1"].hash != secret.Hash(code) || len(e.st.otps) != 1 {
 		t.Errorf("the store does not hold the code's hash under the client address: %+v", e.st.otps)
 	}
 
@@ -145,7 +146,7 @@ func TestOTPFullFlow(t *testing.T) {
 	if len(v.SessionToken) != 43 {
 		t.Errorf("session token %q is not 32 bytes in base64url", v.SessionToken)
 	}
-	if _, ok := e.st.sessions[hashHex(v.SessionToken)]; !ok || len(e.st.sessions) != 1 {
+	if _, ok := e.st.sessions[secret.Hash(v.SessionToken)]; !ok || len(e.st.sessions) != 1 {
 		t.Errorf("the store does not hold exactly the token's hash")
 	}
 
@@ -431,7 +432,7 @@ func TestKeysLifecycle(t *testing.T) {
 	if !strings.HasPrefix(created.APIKey, APIKeyPrefix) || len(created.APIKey) != len(APIKeyPrefix)+43 {
 		t.Errorf("api_key %q has the wrong form", created.APIKey)
 	}
-	if created.APIKeyHash != hashHex(created.APIKey) {
+	if created.APIKeyHash != secret.Hash(created.APIKey) {
 		t.Errorf("api_key_hash is not the hex SHA-256 of api_key")
 	}
 	wantJSON(t, rec, 200, `{"api_key":"`+created.APIKey+`","api_key_hash":"`+created.APIKeyHash+`","client_id":"","status":"active",
@@ -493,7 +494,7 @@ func TestKeysLifecycle(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+rec3+`,`+revoked2+`,`+rec1+`],"count":3}`)
 	wantJSON(t, e.do(inferReq(t, second.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))
 
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+hashHex("unknown"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+secret.Hash("unknown"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/not-a-hash", "")), 404, errJSON("not_found", "no API key has this api_key_hash (it is 64 hex characters)"))
 
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=-1"} {
@@ -630,9 +631,9 @@ func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
-	for _, secret := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
-		if strings.Contains(out, secret) {
-			t.Errorf("info log contains %q", secret)
+	for _, leak := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
+		if strings.Contains(out, leak) {
+			t.Errorf("info log contains %q", leak)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")

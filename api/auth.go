@@ -35,10 +35,6 @@ var knownScopes = []string{ScopeInfer}
 // without being hashed.
 const maxSecretHeader = 512
 
-// hashHex returns the lowercase hex SHA-256 of s: how keys, codes and
-// session tokens are stored and how api_key_hash is formed.
-func hashHex(s string) string { return secret.Hash(s) }
-
 // authenticateKey returns the active key named by the request's X-API-KEY.
 // A missing, unknown or revoked key is 401, or 429 once the client address
 // has failed too often this minute; either way the failure is only counted
@@ -59,7 +55,7 @@ func (s *Server) authenticateKey(c echo.Context, st *inferState) (store.APIKey, 
 	if len(raw) > maxSecretHeader {
 		return fail("%s is not a valid API key", HeaderAPIKey)
 	}
-	key, err := s.store.GetKey(hashHex(raw))
+	key, err := s.store.GetKey(secret.Hash(raw))
 	if errors.Is(err, store.ErrNotFound) {
 		return fail("%s is not a valid API key", HeaderAPIKey)
 	}
@@ -145,7 +141,7 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		if session != "" && len(session) <= maxSecretHeader {
-			ok, err := s.store.SessionValid(hashHex(session), s.now())
+			ok, err := s.store.SessionValid(secret.Hash(session), s.now())
 			if err != nil {
 				return err
 			}
@@ -193,7 +189,7 @@ func (s *Server) checkAdminKey(c echo.Context, key string) (bool, error) {
 	if err != nil || stored == "" {
 		return false, err
 	}
-	digest := hashHex(key)
+	digest := secret.Hash(key)
 	if s.adminKey.known(stored, digest) {
 		return true, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -19,7 +20,7 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if err := db.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+	if err := db.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)
 	}
 	e := newEnv(t, func(o *Options) { o.Store = db; o.Now = clock.Now })
@@ -69,7 +70,7 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[],"count":0}`)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+revoked+`],"count":1}`)
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+hashHex("nope"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+secret.Hash("nope"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
 
 	// OTP login and logout; wrong codes write nothing.
 	wantJSON(t, otpSend(e), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:10:06Z"}`)

@@ -109,7 +109,7 @@ func TestInferScenarios(t *testing.T) {
 			if l.Level != wantLevel || l.StreamName != store.StreamInfer || l.ResourceType != store.ResourceAPIKey || l.Status != tc.status {
 				t.Errorf("log entry = %+v, want level %s, stream infer, type api_key, status %d", l, wantLevel, tc.status)
 			}
-			if tc.key != "" && l.ResourceID != hashHex(tc.key) {
+			if tc.key != "" && l.ResourceID != secret.Hash(tc.key) {
 				t.Errorf("resource_id = %q, want the key hash", l.ResourceID)
 			}
 			if strings.Contains(l.Message, "Tea") || strings.Contains(l.Message, "transcript") {
@@ -179,7 +179,7 @@ func TestInferDefaultsAndAppendedAudioMessage(t *testing.T) {
 		t.Errorf("messages = %+v, want %+v", got.Messages, wantMsgs)
 	}
 	logs := e.st.logsCopy()
-	if logs[0].Subject != hashHex("valid") {
+	if logs[0].Subject != secret.Hash("valid") {
 		t.Errorf("subject without user_id = %q, want the key hash", logs[0].Subject)
 	}
 }
@@ -284,7 +284,7 @@ func TestInferRevokedKeyRefusedAtOnce(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
-	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+hashHex("valid"), ""))
+	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+secret.Hash("valid"), ""))
 	if rec.Code != 200 {
 		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
 	}

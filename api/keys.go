@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"net/http"
 	"slices"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -122,14 +121,13 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 			return badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
 		}
 	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	apiKey, err := secret.Token(APIKeyPrefix)
+	if err != nil {
 		return err
 	}
-	secret := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	now := s.now().UTC()
 	k := store.APIKey{
-		Hash:               hashHex(secret),
+		Hash:               secret.Hash(apiKey),
 		ClientID:           req.ClientID,
 		Status:             status,
 		Scopes:             scopes,
@@ -145,7 +143,7 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
 		status, strings.Join(scopes, ","), limit)
 	return c.JSON(http.StatusOK, keyCreateResponse{
-		APIKey:             secret,
+		APIKey:             apiKey,
 		APIKeyHash:         k.Hash,
 		ClientID:           k.ClientID,
 		Status:             k.Status,

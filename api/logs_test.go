@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // seedTraffic makes four inference calls and one admin action at known
@@ -31,7 +33,7 @@ func seedTraffic(t *testing.T, e *env) {
 func TestLogs(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
-	hv, ho := hashHex("valid"), hashHex("other")
+	hv, ho := secret.Hash("valid"), secret.Hash("other")
 	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin"}`
 	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","stream_name":"infer","status":200}`
 	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","stream_name":"infer","status":200}`

@@ -264,7 +264,7 @@ func (s *Server) handleOTPSend(c echo.Context) error {
 		return err
 	}
 	expires := now.Add(s.limits.OTPTTL)
-	if err := s.store.SaveOTP(addr, hashHex(code), now, expires); err != nil {
+	if err := s.store.SaveOTP(addr, secret.Hash(code), now, expires); err != nil {
 		s.otp.unsent(addr)
 		return err
 	}
@@ -335,7 +335,7 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 	var ok bool
 	var err error
 	if len(code) == otpDigits {
-		ok, err = s.store.UseOTP(addr, hashHex(code), now)
+		ok, err = s.store.UseOTP(addr, secret.Hash(code), now)
 	} else {
 		ok, err = s.checkTOTP(code, now)
 	}
@@ -354,7 +354,7 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 		return err
 	}
 	expires := now.Add(s.limits.SessionTTL)
-	if err := s.store.CreateSession(hashHex(token), expires); err != nil {
+	if err := s.store.CreateSession(secret.Hash(token), expires); err != nil {
 		return err
 	}
 	via := "sent code"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -387,7 +388,7 @@ func TestBackup(t *testing.T) {
 func TestTry(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 1)
-	hash := hashHex("valid")
+	hash := secret.Hash("valid")
 	tryReq := func(query string, parts ...part) *http.Request {
 		body, ct := multipartBody(t, parts...)
 		req := httptest.NewRequest("POST", "/v1/admin/try"+query, body)
@@ -401,7 +402,7 @@ func TestTry(t *testing.T) {
 	wantJSON(t, e.do(tryReq("?api_key_hash="+hash, payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 1 requests per minute exceeded for this API key; retry in 60 s"))
 	wantJSON(t, e.do(tryReq("", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash is required (query parameter or form field)"))
 	wantJSON(t, e.do(tryReq("?api_key_hash=abc", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash must be 64 lowercase hex characters"))
-	wantJSON(t, e.do(tryReq("?api_key_hash="+hashHex("other"), payloadPart(simplePayload))), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(tryReq("?api_key_hash="+secret.Hash("other"), payloadPart(simplePayload))), 404, errJSON("not_found", "no API key has this api_key_hash"))
 	e.do(adminReq("DELETE", "/v1/admin/keys/"+hash, ""))
 	wantJSON(t, e.do(tryReq("", hashField, payloadPart(simplePayload))), 403, errJSON("forbidden", "the API key is revoked; /v1/infer would answer 401"))
 
@@ -417,7 +418,7 @@ func TestTry(t *testing.T) {
 		"warn " + h8 + " infer (admin try) failed: rate_limited",
 		"warn  infer (admin try) failed: invalid_request",
 		"warn  infer (admin try) failed: invalid_request",
-		"warn " + hashHex("other")[:8] + " infer (admin try) failed: not_found",
+		"warn " + secret.Hash("other")[:8] + " infer (admin try) failed: not_found",
 		"warn " + h8 + " infer (admin try) failed: forbidden",
 	}
 	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
