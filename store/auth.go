@@ -74,25 +74,12 @@ func (db *DB) PruneSessions(now time.Time) (int, error) {
 	n := 0
 	err := db.update(func(tx *bolt.Tx) error {
 		n = 0
-		b := tx.Bucket(bucketSessions)
-		var dead [][]byte
 		cut := nanos(now)
-		err := b.ForEach(func(k, v []byte) error {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) <= cut {
-				dead = append(dead, append([]byte(nil), k...))
-			}
-			return nil
+		var err error
+		n, err = deleteWhere(tx.Bucket(bucketSessions), func(_, v []byte) bool {
+			return len(v) != 8 || binary.BigEndian.Uint64(v) <= cut
 		})
-		if err != nil {
-			return err
-		}
-		for _, k := range dead {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(dead)
-		return nil
+		return err
 	})
 	return n, err
 }

@@ -313,6 +313,28 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// deleteWhere deletes the entries of b for which dead is true and returns
+// how many. It collects the keys first: deleting under a moving cursor
+// skips keys.
+func deleteWhere(b *bolt.Bucket, dead func(k, v []byte) bool) (int, error) {
+	var keys [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		if dead(k, v) {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}
+
 // u64 encodes v big-endian so that byte order equals numeric order.
 func u64(v uint64) []byte {
 	b := make([]byte, 8)

@@ -105,24 +105,12 @@ func (db *DB) PruneOTPs(now time.Time) (int, error) {
 		if b == nil {
 			return nil
 		}
-		var dead [][]byte
-		err := b.ForEach(func(k, v []byte) error {
+		var err error
+		n, err = deleteWhere(b, func(_, v []byte) bool {
 			var rec otpRecord
-			if json.Unmarshal(v, &rec) != nil || !now.Before(rec.ExpiresAt) {
-				dead = append(dead, append([]byte(nil), k...))
-			}
-			return nil
+			return json.Unmarshal(v, &rec) != nil || !now.Before(rec.ExpiresAt)
 		})
-		if err != nil {
-			return err
-		}
-		for _, k := range dead {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(dead)
-		return nil
+		return err
 	})
 	return n, err
 }
