@@ -75,7 +75,7 @@ func TestFailedAuthCostsNoDisk(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			client := keepAliveClientFrom(fmt.Sprintf("127.0.1.%d", 10+i))
-			tick := time.NewTicker(20 * time.Millisecond) // 50 a second each, 1000 in all
+			tick := time.NewTicker(50 * time.Millisecond) // 20 a second each, 400 in all
 			defer tick.Stop()
 			for {
 				select {
