@@ -37,6 +37,13 @@ func (b *uploadBudget) take(n int64) bool {
 	return true
 }
 
+// available returns the bytes not reserved now.
+func (b *uploadBudget) available() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.avail
+}
+
 func (b *uploadBudget) give(n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

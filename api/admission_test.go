@@ -28,8 +28,9 @@ func TestUploadBudget(t *testing.T) {
 	}
 	body := make([]byte, 60<<10)
 	first := make(chan int)
-	go func() { first <- e.do(inferReq(t, "valid", payloadPart(simplePayload), audioPart(body))).Code }()
-	waitFor(t, func() bool { return e.srv.uploads.avail < 50<<10 })
+	big := inferReq(t, "valid", payloadPart(simplePayload), audioPart(body))
+	go func() { first <- e.do(big).Code }()
+	waitFor(t, func() bool { return e.srv.uploads.available() < 50<<10 })
 	// The second large body does not fit: 503 at once, before its body.
 	rec := e.do(inferReq(t, "valid", payloadPart(simplePayload), audioPart(body)))
 	wantJSON(t, rec, 503, errJSON("overloaded", "too many uploads are being received; retry shortly"))
@@ -37,7 +38,8 @@ func TestUploadBudget(t *testing.T) {
 		t.Errorf("Retry-After %q", rec.Header().Get("Retry-After"))
 	}
 	// A small text-only request still fits.
-	go func() { first <- e.do(inferReq(t, "valid", payloadPart(simplePayload))).Code }()
+	small := inferReq(t, "valid", payloadPart(simplePayload))
+	go func() { first <- e.do(small).Code }()
 	close(hold)
 	for i := 0; i < 2; i++ {
 		if code := <-first; code != 200 {
@@ -45,7 +47,7 @@ func TestUploadBudget(t *testing.T) {
 		}
 	}
 	// The 503 was refunded: the key's limit of 2 a minute allowed both.
-	if e.srv.uploads.avail != 100<<10 {
+	if e.srv.uploads.available() != 100<<10 {
 		t.Errorf("upload budget %d after all requests, want it whole", e.srv.uploads.avail)
 	}
 	// Chunked bodies reserve as they are read.

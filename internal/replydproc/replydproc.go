@@ -286,10 +286,12 @@ func (p *Proc) Do(ctx context.Context, r Request) (Response, error) {
 }
 
 // ClientFrom returns an HTTP client whose connections (one per request) come
-// from the local address ip.
+// from the local address ip. A request with "Expect: 100-continue" waits up
+// to 10 s for the server's go-ahead before it sends its body.
 func ClientFrom(ip string, timeout time.Duration) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true,
+		ExpectContinueTimeout: 10 * time.Second}}
 }
 
 // Pid returns the process id (for /proc/<pid>/status).

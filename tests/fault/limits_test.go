@@ -255,8 +255,12 @@ func TestUploadsBoundedBeforeWork(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Expect: 100-continue, as client.md advises for large
+			// uploads: a refused upload is answered before its body is
+			// sent (without it, the answer races the unread body and the
+			// client may see a reset instead of the 503).
 			status, b, err := doReq(p, context.Background(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", From: fmt.Sprintf("127.0.2.%d", 10+i),
-				Header: map[string]string{"X-API-KEY": keys[i].APIKey}, Body: body, ContentType: ct, Timeout: 3 * time.Minute})
+				Header: map[string]string{"X-API-KEY": keys[i].APIKey, "Expect": "100-continue"}, Body: body, ContentType: ct, Timeout: 3 * time.Minute})
 			if err != nil {
 				t.Errorf("upload %d: %v", i, err)
 			}
