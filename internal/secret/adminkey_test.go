@@ -77,3 +77,29 @@ func TestAdminKeyStrength(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAdminKeyCheck compares what one admin request costs: the first
+// check of a key (Argon2id) and every later one (its SHA-256 compared with
+// the remembered one, as api does).
+func BenchmarkAdminKeyCheck(b *testing.B) {
+	const key = "rdadm_benchmark-key-3f9a7c1e5b2d4f60"
+	stored, err := HashAdminKey(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	remembered := Hash(key)
+	b.Run("argon2id", func(b *testing.B) {
+		for b.Loop() {
+			if ok, err := CheckAdminKey(key, stored); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		for b.Loop() {
+			if !Equal(Hash(key), remembered) {
+				b.Fatal("mismatch")
+			}
+		}
+	})
+}
