@@ -83,6 +83,8 @@ test-browser: build
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
+	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
+	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
 # Every parser of network bytes, FUZZTIME each.
 FUZZTIME ?= 30s
@@ -92,6 +94,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzCredentials$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzClientAddr$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 
 loadtest: build demo-models

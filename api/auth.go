@@ -7,6 +7,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -35,48 +36,96 @@ var knownScopes = []string{ScopeInfer}
 // without being hashed.
 const maxSecretHeader = 512
 
-// authenticateKey returns the active key named by the request's X-API-KEY.
-// A missing, unknown or revoked key is 401, or 429 once the client address
-// has failed too often this minute; either way the failure is only counted
-// in memory (st.authFailed tells inferLog not to write an entry for it). A
-// valid key is served whatever its address's failures.
-func (s *Server) authenticateKey(c echo.Context, st *inferState) (store.APIKey, error) {
+// apiKey authenticates the X-API-KEY header: missing, unknown or revoked is
+// 401, or 429 once the client address has failed too often this minute.
+// Either way the failure is only counted in memory (see authFailed and
+// isAuthFailure); a valid key is served whatever its address's failures.
+// It returns the key's hash even when it fails.
+func (s *Server) apiKey(c echo.Context) (store.APIKey, string, error) {
 	raw := c.Request().Header.Get(HeaderAPIKey)
-	fail := func(format string, args ...any) (store.APIKey, error) {
-		st.authFailed = true
+	fail := func(hash, format string, args ...any) (store.APIKey, string, error) {
 		if e := s.authFailed(c, failAPIKey); e != nil {
-			return store.APIKey{}, e
+			return store.APIKey{}, hash, e
 		}
-		return store.APIKey{}, errorf(CodeUnauthorized, format, args...)
+		return store.APIKey{}, hash, errorf(CodeUnauthorized, format, args...)
 	}
 	if raw == "" {
-		return fail("the %s header is required", HeaderAPIKey)
+		return fail("", "the %s header is required", HeaderAPIKey)
 	}
 	if len(raw) > maxSecretHeader {
-		return fail("%s is not a valid API key", HeaderAPIKey)
+		return fail("", "%s is not a valid API key", HeaderAPIKey)
 	}
-	key, err := s.store.GetKey(secret.Hash(raw))
+	hash := secret.Hash(raw)
+	key, err := s.store.GetKey(hash)
 	if errors.Is(err, store.ErrNotFound) {
-		return fail("%s is not a valid API key", HeaderAPIKey)
+		return fail(hash, "%s is not a valid API key", HeaderAPIKey)
 	}
 	if err != nil {
-		return store.APIKey{}, err
+		return key, hash, err
 	}
 	if key.Status != store.StatusActive {
-		return fail("%s has been revoked", HeaderAPIKey)
+		return fail(hash, "%s has been revoked", HeaderAPIKey)
 	}
-	st.keyHash = key.Hash
-	return key, nil
+	return key, hash, nil
 }
 
-// admit checks the key's scope, its requests in flight and its rate limit,
-// and records its use (at most once a minute per key). On success the
-// caller must call release when the request ends, and refundIfShed:
-// requests shed with 503 do not count against the limit.
-func (s *Server) admit(c echo.Context, key store.APIKey) (release func(), err error) {
+// isAuthFailure reports whether err is apiKey's refusal of a credential (as
+// opposed to a store failure).
+func isAuthFailure(err error) bool {
+	var ae *Error
+	return errors.As(err, &ae) && (ae.Code == CodeUnauthorized || ae.Code == CodeRateLimited)
+}
+
+// Rate-limit budgets: each key has one of rate_limit_per_minute requests
+// for inferences and another, as large, for feedback, so that reporting an
+// outcome never costs an inference.
+const (
+	budgetInfer    = ""
+	budgetFeedback = "#feedback"
+)
+
+// budgetExceeded is the message of a 429 per budget.
+var budgetExceeded = map[string]string{
+	budgetInfer:    "rate limit of %d requests per minute exceeded for this API key; retry in %d s",
+	budgetFeedback: "feedback rate limit of %d reports per minute exceeded for this API key; retry in %d s",
+}
+
+// admit checks the key's scope and its rate limit in budget (the box's own,
+// or the one shared through PostgreSQL), and records its use (at most once a
+// minute per key). A request of budgetInfer that ends shed (503) is given
+// back (refundIfShed).
+func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
-		return nil, errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
+		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
+	now := s.now()
+	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.metrics.rateLimited.Inc()
+		return &Error{
+			Code:       CodeRateLimited,
+			Message:    fmt.Sprintf(budgetExceeded[budget], key.RateLimitPerMinute, retryAfterSeconds(retry)),
+			RetryAfter: retry,
+		}
+	}
+	// The store persists "last used" at most once a minute; this spares
+	// even the call in between.
+	if s.touches.Begin(key.Hash, now) {
+		if err := s.store.TouchKey(key.Hash, now); err != nil {
+			s.touches.Failed(key.Hash, now)
+			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// enterInflight admits one more inference of key unless MaxInflightPerKey
+// are in progress (429). On success the caller must call release when the
+// request ends.
+func (s *Server) enterInflight(key store.APIKey) (release func(), err error) {
 	if !s.inflight.enter(key.Hash, s.limits.MaxInflightPerKey) {
 		s.metrics.rateLimited.Inc()
 		return nil, &Error{
@@ -85,23 +134,20 @@ func (s *Server) admit(c echo.Context, key store.APIKey) (release func(), err er
 			RetryAfter: time.Second,
 		}
 	}
-	release = func() { s.inflight.leave(key.Hash) }
-	now := s.now()
-	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
-		release()
-		s.metrics.rateLimited.Inc()
-		return nil, &Error{
-			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
-			RetryAfter: retry,
-		}
+	return func() { s.inflight.leave(key.Hash) }, nil
+}
+
+// refundIfShed gives the request back to the key's inference budget when it
+// ended in a 503 (overloaded, not ready, timeout): the client is told to
+// retry, and the retry must not find the limit used up by requests replyd
+// refused.
+func (s *Server) refundIfShed(keyHash string, errp *error) {
+	if *errp == nil || toAPIError(*errp).Status() != http.StatusServiceUnavailable {
+		return
 	}
-	if s.limiter.shouldTouch(key.Hash, now) {
-		if err := s.store.TouchKey(key.Hash, now); err != nil {
-			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
-		}
+	if err := s.limiter.Refund(keyHash+budgetInfer, s.now()); err != nil {
+		s.log.Warn("giving a shed request back to the rate limit failed", "error", err.Error())
 	}
-	return release, nil
 }
 
 // isKeyHash reports whether h looks like an api_key_hash.

@@ -12,9 +12,7 @@ import (
 // store.Store, documented there and kept by the bbolt and the PostgreSQL
 // stores alike (store/storetest runs both). api tests use the real bbolt
 // store on a temp file or the in-memory fake in fakes_test.go.
-type Store interface {
-	store.Store
-}
+type Store = store.Store
 
 // Inferer runs one inference. *engine.Pipeline implements it.
 type Inferer interface {

@@ -34,7 +34,13 @@ const (
 	CodeTimeout              = "timeout"
 	CodeInsufficientStorage  = "insufficient_storage"
 	CodeRequestTimeout       = "request_timeout"
+	CodeStoreUnavailable     = "store_unavailable"
+	CodeNotSupported         = "not_supported"
 )
+
+// storeRetryAfter is the Retry-After sent with store_unavailable: about the
+// time PostgreSQL takes to restart or fail over.
+const storeRetryAfter = 5 * time.Second
 
 // StatusClientClosedRequest is the status logged (and, if the connection is
 // somehow still open, sent) when the client went away before the answer was
@@ -62,6 +68,8 @@ var codeStatus = map[string]int{
 	CodeTimeout:              http.StatusServiceUnavailable,
 	CodeInsufficientStorage:  http.StatusInsufficientStorage,
 	CodeRequestTimeout:       http.StatusRequestTimeout,
+	CodeStoreUnavailable:     http.StatusServiceUnavailable,
+	CodeNotSupported:         http.StatusNotImplemented,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.
@@ -122,6 +130,9 @@ func toAPIError(err error) *Error {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Code: CodeStoreUnavailable, Message: "the database is unreachable; retry shortly", RetryAfter: storeRetryAfter, Err: err}
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
 )
 
 // metrics are the Prometheus collectors of one Server, registered on the
@@ -27,6 +28,10 @@ type metrics struct {
 	authFailures        *prometheus.CounterVec
 	otpDeliveryFailures prometheus.Counter
 	otpLocks            prometheus.Counter
+	outcomes            *prometheus.CounterVec
+	keystrokes          prometheus.Counter
+	timeToChoice        prometheus.Histogram
+	examples            prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
@@ -80,6 +85,24 @@ func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
 		Name: "replyd_otp_login_locks_total",
 		Help: "Times login by code was paused after wrong codes from any addresses.",
 	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_outcomes_total",
+		Help: "Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
+	}, []string{"outcome", "prompt_version"})
+	m.keystrokes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_keystrokes_saved_total",
+		Help: "Keystrokes the reported outcomes saved (a suggestion's length minus one, less the edits).",
+	})
+	m.timeToChoice = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "replyd_time_to_choice_seconds",
+		Help:    "Time from the answer to the user's choice, as tablets report it.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
+	})
+	m.examples = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_memory_examples_total",
+		Help: "Remembered replies put into prompts as examples (users with remember: true).",
+	})
+	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
 		m.authFailures, m.otpDeliveryFailures, m.otpLocks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -112,6 +135,7 @@ func (m *metrics) observeInference(res engine.Result) {
 	if res.AudioSeconds > 0 {
 		m.audio.Observe(res.AudioSeconds)
 	}
+	m.examples.Add(float64(res.Examples))
 	evaluated := res.PromptTokens - res.CachedTokens
 	if evaluated < 0 {
 		evaluated = 0
@@ -124,6 +148,15 @@ func (m *metrics) observeInference(res engine.Result) {
 	}
 	if res.GenTokens > 0 && t.Generation > 0 {
 		m.tokensPerS.WithLabelValues("generation").Observe(float64(res.GenTokens) / t.Generation.Seconds())
+	}
+}
+
+// observeOutcome counts one accepted feedback report.
+func (m *metrics) observeOutcome(o store.Outcome, promptVersion string) {
+	m.outcomes.WithLabelValues(o.Kind, promptVersion).Inc()
+	m.keystrokes.Add(float64(o.KeystrokesSaved))
+	if o.TimeToChoiceMS >= 0 {
+		m.timeToChoice.Observe(float64(o.TimeToChoiceMS) / 1000)
 	}
 }
 

@@ -2,8 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -28,7 +30,14 @@ type engineReadiness struct {
 }
 
 type healthResponse struct {
+	// Status is ok, degraded (answering, but the store is unreachable:
+	// requests that need it get 503 store_unavailable), loading or error.
 	Status string `json:"status"`
+	// Reason says why the status is not ok, without internals.
+	Reason string `json:"reason,omitempty"`
+	// Node names this box, so that a load balancer's checks and a person
+	// reading them tell the boxes apart.
+	Node string `json:"node"`
 	// DemoModels is true when a generated random-weight demo model is in
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
@@ -42,14 +51,16 @@ type healthResponse struct {
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
-// is ready, 503 {"status":"loading"} with Retry-After while one is loading,
-// 503 {"status":"error"} when one failed to load, and 200
-// {"status":"degraded"} when the engines are ready but writes to the store
-// fail or the data disk is nearly full (inference still works; the box
-// stays in a load balancer). engines lists each engine's readiness, storage
-// the data disk's state.
+// is ready and the store takes writes; 200 {"status":"degraded","reason":…}
+// when the engines are ready but the store cannot be reached (requests that
+// need it get 503 store_unavailable until it is back), writes to it fail (a
+// full disk: 507), or the data disk is nearly full; a load balancer keeps the
+// box, inference still works. 503 {"status":"loading"} with Retry-After while
+// an engine is loading; 503 {"status":"error"} when one failed to load.
+// engines lists each engine's readiness, storage the store's and the data
+// disk's state, node names the box.
 func (s *Server) handleHealthz(c echo.Context) error {
-	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
+	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}}
 	if s.health != nil {
 		if v, ok := s.health.(VADSource); ok {
 			if st := v.VAD(); st.Name != "" {
@@ -64,27 +75,56 @@ func (s *Server) handleHealthz(c echo.Context) error {
 			out.DemoModels = out.DemoModels || e.Demo
 			if !e.Ready {
 				if e.Error != "" {
-					out.Status = "error"
+					out.Status, out.Reason = "error", "a model failed to load"
 				} else if out.Status == "ok" {
-					out.Status = "loading"
+					out.Status, out.Reason = "loading", "the models are loading"
 				}
 			}
 		}
 	}
 	var degraded bool
-	degraded, out.Storage = s.storageState(c.Request().Context())
-	if degraded && out.Status == "ok" {
-		out.Status = "degraded"
-	}
+	degraded, out.Storage = s.storageState(c)
 	c.Response().Header().Set("Cache-Control", "no-store")
-	if out.Status != "ok" && out.Status != "degraded" {
+	if out.Status != "ok" {
 		if out.Status == "loading" {
 			c.Response().Header().Set("Retry-After", fmt.Sprint(retryAfterSeconds(s.limits.NotReadyRetryAfter)))
 		}
 		return c.JSON(http.StatusServiceUnavailable, out)
 	}
+	if degraded {
+		out.Status, out.Reason = "degraded", out.Storage.Problem
+	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// storeHealth pings the store (bounded by healthPingTimeout) and returns ""
+// when it answers and takes writes, else a reason fit for the public
+// /healthz. The real error is logged when the store goes down and again when
+// it is back, not on every check.
+func (s *Server) storeHealth(c echo.Context) string {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), healthPingTimeout)
+	defer cancel()
+	err := s.store.Ping(ctx)
+	if err == nil {
+		if s.storeDown.Swap(false) {
+			s.log.Info("the store answers again", "store", s.dataFile)
+		}
+		return ""
+	}
+	if !s.storeDown.Swap(true) {
+		s.log.Error("the store does not answer or take writes: requests that need it fail", "store", s.dataFile, "error", err.Error())
+	}
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return "writes fail: the data disk is full"
+	case errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
+		return "the store (database) cannot be reached"
+	}
+	return "the store failed its health check"
+}
+
+// healthPingTimeout bounds the store check of one /healthz.
+const healthPingTimeout = 2 * time.Second
 
 // handleClientMD serves the integration guide rendered with the limits.
 func (s *Server) handleClientMD(c echo.Context) error {
@@ -173,6 +213,7 @@ type statusResponse struct {
 	Status        string                `json:"status"`
 	Storage       storageView           `json:"storage"`
 	Version       string                `json:"version"`
+	Node          string                `json:"node"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
 	// VAD is voice activity detection's state: ready, or an error saying
@@ -208,6 +249,7 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	out := statusResponse{
 		Version:       s.version,
+		Node:          s.node,
 		UptimeSeconds: s.uptime(),
 		Engines:       []engine.EngineStatus{},
 		DataFile:      s.dataFile,
@@ -244,7 +286,7 @@ func (s *Server) handleStatus(c echo.Context) error {
 		out.TOTPEnrolled = enrolled
 	}
 	var degraded bool
-	degraded, out.Storage = s.storageState(c.Request().Context())
+	degraded, out.Storage = s.storageState(c)
 	out.Status = "ok"
 	if degraded {
 		out.Status = "degraded"
@@ -265,6 +307,9 @@ func (s *Server) handleBackup(c echo.Context) error {
 	// The first Write commits status 200; a failure before it is answered
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())
+	if errors.Is(err, store.ErrNotSupported) {
+		return &Error{Code: CodeNotSupported, Message: "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)", Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("backup after %d bytes: %w", n, err)
 	}

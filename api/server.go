@@ -6,14 +6,19 @@
 package api
 
 import (
+	"crypto/rand"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/store"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -38,8 +43,19 @@ type Options struct {
 	MetricsPublic bool
 	// TLS tells /v1/admin/status whether the listener uses TLS.
 	TLS bool
-	// DataFile is the path of the store's file, shown on the admin page.
+	// DataFile names where the data lives on the admin page; empty means
+	// the store's Describe (a file path, or a database URL without its
+	// password).
 	DataFile string
+	// Rand is the source of inference ids; nil means crypto/rand.
+	Rand io.Reader
+	// Node names this box in the log entries it writes and in /healthz and
+	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
+	Node string
+	// Limiter enforces the per-key rate limits; nil means this box's own
+	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
+	// so that a key's limit holds across all of them.
+	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
@@ -66,9 +82,16 @@ type Server struct {
 	tls      bool
 	dataFile string
 	diskFree func() (int64, error)
+	node     string
 	started  time.Time
 
-	limiter  *rateLimiter
+	storeDown atomic.Bool // the last health check found the store unreachable
+
+	limiter  store.RateLimiter
+	refusals refusalLog // rate-limit refusals logged, one a window per key
+	recent   *recentInferences
+	rand     io.Reader
+	touches  store.TouchThrottle
 	otpMu    sync.Mutex // serialises OTP sends
 	otp      *otpGuard
 	totpOnly bool
@@ -113,6 +136,14 @@ func New(o Options) *Server {
 		tls:      o.TLS,
 		dataFile: o.DataFile,
 		diskFree: o.DiskFree,
+		node:     o.Node,
+		rand:     o.Rand,
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
+	}
+	if s.dataFile == "" {
+		s.dataFile = o.Store.Describe()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -124,7 +155,11 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = newRateLimiter()
+	s.limiter = o.Limiter
+	if s.limiter == nil {
+		s.limiter = newMemoryLimiter()
+	}
+	s.recent = newRecentInferences(recentMax)
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
@@ -168,6 +203,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.GET("/admin/*", s.handleAdminPage)
 
 	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	e.POST("/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -185,6 +221,10 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.POST("/system-prompt", s.handleSetPrompt)
 	a.GET("/system-prompt/history", s.handlePromptHistory)
 	a.GET("/backup", s.handleBackup)
+	a.GET("/outcomes", s.handleOutcomesExport)
+	a.GET("/users", s.handleListUsers)
+	a.GET("/users/:user/pairs", s.handleUserPairs)
+	a.DELETE("/users/:user", s.handleDeleteUser)
 	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
 	a.POST("/totp/enroll", s.handleTOTPEnroll)
 

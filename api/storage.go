@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"time"
+	"strings"
 
-	"github.com/replyd/replyd/store"
+	"github.com/labstack/echo/v4"
 )
 
 // storageView is the state of the data directory in /healthz and
@@ -22,24 +20,15 @@ type storageView struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// storageState reports whether storage is degraded (the store's Ping fails:
-// its last write failed or it cannot be reached; or free space is under
+// storageState reports whether storage is degraded (storeHealth finds the
+// store unreachable or its writes failing, or free space is under
 // Limits.MinFreeBytes) and describes it.
-func (s *Server) storageState(ctx context.Context) (bool, storageView) {
+func (s *Server) storageState(c echo.Context) (bool, storageView) {
 	v := storageView{Writable: true}
 	var problems []string
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
+	if reason := s.storeHealth(c); reason != "" {
 		v.Writable = false
-		switch {
-		case errors.Is(err, store.ErrNoSpace):
-			problems = append(problems, "writes fail: the data disk is full")
-		case errors.Is(err, store.ErrUnavailable):
-			problems = append(problems, "the store cannot be reached")
-		default:
-			problems = append(problems, "writes to the store fail")
-		}
+		problems = append(problems, reason)
 	}
 	if s.diskFree != nil {
 		if free, err := s.diskFree(); err == nil {
@@ -49,12 +38,7 @@ func (s *Server) storageState(ctx context.Context) (bool, storageView) {
 			}
 		}
 	}
-	for i, p := range problems {
-		if i > 0 {
-			v.Problem += "; "
-		}
-		v.Problem += p
-	}
+	v.Problem = strings.Join(problems, "; ")
 	return len(problems) > 0, v
 }
 

@@ -11,7 +11,9 @@ import (
 // embedded default) and store/postgres (PostgreSQL, shared by several boxes).
 // Both run the one scenario suite in store/storetest; a behaviour that only
 // one of them has is a bug in the other. A new method goes into this
-// interface, into both implementations and into a storetest scenario.
+// interface, into both implementations and into a storetest scenario; a new
+// kind of data also goes into Snapshot, so that `replyd store migrate`
+// carries it.
 //
 // Rules that hold for every method:
 //   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
@@ -141,16 +143,21 @@ type Store interface {
 	// q.Limit of them (q.Limit <= 0: all), from every box. Entries with equal
 	// timestamps come last-appended first. The result is never nil.
 	Logs(q LogQuery) ([]LogEntry, error)
-	// Stats counts the StreamInfer entries with since <= Timestamp < until
-	// (TotalRequests) and the distinct non-empty Subjects among them
-	// (ActiveUsers). An empty or inverted window gives zero Stats.
+	// Stats counts the StreamInfer entries with since <= Timestamp < until:
+	// TotalRequests, the distinct non-empty Subjects among them
+	// (ActiveUsers), errors by ErrorCode, latency percentiles of the answered
+	// ones, the outcomes of the answered ones, and the same per key and per
+	// prompt version, all through a StatsBuilder so the arithmetic is the
+	// same everywhere. Its cost grows with the window, not the whole log. An
+	// empty or inverted window gives the zero counts (NewStatsBuilder().Stats()).
 	Stats(since, until time.Time) (Stats, error)
 	// StatsSeries splits [since, until) into consecutive buckets of the
 	// given width starting at since (the last one may reach past until but
-	// counts nothing at or after until) and returns the Stats of each,
-	// empty buckets included, oldest first. bucket must be positive and the
-	// series at most MaxSeriesBuckets long, else ErrInvalid. An empty or
-	// inverted window gives an empty, non-nil series.
+	// counts nothing at or after until) and returns the requests, active
+	// users, outcomes and accepted outcomes of each, empty buckets
+	// included, oldest first. bucket must be positive and the series at most
+	// MaxSeriesBuckets long, else ErrInvalid. An empty or inverted window
+	// gives an empty, non-nil series.
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error)
 	// PruneLogs deletes up to batch of the oldest entries whose Timestamp is
 	// before before, in one short transaction so that writers are not held
@@ -165,6 +172,62 @@ type Store interface {
 	// log and its index; PostgreSQL: the rows' stored size), and returns
 	// how many it deleted; they leave the statistics too.
 	PruneLogsToSize(maxBytes int64, batch int) (int, error)
+
+	// Inference returns the answered inference whose log entry carried this
+	// id (LogEntry.Inference.ID), with its remembered texts while they are
+	// kept, decrypted, or ErrNotFound (also once its entry was pruned or its
+	// user deleted). The feedback rules (which key, FeedbackWindow,
+	// ReplaceWindow) are the caller's.
+	Inference(id string) (Inference, error)
+	// SetOutcome records o as the inference's outcome, replacing any
+	// earlier one, in one transaction, or returns ErrNotFound. For an
+	// inference made with remember: true whose texts are still kept, reply
+	// and the partner's turn become the user's pair for that inference,
+	// encrypted under the user's key (an empty reply removes the pair), and
+	// the user's memory revision moves; it returns the new revision (0 when
+	// no pair changed).
+	SetOutcome(id string, o Outcome, reply string) (uint64, error)
+	// Outcomes calls fn for every reported outcome of an inference logged
+	// with since <= time < until, oldest first, with the remembered pair
+	// where one is kept. It reads in short transactions and calls fn outside
+	// them; fn's error stops the walk and is returned.
+	Outcomes(since, until time.Time, fn func(OutcomeRecord) error) error
+
+	// MemoryUsers returns every user with a memory (an encryption key), by
+	// subject, with the number of pairs kept. The result is never nil.
+	MemoryUsers() ([]MemoryUser, error)
+	// MemoryRev returns the revision of the user's pairs, which changes
+	// whenever they change; 0 when the user has no memory. It is cheap
+	// enough to call on every inference.
+	MemoryRev(subject string) (uint64, error)
+	// MemoryPairs returns the user's pairs, decrypted, oldest first, and
+	// their revision; none (and 0) for a user without memory.
+	MemoryPairs(subject string) ([]Pair, uint64, error)
+	// DeleteUser destroys the user's encryption key, pairs, texts awaiting
+	// feedback and reported outcomes (the log entries and their counts
+	// stay; the user's inferences can no longer be reported on), or returns
+	// ErrNotFound when nothing is stored for the user. When it returns, no
+	// readable copy is left: bbolt overwrites its free pages
+	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted.
+	DeleteUser(subject string) (UserDeletion, error)
+	// PruneMemory deletes the pairs of inferences made before pairsBefore
+	// (the zero Time keeps them all), the texts awaiting feedback of
+	// inferences made before textsBefore, and the users, with their keys,
+	// left with neither that were created before both.
+	PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, error)
+
+	// Snapshot calls fn with a consistent view of everything the store
+	// holds, taken in one read transaction that lasts until fn returns;
+	// snap.Logs may be ranged over only during fn. It is how `replyd store
+	// migrate` reads a store.
+	Snapshot(fn func(snap Snapshot) error) error
+	// Import writes everything in snap, in one transaction: all of it or
+	// nothing. Into a store that holds anything (keys, prompts, logs,
+	// sessions, a code, the admin key, secrets) it refuses with ErrExists unless
+	// replace is set, in which case what the store held is gone afterwards.
+	// Importing a store's Snapshot into an empty store gives one that
+	// answers every method as the first does.
+	Import(snap Snapshot, replace bool) error
 
 	// Backup writes a consistent copy of everything to w and returns the
 	// bytes written. A store that cannot (PostgreSQL, whose backup is
@@ -188,3 +251,35 @@ type Store interface {
 
 // The bbolt store keeps the contract.
 var _ Store = (*DB)(nil)
+
+// RateWindow is the length of a rate-limit window.
+const RateWindow = time.Minute
+
+// RateLimiter admits a key's requests under its rate_limit_per_minute, in
+// fixed windows of RateWindow: a window opens with the first request after
+// the previous one closed. One box uses an in-memory limiter (api's); boxes
+// that share a PostgreSQL store share its limiter (store/postgres), so that
+// the limit holds across all of them. storetest.RunLimiter states the
+// contract for both.
+type RateLimiter interface {
+	// Allow admits one request for key at now when fewer than limit were
+	// admitted in the key's current window, and counts it. A limit of 0 or
+	// less means unlimited. When refused, retry is the time until the
+	// window closes. A time slightly before the window's start (another
+	// box's clock) counts in the current window; one more than a window
+	// before it (a clock set back) opens a new window. An error (wrapping
+	// ErrUnavailable when the database cannot be reached) admits nothing.
+	Allow(key string, limit int, now time.Time) (ok bool, retry time.Duration, err error)
+	// Refund gives back one request admitted in key's current window (a
+	// request that was then shed with 503: its retry must not find the
+	// limit used up). It does nothing when the window is over or nothing
+	// was admitted in it.
+	Refund(key string, now time.Time) error
+}
+
+// RateWindowOver reports whether a window that opened at start is over at
+// now, so that a request at now opens a new one. Both limiters use it (the
+// PostgreSQL one in SQL of the same meaning).
+func RateWindowOver(start, now time.Time) bool {
+	return !now.Before(start.Add(RateWindow)) || now.Before(start.Add(-RateWindow))
+}

@@ -75,4 +75,4 @@ func printAdminKey(w io.Writer, key string) {
 	fmt.Fprintf(w, "\n%s\n REPLYD ADMIN KEY: %s\n\n It is shown only this once: keep it in a password manager. replyd stores\n only a slow hash of it. Send it as the X-ADMIN-KEY header or paste it into\n the admin page. Lost it? Stop replyd and run `replyd admin-key --reset`.\n%s\n\n", line, key, line)
 }
 
-var _ adminKeyStore = (*store.DB)(nil)
+var _ adminKeyStore = store.Store(nil)

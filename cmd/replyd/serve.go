@@ -20,6 +20,7 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/notify"
+	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
 )
 
@@ -34,7 +35,7 @@ type Server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	db      *store.DB
+	db      store.Store
 	api     *api.Server
 	eng     *engines
 	http    *http.Server
@@ -47,34 +48,17 @@ type Server struct {
 	bg    chan struct{}
 }
 
-// dbPath is where the bbolt file lives.
-func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db") }
-
-// openStore creates the data directory and opens the store, turning the
-// common failures into messages an admin can act on.
-func openStore(cfg *Config) (*store.DB, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
-	}
-	db, err := store.Open(dbPath(cfg), store.Options{})
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
-		}
-		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
-	}
-	return db, nil
-}
-
 // Run opens everything and starts serving. Models load in the background:
 // /healthz answers 503 {"status":"loading"} until both are ready.
 func (s *Server) Run(ctx context.Context) error {
 	cfg := s.cfg
-	db, err := openStore(cfg)
+	db, err := openStore(ctx, cfg, s.log)
 	if err != nil {
 		return err
 	}
 	s.db = db
+	// Boxes sharing PostgreSQL share its rate limiter; one box keeps its own.
+	limiter, _ := db.(store.RateLimiter)
 
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
@@ -82,7 +66,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if _, ok, err := db.CurrentPrompt(); err != nil {
 		return fmt.Errorf("reading the system prompt: %w", err)
 	} else if !ok {
-		if err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()}); err != nil {
+		// ErrExists: another box starting on the same database saved it.
+		err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()})
+		if err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("saving the default system prompt: %w", err)
 		}
 	}
@@ -118,7 +104,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.tls = true
 	}
 
-	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio, Memory: recall.New(db, 0)}
 	det, vadStatus := loadVAD(cfg.VADModel, s.log)
 	if det != nil {
 		pipe.VAD = det
@@ -149,7 +135,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Limits:         limits,
 		MetricsPublic:  cfg.MetricsAddr != "",
 		TLS:            s.tls,
-		DataFile:       dbPath(cfg),
+		Node:           cfg.NodeName,
+		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
 		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
@@ -180,7 +167,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.tls {
 		scheme = "https"
 	}
-	s.log.Info("replyd listening", "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
+	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
 	if !s.tls && !isLoopback(ln.Addr()) {
 		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
 	}
@@ -314,6 +301,7 @@ func (s *Server) prune(ctx context.Context) {
 	if _, err := s.db.PruneOTPs(now); err != nil {
 		s.log.Warn("pruning login codes", "err", err)
 	}
+	s.pruneMemory(now)
 	if s.cfg.LogRetention <= 0 {
 		return
 	}
@@ -338,6 +326,33 @@ func (s *Server) prune(ctx context.Context) {
 // otpCodeFile is where the console channel writes login codes when stderr is
 // not a terminal (under systemd it is the journal, which must never hold one).
 const otpCodeFile = "otp-code.txt"
+
+// memoryPruneTimes are the cut-offs of PruneMemory at now: pairs older than
+// the memory retention (never, when it is 0), and the texts that awaited
+// feedback once it can no longer come (or at the retention, if shorter).
+func memoryPruneTimes(keep time.Duration, now time.Time) (pairsBefore, textsBefore time.Time) {
+	textsBefore = now.Add(-(store.FeedbackWindow + store.ReplaceWindow))
+	if keep > 0 {
+		pairsBefore = now.Add(-keep)
+		if pairsBefore.After(textsBefore) {
+			textsBefore = pairsBefore
+		}
+	}
+	return pairsBefore, textsBefore
+}
+
+// pruneMemory applies the memory retention (see memoryPruneTimes).
+func (s *Server) pruneMemory(now time.Time) {
+	keep := s.cfg.MemoryKeep()
+	p, err := s.db.PruneMemory(memoryPruneTimes(keep, now))
+	if err != nil {
+		s.log.Warn("pruning remembered replies", "err", err)
+		return
+	}
+	if p != (store.MemoryPrune{}) {
+		s.log.Info("pruned remembered replies", "pairs", p.Pairs, "pending_texts", p.Pending, "users", p.Users, "retention", FormatDuration(keep))
+	}
+}
 
 func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
 	consoleFile := ""

@@ -12,19 +12,23 @@ import (
 // installationSecretBytes is the size of a secret InstallationSecret makes.
 const installationSecretBytes = 32
 
-// InstallationSecret gets or creates a named secret; see store.Store. The
-// insert does nothing when another box got there first, and the read that
-// follows (a new statement, so a new snapshot) sees whichever won.
+// InstallationSecret gets or creates a secret; see store.Store. Boxes that
+// race to create it all end up with the one value that was inserted first:
+// the INSERT does nothing on a conflict and the SELECT after it (a new
+// statement, so a new snapshot) reads what was committed.
 func (s *Store) InstallationSecret(name string) ([]byte, error) {
 	if name == "" {
 		return nil, invalid("empty secret name")
+	}
+	v, ok, err := s.Secret(name)
+	if err != nil || ok {
+		return v, err
 	}
 	fresh, err := secret.Random(installationSecretBytes)
 	if err != nil {
 		return nil, err
 	}
-	var v []byte
-	err = s.run("installation secret", func(ctx context.Context) error {
+	err = s.run("create secret", func(ctx context.Context) error {
 		if _, err := s.pool.Exec(ctx, "INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", name, fresh); err != nil {
 			return err
 		}
@@ -33,7 +37,7 @@ func (s *Store) InstallationSecret(name string) ([]byte, error) {
 	return v, err
 }
 
-// Secret reads a named secret without creating it; see store.Store.
+// Secret reads a secret; see store.Store.
 func (s *Store) Secret(name string) ([]byte, bool, error) {
 	var v []byte
 	found := false
@@ -48,8 +52,7 @@ func (s *Store) Secret(name string) ([]byte, bool, error) {
 	return v, found, err
 }
 
-// SetSecret stores or (empty value) deletes a named secret; see
-// store.Store.
+// SetSecret replaces or (empty value) deletes a secret; see store.Store.
 func (s *Store) SetSecret(name string, value []byte) error {
 	if name == "" {
 		return invalid("empty secret name")

@@ -33,6 +33,8 @@ type Opener func(t testing.TB, now func() time.Time) store.Store
 type Env struct {
 	S     store.Store
 	Clock *Clock
+	// Open opens one more fresh store of the same kind on the same clock.
+	Open func() store.Store
 }
 
 // scenario is one row of the table.
@@ -64,6 +66,8 @@ var scenarios = []scenario{
 	{"totp/each-step-once", totpSteps},
 	{"secrets/get-or-create-set-delete", secrets},
 	{"sessions/create-valid-prune-delete", sessionsLifecycle},
+	{"secrets/get-or-create-set-delete", secretsLifecycle},
+	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
@@ -79,8 +83,18 @@ var scenarios = []scenario{
 	{"prune/logs-in-batches", pruneLogsInBatches},
 	{"prune/logs-to-size", pruneLogsToSize},
 
+	// Outcomes and the users' memory (outcomes.go).
+	{"outcomes/inference-and-outcome", outcomesInferenceAndOutcome},
+	{"outcomes/export-in-order", outcomesExport},
+	{"stats/outcomes-keys-versions", statsOutcomes},
+	{"memory/pairs-and-revision", memoryPairs},
+	{"memory/delete-user", memoryDeleteUser},
+	{"memory/prune", memoryPrune},
+
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},
+	{"snapshot/import-round-trip", snapshotRoundTrip},
+	{"snapshot/import-refuses-or-replaces", snapshotImportRefusesOrReplaces},
 }
 
 // Run runs every scenario as a parallel subtest of t, each on a fresh store
@@ -91,7 +105,7 @@ func Run(t *testing.T, open Opener) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := NewClock(T0)
-			sc.run(t, Env{S: open(t, clk.Now), Clock: clk})
+			sc.run(t, Env{S: open(t, clk.Now), Clock: clk, Open: func() store.Store { return open(t, clk.Now) }})
 		})
 	}
 }

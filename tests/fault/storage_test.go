@@ -50,8 +50,8 @@ func fillDisk(t *testing.T, dir string) string {
 	return path
 }
 
-// health returns /healthz's status field and its storage object.
-func health(t *testing.T, p *testutil.Replyd) (string, map[string]any) {
+// healthStorage returns /healthz's status field and its storage object.
+func healthStorage(t *testing.T, p *testutil.Replyd) (string, map[string]any) {
 	t.Helper()
 	var h struct {
 		Status  string         `json:"status"`
@@ -74,7 +74,7 @@ func TestFullDiskIs507(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	p := startProc(t, replydproc.Options{DataDir: data, Env: map[string]string{"REPLYD_MIN_FREE_MB": "1"}})
 	p.WaitReady()
-	if status, st := health(t, p); status != "ok" {
+	if status, st := healthStorage(t, p); status != "ok" {
 		t.Fatalf("healthz on an empty disk: %s %v", status, st)
 	}
 	filler := fillDisk(t, dir)
@@ -102,7 +102,7 @@ func TestFullDiskIs507(t *testing.T) {
 	if !got507 {
 		t.Fatal("500 key creations on a full disk all succeeded")
 	}
-	status, st := health(t, p)
+	status, st := healthStorage(t, p)
 	if status != "degraded" || st["writable"] != false || !strings.Contains(fmt.Sprint(st["problem"]), "disk is full") {
 		t.Errorf("healthz with failing writes: %s %v", status, st)
 	}
@@ -124,7 +124,7 @@ func TestFullDiskIs507(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.CreateKey("after-cleanup")
-	if status, st := health(t, p); status != "ok" {
+	if status, st := healthStorage(t, p); status != "ok" {
 		t.Errorf("healthz after freeing space: %s %v", status, st)
 	}
 	p.Stop()
@@ -133,7 +133,7 @@ func TestFullDiskIs507(t *testing.T) {
 	// warns, and /healthz says degraded.
 	q := startProc(t, replydproc.Options{DataDir: data, AdminKey: p.AdminKey})
 	q.WaitReady()
-	if status, st := health(t, q); status != "degraded" || !strings.Contains(fmt.Sprint(st["problem"]), "free on the data disk") {
+	if status, st := healthStorage(t, q); status != "degraded" || !strings.Contains(fmt.Sprint(st["problem"]), "free on the data disk") {
 		t.Errorf("healthz on a small disk: %s %v", status, st)
 	}
 	if !strings.Contains(q.Output(), "disk is nearly full") {
