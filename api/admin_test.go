@@ -289,8 +289,8 @@ func TestOTPGlobalLock(t *testing.T) {
 	}
 	wantJSON(t, wrong(), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 240 s (the admin key still works)"))
 	// The lock never exceeds a day.
-	if otpLockLength(40) != otpLockMax || otpLockLength(0) != otpLockBase {
-		t.Errorf("lock lengths %s, %s", otpLockLength(0), otpLockLength(40))
+	if otpRule.Length(40) != otpLockMax || otpRule.Length(0) != otpLockBase {
+		t.Errorf("lock lengths %s, %s", otpRule.Length(0), otpRule.Length(40))
 	}
 }
 

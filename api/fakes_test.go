@@ -26,6 +26,7 @@ type memStore struct {
 	otps      map[string]memOTP // scope -> code
 	totpUsed  bool
 	totpStep  int64
+	otpGuard  store.OTPGuard
 	writeFail error // reported by Ping, as a failed write
 	sessions  map[string]time.Time
 	logs      []store.LogEntry
@@ -178,17 +179,20 @@ func (m *memStore) NextPromptVersion() (string, error) {
 	return strconv.Itoa(max + 1), nil
 }
 
-func (m *memStore) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error {
+func (m *memStore) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failWith != nil {
-		return m.failWith
+		return 0, m.failWith
 	}
 	if m.otps == nil {
 		m.otps = map[string]memOTP{}
 	}
+	if o, ok := m.otps[scope]; ok && !issuedAt.Before(o.issued) && issuedAt.Sub(o.issued) < resend {
+		return o.issued.Add(resend).Sub(issuedAt), nil
+	}
 	m.otps[scope] = memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
-	return nil
+	return 0, nil
 }
 
 func (m *memStore) UseOTP(scope, codeHash string, now time.Time) (bool, error) {
@@ -207,6 +211,26 @@ func (m *memStore) DeleteOTP(scope string) error {
 	defer m.mu.Unlock()
 	delete(m.otps, scope)
 	return nil
+}
+
+func (m *memStore) OTPLock(now time.Time) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now.Before(m.otpGuard.LockedUntil) {
+		return m.otpGuard.LockedUntil, nil
+	}
+	return time.Time{}, nil
+}
+
+func (m *memStore) OTPFailed(now time.Time, rule store.OTPLockRule) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, started := rule.Next(m.otpGuard, now)
+	m.otpGuard = g
+	if started {
+		return g.LockedUntil, nil
+	}
+	return time.Time{}, nil
 }
 
 func (m *memStore) UseTOTPStep(step int64) (bool, error) {

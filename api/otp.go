@@ -38,10 +38,11 @@ const (
 	// otpAddrFailWindow is the window of the per-address limit on wrong
 	// codes (Limits.OTPMaxAttempts).
 	otpAddrFailWindow = 15 * time.Minute
-	// otpGlobalFailures wrong codes, from any addresses, start a lock of
-	// the code login: the first lasts otpLockBase, each next one twice as
-	// long up to otpLockMax. The level behind the doubling drops by one
-	// for every otpLockDecay without a wrong code.
+	// otpGlobalFailures wrong codes, from any addresses on any box, start
+	// a lock of the code login: the first lasts otpLockBase, each next one
+	// twice as long up to otpLockMax. The level behind the doubling drops
+	// by one for every otpLockDecay without a wrong code (otpRule; the
+	// store keeps the state, so every box shares it).
 	otpGlobalFailures = 3
 	otpLockBase       = time.Minute
 	otpLockMax        = 24 * time.Hour
@@ -70,10 +71,13 @@ type otpBound struct {
 	SentPercent, TOTPPercent float64
 }
 
+// otpRule is the lock as the store applies it.
+var otpRule = store.OTPLockRule{Every: otpGlobalFailures, Base: otpLockBase, Max: otpLockMax, Decay: otpLockDecay}
+
 func otpAttackBound() otpBound {
 	const days = 366
 	var b otpBound
-	for otpLockLength(b.Levels) < otpLockMax {
+	for otpRule.Length(b.Levels) < otpLockMax {
 		b.Levels++
 	}
 	b.Locks = b.Levels + 2*days + 1
@@ -83,20 +87,15 @@ func otpAttackBound() otpBound {
 	return b
 }
 
-// otpGuard holds the login limits in memory: a wrong code is never written
-// to the store. It is safe for concurrent use.
+// otpGuard holds this box's login limits in memory: the wrong codes per
+// address and the send allowance. (The lock that wrong codes from all
+// addresses start is the store's: see otpRule.) It is safe for concurrent
+// use.
 type otpGuard struct {
 	mu sync.Mutex
 
 	maxAddrFails int
-	resend       time.Duration
 	addrFails    map[string]*addrFails // addrKey -> wrong codes in the window
-	lastSend     map[string]time.Time  // addrKey -> last successful send
-
-	fails       int       // wrong codes since the last lock
-	level       int       // locks so far, less the decay
-	lastFail    time.Time // the latest wrong code
-	lockedUntil time.Time
 
 	tokens   float64 // global send allowance
 	tokensAt time.Time
@@ -110,23 +109,16 @@ type addrFails struct {
 func newOTPGuard(l Limits) *otpGuard {
 	return &otpGuard{
 		maxAddrFails: l.OTPMaxAttempts,
-		resend:       l.OTPResendInterval,
 		addrFails:    map[string]*addrFails{},
-		lastSend:     map[string]time.Time{},
 		tokens:       otpSendBurst,
 	}
 }
 
-// admitVerify returns the 429 for a verify that must not even be checked:
-// the address used up its wrong codes, or the code login is locked.
-func (g *otpGuard) admitVerify(addr string, now time.Time) *Error {
+// admitAddr returns the 429 for a verify from an address that used up its
+// wrong codes, or nil.
+func (g *otpGuard) admitAddr(addr string, now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if now.Before(g.lockedUntil) {
-		wait := g.lockedUntil.Sub(now)
-		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-			"too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", retryAfterSeconds(wait))}
-	}
 	if f := g.addrFails[addrKey(addr)]; f != nil && now.Sub(f.start) < otpAddrFailWindow && f.count >= g.maxAddrFails {
 		wait := f.start.Add(otpAddrFailWindow).Sub(now)
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
@@ -135,9 +127,8 @@ func (g *otpGuard) admitVerify(addr string, now time.Time) *Error {
 	return nil
 }
 
-// fail counts a wrong code from addr. When it starts a lock, it returns the
-// lock's end (else the zero Time).
-func (g *otpGuard) fail(addr string, now time.Time) time.Time {
+// failAddr counts a wrong code from addr.
+func (g *otpGuard) failAddr(addr string, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := addrKey(addr)
@@ -148,32 +139,6 @@ func (g *otpGuard) fail(addr string, now time.Time) time.Time {
 		g.addrFails[k] = f
 	}
 	f.count++
-
-	if !g.lastFail.IsZero() && now.After(g.lastFail) {
-		g.level -= int(now.Sub(g.lastFail) / otpLockDecay)
-		if g.level < 0 {
-			g.level = 0
-		}
-	}
-	g.lastFail = now
-	g.fails++
-	if g.fails < otpGlobalFailures {
-		return time.Time{}
-	}
-	g.fails = 0
-	g.lockedUntil = now.Add(otpLockLength(g.level))
-	g.level++
-	return g.lockedUntil
-}
-
-// otpLockLength is the length of the lock at level: otpLockBase doubled
-// level times, at most otpLockMax.
-func otpLockLength(level int) time.Duration {
-	d := otpLockBase
-	for i := 0; i < level && d < otpLockMax; i++ {
-		d *= 2
-	}
-	return min(d, otpLockMax)
 }
 
 // sweepAddrFails forgets closed windows once the map grows; g.mu is held.
@@ -188,17 +153,12 @@ func (g *otpGuard) sweepAddrFails(now time.Time) {
 	}
 }
 
-// reserveSend admits a send from addr: at most one per resend interval per
-// address, and otpSendBurst at once from all addresses, refilled one per
-// otpSendRefill. The caller must call sent or unsent with the outcome.
-func (g *otpGuard) reserveSend(addr string, now time.Time) *Error {
+// takeSendToken admits a send against the allowance of all addresses
+// together: otpSendBurst at once, refilled one per otpSendRefill. (The
+// per-address interval is the store's: SaveOTP, shared by every box.)
+func (g *otpGuard) takeSendToken(now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if last, ok := g.lastSend[addrKey(addr)]; ok && now.Sub(last) < g.resend && !now.Before(last) {
-		wait := last.Add(g.resend).Sub(now)
-		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-			"this address asked for a code less than %s ago; retry in %d s", g.resend, retryAfterSeconds(wait))}
-	}
 	if !g.tokensAt.IsZero() && now.After(g.tokensAt) {
 		g.tokens = min(otpSendBurst, g.tokens+float64(now.Sub(g.tokensAt))/float64(otpSendRefill))
 	}
@@ -209,24 +169,15 @@ func (g *otpGuard) reserveSend(addr string, now time.Time) *Error {
 			"too many codes were asked for from all addresses; retry in %d s", retryAfterSeconds(wait))}
 	}
 	g.tokens--
-	if len(g.lastSend) >= maxTrackedAddrs {
-		for k, t := range g.lastSend {
-			if now.Sub(t) >= g.resend {
-				delete(g.lastSend, k)
-			}
-		}
-	}
-	g.lastSend[addrKey(addr)] = now
 	return nil
 }
 
-// unsent undoes the per-address part of reserveSend after a failed
-// delivery, so that the next try is not held back; the global allowance
-// stays spent, so a broken channel cannot be hammered.
-func (g *otpGuard) unsent(addr string) {
+// giveSendToken returns a token takeSendToken took for a send that did not
+// happen (the address's interval refused it).
+func (g *otpGuard) giveSendToken() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.lastSend, addrKey(addr))
+	g.tokens = min(otpSendBurst, g.tokens+1)
 }
 
 // otpSendResponse is the body of POST /v1/admin/otp/send; it never holds the
@@ -241,7 +192,8 @@ type otpSendResponse struct {
 // handleOTPSend makes an 8-digit code with crypto/rand, stores its hash for
 // the client address that asked (replacing only that address's earlier
 // code) with an OTPTTL lifetime, and delivers it through the Notifier.
-// Sends are throttled per address and globally (429). A failed delivery is
+// Sends are throttled per address (OTPResendInterval, in the store, so on
+// every box) and globally (429). A failed delivery is
 // 502, counted in replyd_otp_delivery_failures_total, and does not hold the
 // address's next try back.
 func (s *Server) handleOTPSend(c echo.Context) error {
@@ -255,23 +207,30 @@ func (s *Server) handleOTPSend(c echo.Context) error {
 	s.otpMu.Lock()
 	defer s.otpMu.Unlock()
 	addr, now := ClientAddr(c), s.now()
-	if e := s.otp.reserveSend(addr, now); e != nil {
+	if e := s.otp.takeSendToken(now); e != nil {
 		return e
 	}
 	code, err := secret.Digits(otpDigits)
 	if err != nil {
-		s.otp.unsent(addr)
+		s.otp.giveSendToken()
 		return err
 	}
 	expires := now.Add(s.limits.OTPTTL)
-	if err := s.store.SaveOTP(addr, secret.Hash(code), now, expires); err != nil {
-		s.otp.unsent(addr)
-		return err
+	retry, err := s.store.SaveOTP(addr, secret.Hash(code), now, expires, s.limits.OTPResendInterval)
+	if err != nil || retry > 0 {
+		s.otp.giveSendToken()
+		if err != nil {
+			return err
+		}
+		return &Error{Code: CodeRateLimited, RetryAfter: retry, Message: fmt.Sprintf(
+			"this address asked for a code less than %s ago; retry in %d s", s.limits.OTPResendInterval, retryAfterSeconds(retry))}
 	}
 	channel := s.notifier.Channel()
 	text := fmt.Sprintf("Your replyd admin code is %s. It expires in %s and works once, from the device that asked for it.", code, formatMinutes(s.limits.OTPTTL))
 	if err := s.notifier.Send(c.Request().Context(), code, text, expires); err != nil {
-		s.otp.unsent(addr)
+		// Deleting the code also lifts the address's interval: the next
+		// try is not held back. The global allowance stays spent, so a
+		// broken channel cannot be hammered.
 		s.metrics.otpDeliveryFailures.Inc()
 		if derr := s.store.DeleteOTP(addr); derr != nil {
 			s.reqLogger(c).Warn("deleting the undelivered code failed", "error", derr.Error())
@@ -310,10 +269,11 @@ const wrongCodeMessage = "the code is wrong, has expired, was already used, or w
 
 // handleOTPVerify checks a sent code (8 digits, valid only from the address
 // that asked for it) or, once TOTP is enrolled, an authenticator app's code
-// (6 digits). A wrong code is 401 and costs no store write; it counts
-// against the address (OTPMaxAttempts per 15 minutes) and towards the global
-// lock, which notifies the admin channel when it starts. Neither limit ever
-// spends or replaces a code. Success creates a session of SessionTTL from 32
+// (6 digits). A wrong code is 401; it counts against the address
+// (OTPMaxAttempts per 15 minutes, in memory) and towards the lock every box
+// shares (one small store write: at most otpGlobalFailures before each
+// lock, while nothing is checked during one), which notifies the admin
+// channel when it starts. Neither limit ever spends or replaces a code. Success creates a session of SessionTTL from 32
 // random bytes, stored only as its hash.
 func (s *Server) handleOTPVerify(c echo.Context) error {
 	var req otpVerifyRequest
@@ -328,12 +288,21 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 		return badRequest("code must be the %d digits of a sent code or the %d digits of an authenticator app", otpDigits, totpDigits)
 	}
 	addr, now := ClientAddr(c), s.now()
-	if e := s.otp.admitVerify(addr, now); e != nil {
+	if e := s.otp.admitAddr(addr, now); e != nil {
 		quietAccessLog(c)
 		return e
 	}
+	until, err := s.store.OTPLock(now)
+	if err != nil {
+		return err
+	}
+	if !until.IsZero() {
+		quietAccessLog(c)
+		wait := until.Sub(now)
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", retryAfterSeconds(wait))}
+	}
 	var ok bool
-	var err error
 	if len(code) == otpDigits {
 		ok, err = s.store.UseOTP(addr, secret.Hash(code), now)
 	} else {
@@ -344,7 +313,12 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 	}
 	if !ok {
 		s.countFailure(addr, failLoginCode)
-		if until := s.otp.fail(addr, now); !until.IsZero() {
+		s.otp.failAddr(addr, now)
+		until, err := s.store.OTPFailed(now, otpRule)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
 			s.otpLocked(c, until)
 		}
 		return errorf(CodeUnauthorized, "%s", wrongCodeMessage)

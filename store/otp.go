@@ -18,24 +18,34 @@ type otpRecord struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// SaveOTP makes codeHash the code outstanding for scope (the client address
-// that asked for it), replacing only that scope's earlier code: a code asked
-// for from one address is never replaced or spent from another.
-func (db *DB) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error {
+// SaveOTP makes codeHash the code outstanding for scope, unless the scope's
+// code was issued less than resend ago; see Store.
+func (db *DB) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (time.Duration, error) {
 	if scope == "" || codeHash == "" {
-		return invalid("empty OTP scope or hash")
+		return 0, invalid("empty OTP scope or hash")
 	}
 	val, err := json.Marshal(otpRecord{Hash: codeHash, IssuedAt: issuedAt, ExpiresAt: expiresAt})
 	if err != nil {
-		return fmt.Errorf("store: encode OTP: %w", err)
+		return 0, fmt.Errorf("store: encode OTP: %w", err)
 	}
-	return db.update(func(tx *bolt.Tx) error {
+	var retry time.Duration
+	err = db.update(func(tx *bolt.Tx) error {
+		retry = 0
 		b, err := tx.CreateBucketIfNotExists(bucketOTP)
 		if err != nil {
 			return err
 		}
+		rec, ok, err := getOTP(tx, scope)
+		if err != nil {
+			return err
+		}
+		if ok && !issuedAt.Before(rec.IssuedAt) && issuedAt.Sub(rec.IssuedAt) < resend {
+			retry = rec.IssuedAt.Add(resend).Sub(issuedAt)
+			return nil
+		}
 		return b.Put([]byte(scope), val)
 	})
+	return retry, err
 }
 
 // UseOTP spends scope's code when codeHash matches it (compared in constant

@@ -34,6 +34,8 @@ type Snapshot struct {
 	// TOTPLastStep is the latest TOTP time step accepted (UseTOTPStep), 0
 	// when none was.
 	TOTPLastStep int64
+	// OTPGuard is the state of the pause of login by code (OTPFailed).
+	OTPGuard OTPGuard
 	// Outcomes are the reported outcomes, by inference id
 	// (LogEntry.Inference.ID of the entries in Logs).
 	Outcomes map[string]Outcome
@@ -97,6 +99,10 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 		if v := meta.Get(metaTOTPLastStep); len(v) == 8 {
 			snap.TOTPLastStep = int64(binary.BigEndian.Uint64(v))
 		}
+		var err error
+		if snap.OTPGuard, err = getOTPGuard(tx); err != nil {
+			return err
+		}
 		snap.OTPCodes = []OTPCode{}
 		if b := tx.Bucket(bucketOTP); b != nil {
 			err := b.ForEach(func(k, v []byte) error {
@@ -121,7 +127,7 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 			}
 			snap.Keys = append(snap.Keys, key)
 		}
-		err := tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
+		err = tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
 			var p PromptVersion
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("store: decode prompt: %w", err)
@@ -216,6 +222,11 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 		}
 		if snap.TOTPLastStep > 0 {
 			if err := meta.Put(metaTOTPLastStep, u64(uint64(snap.TOTPLastStep))); err != nil {
+				return err
+			}
+		}
+		if snap.OTPGuard != (OTPGuard{}) {
+			if err := putOTPGuard(tx, snap.OTPGuard); err != nil {
 				return err
 			}
 		}
@@ -387,6 +398,7 @@ func canonical(s Snapshot) ([]byte, error) {
 	}
 	slices.SortFunc(codes, func(x, y OTPCode) int { return strings.Compare(x.Scope, y.Scope) })
 	s.OTPCodes = codes
+	s.OTPGuard.LastFail, s.OTPGuard.LockedUntil = s.OTPGuard.LastFail.UTC(), s.OTPGuard.LockedUntil.UTC()
 	outcomes := make(map[string]Outcome, len(s.Outcomes))
 	for id, o := range s.Outcomes {
 		o.FirstAt, o.At = o.FirstAt.UTC(), o.At.UTC()

@@ -87,8 +87,10 @@ type Store interface {
 	// SaveOTP makes codeHash the code outstanding for scope (the client
 	// address that asked for it), replacing only that scope's earlier code:
 	// a code asked for from one address is never replaced or spent from
-	// another. An empty scope or hash is ErrInvalid.
-	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error
+	// another. When the scope's code was issued less than resend before
+	// issuedAt, nothing is saved and retry is the time left (on every box:
+	// one atomic write). An empty scope or hash is ErrInvalid.
+	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (retry time.Duration, err error)
 	// UseOTP spends scope's code when codeHash matches it (compared in
 	// constant time) and now is before its expiry, and reports whether it
 	// did: of concurrent uses of the right code, on any box, exactly one is
@@ -101,6 +103,13 @@ type Store interface {
 	// PruneOTPs deletes every code whose expiry is at or before now and
 	// returns how many it deleted.
 	PruneOTPs(now time.Time) (int, error)
+	// OTPLock returns the end of the current pause of login by code (see
+	// OTPLockRule), or the zero Time when there is none at now.
+	OTPLock(now time.Time) (time.Time, error)
+	// OTPFailed counts one wrong login code at now under rule, atomically
+	// for every box, and returns the end of the pause it started (the zero
+	// Time when it started none).
+	OTPFailed(now time.Time, rule OTPLockRule) (time.Time, error)
 	// UseTOTPStep records that a TOTP code of time step step (Unix time /
 	// 30 s) was accepted and reports whether it may be: true only when step
 	// is later than every step accepted before, so that each code works

@@ -46,17 +46,31 @@ func (s *Store) SetAdminKeyHash(hash string) error {
 }
 
 // SaveOTP makes codeHash scope's code, replacing only that scope's earlier
-// one; see store.Store.
-func (s *Store) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time) error {
+// one, in one atomic statement that also refuses a code issued less than
+// resend after the scope's last (shared by every box); see store.Store.
+func (s *Store) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (time.Duration, error) {
 	if scope == "" || codeHash == "" {
-		return invalid("empty OTP scope or hash")
+		return 0, invalid("empty OTP scope or hash")
 	}
-	return s.run("save OTP", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO otp_codes (scope, hash, issued_ns, expires_ns) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (scope) DO UPDATE SET hash = excluded.hash, issued_ns = excluded.issued_ns, expires_ns = excluded.expires_ns`,
-			scope, codeHash, ns(issuedAt), ns(expiresAt))
-		return err
+	var retry time.Duration
+	err := s.run("save OTP", func(ctx context.Context) error {
+		retry = 0
+		var one int
+		err := s.pool.QueryRow(ctx, `INSERT INTO otp_codes AS o (scope, hash, issued_ns, expires_ns) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (scope) DO UPDATE SET hash = excluded.hash, issued_ns = excluded.issued_ns, expires_ns = excluded.expires_ns
+			WHERE excluded.issued_ns >= o.issued_ns + $5 OR excluded.issued_ns < o.issued_ns
+			RETURNING 1`, scope, codeHash, ns(issuedAt), ns(expiresAt), int64(resend)).Scan(&one)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var issued int64
+		if err := s.pool.QueryRow(ctx, "SELECT issued_ns FROM otp_codes WHERE scope = $1", scope).Scan(&issued); err != nil {
+			return err
+		}
+		retry = max(fromNS(issued).Add(resend).Sub(issuedAt), time.Nanosecond)
+		return nil
 	})
+	return retry, err
 }
 
 // UseOTP spends scope's code when codeHash matches it; see store.Store. The
@@ -167,4 +181,61 @@ func (s *Store) PruneSessions(now time.Time) (int, error) {
 		return err
 	})
 	return n, err
+}
+
+// OTPLock reads the end of the pause of login by code; see store.Store.
+func (s *Store) OTPLock(now time.Time) (time.Time, error) {
+	var until time.Time
+	err := s.run("read OTP lock", func(ctx context.Context) error {
+		var v int64
+		err := s.pool.QueryRow(ctx, "SELECT locked_until_ns FROM otp_guard WHERE id = 1").Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err == nil && ns(now) < v {
+			until = fromNS(v)
+		}
+		return err
+	})
+	return until, err
+}
+
+// OTPFailed counts a wrong code under the row lock of the one guard row, so
+// that boxes failing at once each see the other's count; see store.Store.
+func (s *Store) OTPFailed(now time.Time, rule store.OTPLockRule) (time.Time, error) {
+	var until time.Time
+	err := s.tx("count OTP failure", func(ctx context.Context, tx pgx.Tx) error {
+		until = time.Time{}
+		if _, err := tx.Exec(ctx, `INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, 0, 0, 0, 0)
+			ON CONFLICT (id) DO NOTHING`); err != nil {
+			return err
+		}
+		var g store.OTPGuard
+		var last, locked int64
+		if err := tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1 FOR UPDATE").Scan(&g.Fails, &g.Level, &last, &locked); err != nil {
+			return err
+		}
+		if last != 0 {
+			g.LastFail = fromNS(last)
+		}
+		if locked != 0 {
+			g.LockedUntil = fromNS(locked)
+		}
+		g, started := rule.Next(g, now)
+		if started {
+			until = g.LockedUntil
+		}
+		_, err := tx.Exec(ctx, "UPDATE otp_guard SET fails = $1, level = $2, last_fail_ns = $3, locked_until_ns = $4 WHERE id = 1",
+			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
+		return err
+	})
+	return until, err
+}
+
+// zeroNS is ns with the zero Time as 0 (the guard row's "never").
+func zeroNS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return ns(t)
 }

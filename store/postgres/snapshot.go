@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"strconv"
@@ -136,6 +137,20 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if snap.OTPCodes == nil {
 		snap.OTPCodes = []store.OTPCode{}
 	}
+	var last, locked int64
+	err = tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1").Scan(&snap.OTPGuard.Fails, &snap.OTPGuard.Level, &last, &locked)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return snap, err
+	default:
+		if last != 0 {
+			snap.OTPGuard.LastFail = fromNS(last)
+		}
+		if locked != 0 {
+			snap.OTPGuard.LockedUntil = fromNS(locked)
+		}
+	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
 	}
@@ -153,7 +168,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, sessions, logs, rate_windows, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guard, sessions, logs, rate_windows, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -162,7 +177,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var held bool
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
-				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes)
+				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guard)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)`).Scan(&held)
 			if err != nil {
@@ -195,6 +210,10 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	}
 	if snap.TOTPLastStep > 0 {
 		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingTOTPLastStep, strconv.FormatInt(snap.TOTPLastStep, 10))
+	}
+	if g := snap.OTPGuard; g != (store.OTPGuard{}) {
+		batch.Queue("INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, $1, $2, $3, $4)",
+			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
 	}
 	for _, o := range snap.OTPCodes {
 		if o.Scope == "" || o.Hash == "" {

@@ -39,13 +39,13 @@ func otpLifecycle(t *testing.T, e Env) {
 	use("10.0.0.1", "x", T0, false)
 
 	// Single use.
-	Must(t, s.SaveOTP("10.0.0.1", "good", T0, exp))
+	mustSaveOTP(t, s, "10.0.0.1", "good", T0, exp)
 	use("10.0.0.1", "bad", T0, false)
 	use("10.0.0.1", "good", T0, true)
 	use("10.0.0.1", "good", T0, false)
 
 	// Wrong guesses never burn the code.
-	Must(t, s.SaveOTP("10.0.0.1", "good", T0, exp))
+	mustSaveOTP(t, s, "10.0.0.1", "good", T0, exp)
 	for i := 0; i < 20; i++ {
 		use("10.0.0.1", fmt.Sprintf("bad%d", i), T0, false)
 	}
@@ -53,16 +53,16 @@ func otpLifecycle(t *testing.T, e Env) {
 
 	// Scopes are separate: a code works only from its own scope, and a new
 	// code for one scope leaves the others alone.
-	Must(t, s.SaveOTP("10.0.0.1", "one", T0, exp))
-	Must(t, s.SaveOTP("10.0.0.2", "two", T0, exp))
+	mustSaveOTP(t, s, "10.0.0.1", "one", T0, exp)
+	mustSaveOTP(t, s, "10.0.0.2", "two", T0, exp)
 	use("10.0.0.2", "one", T0, false)
-	Must(t, s.SaveOTP("10.0.0.2", "two-again", T0.Add(time.Minute), exp))
+	mustSaveOTP(t, s, "10.0.0.2", "two-again", T0.Add(time.Minute), exp)
 	use("10.0.0.2", "two", T0, false) // replaced
 	use("10.0.0.1", "one", T0, true)
 	use("10.0.0.2", "two-again", T0, true)
 
 	// Expiry is exclusive.
-	Must(t, s.SaveOTP("s", "good", T0, exp))
+	mustSaveOTP(t, s, "s", "good", T0, exp)
 	use("s", "good", exp, false)
 	use("s", "good", exp.Add(-time.Nanosecond), true)
 }
@@ -72,9 +72,9 @@ func otpLifecycle(t *testing.T, e Env) {
 func otpDeletePrune(t *testing.T, e Env) {
 	s := e.S
 	exp := T0.Add(5 * time.Minute)
-	Must(t, s.SaveOTP("a", "h", T0, exp))
-	Must(t, s.SaveOTP("b", "h", T0, T0.Add(time.Minute)))
-	Must(t, s.SaveOTP("c", "h", T0, exp))
+	mustSaveOTP(t, s, "a", "h", T0, exp)
+	mustSaveOTP(t, s, "b", "h", T0, T0.Add(time.Minute))
+	mustSaveOTP(t, s, "c", "h", T0, exp)
 	Must(t, s.DeleteOTP("c"))
 	Must(t, s.DeleteOTP("never-existed"))
 	if ok, _ := s.UseOTP("c", "h", T0); ok {
@@ -94,15 +94,17 @@ func otpDeletePrune(t *testing.T, e Env) {
 }
 
 func otpInvalid(t *testing.T, e Env) {
-	wantErr(t, "SaveOTP with empty hash", e.S.SaveOTP("10.0.0.1", "", T0, T0.Add(time.Minute)), store.ErrInvalid)
-	wantErr(t, "SaveOTP with empty scope", e.S.SaveOTP("", "h", T0, T0.Add(time.Minute)), store.ErrInvalid)
+	_, err := e.S.SaveOTP("10.0.0.1", "", T0, T0.Add(time.Minute), 0)
+	wantErr(t, "SaveOTP with empty hash", err, store.ErrInvalid)
+	_, err = e.S.SaveOTP("", "h", T0, T0.Add(time.Minute), 0)
+	wantErr(t, "SaveOTP with empty scope", err, store.ErrInvalid)
 	wantErr(t, "negative TOTP step", func() error { _, err := e.S.UseTOTPStep(-1); return err }(), store.ErrInvalid)
 }
 
 // otpConcurrentRight uses the right code from many goroutines at once (on
 // PostgreSQL: many boxes): exactly one logs in.
 func otpConcurrentRight(t *testing.T, e Env) {
-	Must(t, e.S.SaveOTP("10.0.0.1", "good", T0, T0.Add(time.Minute)))
+	mustSaveOTP(t, e.S, "10.0.0.1", "good", T0, T0.Add(time.Minute))
 	results := make([]bool, 12)
 	errs := concurrently(len(results), func(i int) error {
 		var err error
@@ -234,5 +236,127 @@ func sessionsLifecycle(t *testing.T, e Env) {
 	}
 	if n, _ := s.PruneSessions(T0.Add(24 * time.Hour)); n != 0 {
 		t.Errorf("PruneSessions on no sessions = %d", n)
+	}
+}
+
+// mustSaveOTP saves a code with no resend interval.
+func mustSaveOTP(t testing.TB, s store.Store, scope, hash string, issued, expires time.Time) {
+	t.Helper()
+	retry, err := s.SaveOTP(scope, hash, issued, expires, 0)
+	Must(t, err)
+	if retry != 0 {
+		t.Fatalf("SaveOTP(%q) without a resend interval: retry %s", scope, retry)
+	}
+}
+
+// otpResend: a scope may get a new code only resend after its outstanding
+// one was issued (on every box: of concurrent sends, exactly one is saved);
+// the refused send leaves the earlier code working; a used or deleted code
+// holds nothing back; other scopes are not held back.
+func otpResend(t *testing.T, e Env) {
+	s := e.S
+	exp := T0.Add(5 * time.Minute)
+	save := func(scope, hash string, at time.Time, wantRetry time.Duration) {
+		t.Helper()
+		retry, err := s.SaveOTP(scope, hash, at, exp, 30*time.Second)
+		Must(t, err)
+		if retry != wantRetry {
+			t.Errorf("SaveOTP(%s, %s, T0+%s) retry = %s, want %s", scope, hash, at.Sub(T0), retry, wantRetry)
+		}
+	}
+	save("10.0.0.1", "first", T0, 0)
+	save("10.0.0.1", "second", T0.Add(10*time.Second), 20*time.Second)
+	save("10.0.0.2", "other", T0.Add(10*time.Second), 0)
+	if ok, _ := s.UseOTP("10.0.0.1", "first", T0.Add(11*time.Second)); !ok {
+		t.Error("a refused send replaced the code")
+	}
+	// A used code is gone: the next one may be asked for at once.
+	save("10.0.0.1", "third", T0.Add(15*time.Second), 0)
+	save("10.0.0.1", "fourth", T0.Add(20*time.Second), 25*time.Second)
+	save("10.0.0.1", "fifth", T0.Add(45*time.Second), 0)
+	if ok, _ := s.UseOTP("10.0.0.1", "fifth", T0.Add(46*time.Second)); !ok {
+		t.Error("the code saved after the interval does not work")
+	}
+	retries := make([]time.Duration, 10)
+	errs := concurrently(len(retries), func(i int) error {
+		var err error
+		retries[i], err = s.SaveOTP("10.0.0.9", fmt.Sprint("c", i), T0, exp, 30*time.Second)
+		return err
+	})
+	saved := 0
+	for i, err := range errs {
+		Must(t, err)
+		if retries[i] == 0 {
+			saved++
+		}
+	}
+	if saved != 1 {
+		t.Errorf("%d of %d concurrent sends saved a code, want 1", saved, len(retries))
+	}
+}
+
+// otpGuardShared: every Every wrong codes start a pause of doubling length;
+// OTPLock reports it while it lasts; concurrent failures (many boxes) are
+// each counted once; a quiet Decay steps the doubling back.
+func otpGuardShared(t *testing.T, e Env) {
+	s := e.S
+	rule := store.OTPLockRule{Every: 3, Base: time.Minute, Max: time.Hour, Decay: 24 * time.Hour}
+	lock := func(at time.Time) time.Time {
+		t.Helper()
+		u, err := s.OTPLock(at)
+		Must(t, err)
+		return u
+	}
+	if !lock(T0).IsZero() {
+		t.Fatal("a fresh store is paused")
+	}
+	fail := func(at time.Time) time.Time {
+		t.Helper()
+		u, err := s.OTPFailed(at, rule)
+		Must(t, err)
+		return u
+	}
+	if !fail(T0).IsZero() || !fail(T0).IsZero() {
+		t.Fatal("a pause before the third wrong code")
+	}
+	if u := fail(T0); !u.Equal(T0.Add(time.Minute)) {
+		t.Fatalf("the third wrong code paused until %v, want T0+1m", u)
+	}
+	if u := lock(T0.Add(30 * time.Second)); !u.Equal(T0.Add(time.Minute)) {
+		t.Errorf("OTPLock during the pause = %v", u)
+	}
+	if !lock(T0.Add(time.Minute)).IsZero() {
+		t.Error("OTPLock after the pause")
+	}
+	// Three more at once, as from three boxes: one pause of 2 minutes.
+	at := T0.Add(2 * time.Minute)
+	results := make([]time.Time, 3)
+	errs := concurrently(3, func(i int) error {
+		var err error
+		results[i], err = s.OTPFailed(at, rule)
+		return err
+	})
+	started := 0
+	for i, err := range errs {
+		Must(t, err)
+		if !results[i].IsZero() {
+			started++
+			if !results[i].Equal(at.Add(2 * time.Minute)) {
+				t.Errorf("second pause until %v, want +2m", results[i])
+			}
+		}
+	}
+	if started != 1 {
+		t.Errorf("%d of 3 concurrent wrong codes started a pause, want 1", started)
+	}
+	// Two quiet days step the doubling back twice: 1 minute again.
+	later := at.Add(48 * time.Hour)
+	fail(later)
+	fail(later)
+	if u := fail(later); !u.Equal(later.Add(time.Minute)) {
+		t.Errorf("after two quiet days the pause ends %v, want +1m", u)
+	}
+	if l := rule.Length(40); l != time.Hour {
+		t.Errorf("Length(40) = %s, want the maximum", l)
 	}
 }

@@ -31,10 +31,16 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "second\nline", Version: "beta", CreatedAt: T0.Add(time.Minute)}))
 	Must(t, s.CreateSession("sess-live", T0.Add(time.Hour)))
 	Must(t, s.CreateSession("sess-dead", T0.Add(-time.Hour)))
-	Must(t, s.SaveOTP("10.0.0.1", "code-a", T0, T0.Add(5*time.Minute)))
-	Must(t, s.SaveOTP("10.0.0.2", "code-b", T0, T0.Add(5*time.Minute)))
+	mustSaveOTP(t, s, "10.0.0.1", "code-a", T0, T0.Add(5*time.Minute))
+	mustSaveOTP(t, s, "10.0.0.2", "code-b", T0, T0.Add(5*time.Minute))
 	if ok, err := s.UseTOTPStep(100); err != nil || !ok {
 		t.Fatalf("UseTOTPStep = %v, %v", ok, err)
+	}
+	rule := store.OTPLockRule{Every: 2, Base: time.Minute, Max: time.Hour, Decay: time.Hour}
+	for range 3 {
+		if _, err := s.OTPFailed(T0, rule); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 30 {
 		stream := store.StreamInfer
@@ -152,6 +158,9 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 		if ok, _ := s.UseTOTPStep(100); ok {
 			t.Error("a used TOTP step was accepted again")
 		}
+		if u, _ := s.OTPLock(T0); !u.Equal(T0.Add(time.Minute)) {
+			t.Errorf("the pause did not carry: %v", u)
+		}
 		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k2 k1]" {
 			t.Errorf("ListKeys = %v", ks)
 		}
@@ -160,7 +169,7 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 	c, d := e.Open(), e.Open()
 	Must(t, c.Snapshot(func(snap store.Snapshot) error { return d.Import(snap, false) }))
 	SameData(t, c, d)
-	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 {
+	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || f.Snap.OTPGuard != (store.OTPGuard{}) {
 		t.Errorf("empty store's snapshot: %+v", f)
 	}
 }

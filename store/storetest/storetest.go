@@ -61,6 +61,8 @@ var scenarios = []scenario{
 	{"admin-key/set-replace-clear", adminKeyHash},
 	{"otp/per-scope-single-use-never-burned-expiry", otpLifecycle},
 	{"otp/delete-prune", otpDeletePrune},
+	{"otp/resend-interval-shared", otpResend},
+	{"otp/pause-shared-by-boxes", otpGuardShared},
 	{"otp/invalid", otpInvalid},
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
 	{"totp/each-step-once", totpSteps},

@@ -12,3 +12,13 @@ CREATE TABLE otp_codes (
 	expires_ns bigint NOT NULL
 );
 CREATE INDEX otp_codes_by_expiry ON otp_codes (expires_ns);
+
+-- The pause of login by code that wrong codes start (store.OTPLockRule),
+-- shared by every box: one row, updated under its row lock.
+CREATE TABLE otp_guard (
+	id              smallint PRIMARY KEY CHECK (id = 1),
+	fails           integer NOT NULL,
+	level           integer NOT NULL,
+	last_fail_ns    bigint NOT NULL,
+	locked_until_ns bigint NOT NULL
+);
