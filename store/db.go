@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -30,10 +32,17 @@ var (
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
 	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketPairings  = []byte("pairings")     // code hash -> JSON Pairing
+
+	// addedBuckets came after schema version 1 without a version bump: a
+	// read-write Open creates them, and a file written before them (an old
+	// data file, a backup, a restore source) is still a valid replyd file
+	// whose reads see them empty.
+	addedBuckets = [][]byte{bucketPairings}
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx,
-		bucketSessions, bucketLogs, bucketInferIdx,
+		bucketSessions, bucketLogs, bucketInferIdx, bucketPairings,
 	}
 )
 
@@ -157,7 +166,7 @@ func checkSchema(tx *bolt.Tx) error {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
 	for _, name := range allBuckets {
-		if tx.Bucket(name) == nil {
+		if tx.Bucket(name) == nil && !slices.ContainsFunc(addedBuckets, func(b []byte) bool { return bytes.Equal(b, name) }) {
 			return fmt.Errorf("not a replyd data file: bucket %s missing", name)
 		}
 	}
@@ -222,7 +231,8 @@ func (db *DB) view(fn func(*bolt.Tx) error) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) ||
+		errors.Is(err, ErrExpired) || errors.Is(err, ErrUsed) || errors.Is(err, ErrLimit) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
