@@ -39,6 +39,12 @@ type Store interface {
 	SessionValid(tokenHash string, now time.Time) (bool, error)
 	DeleteSession(tokenHash string) error
 
+	// Tablet pairings (code hashes only). CreatePairing prunes expired ones
+	// and returns store.ErrLimit past maxPending unused ones; RedeemPairing
+	// mints the key (store.ErrNotFound, ErrExpired, ErrUsed otherwise).
+	CreatePairing(p store.Pairing, maxPending int, now time.Time) error
+	RedeemPairing(codeHash, keyHash string, now time.Time) (store.APIKey, error)
+
 	// Logs and statistics.
 	AppendLog(e store.LogEntry) error // durable when it returns (batched fsync)
 	Logs(q store.LogQuery) ([]store.LogEntry, error)
@@ -67,4 +73,18 @@ type Notifier interface {
 type HealthSource interface {
 	Engines() []engine.EngineStatus
 	QueueDepth() int
+}
+
+// CertSource is replyd's own certificate authority (REPLYD_TLS=auto) as the
+// API shows it: GET /tls/ca.pem, GET /tls/cert.pem and the fingerprint on
+// the admin status.
+type CertSource interface {
+	// CACertPEM is the root certificate tablets install; nil when replyd
+	// runs no CA of its own (TLS off, or a certificate from elsewhere).
+	CACertPEM() []byte
+	// CAFingerprint is the SHA-256 fingerprint of the root, colon-separated
+	// upper-case hex; "" without a CA.
+	CAFingerprint() string
+	// ServerCertPEM is the certificate (chain) the server presents now.
+	ServerCertPEM() []byte
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/api/web"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -39,6 +41,19 @@ type Options struct {
 	TLS bool
 	// DataFile is the path of the store's file, shown on the admin page.
 	DataFile string
+	// PublicURL is the base URL tablets reach replyd at (e.g.
+	// https://replyd.local:8080); pairing links are made under it. Empty:
+	// from the request's Host and this server's scheme.
+	PublicURL string
+	// CORSOrigins are the exact origins (ParseCORSOrigins) whose pages may
+	// call /v1/infer and /v1/pair; none when empty.
+	CORSOrigins []string
+	// Certs is replyd's own certificate authority and server certificate;
+	// nil when TLS is off.
+	Certs CertSource
+	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
+	// installed); nil means they cannot.
+	M4A func() bool
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -57,14 +72,21 @@ type Server struct {
 	dataFile string
 	started  time.Time
 
-	limiter *rateLimiter
-	otpMu   sync.Mutex // serialises OTP sends
-	metrics *metrics
-	reg     *prometheus.Registry
+	publicURL   string
+	corsOrigins []string
+	certs       CertSource
+	m4a         func() bool
+
+	limiter     *rateLimiter
+	pairLimiter *rateLimiter // POST /v1/pair attempts per address and in all
+	otpMu       sync.Mutex   // serialises OTP sends
+	metrics     *metrics
+	reg         *prometheus.Registry
 
 	clientMD    []byte
 	openAPIYAML []byte
-	static      *staticFiles
+	static      *staticFiles // the admin page
+	appStatic   *staticFiles // the conversation page
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -84,6 +106,11 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+
+		publicURL:   o.PublicURL,
+		corsOrigins: o.CORSOrigins,
+		certs:       o.Certs,
+		m4a:         o.M4A,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -96,6 +123,7 @@ func New(o Options) *Server {
 	}
 	s.started = s.now()
 	s.limiter = newRateLimiter()
+	s.pairLimiter = newRateLimiter()
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -106,7 +134,10 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(); err != nil {
+	if s.static, err = newStaticFiles(web.FS()); err != nil {
+		panic(err)
+	}
+	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {
 		panic(err)
 	}
 
@@ -129,8 +160,15 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.GET("/", s.handleRoot)
 	e.GET("/admin", s.handleRoot)
 	e.GET("/admin/*", s.handleAdminPage)
+	e.GET("/app", s.handleAppRedirect)
+	e.GET("/app/*", s.handleAppPage)
+	e.GET("/tls/ca.pem", s.handleCACert)
+	e.GET("/tls/cert.pem", s.handleServerCert)
 
-	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	// The routes a tablet calls; browser clients on the origins listed in
+	// REPLYD_CORS_ORIGINS may call them too.
+	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	s.corsRoute(e, "/v1/pair", s.handlePair)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -144,6 +182,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.GET("/keys", s.handleListKeys)
 	a.POST("/keys", s.handleCreateKey)
 	a.DELETE("/keys/:api_key_hash", s.handleRevokeKey)
+	a.POST("/pairings", s.handleCreatePairing)
 	a.GET("/system-prompt", s.handleGetPrompt)
 	a.POST("/system-prompt", s.handleSetPrompt)
 	a.GET("/system-prompt/history", s.handlePromptHistory)
@@ -174,6 +213,9 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// m4aAvailable reports whether M4A/AAC uploads can be decoded now.
+func (s *Server) m4aAvailable() bool { return s.m4a != nil && s.m4a() }
 
 // uptime returns whole seconds since New.
 func (s *Server) uptime() int64 {

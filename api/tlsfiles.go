@@ -1,0 +1,41 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// handleCACert serves GET /tls/ca.pem: replyd's own root certificate, for
+// tablets to install. It is public, like any CA certificate. The content
+// type makes iOS offer the certificate as a profile and Android as a CA
+// certificate to install.
+func (s *Server) handleCACert(c echo.Context) error {
+	var pem []byte
+	if s.certs != nil {
+		pem = s.certs.CACertPEM()
+	}
+	if len(pem) == 0 {
+		return errorf(CodeNotFound, "replyd runs no certificate authority of its own: it does with REPLYD_TLS=auto")
+	}
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set(echo.HeaderContentDisposition, `attachment; filename="replyd-ca.pem"`)
+	return c.Blob(http.StatusOK, "application/x-x509-ca-cert", pem)
+}
+
+// handleServerCert serves GET /tls/cert.pem: the certificate the server
+// presents now, for pinning and inspection.
+func (s *Server) handleServerCert(c echo.Context) error {
+	var pem []byte
+	if s.certs != nil {
+		pem = s.certs.ServerCertPEM()
+	}
+	if len(pem) == 0 {
+		return errorf(CodeNotFound, "TLS is off: replyd serves plain HTTP and has no certificate")
+	}
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set(echo.HeaderContentDisposition, `attachment; filename="replyd-cert.pem"`)
+	return c.Blob(http.StatusOK, "application/x-pem-file", pem)
+}
