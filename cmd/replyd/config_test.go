@@ -49,6 +49,10 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--threads", "0"}, "at least 1"},
 		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
 		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "*"}, nil, `REPLYD_CORS_ORIGINS: "*" is not allowed`},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "https://a.example, aac.example"}, nil, `"aac.example" is not an origin`},
+		{nil, []string{"--public-url", "replyd.local:8080"}, "REPLYD_PUBLIC_URL"},
+		{nil, []string{"--public-url", "https://replyd.local/app/"}, "REPLYD_PUBLIC_URL"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
