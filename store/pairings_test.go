@@ -174,3 +174,27 @@ func TestFileWithoutAddedBucketsOpens(t *testing.T) {
 	rw := MustOpenAt(t, path, Options{})
 	Must(t, rw.CreatePairing(pairingFor("c", "a"), 1, t0))
 }
+
+// TestWrongPairingCodesWriteNothing: guessing codes must cost no disk.
+func TestWrongPairingCodesWriteNothing(t *testing.T) {
+	db, _ := MustOpen(t)
+	Must(t, db.CreatePairing(pairingFor("real", "a"), 10, t0))
+	writes := func() int64 { st := db.bolt.Stats(); return st.TxStats.GetWrite() }
+	before := writes()
+	for i := 0; i < 100; i++ {
+		if _, err := db.RedeemPairing("guess", "k", t0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if n, err := db.PrunePairings(t0); err != nil || n != 0 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if got := writes(); got != before {
+		t.Errorf("100 wrong codes and an empty prune wrote %d times", got-before)
+	}
+	_, err := db.RedeemPairing("real", "k", t0)
+	Must(t, err)
+	if writes() == before {
+		t.Error("the write counter does not count: the check above proves nothing")
+	}
+}
