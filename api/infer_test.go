@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -18,7 +19,7 @@ const okTextOnly = `{"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
  "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0}}`
 
-const okAudio = `{"transcript":"transcript of 5 bytes","response":["reply 1","reply 2","reply 3"],
+const okAudio = `{"transcript":"transcript of 5 bytes","no_speech":false,"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
  "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0}}`
 
@@ -142,10 +143,12 @@ func TestInferRequestReachesEngine(t *testing.T) {
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("engine request:\n got %+v\nwant %+v", got, want)
 	}
-	// The stats subject is the SHA-256 of user_id, never the id itself.
+	// The stats subject is the keyed pseudonym of user_id, never the id
+	// itself nor its bare SHA-256.
 	logs := e.st.logsCopy()
-	if len(logs) != 1 || logs[0].Subject != hashHex("u-1") {
-		t.Errorf("subject = %+v, want sha256(user_id)", logs)
+	key, _ := e.st.InstallationSecret(store.SecretPseudonym)
+	if len(logs) != 1 || logs[0].Subject != secret.Pseudonym(key, "u-1") {
+		t.Errorf("subject = %+v, want the pseudonym of user_id", logs)
 	}
 	if want := "infer ok: 5 candidates in 0 ms (audio 4.2 s)"; logs[0].Message != want {
 		t.Errorf("message = %q, want %q", logs[0].Message, want)
@@ -178,7 +181,20 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2}}}, nil
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
-	wantJSON(t, rec, 200, `{"transcript":"","response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
+	wantJSON(t, rec, 200, `{"transcript":"","no_speech":false,"response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+}
+
+// TestInferNoSpeech: a recording without speech answers 200 with an empty
+// transcript, no_speech true and no replies.
+func TestInferNoSpeech(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 60)
+	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
+		return engine.Result{HasTranscript: true, NoSpeech: true, AudioSeconds: 3}, nil
+	}
+	rec := e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
+	wantJSON(t, rec, 200, `{"transcript":"","no_speech":true,"response":[],"candidates":[],
 	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
 }
 

@@ -187,7 +187,7 @@ func (s *Server) handlePair(c echo.Context) error {
 // client address, then across all addresses. Attempts are counted in memory
 // only, so a flood of guesses writes nothing to disk.
 func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
-	if ok, retry := s.pairLimiter.allow(addrBucket(clientAddr(c)), s.limits.PairAttemptsPerAddress, now); !ok {
+	if ok, retry := s.pairLimiter.allow(addrBucket(ClientAddr(c)), s.limits.PairAttemptsPerAddress, now); !ok {
 		s.metrics.rateLimited.Inc()
 		return &Error{Code: CodeRateLimited, RetryAfter: retry,
 			Message: fmt.Sprintf("too many pairing attempts from this address (%d a minute); retry in %d s", s.limits.PairAttemptsPerAddress, retryAfterSeconds(retry))}

@@ -35,6 +35,11 @@ type healthResponse struct {
 	// M4A is true when M4A/AAC uploads (iOS recordings) can be decoded:
 	// that needs the ffmpeg executable on the box.
 	M4A bool `json:"m4a"`
+	// VAD is "on" when voice activity detection runs before speech-to-text,
+	// "off" when its model is missing (whole recordings are transcribed);
+	// absent when the engines do not report it. It never makes the status
+	// anything but "ok".
+	VAD string `json:"vad,omitempty"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
@@ -44,6 +49,14 @@ type healthResponse struct {
 func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}, M4A: s.m4aAvailable()}
 	if s.health != nil {
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = "off"
+				if st.Ready {
+					out.VAD = "on"
+				}
+			}
+		}
 		for _, e := range s.health.Engines() {
 			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready, Demo: e.Demo})
 			out.DemoModels = out.DemoModels || e.Demo
@@ -180,11 +193,14 @@ type statusResponse struct {
 	Version       string                `json:"version"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
-	QueueDepth    int                   `json:"queue_depth"`
-	DataFile      string                `json:"data_file"`
-	DataFileBytes int64                 `json:"data_file_bytes"`
-	OTPChannel    string                `json:"otp_channel"`
-	TLS           bool                  `json:"tls"`
+	// VAD is voice activity detection's state: ready, or an error saying
+	// why it is off. Absent when not reported.
+	VAD           *engine.EngineStatus `json:"vad,omitempty"`
+	QueueDepth    int                  `json:"queue_depth"`
+	DataFile      string               `json:"data_file"`
+	DataFileBytes int64                `json:"data_file_bytes"`
+	OTPChannel    string               `json:"otp_channel"`
+	TLS           bool                 `json:"tls"`
 	// TLSCAFingerprint is the SHA-256 fingerprint of replyd's own
 	// certificate authority (REPLYD_TLS=auto), "" otherwise.
 	TLSCAFingerprint string `json:"tls_ca_fingerprint"`
@@ -241,6 +257,11 @@ func (s *Server) handleStatus(c echo.Context) error {
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)
 		out.QueueDepth = s.health.QueueDepth()
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = &st
+			}
+		}
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()

@@ -7,6 +7,7 @@ package api
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -54,6 +55,9 @@ type Options struct {
 	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
 	// installed); nil means they cannot.
 	M4A func() bool
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
+	// ClientAddr); nil trusts none.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -80,8 +84,11 @@ type Server struct {
 	limiter     *rateLimiter
 	pairLimiter *rateLimiter // POST /v1/pair attempts per address and in all
 	otpMu       sync.Mutex   // serialises OTP sends
-	metrics     *metrics
-	reg         *prometheus.Registry
+
+	pseudoMu  sync.Mutex
+	pseudoKey []byte // the installation's pseudonym key, read once
+	metrics   *metrics
+	reg       *prometheus.Registry
 
 	clientMD    []byte
 	openAPIYAML []byte
@@ -145,6 +152,7 @@ func New(o Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = ipExtractor(o.TrustedProxies)
 	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
 	s.routes(e, o.MetricsPublic)
 	s.e = e

@@ -9,15 +9,16 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // Routes as reported.
@@ -304,34 +305,8 @@ func inferBody(rng *rand.Rand, tablet int, audio []byte) (string, []byte, error)
 	if err != nil {
 		return "", nil, err
 	}
-	var b bytes.Buffer
-	mw := multipart.NewWriter(&b)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="payload"`)
-	h.Set("Content-Type", "application/json")
-	pw, err := mw.CreatePart(h)
-	if err != nil {
-		return "", nil, err
-	}
-	if _, err := pw.Write(payload); err != nil {
-		return "", nil, err
-	}
-	if audio != nil {
-		h := textproto.MIMEHeader{}
-		h.Set("Content-Disposition", `form-data; name="audio"; filename="utterance.wav"`)
-		h.Set("Content-Type", "audio/wav")
-		aw, err := mw.CreatePart(h)
-		if err != nil {
-			return "", nil, err
-		}
-		if _, err := aw.Write(audio); err != nil {
-			return "", nil, err
-		}
-	}
-	if err := mw.Close(); err != nil {
-		return "", nil, err
-	}
-	return mw.FormDataContentType(), b.Bytes(), nil
+	ct, body := replydproc.InferForm(payload, audio)
+	return ct, body, nil
 }
 
 // retryAfter reads Retry-After seconds, bounded to [0.2 s, 2 s].
@@ -444,7 +419,7 @@ func drive(ctx context.Context, cfg config, base, adminKey string, stdout io.Wri
 		}
 		keys[i] = k
 	}
-	wav := voicedWAV(2, 16000)
+	wav := testaudio.Mono16(16000, testaudio.Voiced(2, 16000))
 	res := newResults()
 	// since has whole-second resolution: start the window at a second
 	// boundary before the first request.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"math/rand"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 func TestPercentile(t *testing.T) {
@@ -28,36 +29,6 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile(nil, 50); got != 0 {
 		t.Errorf("p50 of none = %v", got)
-	}
-}
-
-func TestVoicedWAV(t *testing.T) {
-	b := voicedWAV(2, 16000)
-	if string(b[0:4]) != "RIFF" || string(b[8:16]) != "WAVEfmt " || string(b[36:40]) != "data" {
-		t.Fatalf("bad header % x", b[:44])
-	}
-	if n := binary.LittleEndian.Uint32(b[40:44]); n != 2*2*16000 || len(b) != 44+int(n) {
-		t.Fatalf("data length %d, file %d", n, len(b))
-	}
-	pcm := make([]int16, 2*16000)
-	if err := binary.Read(bytes.NewReader(b[44:]), binary.LittleEndian, pcm); err != nil {
-		t.Fatal(err)
-	}
-	var peak int16
-	var energy [4]float64 // per half second: the envelope never goes silent
-	for i, v := range pcm {
-		if v > peak {
-			peak = v
-		}
-		energy[i/8000] += float64(v) * float64(v)
-	}
-	if peak < 8000 || peak > 16383 {
-		t.Errorf("peak %d, want about half of full scale", peak)
-	}
-	for i, e := range energy {
-		if e == 0 {
-			t.Errorf("half-second %d is silent", i)
-		}
 	}
 }
 
@@ -79,7 +50,7 @@ func TestRequireLoopback(t *testing.T) {
 
 func TestInferBody(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	wav := voicedWAV(0.1, 16000)
+	wav := testaudio.Mono16(16000, testaudio.Voiced(0.1, 16000))
 	for _, audio := range [][]byte{nil, wav} {
 		ct, body, err := inferBody(rng, 3, audio)
 		if err != nil {

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "loadtest:", err)
 			return 1
 		}
-		base, adminKey = srv.url, srv.adminKey
+		base, adminKey = srv.URL, srv.AdminKey
 		fmt.Fprintf(stdout, "started %s on %s (data and log in %s)\n", cfg.bin, base, srv.dir)
 	} else if err := requireLoopback(base); err != nil {
 		fmt.Fprintln(stderr, "loadtest:", err)

@@ -1,40 +1,29 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
 )
 
 // server is a replyd process started by loadtest.
 type server struct {
-	bin      string
-	dir      string // temporary: models/, data/, replyd.log
-	dataDir  string
-	logPath  string
-	url      string
-	adminKey string
-	cmd      *exec.Cmd
-	done     chan error
-	logFile  *os.File
+	*replydproc.Proc
+	dir     string // temporary: models/, data/, replyd.log
+	logPath string
+	logFile *os.File
 }
 
 // startServer writes the demo models, starts `bin serve` on a free loopback
-// port with a fresh data directory, a known admin key and extraEnv, and waits
-// for /healthz to answer 200.
+// port with a fresh data directory, a known admin key and extraEnv
+// (NAME=value), and waits for /healthz to answer 200.
 func startServer(ctx context.Context, bin string, extraEnv []string) (*server, error) {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
@@ -47,119 +36,42 @@ func startServer(ctx context.Context, bin string, extraEnv []string) (*server, e
 	if err != nil {
 		return nil, err
 	}
-	s := &server{bin: abs, dir: dir, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "replyd.log")}
+	s := &server{dir: dir, logPath: filepath.Join(dir, "replyd.log")}
 	models := filepath.Join(dir, "models")
-	if out, err := exec.CommandContext(ctx, abs, "models", "demo", "--dir", models).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("replyd models demo: %v\n%s", err, out)
+	if err := replydproc.DemoModels(ctx, abs, models); err != nil {
+		return nil, err
 	}
-	port, err := freePort()
+	env := map[string]string{}
+	for _, kv := range extraEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if s.logFile, err = os.Create(s.logPath); err != nil {
+		return nil, err
+	}
+	s.Proc, err = replydproc.Start(replydproc.Options{Bin: abs, DataDir: filepath.Join(dir, "data"),
+		AdminKey: "loadtest-admin-" + replydproc.RandHex(24), Models: models, Env: env, Output: s.logFile})
 	if err != nil {
+		s.logFile.Close()
 		return nil, err
 	}
-	key := make([]byte, 24)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
+	if err := s.WaitReady(ctx, 3*time.Minute); err != nil {
+		_ = s.stop()
+		return nil, fmt.Errorf("%w\n(log: %s)", err, s.logPath)
 	}
-	s.adminKey = "loadtest-admin-" + hex.EncodeToString(key)
-	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
-	s.url = "http://" + addr
-
-	s.logFile, err = os.Create(s.logPath)
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(abs, "serve")
-	s.cmd.Env = append(withoutReplydEnv(os.Environ()),
-		"REPLYD_ADDR="+addr,
-		"REPLYD_DATA_DIR="+s.dataDir,
-		"REPLYD_ADMIN_KEY="+s.adminKey,
-		"REPLYD_LLM_MODEL="+filepath.Join(models, "llm-demo.gguf"),
-		"REPLYD_WHISPER_MODEL="+filepath.Join(models, "whisper-demo.bin"),
-		"REPLYD_TLS=off",
-		"REPLYD_OTP_CHANNEL=console",
-	)
-	s.cmd.Env = append(s.cmd.Env, extraEnv...) // later entries win
-	s.cmd.Stdout, s.cmd.Stderr = s.logFile, s.logFile
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	s.done = make(chan error, 1)
-	go func() { s.done <- s.cmd.Wait() }()
-
-	deadline := time.Now().Add(3 * time.Minute)
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := client.Get(s.url + "/healthz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			log, _ := os.ReadFile(s.logPath)
-			return nil, fmt.Errorf("replyd exited before it was ready (%v); its log:\n%s", err, tail(log, 40))
-		case <-ctx.Done():
-			_ = s.stop()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = s.stop()
-			return nil, fmt.Errorf("replyd did not answer /healthz 200 within 3 minutes (log: %s)", s.logPath)
-		}
-	}
+	return s, nil
 }
 
 // stop sends SIGTERM and waits for a graceful exit (a minute at most, then
 // SIGKILL).
 func (s *server) stop() error {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return nil
-	}
 	defer s.logFile.Close()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		s.done <- err
-		if err != nil {
-			return fmt.Errorf("replyd exited with %v after SIGTERM", err)
-		}
-		return nil
-	case <-time.After(time.Minute):
-		_ = s.cmd.Process.Kill()
-		return errors.New("replyd did not stop within a minute of SIGTERM; killed")
-	}
+	return s.Stop(time.Minute)
 }
 
 // check runs `replyd check` (bbolt's consistency check) on the data file.
 func (s *server) check(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, s.bin, "check")
-	cmd.Env = append(withoutReplydEnv(os.Environ()), "REPLYD_DATA_DIR="+s.dataDir)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func withoutReplydEnv(env []string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, "REPLYD_") {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return s.Run(ctx, "check")
 }
 
 // requireLoopback refuses a base URL whose host is not a loopback address,
@@ -184,12 +96,4 @@ func requireLoopback(base string) error {
 		}
 	}
 	return nil
-}
-
-func tail(b []byte, lines int) string {
-	ls := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return string(bytes.Join(ls, []byte("\n")))
 }

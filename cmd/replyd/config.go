@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"runtime"
 	"sort"
@@ -19,6 +20,9 @@ import (
 const (
 	DefaultLLMModel     = "models/demo/llm-demo.gguf"
 	DefaultWhisperModel = "models/demo/whisper-demo.bin"
+	// DefaultVADModel is where scripts/deps.sh and `make run` put Silero
+	// VAD's weights.
+	DefaultVADModel = "models/silero_vad_v5.onnx"
 )
 
 // Config is replyd's whole configuration. Values come from flags, which
@@ -28,9 +32,14 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
+	// into TrustedNets.
+	TrustedProxies string
+	TrustedNets    []*net.IPNet
 
 	LLMModel       string
 	WhisperModel   string
+	VADModel       string // Silero VAD v5 ONNX file; empty or missing: VAD off
 	GPULayers      int
 	Threads        int
 	STTThreads     int
@@ -127,10 +136,12 @@ func options() []option {
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
+		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "CPU threads for the language model (default cores-1)", func(c *Config) *int { return &c.Threads }),
 		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(runtime.NumCPU()), "CPU threads for speech-to-text", func(c *Config) *int { return &c.STTThreads }),
@@ -203,6 +214,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
+	} else {
+		c.TrustedNets = nets
+	}
 	switch c.OTPChannel {
 	case "console", "webhook", "telegram", "ntfy", "gotify":
 	default:

@@ -53,6 +53,7 @@ func TestConfigRejects(t *testing.T) {
 		{map[string]string{"REPLYD_CORS_ORIGINS": "https://a.example, aac.example"}, nil, `"aac.example" is not an origin`},
 		{nil, []string{"--public-url", "replyd.local:8080"}, "REPLYD_PUBLIC_URL"},
 		{nil, []string{"--public-url", "https://replyd.local/app/"}, "REPLYD_PUBLIC_URL"},
+		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
@@ -122,5 +123,19 @@ func TestUnknownCommand(t *testing.T) {
 	var buf bytes.Buffer
 	if code := run(t.Context(), []string{"frobnicate"}, envMap(nil), io.Discard, &buf); code != 2 || !strings.Contains(buf.String(), "unknown command") {
 		t.Fatalf("code %d: %s", code, buf.String())
+	}
+}
+
+func TestConfigTrustedProxies(t *testing.T) {
+	cfg, _, err := LoadConfig("serve", []string{"--trusted-proxies", "10.0.0.1,10.2.0.0/16"}, envMap(map[string]string{"REPLYD_TRUSTED_PROXIES": "192.168.0.1"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.TrustedNets) != 2 || cfg.TrustedNets[0].String() != "10.0.0.1/32" || cfg.TrustedNets[1].String() != "10.2.0.0/16" {
+		t.Errorf("trusted nets %v", cfg.TrustedNets)
+	}
+	cfg, _, err = LoadConfig("serve", nil, envMap(nil), io.Discard)
+	if err != nil || cfg.TrustedNets != nil {
+		t.Errorf("default: %v %v", cfg.TrustedNets, err)
 	}
 }

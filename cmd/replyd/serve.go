@@ -115,6 +115,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	det, vadStatus := loadVAD(cfg.VADModel, s.log)
+	if det != nil {
+		pipe.VAD = det
+	}
+	s.eng.mu.Lock()
+	s.eng.vad = vadStatus
+	s.eng.mu.Unlock()
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
@@ -125,20 +132,21 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
 	srv := api.New(api.Options{
-		Store:         db,
-		Inferer:       pipe,
-		Notifier:      notifier,
-		Health:        s.eng,
-		Logger:        s.log,
-		Version:       version,
-		Limits:        limits,
-		MetricsPublic: cfg.MetricsAddr != "",
-		TLS:           s.tls != nil,
-		DataFile:      dbPath(cfg),
-		PublicURL:     cfg.PublicURL,
-		CORSOrigins:   corsOrigins,
-		Certs:         certs,
-		M4A:           audio.M4AAvailable,
+		Store:          db,
+		Inferer:        pipe,
+		Notifier:       notifier,
+		Health:         s.eng,
+		Logger:         s.log,
+		Version:        version,
+		Limits:         limits,
+		MetricsPublic:  cfg.MetricsAddr != "",
+		TLS:            s.tls != nil,
+		DataFile:       dbPath(cfg),
+		TrustedProxies: cfg.TrustedNets,
+		PublicURL:      cfg.PublicURL,
+		CORSOrigins:    corsOrigins,
+		Certs:          certs,
+		M4A:            audio.M4AAvailable,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)

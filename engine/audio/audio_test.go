@@ -13,103 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 )
-
-// wavSpec describes a synthetic WAV file.
-type wavSpec struct {
-	bits       int  // 8, 16, 24, 32 or 64
-	float      bool // IEEE float (format tag 3) instead of integer PCM
-	extensible bool // WAVE_FORMAT_EXTENSIBLE fmt chunk
-	rate, ch   int
-}
-
-func (s wavSpec) String() string {
-	kind := "int"
-	if s.float {
-		kind = "float"
-	}
-	ext := ""
-	if s.extensible {
-		ext = "-ext"
-	}
-	return fmt.Sprintf("%s%d%s-%dHz-%dch", kind, s.bits, ext, s.rate, s.ch)
-}
-
-// makeWAV encodes frames (one []float32 per channel, equal lengths) as a
-// WAV file with a LIST chunk before the data chunk, as real writers do.
-func makeWAV(s wavSpec, chans [][]float32) []byte {
-	width := s.bits / 8
-	n := len(chans[0])
-	tag := 1
-	if s.float {
-		tag = 3
-	}
-	fmtBody := make([]byte, 16)
-	if s.extensible {
-		fmtBody = make([]byte, 40)
-		binary.LittleEndian.PutUint16(fmtBody[16:], 22)
-		binary.LittleEndian.PutUint16(fmtBody[18:], uint16(s.bits))
-		binary.LittleEndian.PutUint32(fmtBody[20:], 0) // channel mask
-		binary.LittleEndian.PutUint16(fmtBody[24:], uint16(tag))
-		copy(fmtBody[26:], "\x00\x00\x00\x00\x10\x00\x80\x00\x00\xAA\x00\x38\x9B\x71")
-		tag = 0xFFFE
-	}
-	binary.LittleEndian.PutUint16(fmtBody[0:], uint16(tag))
-	binary.LittleEndian.PutUint16(fmtBody[2:], uint16(s.ch))
-	binary.LittleEndian.PutUint32(fmtBody[4:], uint32(s.rate))
-	binary.LittleEndian.PutUint32(fmtBody[8:], uint32(s.rate*s.ch*width))
-	binary.LittleEndian.PutUint16(fmtBody[12:], uint16(s.ch*width))
-	binary.LittleEndian.PutUint16(fmtBody[14:], uint16(s.bits))
-
-	data := make([]byte, 0, n*s.ch*width)
-	for i := 0; i < n; i++ {
-		for c := 0; c < s.ch; c++ {
-			v := float64(chans[c][i])
-			switch {
-			case s.float && s.bits == 32:
-				data = binary.LittleEndian.AppendUint32(data, math.Float32bits(float32(v)))
-			case s.float && s.bits == 64:
-				data = binary.LittleEndian.AppendUint64(data, math.Float64bits(v))
-			case s.bits == 8:
-				data = append(data, byte(math.Round(v*127)+128))
-			case s.bits == 16:
-				data = binary.LittleEndian.AppendUint16(data, uint16(int16(math.Round(v*32767))))
-			case s.bits == 24:
-				x := int32(math.Round(v * 8388607))
-				data = append(data, byte(x), byte(x>>8), byte(x>>16))
-			case s.bits == 32:
-				data = binary.LittleEndian.AppendUint32(data, uint32(int32(math.Round(v*2147483647))))
-			}
-		}
-	}
-	var b []byte
-	b = append(b, "RIFF\x00\x00\x00\x00WAVE"...)
-	b = appendChunk(b, "fmt ", fmtBody)
-	b = appendChunk(b, "LIST", []byte("INFOISFT\x04\x00\x00\x00odd\x00x")) // odd size: padded
-	b = appendChunk(b, "data", data)
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-8))
-	return b
-}
-
-func appendChunk(b []byte, id string, body []byte) []byte {
-	b = append(b, id...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
-	b = append(b, body...)
-	if len(body)%2 == 1 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-// sine returns n samples of amp·sin(2π·freq·t) at rate.
-func sine(freq float64, rate, n int, amp float64) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = float32(amp * math.Sin(2*math.Pi*freq*float64(i)/float64(rate)))
-	}
-	return out
-}
 
 func rms(x []float32) float64 {
 	var s float64
@@ -125,45 +31,45 @@ func rms(x []float32) float64 {
 // result must be 16000 samples that match a 440 Hz sine generated at 16 kHz
 // in phase and amplitude.
 func TestDecodeWAVSine(t *testing.T) {
-	var specs []wavSpec
+	var specs []testaudio.Format
 	for _, rate := range []int{8000, 16000, 22050, 44100, 48000} {
 		for _, ch := range []int{1, 2, 6} {
 			specs = append(specs,
-				wavSpec{bits: 8, rate: rate, ch: ch},
-				wavSpec{bits: 16, rate: rate, ch: ch},
-				wavSpec{bits: 24, rate: rate, ch: ch},
-				wavSpec{bits: 32, rate: rate, ch: ch},
-				wavSpec{bits: 32, float: true, rate: rate, ch: ch},
+				testaudio.Format{Bits: 8, Rate: rate, Channels: ch},
+				testaudio.Format{Bits: 16, Rate: rate, Channels: ch},
+				testaudio.Format{Bits: 24, Rate: rate, Channels: ch},
+				testaudio.Format{Bits: 32, Rate: rate, Channels: ch},
+				testaudio.Format{Bits: 32, Float: true, Rate: rate, Channels: ch},
 			)
 		}
 	}
 	specs = append(specs,
-		wavSpec{bits: 64, float: true, rate: 44100, ch: 1},
-		wavSpec{bits: 16, extensible: true, rate: 48000, ch: 6},
-		wavSpec{bits: 24, extensible: true, rate: 44100, ch: 2},
-		wavSpec{bits: 32, float: true, extensible: true, rate: 48000, ch: 2},
+		testaudio.Format{Bits: 64, Float: true, Rate: 44100, Channels: 1},
+		testaudio.Format{Bits: 16, Extensible: true, Rate: 48000, Channels: 6},
+		testaudio.Format{Bits: 24, Extensible: true, Rate: 44100, Channels: 2},
+		testaudio.Format{Bits: 32, Float: true, Extensible: true, Rate: 48000, Channels: 2},
 	)
-	want := sine(440, SampleRate, SampleRate, 0.5)
+	want := testaudio.Sine(440, SampleRate, SampleRate, 0.5)
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {
-			tone := sine(440, s.rate, s.rate, 0.5)
-			hum := sine(3000, s.rate, s.rate, 0.3)
-			chans := make([][]float32, s.ch)
+			tone := testaudio.Sine(440, s.Rate, s.Rate, 0.5)
+			hum := testaudio.Sine(3000, s.Rate, s.Rate, 0.3)
+			chans := make([][]float32, s.Channels)
 			for c := range chans {
-				chans[c] = make([]float32, s.rate)
+				chans[c] = make([]float32, s.Rate)
 				sign := float32(1)
 				if c%2 == 1 {
 					sign = -1
 				}
 				for i := range chans[c] {
-					if s.ch == 1 {
+					if s.Channels == 1 {
 						chans[c][i] = tone[i]
 					} else {
 						chans[c][i] = tone[i] + sign*hum[i]
 					}
 				}
 			}
-			data := makeWAV(s, chans)
+			data := testaudio.WAV(s, chans)
 			if f := Detect(data); f != FormatWAV {
 				t.Fatalf("Detect = %q", f)
 			}
@@ -210,7 +116,7 @@ func TestResampleStopband(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%dHz-tone-%.0fHz", c.from, c.freq), func(t *testing.T) {
-			in := sine(c.freq, c.from, c.from, 0.9)
+			in := testaudio.Sine(c.freq, c.from, c.from, 0.9)
 			out := Resample(in, c.from, SampleRate)
 			if len(out) != SampleRate {
 				t.Fatalf("len = %d, want %d", len(out), SampleRate)
@@ -234,12 +140,12 @@ func TestResampleStopband(t *testing.T) {
 // few factors with 16 kHz, where the phase table is rounded.
 func TestResampleRates(t *testing.T) {
 	for _, from := range []int{8000, 11025, 12000, 32000, 44101, 96000} {
-		in := sine(700, from, from/2, 0.5)
+		in := testaudio.Sine(700, from, from/2, 0.5)
 		out := Resample(in, from, SampleRate)
 		if want := len(in) * SampleRate / from; len(out) != want {
 			t.Errorf("%d Hz: len = %d, want %d", from, len(out), want)
 		}
-		ref := sine(700, SampleRate, len(out), 0.5)
+		ref := testaudio.Sine(700, SampleRate, len(out), 0.5)
 		if c, lag := correlation(ref[200:len(ref)-200], out[200:len(out)-200], 2); c < 0.9999 || lag != 0 {
 			t.Errorf("%d Hz: correlation %.6f at lag %d", from, c, lag)
 		}
@@ -250,14 +156,14 @@ func TestResampleRates(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	tone := sine(440, 8000, 8000*3, 0.5)
-	threeSec := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone})
-	silent := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{{}})
-	alaw := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:100]})
+	tone := testaudio.Sine(440, 8000, 8000*3, 0.5)
+	threeSec := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{tone})
+	silent := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{{}})
+	alaw := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{tone[:100]})
 	binary.LittleEndian.PutUint16(alaw[20:], 6)
-	huge := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:800]})
+	huge := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{tone[:800]})
 	binary.LittleEndian.PutUint32(huge[len(huge)-1600-4:], 0xFFFFFFF0) // data claims 4 GB
-	badRate := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone[:100]})
+	badRate := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{tone[:100]})
 	binary.LittleEndian.PutUint32(badRate[24:], 4_000_000_000)
 
 	cases := []struct {
@@ -296,10 +202,23 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 
-	// A data chunk claiming 4 GB is read up to the end of the file.
-	pcm, err := Decode(huge, time.Minute)
-	if err != nil || len(pcm) != 1600 {
-		t.Errorf("WAV with a 4 GB data size: %d samples, %v; want 1600, nil", len(pcm), err)
+	// A data chunk claiming more than the file holds is a truncated
+	// recording: refused, never decoded in part.
+	if pcm, err := Decode(huge, time.Minute); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("WAV with a 4 GB data size: %d samples, %v; want ErrCorrupt", len(pcm), err)
+	}
+	// The streaming writers' sizes 0 and 0xFFFFFFFF read to the end of the file.
+	for _, size := range []uint32{0, 0xFFFFFFFF} {
+		binary.LittleEndian.PutUint32(huge[len(huge)-1600-4:], size)
+		if pcm, err := Decode(huge, time.Minute); err != nil || len(pcm) != 1600 {
+			t.Errorf("WAV with data size %#x: %d samples, %v; want 1600, nil", size, len(pcm), err)
+		}
+	}
+	// A header with a data chunk that declares one second and holds none.
+	full := testaudio.Mono16(16000, make([]float32, 16000))
+	headerOnly := full[:len(full)-32000]
+	if pcm, err := Decode(headerOnly, time.Minute); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("WAV header only: %d samples, %v; want ErrCorrupt", len(pcm), err)
 	}
 }
 
@@ -321,7 +240,7 @@ func TestDecodeM4AWithoutFFmpeg(t *testing.T) {
 // allocates far less than its 3.8 MB of samples would take as float32.
 func TestDecodeTooLongBoundedMemory(t *testing.T) {
 	n := 32000 * 60
-	data := makeWAV(wavSpec{bits: 16, rate: 32000, ch: 1}, [][]float32{make([]float32, n)})
+	data := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 32000, Channels: 1}, [][]float32{make([]float32, n)})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -339,7 +258,7 @@ func TestDecodeTooLongBoundedMemory(t *testing.T) {
 // decoded frame by frame, refuses the 5.5 s reference sentence against a
 // 2 s limit.
 func TestDecodeTooLongFormats(t *testing.T) {
-	dir := filepath.Join(testdata.Whisper(t), "audio-formats")
+	dir := filepath.Join(shareddata.Whisper(t), "audio-formats")
 	files, err := filepath.Glob(filepath.Join(dir, "speech.*"))
 	if err != nil || len(files) != 8 {
 		t.Fatalf("found %d format files (%v), want 8", len(files), err)
@@ -462,7 +381,7 @@ func TestDecodeM4AMoovPlacement(t *testing.T) {
 			if d := float64(len(pcm))/SampleRate - 40; math.Abs(d) > 0.1 {
 				t.Errorf("duration off by %.3f s", d)
 			}
-			ref := sine(440, SampleRate, 16000, 0.125)
+			ref := testaudio.Sine(440, SampleRate, 16000, 0.125)
 			if c, _ := correlation(ref, pcm[16000:32000], 40); c < 0.99 {
 				t.Errorf("correlation with the tone = %.4f", c)
 			}
@@ -503,7 +422,7 @@ func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := 3 * c.rate
-			tone, hum := sine(440, c.rate, n, 0.4), sine(2500, c.rate, n, 0.3)
+			tone, hum := testaudio.Sine(440, c.rate, n, 0.4), testaudio.Sine(2500, c.rate, n, 0.3)
 			chans := make([][]float32, c.ch)
 			for k := range chans {
 				chans[k] = make([]float32, n)
@@ -514,7 +433,7 @@ func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
 			}
 			dir := t.TempDir()
 			in, out := filepath.Join(dir, "in.wav"), filepath.Join(dir, "out."+c.ext)
-			if err := os.WriteFile(in, makeWAV(wavSpec{bits: 16, rate: c.rate, ch: c.ch}, chans), 0o600); err != nil {
+			if err := os.WriteFile(in, testaudio.WAV(testaudio.Format{Bits: 16, Rate: c.rate, Channels: c.ch}, chans), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			args := append([]string{"-nostdin", "-loglevel", "error", "-i", in}, c.args...)
@@ -535,7 +454,7 @@ func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
 			if d := math.Abs(float64(len(pcm))/SampleRate - 3); d > c.maxDt {
 				t.Errorf("duration off by %.4f s, want ≤ %.2f s", d, c.maxDt)
 			}
-			ref := sine(440, SampleRate, 3*SampleRate, 0.4)
+			ref := testaudio.Sine(440, SampleRate, 3*SampleRate, 0.4)
 			end := min(len(pcm), len(ref)) - 1600
 			cor, lag := correlation(ref[1600:end], pcm[1600:end], 8)
 			t.Logf("c = %.5f at lag %d, %d samples", cor, lag, len(pcm))
@@ -551,7 +470,7 @@ func TestDecodeMultichannelViaFFmpeg(t *testing.T) {
 // 16 kHz) earlier and otherwise be identical, and the original must have
 // dropped exactly those samples.
 func TestOpusPreSkip(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(testdata.Whisper(t), "audio-formats", "speech.opus-voip-24k-mono.ogg"))
+	data, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio-formats", "speech.opus-voip-24k-mono.ogg"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,7 +506,7 @@ func TestOpusPreSkip(t *testing.T) {
 // the shared FLAC file to about 36 days: Decode must refuse it from the
 // header, before decoding a frame.
 func TestDecodeFLACDeclaredLength(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(testdata.Whisper(t), "audio-formats", "speech.flac-s16-mono-22k05.flac"))
+	data, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio-formats", "speech.flac-s16-mono-22k05.flac"))
 	if err != nil {
 		t.Fatal(err)
 	}

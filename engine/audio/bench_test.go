@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // BenchmarkDecode decodes each shared format file (5.5 s of speech) and
 // reports the cost per second of audio as ns/audio-s.
 func BenchmarkDecode(b *testing.B) {
-	dir := filepath.Join(testdata.Whisper(b), "audio-formats")
+	dir := filepath.Join(shareddata.Whisper(b), "audio-formats")
 	files, err := filepath.Glob(filepath.Join(dir, "speech.*"))
 	if err != nil || len(files) == 0 {
 		b.Fatalf("no format files in %s", dir)
@@ -42,7 +43,7 @@ func BenchmarkDecode(b *testing.B) {
 
 // BenchmarkResample resamples one second of 44.1 kHz audio to 16 kHz.
 func BenchmarkResample(b *testing.B) {
-	in := sine(440, 44100, 44100, 0.5)
+	in := testaudio.Sine(440, 44100, 44100, 0.5)
 	for b.Loop() {
 		Resample(in, 44100, SampleRate)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // formatCase is one entry of audio-formats/formats.json.
@@ -31,7 +31,7 @@ const conformanceMaxLag = 1600
 // reference WAV: correlation c at least the file's min_correlation, the best
 // lag within max_abs_lag_ms, and the duration within 0.1 s of the reference.
 func TestConformanceFormats(t *testing.T) {
-	dir := testdata.Whisper(t)
+	dir := shareddata.Whisper(t)
 	raw, err := os.ReadFile(filepath.Join(dir, "audio-formats", "formats.json"))
 	if err != nil {
 		t.Fatal(err)

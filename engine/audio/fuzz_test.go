@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // fuzzMax is the limit FuzzDecode decodes against.
@@ -22,7 +23,7 @@ const fuzzMax = 3 * time.Second
 // ffmpeg executable, not to code in this package, and spawning it would
 // starve the fuzzer.
 func FuzzDecode(f *testing.F) {
-	if d := testdata.Find(); d != "" {
+	if d := shareddata.Find(); d != "" {
 		files, _ := filepath.Glob(filepath.Join(d, "whisper", "audio-formats", "speech.*"))
 		for _, p := range files {
 			data, err := os.ReadFile(p)
@@ -34,13 +35,13 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	}
-	tone := sine(440, 8000, 800, 0.5)
-	wav16 := makeWAV(wavSpec{bits: 16, rate: 8000, ch: 1}, [][]float32{tone})
-	wavExt := makeWAV(wavSpec{bits: 24, extensible: true, rate: 44100, ch: 2}, [][]float32{tone[:100], tone[:100]})
+	tone := testaudio.Sine(440, 8000, 800, 0.5)
+	wav16 := testaudio.WAV(testaudio.Format{Bits: 16, Rate: 8000, Channels: 1}, [][]float32{tone})
+	wavExt := testaudio.WAV(testaudio.Format{Bits: 24, Extensible: true, Rate: 44100, Channels: 2}, [][]float32{tone[:100], tone[:100]})
 	f.Add(wav16)
 	f.Add(wavExt)
 	f.Add(wav16[:40])
-	f.Add(makeWAV(wavSpec{bits: 32, float: true, rate: 48000, ch: 6}, [][]float32{{1}, {2}, {3}, {4}, {5}, {6}}))
+	f.Add(testaudio.WAV(testaudio.Format{Bits: 32, Float: true, Rate: 48000, Channels: 6}, [][]float32{{1}, {2}, {3}, {4}, {5}, {6}}))
 	huge := append([]byte(nil), wav16...)
 	binary.LittleEndian.PutUint32(huge[len(huge)-1600-4:], 0xFFFFFFF0)
 	f.Add(huge)

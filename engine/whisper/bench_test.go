@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // BenchmarkTranscribeJFK transcribes the 11 s jfk clip with a tiny.en-sized
@@ -26,7 +26,7 @@ import (
 // 1.2 s for tiny.en and jfk, whose figure includes loading the model
 // (load_ms here).
 func BenchmarkTranscribeJFK(b *testing.B) {
-	dir := testdata.Whisper(b)
+	dir := shareddata.Whisper(b)
 	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
 	path := filepath.Join(b.TempDir(), "tiny-en-rand.bin")
 	t0 := time.Now()
@@ -94,7 +94,7 @@ func BenchmarkTranscribeJFK(b *testing.B) {
 // time. The stages mirror whisper.cpp's timings: mel, encoder (including
 // the cross-attention K/V) and decoder per token.
 func BenchmarkStagesJFK(b *testing.B) {
-	dir := testdata.Whisper(b)
+	dir := shareddata.Whisper(b)
 	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
 	path := filepath.Join(b.TempDir(), "tiny-en-rand.bin")
 	if err := WriteModel(path, TinyENConfig()); err != nil {

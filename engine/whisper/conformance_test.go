@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // The conformance tests check this package against whisper.cpp's numbers in
@@ -112,7 +112,7 @@ type confData struct {
 
 func loadConf(t *testing.T) *confData {
 	t.Helper()
-	dir := testdata.Whisper(t)
+	dir := shareddata.Whisper(t)
 	c := &confData{dir: dir}
 	readJSON(t, filepath.Join(dir, "reference", "manifest.json"), &c.manifest)
 	if len(c.manifest.Models) == 0 || len(c.manifest.Audio) == 0 {

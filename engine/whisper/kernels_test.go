@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // refDequant is a plain-Go reading of the block formats in the README of
@@ -297,7 +297,7 @@ func TestSoftmaxGeluAttention(t *testing.T) {
 // with the librosa-computed one stored in the shared test models.
 func TestSlaneyFiltersMatchReferenceModel(t *testing.T) {
 	got := slaneyMelFilters(SampleRate, nFFT, 80)
-	g, err := readGGMLFile(filepath.Join(testdata.Whisper(t), "models", "rand-w64-en-f32.bin"))
+	g, err := readGGMLFile(filepath.Join(shareddata.Whisper(t), "models", "rand-w64-en-f32.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/replyd/replyd/internal/testdata"
+	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // TestQuantizeMatchesWhisperCpp re-quantises the shared F16 model to Q8_0
 // and compares the bytes with the shared Q8_0 file, which whisper.cpp's
 // quantize tool wrote from it.
 func TestQuantizeMatchesWhisperCpp(t *testing.T) {
-	dir := filepath.Join(testdata.Whisper(t), "models")
+	dir := filepath.Join(shareddata.Whisper(t), "models")
 	f16, err := readGGMLFile(filepath.Join(dir, "rand-w64-en-f16.bin"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func meanStd(x []float32) (float64, float64) {
 // tensors and the vocabulary byte for byte; the filter bank, which the
 // reference took from librosa, within 1e-6.
 func TestWriteModelReproducesReference(t *testing.T) {
-	dir := testdata.Whisper(t)
+	dir := shareddata.Whisper(t)
 	var man struct {
 		Models []struct {
 			File       string  `json:"file"`

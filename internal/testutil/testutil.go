@@ -2,36 +2,19 @@
 package testutil
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
 )
 
-// SyncBuffer is a bytes.Buffer that several goroutines (or C threads
-// calling back into Go) may write to and read at once: a process's output,
-// a logger's sink.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what has been written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// SyncBuffer is a bytes.Buffer that several goroutines may write to and
+// read at once (see replydproc.SyncBuffer).
+type SyncBuffer = replydproc.SyncBuffer
 
 // OTPInbox is a webhook endpoint standing in for the administrator's
 // messaging app: it records the codes replyd sends as JSON {"code": …}.

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
 )
 
 // startupLimit bounds how long replyd may take to refuse a data directory it
@@ -20,9 +22,9 @@ const startupLimit = 15 * time.Second
 // directory and containing every phrase in want (case-insensitive).
 func expectStartupError(t *testing.T, dataDir string, want ...string) {
 	t.Helper()
-	p := startProc(t, procOpts{dataDir: dataDir})
-	code := p.waitExit(startupLimit)
-	out := p.out.String()
+	p := startProc(t, replydproc.Options{DataDir: dataDir})
+	code := p.WaitExit(startupLimit)
+	out := p.Output()
 	if code == 0 {
 		t.Fatalf("replyd exited 0 on an unusable data directory:\n%s", out)
 	}
@@ -113,20 +115,20 @@ func TestFullDataDir(t *testing.T) {
 // serving.
 func TestSecondInstance(t *testing.T) {
 	data := t.TempDir()
-	first := startProc(t, procOpts{dataDir: data})
-	first.waitReady()
+	first := startProc(t, replydproc.Options{DataDir: data})
+	first.WaitReady()
 
-	second := startProc(t, procOpts{dataDir: data, adminKey: first.adminKey})
+	second := startProc(t, replydproc.Options{DataDir: data, AdminKey: first.AdminKey})
 	start := time.Now()
-	code := second.waitExit(10 * time.Second)
+	code := second.WaitExit(10 * time.Second)
 	t.Logf("second instance exited %d after %s", code, time.Since(start).Round(time.Millisecond))
-	out := second.out.String()
+	out := second.Output()
 	if code == 0 {
 		t.Fatalf("second instance exited 0:\n%s", out)
 	}
 	if !strings.Contains(strings.ToLower(out), "locked") || !strings.Contains(out, data) {
 		t.Errorf("second instance's error does not say that %s is locked:\n%s", data, out)
 	}
-	first.must(request{method: "GET", path: "/healthz"}, 200)
-	first.stop()
+	first.Must(replydproc.Request{Method: "GET", Path: "/healthz"}, 200)
+	first.Stop()
 }

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestKill9DuringBurst kills replyd with SIGKILL while key creations and
@@ -19,9 +22,9 @@ import (
 // consistency check (`replyd check`) before the restart.
 func TestKill9DuringBurst(t *testing.T) {
 	data := t.TempDir()
-	p := startProc(t, procOpts{dataDir: data})
-	p.waitReady()
-	inferKey := p.createKey("fault-infer")
+	p := startProc(t, replydproc.Options{DataDir: data})
+	p.WaitReady()
+	inferKey := p.CreateKey("fault-infer")
 
 	var (
 		mu        sync.Mutex
@@ -52,8 +55,8 @@ func TestKill9DuringBurst(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < infersPerWorker && ctx.Err() == nil; i++ {
-				status, _, err := p.infer(ctx, inferKey.APIKey, fmt.Sprintf("Burst line %d of worker %d: shall we go out?", i, w))
-				if err == nil && status == http.StatusOK {
+				resp, err := p.InferText(ctx, inferKey.APIKey, fmt.Sprintf("Burst line %d of worker %d: shall we go out?", i, w))
+				if err == nil && resp.Status == http.StatusOK {
 					mu.Lock()
 					ackedInfr++
 					mu.Unlock()
@@ -72,13 +75,13 @@ func TestKill9DuringBurst(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < keysPerWorker && ctx.Err() == nil; i++ {
-				status, body, err := p.do(ctx, request{method: http.MethodPost, path: "/v1/admin/keys", header: p.adminHeader(),
-					json: map[string]any{"client_id": fmt.Sprintf("burst-%d-%d", w, i)}, timeout: 30 * time.Second})
-				if err != nil || status != http.StatusOK {
+				resp, err := p.Do(ctx, replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: p.AdminHeader(),
+					JSON: map[string]any{"client_id": fmt.Sprintf("burst-%d-%d", w, i)}, Timeout: 30 * time.Second})
+				if err != nil || resp.Status != http.StatusOK {
 					continue // not acknowledged: may or may not be stored
 				}
-				var k createdKey
-				if json.Unmarshal(body, &k) == nil && k.APIKeyHash != "" {
+				var k testutil.CreatedKey
+				if json.Unmarshal(resp.Body, &k) == nil && k.APIKeyHash != "" {
 					mu.Lock()
 					ackedKeys[k.APIKeyHash] = true
 					mu.Unlock()
@@ -97,7 +100,7 @@ func TestKill9DuringBurst(t *testing.T) {
 	case <-inferAcked:
 	case <-time.After(2 * time.Minute):
 	}
-	p.kill9()
+	p.Kill()
 	cancel()
 	wg.Wait()
 	mu.Lock()
@@ -110,14 +113,14 @@ func TestKill9DuringBurst(t *testing.T) {
 		t.Fatalf("the burst was over before the kill (%d keys, %d inferences): nothing was tested", len(ackedKeys), ackedInfr)
 	}
 
-	out, err := runReplyd(t, data, "check")
+	out, err := p.Run(context.Background(), "check")
 	if err != nil || !strings.Contains(out, "consistent") {
 		t.Fatalf("replyd check after kill -9: %v\n%s", err, out)
 	}
 
-	p2 := startProc(t, procOpts{dataDir: data, adminKey: p.adminKey})
-	p2.waitReady()
-	body := p2.must(request{method: http.MethodGet, path: "/v1/admin/keys?include_revoked=true&limit=1000", header: p2.adminHeader()}, http.StatusOK)
+	p2 := startProc(t, replydproc.Options{DataDir: data, AdminKey: p.AdminKey})
+	p2.WaitReady()
+	body := p2.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys?include_revoked=true&limit=1000", Header: p2.AdminHeader()}, http.StatusOK)
 	var list struct {
 		Items []struct {
 			APIKeyHash string `json:"APIKeyHash"`
@@ -140,7 +143,7 @@ func TestKill9DuringBurst(t *testing.T) {
 		t.Errorf("%d of %d acknowledged keys are gone after kill -9 and restart", lost, len(ackedKeys))
 	}
 
-	body = p2.must(request{method: http.MethodGet, path: "/v1/admin/logs?stream=infer&window=1h&limit=1000", header: p2.adminHeader()}, http.StatusOK)
+	body = p2.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/logs?stream=infer&window=1h&limit=1000", Header: p2.AdminHeader()}, http.StatusOK)
 	var logs struct {
 		Items []struct {
 			Status int `json:"status"`
@@ -158,5 +161,5 @@ func TestKill9DuringBurst(t *testing.T) {
 	if ok < ackedInfr {
 		t.Errorf("%d successful infer log entries after kill -9 and restart, but %d inferences were answered 200", ok, ackedInfr)
 	}
-	p2.stop()
+	p2.Stop()
 }

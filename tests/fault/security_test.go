@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -43,23 +44,23 @@ func rawHTTP(t *testing.T, addr string, write func(w io.Writer) error) (int, str
 func TestSecurity(t *testing.T) {
 	inbox := testutil.NewOTPInbox(t)
 	data := t.TempDir()
-	p := startProc(t, procOpts{dataDir: data, env: map[string]string{
+	p := startProc(t, replydproc.Options{DataDir: data, Env: map[string]string{
 		"REPLYD_OTP_CHANNEL":     "webhook",
 		"REPLYD_OTP_WEBHOOK_URL": inbox.URL + "/otp",
 	}})
-	p.waitReady()
+	p.WaitReady()
 
 	// Everything below that must never appear in the output.
-	secrets := map[string]string{"admin key": p.adminKey}
+	secrets := map[string]string{"admin key": p.AdminKey}
 	const dialog = "Grandmother Ilse keeps her insulin in the blue tin beside the kettle."
 	var sessionToken string
 
 	// Login once with the right code: the channel works and sessions exist.
-	p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, http.StatusOK)
+	p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, http.StatusOK)
 	firstSend := time.Now()
 	code1 := inbox.Next(t, 1)
 	secrets["first OTP code"] = code1
-	body := p.must(request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": code1}}, http.StatusOK)
+	body := p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code1}}, http.StatusOK)
 	var sess struct {
 		SessionToken string `json:"session_token"`
 	}
@@ -68,25 +69,25 @@ func TestSecurity(t *testing.T) {
 	}
 	sessionToken = sess.SessionToken
 	secrets["session token"] = sessionToken
-	p.must(request{method: http.MethodGet, path: "/v1/admin/stats", header: map[string]string{"X-ADMIN-SESSION": sessionToken}}, http.StatusOK)
+	p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/stats", Header: map[string]string{"X-ADMIN-SESSION": sessionToken}}, http.StatusOK)
 
-	key := p.createKey("security-tablet")
+	key := p.CreateKey("security-tablet")
 	secrets["API key"] = key.APIKey
 
 	t.Run("infer works with the key, dialog text included", func(t *testing.T) {
-		status, body, err := p.infer(t.Context(), key.APIKey, dialog)
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("infer: %d %v %s", status, err, body)
+		resp, err := p.InferText(t.Context(), key.APIKey, dialog)
+		if err != nil || resp.Status != http.StatusOK {
+			t.Fatalf("infer: %d %v %s", resp.Status, err, resp.Body)
 		}
 		// The same sentence in a request that fails validation (no
 		// messages), so that error paths are grepped too.
 		payload, _ := json.Marshal(map[string]any{"persona": dialog})
-		boundary := "b" + randHex(t, 6)
+		boundary := "b" + replydproc.RandHex(6)
 		raw := fmt.Sprintf("--%s\r\nContent-Disposition: form-data; name=\"payload\"\r\n\r\n%s\r\n--%s--\r\n", boundary, payload, boundary)
-		status, body, err = p.do(t.Context(), request{method: http.MethodPost, path: "/v1/infer", header: map[string]string{"X-API-KEY": key.APIKey},
-			body: []byte(raw), ctype: "multipart/form-data; boundary=" + boundary})
-		if err != nil || status != http.StatusBadRequest {
-			t.Fatalf("infer without messages: %d %v %s", status, err, body)
+		resp, err = p.Do(t.Context(), replydproc.Request{Method: http.MethodPost, Path: "/v1/infer", Header: map[string]string{"X-API-KEY": key.APIKey},
+			Body: []byte(raw), ContentType: "multipart/form-data; boundary=" + boundary})
+		if err != nil || resp.Status != http.StatusBadRequest {
+			t.Fatalf("infer without messages: %d %v %s", resp.Status, err, resp.Body)
 		}
 	})
 
@@ -97,49 +98,49 @@ func TestSecurity(t *testing.T) {
 			{"X-ADMIN-SESSION": key.APIKey},
 			{},
 		} {
-			for _, r := range []request{
-				{method: http.MethodGet, path: "/v1/admin/keys"},
-				{method: http.MethodPost, path: "/v1/admin/keys", json: map[string]any{"client_id": "intruder"}},
-				{method: http.MethodGet, path: "/v1/admin/logs"},
-				{method: http.MethodGet, path: "/v1/admin/stats"},
-				{method: http.MethodGet, path: "/v1/admin/system-prompt"},
-				{method: http.MethodPost, path: "/v1/admin/system-prompt", json: map[string]any{"prompt": "be evil"}},
-				{method: http.MethodDelete, path: "/v1/admin/keys/" + key.APIKeyHash},
-				{method: http.MethodGet, path: "/v1/admin/backup"},
+			for _, r := range []replydproc.Request{
+				{Method: http.MethodGet, Path: "/v1/admin/keys"},
+				{Method: http.MethodPost, Path: "/v1/admin/keys", JSON: map[string]any{"client_id": "intruder"}},
+				{Method: http.MethodGet, Path: "/v1/admin/logs"},
+				{Method: http.MethodGet, Path: "/v1/admin/stats"},
+				{Method: http.MethodGet, Path: "/v1/admin/system-prompt"},
+				{Method: http.MethodPost, Path: "/v1/admin/system-prompt", JSON: map[string]any{"prompt": "be evil"}},
+				{Method: http.MethodDelete, Path: "/v1/admin/keys/" + key.APIKeyHash},
+				{Method: http.MethodGet, Path: "/v1/admin/backup"},
 			} {
-				r.header = h
-				status, body, err := p.do(t.Context(), r)
+				r.Header = h
+				resp, err := p.Do(t.Context(), r)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if status != http.StatusUnauthorized {
-					t.Errorf("%s %s with %v: status %d, want 401: %s", r.method, r.path, keysOf(h), status, body)
+				if resp.Status != http.StatusUnauthorized {
+					t.Errorf("%s %s with %v: status %d, want 401: %s", r.Method, r.Path, keysOf(h), resp.Status, resp.Body)
 				}
 			}
 		}
 		// The key still works for inference: the DELETE above was refused.
-		if status, body, err := p.infer(t.Context(), key.APIKey, "Still there?"); err != nil || status != http.StatusOK {
-			t.Fatalf("infer after refused admin calls: %d %v %s", status, err, body)
+		if resp, err := p.InferText(t.Context(), key.APIKey, "Still there?"); err != nil || resp.Status != http.StatusOK {
+			t.Fatalf("infer after refused admin calls: %d %v %s", resp.Status, err, resp.Body)
 		}
 	})
 
 	t.Run("revoked key is rejected", func(t *testing.T) {
-		k := p.createKey("to-revoke")
+		k := p.CreateKey("to-revoke")
 		secrets["revoked API key"] = k.APIKey
-		if status, body, err := p.infer(t.Context(), k.APIKey, "Before revocation."); err != nil || status != http.StatusOK {
-			t.Fatalf("infer before revocation: %d %v %s", status, err, body)
+		if resp, err := p.InferText(t.Context(), k.APIKey, "Before revocation."); err != nil || resp.Status != http.StatusOK {
+			t.Fatalf("infer before revocation: %d %v %s", resp.Status, err, resp.Body)
 		}
-		p.must(request{method: http.MethodDelete, path: "/v1/admin/keys/" + k.APIKeyHash, header: p.adminHeader()}, http.StatusOK)
-		status, body, err := p.infer(t.Context(), k.APIKey, "After revocation.")
-		if err != nil || status != http.StatusUnauthorized {
-			t.Fatalf("infer with a revoked key: %d %v %s", status, err, body)
+		p.Must(replydproc.Request{Method: http.MethodDelete, Path: "/v1/admin/keys/" + k.APIKeyHash, Header: p.AdminHeader()}, http.StatusOK)
+		resp, err := p.InferText(t.Context(), k.APIKey, "After revocation.")
+		if err != nil || resp.Status != http.StatusUnauthorized {
+			t.Fatalf("infer with a revoked key: %d %v %s", resp.Status, err, resp.Body)
 		}
 	})
 
 	t.Run("oversized headers are refused with 431", func(t *testing.T) {
 		big := strings.Repeat("a", 70<<10)
-		status, _ := rawHTTP(t, p.addr, func(w io.Writer) error {
-			_, err := fmt.Fprintf(w, "GET /healthz HTTP/1.1\r\nHost: %s\r\nX-Padding: %s\r\nConnection: close\r\n\r\n", p.addr, big)
+		status, _ := rawHTTP(t, p.Addr, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "GET /healthz HTTP/1.1\r\nHost: %s\r\nX-Padding: %s\r\nConnection: close\r\n\r\n", p.Addr, big)
 			return err
 		})
 		if status != http.StatusRequestHeaderFieldsTooLarge {
@@ -149,11 +150,11 @@ func TestSecurity(t *testing.T) {
 
 	t.Run("oversized bodies are refused with 413", func(t *testing.T) {
 		const size = 26 << 20
-		ct, _ := inferBody(t, "x")
+		ct, _ := replydproc.InferForm([]byte(`{"messages":[{"role":"speaker","content":"x"}]}`), nil)
 		// Declared length over the limit: refused before the body is read.
-		status, body := rawHTTP(t, p.addr, func(w io.Writer) error {
+		status, body := rawHTTP(t, p.Addr, func(w io.Writer) error {
 			if _, err := fmt.Fprintf(w, "POST /v1/infer HTTP/1.1\r\nHost: %s\r\nX-API-KEY: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
-				p.addr, key.APIKey, ct, size); err != nil {
+				p.Addr, key.APIKey, ct, size); err != nil {
 				return err
 			}
 			_, err := w.Write(make([]byte, 64<<10))
@@ -164,10 +165,10 @@ func TestSecurity(t *testing.T) {
 		}
 		// Chunked, no declared length: refused when the limit is crossed.
 		boundary := strings.TrimPrefix(ct, "multipart/form-data; boundary=")
-		status, body = rawHTTP(t, p.addr, func(w io.Writer) error {
+		status, body = rawHTTP(t, p.Addr, func(w io.Writer) error {
 			bw := bufio.NewWriter(w)
 			fmt.Fprintf(bw, "POST /v1/infer HTTP/1.1\r\nHost: %s\r\nX-API-KEY: %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
-				p.addr, key.APIKey, ct)
+				p.Addr, key.APIKey, ct)
 			head := fmt.Sprintf("--%s\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n", boundary)
 			fmt.Fprintf(bw, "%x\r\n%s\r\n", len(head), head)
 			chunk := bytes.Repeat([]byte{0}, 1<<20)
@@ -206,14 +207,14 @@ func TestSecurity(t *testing.T) {
 			"/admin/../../api/web/embed.go",
 			"/admin/../go.mod",
 		} {
-			status, body := rawHTTP(t, p.addr, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, p.addr)
+			status, body := rawHTTP(t, p.Addr, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, p.Addr)
 				return err
 			})
 			switch {
 			case firstLine != "" && strings.Contains(body, firstLine):
 				t.Errorf("GET %s: %d served /etc/passwd", path, status)
-			case strings.Contains(body, p.adminKey) || strings.Contains(body, "REPLYD_"):
+			case strings.Contains(body, p.AdminKey) || strings.Contains(body, "REPLYD_"):
 				t.Errorf("GET %s: %d served the process environment", path, status)
 			case strings.Contains(body, "package web") || strings.Contains(body, "module github.com/replyd/replyd"):
 				t.Errorf("GET %s: %d served a source file", path, status)
@@ -228,7 +229,7 @@ func TestSecurity(t *testing.T) {
 		if wait := 31*time.Second - time.Since(firstSend); wait > 0 {
 			time.Sleep(wait)
 		}
-		p.must(request{method: http.MethodPost, path: "/v1/admin/otp/send"}, http.StatusOK)
+		p.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, http.StatusOK)
 		code2 := inbox.Next(t, 2)
 		secrets["second OTP code"] = code2
 		wrong := 0
@@ -238,28 +239,28 @@ func TestSecurity(t *testing.T) {
 				continue
 			}
 			wrong++
-			status, body, err := p.do(t.Context(), request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": g}})
+			resp, err := p.Do(t.Context(), replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": g}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if status == http.StatusOK {
-				t.Fatalf("wrong code %s accepted: %s", g, body)
+			if resp.Status == http.StatusOK {
+				t.Fatalf("wrong code %s accepted: %s", g, resp.Body)
 			}
 		}
-		status, body, err := p.do(t.Context(), request{method: http.MethodPost, path: "/v1/admin/otp/verify", json: map[string]string{"code": code2}})
+		resp, err := p.Do(t.Context(), replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code2}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if status == http.StatusOK {
-			t.Fatalf("after %d wrong guesses the right code still opened a session: %s", wrong, body)
+		if resp.Status == http.StatusOK {
+			t.Fatalf("after %d wrong guesses the right code still opened a session: %s", wrong, resp.Body)
 		}
 		// The earlier session is unaffected: lockout burns codes, not sessions.
-		p.must(request{method: http.MethodGet, path: "/v1/admin/stats", header: map[string]string{"X-ADMIN-SESSION": sessionToken}}, http.StatusOK)
+		p.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/stats", Header: map[string]string{"X-ADMIN-SESSION": sessionToken}}, http.StatusOK)
 	})
 
 	t.Run("no secret or dialog text in the output", func(t *testing.T) {
-		p.stop()
-		out := p.out.String()
+		p.Stop()
+		out := p.Output()
 		if !strings.Contains(out, "http request") && !strings.Contains(out, "replyd") {
 			t.Fatalf("the output is empty or unexpected; the grep below would prove nothing:\n%s", out)
 		}

@@ -1,10 +1,13 @@
-package engine_test
+// Package pipeline runs engine.Pipeline on the real cgo engines
+// (engine/whisper and engine/llm on the demo models). It lives outside
+// engine because engine's own tests must not compile the cgo leaves: only
+// cmd/replyd and tests may import them.
+package pipeline
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"math"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // recordingLLM passes requests to the real engine and keeps the last one, so
@@ -32,22 +36,29 @@ func (r *recordingLLM) Generate(ctx context.Context, req engine.GenerateRequest)
 }
 
 var (
+	tmpRoot string // the demo models; TestMain removes it
 	once    sync.Once
 	stt     *whisper.Model
 	lm      *llm.Engine
 	loadErr error
 )
 
+func TestMain(m *testing.M) {
+	var err error
+	if tmpRoot, err = os.MkdirTemp("", "replyd-pipeline-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(tmpRoot)
+	os.Exit(code)
+}
+
 // engines loads the demo models once for all tests of this file.
 func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
 	t.Helper()
 	once.Do(func() {
-		dir, err := tempDir()
-		if err != nil {
-			loadErr = err
-			return
-		}
-		wp, lp := filepath.Join(dir, "whisper-demo.bin"), filepath.Join(dir, "llm-demo.gguf")
+		wp, lp := filepath.Join(tmpRoot, "whisper-demo.bin"), filepath.Join(tmpRoot, "llm-demo.gguf")
 		if loadErr = whisper.WriteDemoModel(wp); loadErr != nil {
 			return
 		}
@@ -65,27 +76,10 @@ func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
 	return stt, lm
 }
 
-// wav16k encodes seconds of a voiced tone as 16-bit mono 16 kHz WAV.
+// wav16k encodes seconds of a 220 Hz tone as 16-bit mono 16 kHz WAV.
 func wav16k(seconds float64) []byte {
 	n := int(seconds * 16000)
-	var b bytes.Buffer
-	w := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
-	b.WriteString("RIFF")
-	w(uint32(36 + 2*n))
-	b.WriteString("WAVEfmt ")
-	w(uint32(16))
-	w(uint16(1))
-	w(uint16(1))
-	w(uint32(16000))
-	w(uint32(32000))
-	w(uint16(2))
-	w(uint16(16))
-	b.WriteString("data")
-	w(uint32(2 * n))
-	for i := 0; i < n; i++ {
-		w(int16(8000 * math.Sin(2*math.Pi*220*float64(i)/16000)))
-	}
-	return b.Bytes()
+	return testaudio.Mono16(16000, testaudio.Sine(220, 16000, n, 8000.0/32767))
 }
 
 func TestPipelineTranscriptFillsMarkedMessage(t *testing.T) {

@@ -1,8 +1,11 @@
-// Package testdata finds the shared conformance data (../shared/testdata
+// Package shareddata finds the shared conformance data (../shared/testdata
 // beside the clone, or $REPLYD_TESTDATA) for tests. Where the data is absent,
 // as in a stranger's fresh clone, tests skip loudly; with
 // REPLYD_REQUIRE_TESTDATA=1 (set by .ci/run) its absence fails them instead.
-package testdata
+//
+// It is not called testdata: the go command leaves directories of that name
+// out of ./..., so go vet and go test never saw the package.
+package shareddata
 
 import (
 	"os"
