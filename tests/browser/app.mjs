@@ -246,6 +246,13 @@ async function main() {
     const raw = path.join(tmp, 'raw.wav');
     execFileSync('espeak-ng', ['-v', 'en-us', '-w', raw, 'Good morning. Would you like some tea or a glass of water?']);
     execFileSync('sox', [raw, '-r', '48000', speech, 'pad', '0.5', '3']);
+    // No speech, but sound the page hears: a tone, then silence.
+    const tone = path.join(tmp, 'tone.wav');
+    execFileSync('sox', ['-n', '-r', '48000', '-b', '16', '-c', '1', tone, 'synth', '1.5', 'sine', '440', 'vol', '0.5', 'pad', '0', '3']);
+    // Voice activity detection decides "no speech": replyd needs its model,
+    // which scripts/deps.sh puts in models/.
+    const vadModel = path.join(root, 'models', 'silero_vad_v5.onnx');
+    check(fs.existsSync(vadModel), `${vadModel} is missing: run scripts/deps.sh (or make vad-model)`);
 
     const [port, allowedPort, deniedPort] = [await freePort(), await freePort(), await freePort()];
     const allowedOrigin = `http://127.0.0.1:${allowedPort}`;
@@ -257,6 +264,7 @@ async function main() {
       REPLYD_ADMIN_KEY: adminKey,
       REPLYD_LLM_MODEL: path.join(models, 'llm-demo.gguf'),
       REPLYD_WHISPER_MODEL: path.join(models, 'whisper-demo.bin'),
+      REPLYD_VAD_MODEL: vadModel,
       REPLYD_CORS_ORIGINS: allowedOrigin,
       REPLYD_LOG_LEVEL: 'debug',
     }, replydLog);
@@ -289,14 +297,14 @@ async function main() {
     // Playwright sees no request a service worker handles, so the steps
     // that read requests run with service workers blocked; the last step
     // opens a second browser with them to test the offline shell.
-    const launch = async (profile, serviceWorkers) => {
+    const launch = async (profile, serviceWorkers, audioFile = speech) => {
       const ctx = await chromium.launchPersistentContext(path.join(tmp, profile), {
         executablePath: chromiumPath,
         headless: true,
         args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
           '--disable-component-update', '--disable-sync', '--no-first-run',
           '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
-          `--use-file-for-fake-audio-capture=${speech}`,
+          `--use-file-for-fake-audio-capture=${audioFile}`,
           // A name that is not localhost: the page is then not a secure context.
           '--host-resolver-rules=MAP replyd.test 127.0.0.1'],
         viewport: TABLET,
@@ -540,18 +548,32 @@ async function main() {
       check(await page.isHidden('#progress'), 'progress left after Cancel');
     });
 
-    await step('answers the server may give: no speech says "didn\'t catch that"; a stream and inference ids with feedback work', async () => {
-      // replyd answers these only with other features (VAD, streaming,
-      // outcomes); the page must handle them, so they are played to it here.
-      const turns = (await bubbles()).length;
-      await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ transcript: '', no_speech: true, response: [] }) }));
-      await page.click('#listen');
-      await until(async () => /Didn.t catch that/.test(await page.textContent('#notice')), '"didn\'t catch that"', 30000);
-      equal((await bubbles()).length, turns, 'turns after no speech');
-      equal((await candidates()).length, 0, 'candidates after no speech');
-      await axe('after no speech');
-      await page.unroute('**/v1/infer');
+    await step('no speech: a tone is answered no_speech and the page says "didn\'t catch that", adding no turn', async () => {
+      const toneBrowser = await launch('chromium-profile-tone', 'block', tone);
+      const p = await toneBrowser.newPage();
+      watch(p);
+      await p.goto(`${base}/app/`);
+      await p.evaluate((k) => localStorage.setItem('replyd.app.key', k), apiKey);
+      await p.reload();
+      await until(() => p.isVisible('#view-talk'), 'the conversation view');
+      const [resp] = await Promise.all([
+        p.waitForResponse((r) => r.url().endsWith('/v1/infer'), { timeout: 60000 }),
+        p.click('#listen'),
+      ]);
+      const body = await resp.json();
+      check(body.no_speech === true && body.response.length === 0, `answer to a tone: ${JSON.stringify(body)}`);
+      await until(async () => /Didn.t catch that/.test(await p.textContent('#notice')), '"didn\'t catch that"');
+      equal(await p.$$eval('#log .bubble', (b) => b.length), 0, 'turns after no speech');
+      equal(await p.$$eval('#cands .cand', (b) => b.length), 0, 'candidates after no speech');
+      await axe('after no speech', p);
+      await p.setViewportSize(PHONE);
+      await shot('09-no-speech-phone', p);
+      await toneBrowser.close();
+    });
 
+    await step('a streamed answer (transcript, then candidates) and inference ids with feedback work; a 404 feedback changes nothing', async () => {
+      // Played to the page: this replyd streams and reports inference ids
+      // only with the latency and outcomes features.
       const stream = 'event: transcript\ndata: {"transcript":"Is it raining?"}\n\n'
         + 'event: candidates\ndata: {"transcript":"Is it raining?","response":["Yes, take a coat.","No, it is sunny."],"inference_id":"inf-42"}\n\n';
       await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: stream }));
