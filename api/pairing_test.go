@@ -297,3 +297,29 @@ func TestNormalizePairingCode(t *testing.T) {
 		t.Errorf("%d distinct codes in 200", len(seen))
 	}
 }
+
+// TestClientMDPairingArithmetic: the guide's brute-force arithmetic is
+// rendered from the limits the server enforces.
+func TestClientMDPairingArithmetic(t *testing.T) {
+	e := newEnv(t)
+	md := e.do(httptest.NewRequest("GET", "/client.md", nil)).Body.String()
+	for _, want := range []string{
+		"Codes are 8 symbols from an\nalphabet of 32 (no 0, 1, I, O): 1.1 × 10¹²",
+		"at most 5 attempts a minute",
+		"at most 30 a minute from all addresses together",
+		"30 × (10 + 1) = 330",
+		"330 × 10 / (1.1 × 10¹²)\n= 3.0 × 10⁻⁹",
+		"(15768000 guesses) with 10 codes pending",
+		"at most 1.4 × 10⁻⁴",
+		"`Access-Control-Max-Age:\n600`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("client.md lacks %q", want)
+		}
+	}
+	e2 := newEnv(t, func(o *Options) { o.Limits.PairAttemptsTotal = 6; o.Limits.MaxPendingPairings = 2 })
+	md = e2.do(httptest.NewRequest("GET", "/client.md", nil)).Body.String()
+	if !strings.Contains(md, "6 × (10 + 1) = 66") || !strings.Contains(md, "66 × 2 / (1.1 × 10¹²)\n= 1.2 × 10⁻¹⁰") {
+		t.Error("client.md's arithmetic does not follow the limits")
+	}
+}
