@@ -323,3 +323,39 @@ func TestClientMDPairingArithmetic(t *testing.T) {
 		t.Error("client.md's arithmetic does not follow the limits")
 	}
 }
+
+// TestPairingThrottleBehindATrustedProxy: behind a reverse proxy listed in
+// TrustedProxies the throttle counts the addresses it reports; from any
+// other peer X-Forwarded-For cannot buy fresh addresses.
+func TestPairingThrottleBehindATrustedProxy(t *testing.T) {
+	proxies, err := ParseTrustedProxies("10.9.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(o *Options) { o.TrustedProxies = proxies })
+	per := DefaultLimits().PairAttemptsPerAddress
+	try := func(peer, xff string) int {
+		req := pairReq(`{"code":"22222222"}`, peer)
+		req.Header.Set("X-Forwarded-For", xff)
+		return e.do(req).Code
+	}
+	// Through the proxy, two tablets are two addresses.
+	for i := 0; i < per; i++ {
+		if got := try("10.9.0.1:4000", "192.168.7.10"); got != 401 {
+			t.Fatalf("attempt %d from tablet A through the proxy: %d", i, got)
+		}
+	}
+	if got := try("10.9.0.1:4000", "192.168.7.10"); got != 429 {
+		t.Errorf("tablet A over its limit: %d, want 429", got)
+	}
+	if got := try("10.9.0.1:4000", "192.168.7.11"); got != 401 {
+		t.Errorf("tablet B through the proxy: %d, want 401 (its own count)", got)
+	}
+	// A peer that is not a trusted proxy cannot change its address.
+	for i := 0; i < per; i++ {
+		try("192.0.2.50:4000", "198.51.100."+strconv.Itoa(i))
+	}
+	if got := try("192.0.2.50:4000", "198.51.100.99"); got != 429 {
+		t.Errorf("an untrusted peer with a new X-Forwarded-For: %d, want 429", got)
+	}
+}
