@@ -17,18 +17,6 @@ import (
 	"time"
 )
 
-// pairingAnswer is the JSON of POST /v1/admin/pairings.
-type pairingAnswer struct {
-	PairingCode        string    `json:"pairing_code"`
-	ExpiresAt          time.Time `json:"expires_at"`
-	PairURL            string    `json:"pair_url"`
-	QRSVG              string    `json:"qr_svg"`
-	ClientID           string    `json:"client_id"`
-	Status             string    `json:"status"`
-	Scopes             []string  `json:"scopes"`
-	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
-}
-
 // pairReq is POST /v1/pair with body from addr.
 func pairReq(body, addr string) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/v1/pair", strings.NewReader(body))
@@ -40,13 +28,13 @@ func pairReq(body, addr string) *http.Request {
 }
 
 // mustPairing makes a pairing with body and returns its answer.
-func (e *env) mustPairing(body string) pairingAnswer {
+func (e *env) mustPairing(body string) pairingResponse {
 	e.t.Helper()
 	rec := e.do(adminReq(http.MethodPost, "/v1/admin/pairings", body))
 	if rec.Code != http.StatusOK {
 		e.t.Fatalf("POST /v1/admin/pairings: %d %s", rec.Code, rec.Body.String())
 	}
-	var p pairingAnswer
+	var p pairingResponse
 	decode(e.t, rec, &p)
 	return p
 }

@@ -15,13 +15,8 @@ func (s *Server) handleCACert(c echo.Context) error {
 	if s.certs != nil {
 		pem = s.certs.CACertPEM()
 	}
-	if len(pem) == 0 {
-		return errorf(CodeNotFound, "replyd runs no certificate authority of its own: it does with REPLYD_TLS=auto")
-	}
-	h := c.Response().Header()
-	h.Set("Cache-Control", "no-cache")
-	h.Set(echo.HeaderContentDisposition, `attachment; filename="replyd-ca.pem"`)
-	return c.Blob(http.StatusOK, "application/x-x509-ca-cert", pem)
+	return servePEM(c, pem, "application/x-x509-ca-cert", "replyd-ca.pem",
+		"replyd runs no certificate authority of its own: it does with REPLYD_TLS=auto")
 }
 
 // handleServerCert serves GET /tls/cert.pem: the certificate the server
@@ -31,11 +26,18 @@ func (s *Server) handleServerCert(c echo.Context) error {
 	if s.certs != nil {
 		pem = s.certs.ServerCertPEM()
 	}
+	return servePEM(c, pem, "application/x-pem-file", "replyd-cert.pem",
+		"TLS is off: replyd serves plain HTTP and has no certificate")
+}
+
+// servePEM answers pem as an attachment named filename, or 404 with
+// missing when there is none.
+func servePEM(c echo.Context, pem []byte, ctype, filename, missing string) error {
 	if len(pem) == 0 {
-		return errorf(CodeNotFound, "TLS is off: replyd serves plain HTTP and has no certificate")
+		return errorf(CodeNotFound, "%s", missing)
 	}
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-cache")
-	h.Set(echo.HeaderContentDisposition, `attachment; filename="replyd-cert.pem"`)
-	return c.Blob(http.StatusOK, "application/x-pem-file", pem)
+	h.Set(echo.HeaderContentDisposition, `attachment; filename="`+filename+`"`)
+	return c.Blob(http.StatusOK, ctype, pem)
 }

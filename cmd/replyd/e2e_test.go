@@ -40,6 +40,16 @@ func startReplyd(t *testing.T, env map[string]string) *testutil.Replyd {
 	return p
 }
 
+// demoModels writes the demo models into dir/models and returns that path.
+func demoModels(t *testing.T, dir string) string {
+	t.Helper()
+	modelDir := filepath.Join(dir, "models")
+	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
+		t.Fatalf("models demo exited %d", code)
+	}
+	return modelDir
+}
+
 // inferRequest is a /v1/infer request with payload and, when wav is not
 // nil, a recording.
 func inferRequest(apiKey, payload string, wav []byte) replydproc.Request {
@@ -68,10 +78,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
+	modelDir := demoModels(t, dir)
 	rcv := testutil.NewOTPInbox(t)
 	const adminKey = "e2e-admin-key-0123456789abcdef"
 	env := map[string]string{

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,10 +29,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
+	modelDir := demoModels(t, dir)
 	data := filepath.Join(dir, "data")
 	oldPEM := writeOldSelfSigned(t, filepath.Join(data, "tls", "cert.pem"), filepath.Join(data, "tls", "key.pem"))
 	const adminKey = "e2e-admin-key-0123456789abcdef"
