@@ -23,7 +23,8 @@ import (
 // directory that holds an older replyd's self-signed certificate: it starts,
 // keeps the old certificate aside, serves HTTPS that a client trusting only
 // GET /tls/ca.pem accepts, and shows the root's fingerprint in the start-up
-// log and on the admin status.
+// log and on the admin status. ffmpeg is kept off its PATH: the log warns
+// that M4A is refused and the status says so.
 func TestTLSAutoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
@@ -41,6 +42,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 		"REPLYD_LLM_MODEL":     filepath.Join(modelDir, "llm-demo.gguf"),
 		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
 		"REPLYD_THREADS":       "1",
+		"PATH":                 t.TempDir(), // no ffmpeg
 	}
 	p := testutil.StartReplyd(t, replydproc.Options{Bin: os.Args[0], DataDir: data, AdminKey: adminKey, Env: maps.Clone(env)})
 	base := strings.Replace(p.URL, "http://", "https://", 1)
@@ -104,12 +106,15 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(body, &st); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("status: %d %s", resp.StatusCode, body)
 	}
-	if !st.TLS || st.CAFP != fp || st.M4A == nil {
+	if !st.TLS || st.CAFP != fp || st.M4A == nil || *st.M4A {
 		t.Errorf("status: tls %v, fingerprint %q (want %q), m4a %v", st.TLS, st.CAFP, fp, st.M4A)
 	}
 	out := p.Output()
 	if !strings.Contains(out, fp) {
 		t.Errorf("the start-up log lacks the root's fingerprint %s", fp)
+	}
+	if !strings.Contains(out, "ffmpeg is not installed: M4A/AAC recordings (what iOS records) are refused") {
+		t.Error("the start-up log does not warn that M4A cannot be decoded")
 	}
 	if !strings.Contains(out, "must install the root from /tls/ca.pem") {
 		t.Error("the start-up log does not say what the migration means for tablets")
