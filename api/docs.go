@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/replyd/replyd/store"
 )
 
 // The integration guide and the OpenAPI file are text/template sources
@@ -129,7 +131,7 @@ func (s *Server) docData() docData {
 // through during one code's life: it counts in fixed one-minute windows, and
 // a life of n minutes touches at most n+1 of them.
 func pairGuesses(l Limits) int {
-	windows := int((l.PairingTTL+rateWindow-1)/rateWindow) + 1
+	windows := int((l.PairingTTL+store.RateWindow-1)/store.RateWindow) + 1
 	return l.PairAttemptsTotal * windows
 }
 

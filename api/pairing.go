@@ -29,8 +29,13 @@ const pairingCodeLen = 8
 // pairingCodeSpace is the number of possible pairing codes.
 var pairingCodeSpace = math.Pow(float64(len(pairingAlphabet)), pairingCodeLen)
 
-// pairGlobalKey is the pairing throttle's bucket for all addresses together.
-const pairGlobalKey = "*"
+// The pairing throttle's keys in the rate limiter: one per client address
+// and one for all addresses together. API keys are counted under their
+// 64-hex-digit hashes, so these never meet one.
+const (
+	pairAddrKeyPrefix = "pair:addr:"
+	pairGlobalKey     = "pair:all"
+)
 
 // newPairingCode returns a random code of pairingCodeLen symbols.
 func newPairingCode() (string, error) {
@@ -184,18 +189,28 @@ func (s *Server) handlePair(c echo.Context) error {
 }
 
 // pairThrottle admits one POST /v1/pair attempt per the limits: first per
-// client address, then across all addresses. Attempts are counted in memory
-// only, so a flood of guesses writes nothing to disk.
+// client address, then across all addresses. It counts in the server's rate
+// limiter: in memory on one box (a flood of guesses writes nothing to disk),
+// or the one boxes sharing a PostgreSQL store share, so that the global
+// bound holds however many boxes answer.
 func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
-	if ok, retry := s.pairLimiter.allow(addrBucket(ClientAddr(c)), s.limits.PairAttemptsPerAddress, now); !ok {
-		s.metrics.rateLimited.Inc()
-		return &Error{Code: CodeRateLimited, RetryAfter: retry,
-			Message: fmt.Sprintf("too many pairing attempts from this address (%d a minute); retry in %d s", s.limits.PairAttemptsPerAddress, retryAfterSeconds(retry))}
-	}
-	if ok, retry := s.pairLimiter.allow(pairGlobalKey, s.limits.PairAttemptsTotal, now); !ok {
-		s.metrics.rateLimited.Inc()
-		return &Error{Code: CodeRateLimited, RetryAfter: retry,
-			Message: fmt.Sprintf("too many pairing attempts on this server (%d a minute from all addresses); retry in %d s", s.limits.PairAttemptsTotal, retryAfterSeconds(retry))}
+	for _, b := range []struct {
+		key   string
+		limit int
+		what  string
+	}{
+		{pairAddrKeyPrefix + addrBucket(ClientAddr(c)), s.limits.PairAttemptsPerAddress, "from this address"},
+		{pairGlobalKey, s.limits.PairAttemptsTotal, "on this server (from all addresses)"},
+	} {
+		ok, retry, err := s.limiter.Allow(b.key, b.limit, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			s.metrics.rateLimited.Inc()
+			return &Error{Code: CodeRateLimited, RetryAfter: retry,
+				Message: fmt.Sprintf("too many pairing attempts %s (%d a minute); retry in %d s", b.what, b.limit, retryAfterSeconds(retry))}
+		}
 	}
 	return nil
 }

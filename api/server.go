@@ -10,12 +10,14 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replyd/replyd/api/web"
+	"github.com/replyd/replyd/store"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -40,7 +42,9 @@ type Options struct {
 	MetricsPublic bool
 	// TLS tells /v1/admin/status whether the listener uses TLS.
 	TLS bool
-	// DataFile is the path of the store's file, shown on the admin page.
+	// DataFile names where the data lives on the admin page; empty means
+	// the store's Describe (a file path, or a database URL without its
+	// password).
 	DataFile string
 	// PublicURL is the base URL tablets reach replyd at (e.g.
 	// https://replyd.local:8080); pairing links are made under it. Empty:
@@ -55,6 +59,13 @@ type Options struct {
 	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
 	// installed); nil means they cannot.
 	M4A func() bool
+	// Node names this box in the log entries it writes and in /healthz and
+	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
+	Node string
+	// Limiter enforces the per-key rate limits; nil means this box's own
+	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
+	// so that a key's limit holds across all of them.
+	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
@@ -74,6 +85,7 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	node     string
 	started  time.Time
 
 	publicURL   string
@@ -81,9 +93,11 @@ type Server struct {
 	certs       CertSource
 	m4a         func() bool
 
-	limiter     *rateLimiter
-	pairLimiter *rateLimiter // POST /v1/pair attempts per address and in all
-	otpMu       sync.Mutex   // serialises OTP sends
+	storeDown atomic.Bool // the last health check found the store unreachable
+
+	limiter store.RateLimiter // per-key rate limits and the pairing throttle
+	touches store.TouchThrottle
+	otpMu   sync.Mutex // serialises OTP sends
 
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
@@ -118,6 +132,10 @@ func New(o Options) *Server {
 		corsOrigins: o.CORSOrigins,
 		certs:       o.Certs,
 		m4a:         o.M4A,
+		node:        o.Node,
+	}
+	if s.dataFile == "" {
+		s.dataFile = o.Store.Describe()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -129,8 +147,10 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = newRateLimiter()
-	s.pairLimiter = newRateLimiter()
+	s.limiter = o.Limiter
+	if s.limiter == nil {
+		s.limiter = newMemoryLimiter()
+	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,7 +31,7 @@ type Server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	db      *store.DB
+	db      store.Store
 	eng     *engines
 	http    *http.Server
 	metrics *http.Server
@@ -44,34 +43,17 @@ type Server struct {
 	bg    chan struct{}
 }
 
-// dbPath is where the bbolt file lives.
-func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db") }
-
-// openStore creates the data directory and opens the store, turning the
-// common failures into messages an admin can act on.
-func openStore(cfg *Config) (*store.DB, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
-	}
-	db, err := store.Open(dbPath(cfg), store.Options{})
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
-		}
-		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
-	}
-	return db, nil
-}
-
 // Run opens everything and starts serving. Models load in the background:
 // /healthz answers 503 {"status":"loading"} until both are ready.
 func (s *Server) Run(ctx context.Context) error {
 	cfg := s.cfg
-	db, err := openStore(cfg)
+	db, err := openStore(ctx, cfg, s.log)
 	if err != nil {
 		return err
 	}
 	s.db = db
+	// Boxes sharing PostgreSQL share its rate limiter; one box keeps its own.
+	limiter, _ := db.(store.RateLimiter)
 
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
@@ -79,7 +61,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if _, ok, err := db.CurrentPrompt(); err != nil {
 		return fmt.Errorf("reading the system prompt: %w", err)
 	} else if !ok {
-		if err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()}); err != nil {
+		// ErrExists: another box starting on the same database saved it.
+		err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()})
+		if err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("saving the default system prompt: %w", err)
 		}
 	}
@@ -141,7 +125,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Limits:         limits,
 		MetricsPublic:  cfg.MetricsAddr != "",
 		TLS:            s.tls != nil,
-		DataFile:       dbPath(cfg),
+		Node:           cfg.NodeName,
+		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,
@@ -176,7 +161,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if cfg.PublicURL != "" {
 		base = strings.TrimSuffix(cfg.PublicURL, "/")
 	}
-	s.log.Info("replyd listening", "addr", ln.Addr().String(), "admin_page", base+"/admin/", "conversation_page", base+"/app/", "version", version)
+	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", base+"/admin/", "conversation_page", base+"/app/", "version", version)
 	if s.tls == nil && !isLoopback(ln.Addr()) {
 		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
 	}

@@ -453,7 +453,7 @@ async function main() {
     await step('status: version, uptime, queue, data file, models loaded, demo warning', async () => {
       await until(async () => (await page.$$('#engines tbody tr')).length >= 2, 'two engines');
       const facts = await page.$$eval('#status-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
-      for (const k of ['Version', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
+      for (const k of ['Version', 'Box', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
       check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
       const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
       for (const r of rows) {
@@ -646,7 +646,7 @@ async function main() {
       const ours = page.locator(`#logs-table tbody tr[data-stream="infer"] td[title="${tryHash}"]`);
       await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
       const line = await page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first().textContent();
-      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line), `infer line "${line}"`);
+      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line) && /, on \S/.test(line), `infer line "${line}" (with the box that wrote it)`);
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');
       await answered('/v1/admin/logs', { level: 'info', stream: 'infer' }, () => page.selectOption('#logs-level', 'info'));
