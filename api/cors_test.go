@@ -79,7 +79,7 @@ func TestCORSPreflight(t *testing.T) {
 		"Access-Control-Allow-Headers": "X-API-KEY, Content-Type, X-Request-Id",
 		"Access-Control-Max-Age":       "600",
 	}
-	for _, path := range []string{"/v1/infer", "/v1/pair"} {
+	for _, path := range []string{"/v1/infer", "/v1/pair", "/v1/feedback"} {
 		rec := e.do(preflight(path, allowedOrigin, false))
 		if rec.Code != http.StatusNoContent {
 			t.Errorf("%s preflight: %d %s", path, rec.Code, rec.Body.String())

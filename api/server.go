@@ -6,6 +6,8 @@
 package api
 
 import (
+	"crypto/rand"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -51,7 +53,7 @@ type Options struct {
 	// from the request's Host and this server's scheme.
 	PublicURL string
 	// CORSOrigins are the exact origins (ParseCORSOrigins) whose pages may
-	// call /v1/infer and /v1/pair; none when empty.
+	// call /v1/infer, /v1/pair and /v1/feedback; none when empty.
 	CORSOrigins []string
 	// Certs is replyd's own certificate authority and server certificate;
 	// nil when TLS is off.
@@ -59,6 +61,8 @@ type Options struct {
 	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
 	// installed); nil means they cannot.
 	M4A func() bool
+	// Rand is the source of inference ids; nil means crypto/rand.
+	Rand io.Reader
 	// Node names this box in the log entries it writes and in /healthz and
 	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
 	Node string
@@ -96,6 +100,8 @@ type Server struct {
 	storeDown atomic.Bool // the last health check found the store unreachable
 
 	limiter store.RateLimiter // per-key rate limits and the pairing throttle
+	recent  *recentInferences
+	rand    io.Reader
 	touches store.TouchThrottle
 	otpMu   sync.Mutex // serialises OTP sends
 
@@ -133,6 +139,10 @@ func New(o Options) *Server {
 		certs:       o.Certs,
 		m4a:         o.M4A,
 		node:        o.Node,
+		rand:        o.Rand,
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
 	}
 	if s.dataFile == "" {
 		s.dataFile = o.Store.Describe()
@@ -151,6 +161,7 @@ func New(o Options) *Server {
 	if s.limiter == nil {
 		s.limiter = newMemoryLimiter()
 	}
+	s.recent = newRecentInferences(recentMax)
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -197,6 +208,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	// REPLYD_CORS_ORIGINS may call them too.
 	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
 	s.corsRoute(e, "/v1/pair", s.handlePair)
+	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -215,6 +227,10 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.POST("/system-prompt", s.handleSetPrompt)
 	a.GET("/system-prompt/history", s.handlePromptHistory)
 	a.GET("/backup", s.handleBackup)
+	a.GET("/outcomes", s.handleOutcomesExport)
+	a.GET("/users", s.handleListUsers)
+	a.GET("/users/:user/pairs", s.handleUserPairs)
+	a.DELETE("/users/:user", s.handleDeleteUser)
 	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
 
 	if !metricsPublic {

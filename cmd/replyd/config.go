@@ -70,14 +70,17 @@ type Config struct {
 	PublicURL   string
 	CORSOrigins string
 
-	MaxBodyMiB    int
-	MaxAudio      time.Duration
-	InferTimeout  time.Duration
-	SessionTTL    time.Duration
-	LogRetention  time.Duration
-	LogLevel      string
-	LogFormat     string
-	ShutdownGrace time.Duration
+	MaxBodyMiB   int
+	MaxAudio     time.Duration
+	InferTimeout time.Duration
+	SessionTTL   time.Duration
+	LogRetention time.Duration
+	// MemoryRetention is how long remembered pairs are kept; negative
+	// (unset) follows LogRetention. See MemoryKeep.
+	MemoryRetention time.Duration
+	LogLevel        string
+	LogFormat       string
+	ShutdownGrace   time.Duration
 }
 
 // option describes one configuration value: its flag, its environment
@@ -175,13 +178,29 @@ func options() []option {
 		strOpt("tls-key", "REPLYD_TLS_KEY", "", "TLS private key file (PEM)", false, func(c *Config) *string { return &c.TLSKey }),
 
 		strOpt("public-url", "REPLYD_PUBLIC_URL", "", "the base URL tablets reach replyd at (e.g. https://replyd.local:8080): pairing links and QR codes use it, and REPLYD_TLS=auto adds its host to the certificate; empty: the address the admin page was opened with", false, func(c *Config) *string { return &c.PublicURL }),
-		strOpt("cors-origins", "REPLYD_CORS_ORIGINS", "", "comma-separated exact origins (https://host[:port]) whose web pages may call /v1/infer and /v1/pair; empty: none; * is refused", false, func(c *Config) *string { return &c.CORSOrigins }),
+		strOpt("cors-origins", "REPLYD_CORS_ORIGINS", "", "comma-separated exact origins (https://host[:port]) whose web pages may call /v1/infer, /v1/pair and /v1/feedback; empty: none; * is refused", false, func(c *Config) *string { return &c.CORSOrigins }),
 
 		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", "25", "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
 		durOpt("max-audio", "REPLYD_MAX_AUDIO", "120s", "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
+			set: func(c *Config, v string) error {
+				if strings.TrimSpace(v) == "" {
+					c.MemoryRetention = -1
+					return nil
+				}
+				d, err := ParseDuration(v)
+				c.MemoryRetention = d
+				return err
+			},
+			get: func(c *Config) string {
+				if c.MemoryRetention < 0 {
+					return ""
+				}
+				return FormatDuration(c.MemoryRetention)
+			}},
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -291,6 +310,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("REPLYD_NODE_NAME must be 1 to 64 characters"))
 	}
 	return errors.Join(errs...)
+}
+
+// MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
+// else REPLYD_LOG_RETENTION; 0 keeps them.
+func (c *Config) MemoryKeep() time.Duration {
+	if c.MemoryRetention >= 0 {
+		return c.MemoryRetention
+	}
+	return c.LogRetention
 }
 
 // TLSEnabled reports whether replyd serves HTTPS.

@@ -29,21 +29,13 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	dir := t.TempDir()
-	modelDir := demoModels(t, dir)
-	data := filepath.Join(dir, "data")
-	oldPEM := writeOldSelfSigned(t, filepath.Join(data, "tls", "cert.pem"), filepath.Join(data, "tls", "key.pem"))
 	const adminKey = "e2e-admin-key-0123456789abcdef"
-	env := map[string]string{
-		"REPLYD_E2E_EXEC":      "1",
-		"REPLYD_DATA_DIR":      data,
-		"REPLYD_ADMIN_KEY":     adminKey,
-		"REPLYD_TLS":           "auto",
-		"REPLYD_LLM_MODEL":     filepath.Join(modelDir, "llm-demo.gguf"),
-		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
-		"REPLYD_THREADS":       "1",
-		"PATH":                 t.TempDir(), // no ffmpeg
-	}
+	_, env := demoEnv(t, adminKey)
+	data := env["REPLYD_DATA_DIR"]
+	oldPEM := writeOldSelfSigned(t, filepath.Join(data, "tls", "cert.pem"), filepath.Join(data, "tls", "key.pem"))
+	env["REPLYD_E2E_EXEC"] = "1"
+	env["REPLYD_TLS"] = "auto"
+	env["PATH"] = t.TempDir() // no ffmpeg
 	p := testutil.StartReplyd(t, replydproc.Options{Bin: os.Args[0], DataDir: data, AdminKey: adminKey, Env: maps.Clone(env)})
 	base := strings.Replace(p.URL, "http://", "https://", 1)
 

@@ -267,6 +267,7 @@ async function main() {
       REPLYD_VAD_MODEL: vadModel,
       REPLYD_CORS_ORIGINS: allowedOrigin,
       REPLYD_LOG_LEVEL: 'debug',
+      REPLYD_THREADS: '1',
     }, replydLog);
     cleanups.push(replyd.stop);
     const base = replyd.base;
@@ -405,9 +406,15 @@ async function main() {
       await shot('05-candidates-tablet');
     });
 
-    await step('touch: the chosen candidate is spoken and becomes the user\'s turn', async () => {
+    await step('touch: the chosen candidate is spoken, becomes the user\'s turn and is reported to /v1/feedback', async () => {
       const c = await candidates();
-      await page.click('#cands .cand[data-rank="1"]');
+      const [fb] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/feedback')),
+        page.click('#cands .cand[data-rank="1"]'),
+      ]);
+      const sent = JSON.parse(fb.request().postData());
+      check(/^inf_/.test(sent.inference_id) && sent.chosen_rank === 1 && Number.isInteger(sent.time_to_choice_ms), `feedback ${JSON.stringify(sent)}`);
+      equal(fb.status(), 200, 'POST /v1/feedback status');
       equal(JSON.stringify(await spoken()), JSON.stringify([c[0]]), 'spoken');
       const b = await bubbles();
       equal(JSON.stringify(b[b.length - 1]), JSON.stringify({ role: 'disabled_person', text: c[0] }), 'last bubble');
@@ -490,6 +497,11 @@ async function main() {
       equal((await spoken()).at(-1), 'See you tomorrow.', 'typed reply spoken');
       equal(JSON.stringify((await bubbles()).at(-1)), JSON.stringify({ role: 'disabled_person', text: 'See you tomorrow.' }), 'typed reply appended');
       await partnerSays('Tea or coffee?');
+      const reports = [];
+      const onFeedback = async (r) => {
+        if (r.url().endsWith('/v1/feedback')) reports.push({ status: r.status(), body: JSON.parse(r.request().postData()) });
+      };
+      page.on('response', onFeedback);
       await page.click('#none-fit');
       check(await page.isVisible('#type-form'), 'None fit did not open Type');
       equal(await page.evaluate(() => document.activeElement.id), 'type-text', 'focus after None fit');
@@ -497,6 +509,11 @@ async function main() {
       await page.fill('#type-text', 'Water, please.');
       await page.keyboard.press('Enter');
       equal((await spoken()).at(-1), 'Water, please.', 'reply after None fit');
+      await until(() => reports.length === 2, 'the two feedback reports');
+      page.off('response', onFeedback);
+      check(reports.every((r) => r.status === 200), `feedback statuses ${JSON.stringify(reports.map((r) => r.status))}`);
+      check(reports[0].body.none_fit === true && reports[0].body.spoken_text === undefined, `first report ${JSON.stringify(reports[0].body)}`);
+      check(reports[1].body.none_fit === true && reports[1].body.spoken_text === 'Water, please.' && reports[1].body.inference_id === reports[0].body.inference_id, `second report ${JSON.stringify(reports[1].body)}`);
     });
 
     await step('New conversation starts a new dialog_id with no earlier turns', async () => {
@@ -509,6 +526,10 @@ async function main() {
     });
 
     await step('recording again cancels the request in flight: the server logs it canceled and the LLM stops sampling it', async () => {
+      // A long biography makes the language model's work on a new dialog
+      // take seconds, so the partner can speak again while it runs.
+      const bio = 'Sam is 34 years old and likes tea with milk, music, the garden and talking with his sister about home. '.repeat(60);
+      await setSettings(() => page.fill('#s-bio', bio));
       await page.click('#new-conv');
       const [req] = await Promise.all([
         page.waitForRequest((r) => r.url().endsWith('/v1/infer'), { timeout: 30000 }),
@@ -532,6 +553,7 @@ async function main() {
       // The new recording goes on to its own answer.
       await until(async () => (await candidates()).length > 0, 'the candidates of the new recording', 120000);
       equal((await bubbles()).filter((b) => b.role === 'speaker').length, 1, 'partner turns after the cancel');
+      await setSettings(() => page.fill('#s-bio', ''));
     });
 
     await step('Cancel stops a request; WAV is sent when the setting asks for it', async () => {
@@ -574,9 +596,9 @@ async function main() {
       await toneBrowser.close();
     });
 
-    await step('a streamed answer (transcript, then candidates) and inference ids with feedback work; a 404 feedback changes nothing', async () => {
-      // Played to the page: this replyd streams and reports inference ids
-      // only with the latency and outcomes features.
+    await step('a streamed answer (transcript, then candidates) works; a replyd without /v1/feedback (404) changes nothing', async () => {
+      // Played to the page: this replyd does not stream yet, and an older one
+      // has no /v1/feedback.
       const stream = 'event: transcript\ndata: {"transcript":"Is it raining?"}\n\n'
         + 'event: candidates\ndata: {"transcript":"Is it raining?","response":["Yes, take a coat.","No, it is sunny."],"inference_id":"inf-42"}\n\n';
       await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: stream }));

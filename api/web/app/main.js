@@ -93,7 +93,11 @@ function say(text) {
 
 function noneFit() {
   const a = state.answer;
-  if (a) feedback({ inference_id: a.inferenceId, none_fit: true, time_to_choice_ms: Math.round(performance.now() - a.shownAt) });
+  if (a) {
+    // Reported at once; what the user then types replaces it (with none_fit).
+    a.noneFit = true;
+    feedback({ inference_id: a.inferenceId, none_fit: true, time_to_choice_ms: Math.round(performance.now() - a.shownAt) });
+  }
   clearCandidates();
   openCompose('type');
 }
@@ -103,7 +107,11 @@ function typedReply(ev) {
   const text = $('#type-text').value.trim();
   if (!text) return;
   const a = state.answer;
-  if (a) feedback({ inference_id: a.inferenceId, spoken_text: text, time_to_choice_ms: Math.round(performance.now() - a.shownAt) });
+  if (a) {
+    const report = { inference_id: a.inferenceId, spoken_text: text, time_to_choice_ms: Math.round(performance.now() - a.shownAt) };
+    if (a.noneFit) report.none_fit = true;
+    feedback(report);
+  }
   state.answer = null;
   clearCandidates();
   $('#type-text').value = '';

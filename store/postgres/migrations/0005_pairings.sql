@@ -1,4 +1,4 @@
--- Version 4: tablet pairings. A row is a pending pairing: the settings of the
+-- Version 5: tablet pairings. A row is a pending pairing: the settings of the
 -- key that redeeming its one-time code mints; only the code's SHA-256 is
 -- kept. A used row stays until it expires (so a second try can be told
 -- "already used"); expired rows are deleted.
