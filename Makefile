@@ -62,7 +62,7 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin page against the real binary.
+# the browser tests of the admin and conversation pages against the real binary.
 test: deps fmt-check vet test-race test-conformance test-browser
 
 test-go:
@@ -79,7 +79,7 @@ test-conformance:
 
 test-browser: build
 	@scripts/deps.sh
-	@cd tests/browser && node run.mjs
+	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/

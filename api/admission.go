@@ -290,7 +290,7 @@ func (l *limitListener) release(key string) {
 	}
 }
 
-// key is the counting unit of a peer (addrKey), or "" for a trusted proxy.
+// key is the counting unit of a peer (addrBucket), or "" for a trusted proxy.
 func (l *limitListener) key(a net.Addr) string {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok {
@@ -301,7 +301,7 @@ func (l *limitListener) key(a net.Addr) string {
 			return ""
 		}
 	}
-	return addrKey(canonicalAddr(ta.IP.String()))
+	return addrBucket(canonicalAddr(ta.IP.String()))
 }
 
 // countedConn gives its slot back once, when closed.

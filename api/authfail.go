@@ -7,7 +7,6 @@ package api
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -64,23 +63,12 @@ func newAuthFailures(limit int) *authFailures {
 	return &authFailures{limit: limit, windows: make(map[string]*failWindow)}
 }
 
-// addrKey is the unit failures are counted in: an IPv4 address, or the /64
-// of an IPv6 address.
-func addrKey(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil || a.Is4() {
-		return addr
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
-}
-
 // blocked reports whether addr has used up its failures in the current
 // window, and how long until the window closes.
 func (f *authFailures) blocked(addr string, now time.Time) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w := f.windows[addrKey(addr)]
+	w := f.windows[addrBucket(addr)]
 	if w == nil || !inWindow(w, now) || w.count < f.limit {
 		return false, 0
 	}
@@ -97,7 +85,7 @@ func (f *authFailures) record(addr, kind string, now time.Time) []failSummary {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := f.closed(now, false)
-	key := addrKey(addr)
+	key := addrBucket(addr)
 	w := f.windows[key]
 	if w == nil && len(f.windows) >= maxTrackedAddrs {
 		if f.other == nil {

@@ -95,7 +95,7 @@ type otpGuard struct {
 	mu sync.Mutex
 
 	maxAddrFails int
-	addrFails    map[string]*addrFails // addrKey -> wrong codes in the window
+	addrFails    map[string]*addrFails // addrBucket -> wrong codes in the window
 
 	tokens   float64 // global send allowance
 	tokensAt time.Time
@@ -119,7 +119,7 @@ func newOTPGuard(l Limits) *otpGuard {
 func (g *otpGuard) admitAddr(addr string, now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if f := g.addrFails[addrKey(addr)]; f != nil && now.Sub(f.start) < otpAddrFailWindow && f.count >= g.maxAddrFails {
+	if f := g.addrFails[addrBucket(addr)]; f != nil && now.Sub(f.start) < otpAddrFailWindow && f.count >= g.maxAddrFails {
 		wait := f.start.Add(otpAddrFailWindow).Sub(now)
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"%d wrong codes from this address: retry in %d s", g.maxAddrFails, retryAfterSeconds(wait))}
@@ -131,7 +131,7 @@ func (g *otpGuard) admitAddr(addr string, now time.Time) *Error {
 func (g *otpGuard) failAddr(addr string, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := addrKey(addr)
+	k := addrBucket(addr)
 	f := g.addrFails[k]
 	if f == nil || now.Sub(f.start) >= otpAddrFailWindow || now.Before(f.start) {
 		g.sweepAddrFails(now)

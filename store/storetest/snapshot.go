@@ -13,7 +13,8 @@ import (
 
 // Fill puts some of everything into s: keys (active, revoked, touched,
 // created in one nanosecond), the admin key, prompt versions, sessions, an
-// OTP code with one wrong try, and infer and admin log entries. The
+// OTP code with one wrong try, a pending and a used pairing, and infer and
+// admin log entries. The
 // cross-store migration tests use it too.
 func Fill(t testing.TB, s store.Store) {
 	t.Helper()
@@ -41,6 +42,11 @@ func Fill(t testing.TB, s store.Store) {
 		if _, err := s.OTPFailed(T0, rule); err != nil {
 			t.Fatal(err)
 		}
+	}
+	Must(t, s.CreatePairing(pairingFor("pair-pending", "ward 4"), 10, T0))
+	Must(t, s.CreatePairing(pairingFor("pair-used", "ward 5"), 10, T0))
+	if _, err := s.RedeemPairing("pair-used", "k-paired", T0.Add(time.Second)); err != nil {
+		t.Fatal(err)
 	}
 	for i := range 30 {
 		stream := store.StreamInfer
@@ -161,9 +167,15 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 		if u, _ := s.OTPLock(T0); !u.Equal(T0.Add(time.Minute)) {
 			t.Errorf("the pause did not carry: %v", u)
 		}
-		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k2 k1]" {
+		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k-paired k2 k1]" {
 			t.Errorf("ListKeys = %v", ks)
 		}
+		// The pairings carried: the pending code still pairs, the used one
+		// says so.
+		_, err := s.RedeemPairing("pair-used", "k-again", T0.Add(2*time.Second))
+		wantErr(t, "the used pairing after the copy", err, store.ErrUsed)
+		_, err = s.RedeemPairing("pair-pending", "k-new", T0.Add(3*time.Second))
+		Must(t, err)
 	}
 	// An empty store's snapshot is empty and imports as empty.
 	c, d := e.Open(), e.Open()
