@@ -62,7 +62,7 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin page against the real binary.
+# the browser tests of the admin and conversation pages against the real binary.
 test: deps fmt-check vet test-race test-conformance test-browser
 
 test-go:
@@ -79,17 +79,23 @@ test-conformance:
 
 test-browser: build
 	@scripts/deps.sh
-	@cd tests/browser && node run.mjs
+	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
 	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
+# Every parser of network bytes, FUZZTIME each.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzFeedback -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./engine/audio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzInferMultipart$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzCredentials$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzClientAddr$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 
 loadtest: build demo-models
 	$(GO) run ./cmd/loadtest -bin $(BIN)

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/store"
 )
 
@@ -47,6 +48,19 @@ type Options struct {
 	// the store's Describe (a file path, or a database URL without its
 	// password).
 	DataFile string
+	// PublicURL is the base URL tablets reach replyd at (e.g.
+	// https://replyd.local:8080); pairing links are made under it. Empty:
+	// from the request's Host and this server's scheme.
+	PublicURL string
+	// CORSOrigins are the exact origins (ParseCORSOrigins) whose pages may
+	// call /v1/infer, /v1/pair and /v1/feedback; none when empty.
+	CORSOrigins []string
+	// Certs is replyd's own certificate authority and server certificate;
+	// nil when TLS is off.
+	Certs CertSource
+	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
+	// installed); nil means they cannot.
+	M4A func() bool
 	// Rand is the source of inference ids; nil means crypto/rand.
 	Rand io.Reader
 	// Node names this box in the log entries it writes and in /healthz and
@@ -59,6 +73,12 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
+	// DiskFree reports the free bytes of the data directory's file system
+	// for /healthz and the Status view; nil leaves them unknown.
+	DiskFree func() (int64, error)
+	// TOTPOnly is REPLYD_OTP_CHANNEL=totp: nothing is sent; the admin logs
+	// in with an authenticator app's code (POST /v1/admin/totp/enroll).
+	TOTPOnly bool
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -75,16 +95,37 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	diskFree func() (int64, error)
 	node     string
 	started  time.Time
 
+	publicURL   string
+	corsOrigins []string
+	certs       CertSource
+	m4a         func() bool
+
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter store.RateLimiter
-	recent  *recentInferences
-	rand    io.Reader
-	touches store.TouchThrottle
-	otpMu   sync.Mutex // serialises OTP sends
+	limiter  store.RateLimiter // per-key rate limits and the pairing throttle
+	refusals refusalLog        // rate-limit refusals logged, one a window per key
+	recent   *recentInferences
+	rand     io.Reader
+	touches  store.TouchThrottle
+	otpMu    sync.Mutex // serialises OTP sends
+	otp      *otpGuard
+	totpOnly bool
+
+	failures  *authFailures
+	failMu    sync.Mutex
+	failTimer *time.Timer // logs the failure windows once they close
+	closed    bool
+
+	adminKey verifiedAdminKey
+	kdfSlot  chan struct{} // one admin-key KDF at a time
+
+	trusted  []*net.IPNet
+	uploads  *uploadBudget
+	inflight *keyInflight
 
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
@@ -93,7 +134,8 @@ type Server struct {
 
 	clientMD    []byte
 	openAPIYAML []byte
-	static      *staticFiles
+	static      *staticFiles // the admin page
+	appStatic   *staticFiles // the conversation page
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -113,8 +155,14 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
-		node:     o.Node,
-		rand:     o.Rand,
+		diskFree: o.DiskFree,
+
+		publicURL:   o.PublicURL,
+		corsOrigins: o.CORSOrigins,
+		certs:       o.Certs,
+		m4a:         o.M4A,
+		node:        o.Node,
+		rand:        o.Rand,
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -137,6 +185,13 @@ func New(o Options) *Server {
 		s.limiter = newMemoryLimiter()
 	}
 	s.recent = newRecentInferences(recentMax)
+	s.otp = newOTPGuard(s.limits)
+	s.totpOnly = o.TOTPOnly
+	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
+	s.kdfSlot = make(chan struct{}, 1)
+	s.trusted = o.TrustedProxies
+	s.uploads = &uploadBudget{avail: s.limits.UploadMemoryBytes}
+	s.inflight = &keyInflight{n: map[string]int{}}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health)
 
@@ -147,7 +202,10 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(); err != nil {
+	if s.static, err = newStaticFiles(web.FS()); err != nil {
+		panic(err)
+	}
+	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {
 		panic(err)
 	}
 
@@ -156,7 +214,7 @@ func New(o Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = ipExtractor(o.TrustedProxies)
-	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
+	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic, s.slowBody)
 	s.routes(e, o.MetricsPublic)
 	s.e = e
 	return s
@@ -171,9 +229,16 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.GET("/", s.handleRoot)
 	e.GET("/admin", s.handleRoot)
 	e.GET("/admin/*", s.handleAdminPage)
+	e.GET("/app", s.handleAppRedirect)
+	e.GET("/app/*", s.handleAppPage)
+	e.GET("/tls/ca.pem", s.handleCACert)
+	e.GET("/tls/cert.pem", s.handleServerCert)
 
-	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
-	e.POST("/v1/feedback", s.handleFeedback)
+	// The routes a tablet calls; browser clients on the origins listed in
+	// REPLYD_CORS_ORIGINS may call them too.
+	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	s.corsRoute(e, "/v1/pair", s.handlePair)
+	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -187,6 +252,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.GET("/keys", s.handleListKeys)
 	a.POST("/keys", s.handleCreateKey)
 	a.DELETE("/keys/:api_key_hash", s.handleRevokeKey)
+	a.POST("/pairings", s.handleCreatePairing)
 	a.GET("/system-prompt", s.handleGetPrompt)
 	a.POST("/system-prompt", s.handleSetPrompt)
 	a.GET("/system-prompt/history", s.handlePromptHistory)
@@ -196,6 +262,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	a.GET("/users/:user/pairs", s.handleUserPairs)
 	a.DELETE("/users/:user", s.handleDeleteUser)
 	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
+	a.POST("/totp/enroll", s.handleTOTPEnroll)
 
 	if !metricsPublic {
 		e.GET("/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
@@ -207,20 +274,25 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 // HTTPServer returns an *http.Server for addr serving Handler with timeouts
 // suited to uploads from tablets on a clinic LAN: headers within 10 s and at
-// most 64 KiB of them, the whole request within 2 minutes, the answer within
-// the inference timeout plus a minute.
+// most 64 KiB of them, the body at MinBodyRate after BodyRateGrace (see
+// slowBody) and the whole request within 2 minutes, the answer within the
+// inference timeout plus two minutes. Serve it on Listener(ln) to bound the
+// connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       requestReadTimeout,
 		WriteTimeout:      2*time.Minute + s.limits.InferTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// m4aAvailable reports whether M4A/AAC uploads can be decoded now.
+func (s *Server) m4aAvailable() bool { return s.m4a != nil && s.m4a() }
 
 // uptime returns whole seconds since New.
 func (s *Server) uptime() int64 {

@@ -2,16 +2,19 @@
 # Installs what replyd needs to build and test on Debian: a C toolchain for
 # cgo (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the Go
 # module zip leaves out, ffmpeg for M4A/AAC uploads, espeak-ng and sox to make
-# test speech, shellcheck for the scripts, Chromium for the admin page's
-# browser tests, and the npm packages of those tests; for the tests only (not with --run, which `make run`
-# passes), PostgreSQL (the store's contract suite and the two-box tests start their own server in a temp dir)
-# and HAProxy (the routing test). Runs apt-get (through sudo when not root) only for
-# packages that are missing, so a second run is quick.
+# test speech, ShellCheck for the scripts, Chromium for the browser tests of
+# the admin and conversation pages, and the npm packages of those tests
+# (playwright-core, axe-core); for the tests only
+# (not with --run, which `make run` passes), PostgreSQL (the store's contract
+# suite and the two-box tests start their own server in a temp dir), HAProxy
+# (the routing test) and zbar-tools (reading back the pairing QR codes). Runs
+# apt-get (through sudo when not root) only for packages that are missing, so
+# a second run is quick.
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg espeak-ng sox chromium shellcheck nodejs npm)
 # Needed by the tests only: `scripts/deps.sh --run` leaves them out.
-test_pkgs=(postgresql haproxy)
+test_pkgs=(postgresql haproxy zbar-tools)
 if [ "${1:-}" != "--run" ]; then pkgs+=("${test_pkgs[@]}"); fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -30,10 +33,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The admin page's browser tests (playwright-core; it drives Debian's
-# chromium and downloads no browser of its own). Needs Node.js 18.19 or newer.
+# The pages' browser tests (playwright-core drives Debian's chromium and
+# downloads no browser of its own; axe-core checks accessibility). Needs
+# Node.js 18.19 or newer.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if [ "${1:-}" != "--run" ] && [ -f "$root/tests/browser/package-lock.json" ] && [ ! -d "$root/tests/browser/node_modules/playwright-core" ]; then
+if [ "${1:-}" != "--run" ] && [ -f "$root/tests/browser/package-lock.json" ] && { [ ! -d "$root/tests/browser/node_modules/playwright-core" ] || [ ! -d "$root/tests/browser/node_modules/axe-core" ]; }; then
 	echo "deps: installing the browser tests' npm packages" >&2
 	(cd "$root/tests/browser" && npm ci --no-audit --no-fund --silent)
 fi

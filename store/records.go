@@ -29,9 +29,13 @@ const (
 
 	ResourceAPIKey = "api_key"
 	ResourceAdmin  = "admin"
+	// ResourceClient names a client address (failed authentication).
+	ResourceClient = "client_address"
 
 	StreamInfer = "infer"
 	StreamAdmin = "admin"
+	// StreamAuth holds the aggregated failed-authentication entries.
+	StreamAuth = "auth"
 )
 
 // Errors returned by the store, tested with errors.Is.
@@ -46,8 +50,17 @@ var (
 	// ErrNotSupported: this implementation does not offer the operation
 	// (Backup on PostgreSQL); the error's text says what to do instead.
 	ErrNotSupported = errors.New("not supported by this store")
+	// ErrExpired: the record (a pairing code) has passed its expiry.
+	ErrExpired = errors.New("expired")
+	// ErrUsed: the single-use record (a pairing code) was already used.
+	ErrUsed = errors.New("already used")
+	// ErrLimit: a bound on the number of records (pending pairings) is reached.
+	ErrLimit = errors.New("limit reached")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
+	// ErrNoSpace: a write failed because the data directory's file system
+	// is full (or the user's quota is used up).
+	ErrNoSpace = errors.New("no space left on the data directory's device")
 )
 
 // APIKey is a client key as stored: only its SHA-256 hash, never the key.
@@ -60,6 +73,24 @@ type APIKey struct {
 	CreatedAt          time.Time
 	RevokedAt          time.Time // zero while active
 	LastUsedAt         time.Time // updated at most once a minute
+}
+
+// Pairing is a pending tablet pairing: what the key minted by redeeming its
+// one-time code will be. Only the code's SHA-256 hash is stored; the key
+// does not exist until the code is redeemed.
+type Pairing struct {
+	CodeHash string // lowercase hex SHA-256 of the normalised code
+	// Key holds the minted key's ClientID, Status, Scopes and
+	// RateLimitPerMinute; its Hash and CreatedAt are set on redemption
+	// (and RevokedAt when Status is StatusRevoked).
+	Key       APIKey
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// UsedAt and KeyHash are set when the code is redeemed. A used pairing
+	// is kept until ExpiresAt, so that a second try can be told "already
+	// used", and then pruned like an unused one.
+	UsedAt  time.Time
+	KeyHash string
 }
 
 // PromptVersion is one saved version of the system prompt.
@@ -289,15 +320,3 @@ type StatsBucket struct {
 	Outcomes      int
 	Accepted      int
 }
-
-// OTPResult tells how a verification went.
-type OTPResult int
-
-// Results of VerifyOTP.
-const (
-	OTPOK      OTPResult = iota
-	OTPWrong             // wrong code; attempts remain
-	OTPBurned            // too many wrong tries: the code is gone
-	OTPExpired           // the code expired
-	OTPNone              // no code outstanding
-)

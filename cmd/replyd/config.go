@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/api"
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -49,6 +50,7 @@ type Config struct {
 	ContextPerSeq  int
 	QueueSize      int
 	STTQueueSize   int
+	MaxDecodes     int
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
@@ -67,11 +69,18 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
+	OTPTTL            time.Duration
+	OTPResendInterval time.Duration
+	PublicURL         string
+	CORSOrigins       string
+
 	MaxBodyMiB   int
 	MaxAudio     time.Duration
 	InferTimeout time.Duration
 	SessionTTL   time.Duration
 	LogRetention time.Duration
+	LogMaxMB     int
+	MinFreeMB    int
 	// MemoryRetention is how long remembered pairs are kept; negative
 	// (unset) follows LogRetention. See MemoryKeep.
 	MemoryRetention time.Duration
@@ -156,11 +165,14 @@ func options() []option {
 		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
 		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
+		intOpt("max-decodes", "REPLYD_MAX_DECODES", "2", "recordings decoded at once (each may take up to about 100 MB while it is decoded)", func(c *Config) *int { return &c.MaxDecodes }),
 		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "48", "token cap of one candidate reply", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
 
-		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console, webhook, telegram, ntfy, gotify", false, func(c *Config) *string { return &c.OTPChannel }),
+		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console (a terminal, else a 0600 file in the data dir), webhook, telegram, ntfy, gotify; or totp (an authenticator app, nothing is sent)", false, func(c *Config) *string { return &c.OTPChannel }),
+		durOpt("otp-ttl", "REPLYD_OTP_TTL", "5m", "lifetime of a sent login code", func(c *Config) *time.Duration { return &c.OTPTTL }),
+		durOpt("otp-resend-interval", "REPLYD_OTP_RESEND_INTERVAL", "30s", "least time between two login codes asked for from one address", func(c *Config) *time.Duration { return &c.OTPResendInterval }),
 		strOpt("otp-webhook-url", "REPLYD_OTP_WEBHOOK_URL", "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
 		strOpt("telegram-bot-token", "REPLYD_TELEGRAM_BOT_TOKEN", "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
 		strOpt("telegram-chat-id", "REPLYD_TELEGRAM_CHAT_ID", "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
@@ -170,15 +182,20 @@ func options() []option {
 		strOpt("gotify-url", "REPLYD_GOTIFY_URL", "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
 		strOpt("gotify-token", "REPLYD_GOTIFY_TOKEN", "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
 
-		strOpt("tls", "REPLYD_TLS", "off", "off; auto (a self-signed certificate made on first start in the data dir); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
+		strOpt("tls", "REPLYD_TLS", "off", "off; auto (replyd's own certificate authority in the data dir signs the server certificate; tablets install GET /tls/ca.pem); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
 		strOpt("tls-cert", "REPLYD_TLS_CERT", "", "TLS certificate file (PEM); setting it and --tls-key turns TLS on", false, func(c *Config) *string { return &c.TLSCert }),
 		strOpt("tls-key", "REPLYD_TLS_KEY", "", "TLS private key file (PEM)", false, func(c *Config) *string { return &c.TLSKey }),
+
+		strOpt("public-url", "REPLYD_PUBLIC_URL", "", "the base URL tablets reach replyd at (e.g. https://replyd.local:8080): pairing links and QR codes use it, and REPLYD_TLS=auto adds its host to the certificate; empty: the address the admin page was opened with", false, func(c *Config) *string { return &c.PublicURL }),
+		strOpt("cors-origins", "REPLYD_CORS_ORIGINS", "", "comma-separated exact origins (https://host[:port]) whose web pages may call /v1/infer, /v1/pair and /v1/feedback; empty: none; * is refused", false, func(c *Config) *string { return &c.CORSOrigins }),
 
 		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", "25", "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
 		durOpt("max-audio", "REPLYD_MAX_AUDIO", "120s", "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		intOpt("log-max-mb", "REPLYD_LOG_MAX_MB", "256", "most space the log may take in the data file, in MB; the oldest entries go first (0 = no bound)", func(c *Config) *int { return &c.LogMaxMB }),
+		intOpt("min-free-mb", "REPLYD_MIN_FREE_MB", "512", "free space on the data disk under which start-up warns and /healthz says degraded, in MB", func(c *Config) *int { return &c.MinFreeMB }),
 		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
 			set: func(c *Config, v string) error {
 				if strings.TrimSpace(v) == "" {
@@ -235,15 +252,26 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdminKey != "" {
+		if err := secret.CheckAdminKeyStrength(c.AdminKey); err != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_ADMIN_KEY: %w", err))
+		}
+	}
 	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
 	} else {
 		c.TrustedNets = nets
 	}
 	switch c.OTPChannel {
-	case "console", "webhook", "telegram", "ntfy", "gotify":
+	case "console", "webhook", "telegram", "ntfy", "gotify", api.ChannelTOTP:
 	default:
-		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify)", c.OTPChannel))
+		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify, totp)", c.OTPChannel))
+	}
+	if c.OTPTTL < time.Second || c.OTPResendInterval <= 0 {
+		errs = append(errs, errors.New("REPLYD_OTP_TTL (at least 1s) and REPLYD_OTP_RESEND_INTERVAL must be positive"))
+	}
+	if c.LogMaxMB < 0 || c.MinFreeMB < 0 {
+		errs = append(errs, errors.New("REPLYD_LOG_MAX_MB and REPLYD_MIN_FREE_MB must not be negative"))
 	}
 	switch c.TLS {
 	case "off", "auto", "on":
@@ -256,11 +284,20 @@ func (c *Config) Validate() error {
 	if c.TLS == "on" && c.TLSCert == "" {
 		errs = append(errs, errors.New("REPLYD_TLS=on needs REPLYD_TLS_CERT and REPLYD_TLS_KEY (or use REPLYD_TLS=auto for a self-signed certificate)"))
 	}
+	if _, err := api.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_CORS_ORIGINS: %w", err))
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_PUBLIC_URL: %q is not a base URL such as https://replyd.local:8080", c.PublicURL))
+		}
+	}
 	if c.Threads < 1 || c.STTThreads < 1 {
 		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))
 	}
-	if c.QueueSize < 1 || c.STTQueueSize < 1 {
-		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE and REPLYD_STT_QUEUE_SIZE must be at least 1"))
+	if c.QueueSize < 1 || c.STTQueueSize < 1 || c.MaxDecodes < 1 {
+		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE, REPLYD_STT_QUEUE_SIZE and REPLYD_MAX_DECODES must be at least 1"))
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))

@@ -49,9 +49,17 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--threads", "0"}, "at least 1"},
 		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
 		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "*"}, nil, `REPLYD_CORS_ORIGINS: "*" is not allowed`},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "https://a.example, aac.example"}, nil, `"aac.example" is not an origin`},
+		{nil, []string{"--public-url", "replyd.local:8080"}, "REPLYD_PUBLIC_URL"},
+		{nil, []string{"--public-url", "https://replyd.local/app/"}, "REPLYD_PUBLIC_URL"},
 		{map[string]string{"REPLYD_STORE_URL": "/var/lib/replyd/replyd.db"}, nil, "REPLYD_STORE_URL must be a postgres://"},
 		{map[string]string{"REPLYD_NODE_NAME": " "}, nil, "REPLYD_NODE_NAME"},
 		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
+		{map[string]string{"REPLYD_ADMIN_KEY": "aaaaaaaaaaaaaaaa"}, nil, "use at least 20"},
+		{nil, []string{"--admin-key", "abcdefghijklmnopqrstuvwxyz"}, "too easy to guess"},
+		{map[string]string{"REPLYD_OTP_TTL": "0"}, nil, "REPLYD_OTP_TTL"},
+		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)

@@ -19,6 +19,15 @@ function engineState(e) {
   return parts;
 }
 
+// storageState shows whether writes work and how much of the data disk is
+// free; "Degraded" with the reason when the server says so.
+function storageState(s) {
+  const st = s.storage || {};
+  const free = st.free_bytes != null ? ` ${fmtBytes(st.free_bytes)} free` : '';
+  if (s.status === 'degraded') return [h('span', { class: 'badge bad', text: 'Degraded' }), ` ${st.problem || ''}`];
+  return [h('span', { class: 'badge ok', text: 'OK' }), free];
+}
+
 async function load() {
   const err = $('#status-error');
   try {
@@ -31,9 +40,15 @@ async function load() {
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
       fact('Data file', fmtBytes(s.data_file_bytes)),
+      fact('Storage', storageState(s)),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
+      fact('M4A uploads (iOS)', s.m4a ? 'yes' : 'no: install ffmpeg'),
+      fact('Web pages on other origins', (s.cors_origins || []).length ? s.cors_origins.join(', ') : 'none'),
     );
+    const fp = $('#status-ca');
+    fp.hidden = !s.tls_ca_fingerprint;
+    $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
