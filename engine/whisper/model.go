@@ -2,8 +2,10 @@
 // reads whisper.cpp's ggml model files (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 and
 // Q8_0 weights), computes the log-mel spectrogram, the encoder and the
 // decoder the way whisper.cpp does, and decodes greedily with whisper.cpp's
-// default rules and no timestamps. Matrix products run on OpenBLAS through
-// cgo; everything else is Go or small C kernels. Greedy decoding picks each
+// default rules and no timestamps. Products with many rows run on OpenBLAS
+// through cgo; the decoder's few-row products, attention and the rest are Go
+// or small C kernels. As in whisper.cpp, few-row products with quantised
+// weights take activations quantised to q8_0. Greedy decoding picks each
 // token through an int8 copy of an F16 or F32 token embedding with proven
 // error bounds, exactly as the full product would (shadow.go). A *Model
 // implements engine.Transcriber.
