@@ -31,6 +31,8 @@ type docData struct {
 	MaxContentChars      int
 	MaxProfileChars      int
 	MaxIDChars           int
+	PromptBudgetTokens   int
+	PromptBudgetChars    int
 	MaxCandidates        int
 	DefaultCandidates    int
 	DefaultTemperature   string
@@ -70,6 +72,8 @@ func (s *Server) docData() docData {
 		MaxContentChars:      l.MaxContentChars,
 		MaxProfileChars:      l.MaxProfileChars,
 		MaxIDChars:           l.MaxIDChars,
+		PromptBudgetTokens:   l.PromptBudgetTokens,
+		PromptBudgetChars:    l.PromptBudgetTokens * charsPerToken,
 		MaxCandidates:        l.MaxCandidates,
 		DefaultCandidates:    l.DefaultCandidates,
 		DefaultTemperature:   strconv.FormatFloat(l.DefaultTemperature, 'g', -1, 64),
@@ -96,6 +100,12 @@ func (s *Server) docData() docData {
 		MaxVersionChars:      maxVersionChars,
 	}
 }
+
+// charsPerToken is the rule of thumb the guide uses to turn the prompt's
+// token budget into characters: about 4 characters of English text a token
+// with the tokenizers of current instruct models (fewer for other
+// languages, so the guide says "about").
+const charsPerToken = 4
 
 // formatWindow renders a window as the shortest of "Nd", "Nh", "Nm" or a Go
 // duration.

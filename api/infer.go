@@ -292,6 +292,8 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 		return &Error{Code: CodeSTTFailed, Message: "audio: speech-to-text failed", Err: err}
 	case engine.KindLLM:
 		return &Error{Code: CodeLLMFailed, Message: "reply generation failed", Err: err}
+	case engine.KindPromptTooLong:
+		return &Error{Code: CodePromptTooLong, Message: or("the texts of the request do not fit the language model's context"), Err: err}
 	case engine.KindOverloaded:
 		return &Error{Code: CodeOverloaded, Message: "the inference queue is full; retry shortly", RetryAfter: s.limits.OverloadedRetryAfter, Err: err}
 	case engine.KindNotReady:

@@ -197,6 +197,8 @@ func TestInferEngineErrors(t *testing.T) {
 		{"audio too long", engine.Errorf(engine.KindAudioTooLong, nil, "audio too long"), 413, errJSON("payload_too_large", "audio: the recording is longer than the limit of 2m0s"), "", "warn"},
 		{"stt", engine.Errorf(engine.KindSTT, fmt.Errorf("whisper: -3"), "speech-to-text failed"), 502, errJSON("stt_failed", "audio: speech-to-text failed"), "", "error"},
 		{"llm", engine.Errorf(engine.KindLLM, fmt.Errorf("llama: decode -1"), "reply generation failed"), 502, errJSON("llm_failed", "reply generation failed"), "", "error"},
+		{"prompt too long", engine.Errorf(engine.KindPromptTooLong, nil, "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), 400,
+			errJSON("prompt_too_long", "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), "", "warn"},
 		{"overloaded", engine.ErrOverloaded, 503, errJSON("overloaded", "the inference queue is full; retry shortly"), "2", "error"},
 		{"not ready", engine.Errorf(engine.KindNotReady, nil, "loading"), 503, errJSON("not_ready", "models are loading; retry shortly"), "5", "error"},
 		{"deadline", context.DeadlineExceeded, 503, errJSON("timeout", "the inference did not finish within 30s"), "2", "error"},

@@ -533,7 +533,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 // tokenizes it, dropping the oldest turns until the prompt leaves room for
 // a reply in one sequence.
 func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
-	budget := e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1
+	budget := PromptBudget(e.opts.ContextPerSeq, e.opts.MaxReplyTokens)
 	var tokens []int
 	_, dropped, err := fitTurns(systemMessage(req), dialogTurns(req.Messages), func(msgs []chatMessage) (bool, error) {
 		text, err := applyTemplate(e.tmpl, msgs)
@@ -548,14 +548,29 @@ func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
 	})
 	if err != nil {
 		if errors.Is(err, errPromptTooLong) {
-			return nil, engine.Errorf(engine.KindLLM, err, "the prompt does not fit in %d tokens", budget)
+			return nil, promptTooLong(req, len(tokens), budget, e.countTokens)
 		}
-		return nil, engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
+		// The model's chat template cannot be rendered: no request will
+		// succeed, so this is not advertised as retryable.
+		return nil, engine.Errorf(engine.KindInternal, err, "cannot render the prompt with the model's chat template")
 	}
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
 	}
 	return tokens, nil
+}
+
+// countTokens returns how many tokens text is (0 when it cannot be
+// tokenized), for the sizes promptTooLong reports.
+func (e *Engine) countTokens(text string) int {
+	if strings.TrimSpace(text) == "" {
+		return 0
+	}
+	toks, err := e.model.Tokenize(text, false, true)
+	if err != nil {
+		return 0
+	}
+	return len(toks)
 }
 
 // evalPrompt makes sequence seq hold tokens, keeping its first reuse
