@@ -64,10 +64,11 @@ func parseDuration(v string) (time.Duration, bool) {
 	return d, err == nil
 }
 
-// window resolves the since and window query parameters: since (RFC 3339,
-// not in the future) wins over window; window is a duration between 1 s and
-// MaxWindow; DefaultWindow when both are absent. It returns the start and the
-// window length in whole seconds.
+// window resolves the since and window query parameters: since (RFC 3339)
+// wins over window; window is a duration between 1 s and MaxWindow;
+// DefaultWindow when both are absent. It returns the start and the window
+// length in whole seconds. A since in the future is a window of 0 seconds
+// that holds nothing (tablets' and boxes' clocks disagree): not an error.
 func (s *Server) window(c echo.Context) (time.Time, int64, error) {
 	now := s.now().UTC()
 	if v := c.QueryParam("since"); v != "" {
@@ -76,7 +77,7 @@ func (s *Server) window(c echo.Context) (time.Time, int64, error) {
 			return time.Time{}, 0, badRequest("since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		}
 		if t.After(now) {
-			return time.Time{}, 0, badRequest("since is in the future")
+			return t.UTC(), 0, nil
 		}
 		return t.UTC(), int64(now.Sub(t) / time.Second), nil
 	}

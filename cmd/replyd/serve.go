@@ -17,6 +17,7 @@ import (
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/store"
 )
@@ -113,6 +114,7 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.MaxAudio = cfg.MaxAudio
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
+	limits.PromptBudgetTokens = llm.PromptBudget(cfg.ContextPerSeq, cfg.MaxReplyTokens)
 	srv := api.New(api.Options{
 		Store:         db,
 		Inferer:       pipe,
