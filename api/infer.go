@@ -251,12 +251,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		if rank <= 0 {
 			rank = i + 1
 		}
-		lang := cand.Language
-		if lang == "" {
-			lang = req.Profile.Language
-		}
 		out.Response = append(out.Response, cand.Text)
-		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: lang})
+		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
 	}
 	if f.hasAudio {
 		t := res.Transcript

@@ -175,7 +175,7 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
-		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2}}}, nil
+		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2, Language: "fr"}}}, nil
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],

@@ -520,7 +520,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 	rankCandidates(out)
 	for i, c := range out {
 		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, Language: req.Profile.Language, MeanLogProb: c.mean(),
+			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
 		})
 	}
 	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
