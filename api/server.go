@@ -121,14 +121,17 @@ func New(o Options) *Server {
 }
 
 // routes registers every route. The OpenAPI test walks e.Routes() and checks
-// that each one is documented.
+// that each one is documented. Every GET route also answers HEAD (get), and
+// no route group carries middleware: Echo answers a wrong method on a group
+// with middleware 404 through the group's catch-all, while a route's own
+// middleware keeps the router's 405 with Allow.
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
-	e.GET("/healthz", s.handleHealthz)
-	e.GET("/client.md", s.handleClientMD)
-	e.GET("/openapi.yaml", s.handleOpenAPI)
-	e.GET("/", s.handleRoot)
-	e.GET("/admin", s.handleRoot)
-	e.GET("/admin/*", s.handleAdminPage)
+	get(e, "/healthz", s.handleHealthz)
+	get(e, "/client.md", s.handleClientMD)
+	get(e, "/openapi.yaml", s.handleOpenAPI)
+	get(e, "/", s.handleRoot)
+	get(e, "/admin", s.handleRoot)
+	get(e, "/admin/*", s.handleAdminPage)
 
 	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
 
@@ -136,23 +139,30 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
 	e.POST("/v1/admin/otp/verify", s.handleOTPVerify)
 
-	a := e.Group("/v1/admin", s.adminAuth)
-	a.DELETE("/session", s.handleLogout)
-	a.GET("/status", s.handleStatus)
-	a.GET("/stats", s.handleStats)
-	a.GET("/logs", s.handleLogs)
-	a.GET("/keys", s.handleListKeys)
-	a.POST("/keys", s.handleCreateKey)
-	a.DELETE("/keys/:api_key_hash", s.handleRevokeKey)
-	a.GET("/system-prompt", s.handleGetPrompt)
-	a.POST("/system-prompt", s.handleSetPrompt)
-	a.GET("/system-prompt/history", s.handlePromptHistory)
-	a.GET("/backup", s.handleBackup)
-	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
+	const a = "/v1/admin"
+	e.DELETE(a+"/session", s.handleLogout, s.adminAuth)
+	get(e, a+"/status", s.handleStatus, s.adminAuth)
+	get(e, a+"/stats", s.handleStats, s.adminAuth)
+	get(e, a+"/logs", s.handleLogs, s.adminAuth)
+	get(e, a+"/keys", s.handleListKeys, s.adminAuth)
+	e.POST(a+"/keys", s.handleCreateKey, s.adminAuth)
+	e.DELETE(a+"/keys/:api_key_hash", s.handleRevokeKey, s.adminAuth)
+	get(e, a+"/system-prompt", s.handleGetPrompt, s.adminAuth)
+	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
+	get(e, a+"/system-prompt/history", s.handlePromptHistory, s.adminAuth)
+	get(e, a+"/backup", s.handleBackup, s.adminAuth)
+	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
 
 	if !metricsPublic {
-		e.GET("/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
+		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
 	}
+}
+
+// get registers h for GET and HEAD. net/http sends no body for HEAD, so
+// the handler answers both alike.
+func get(e *echo.Echo, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	e.GET(path, h, m...)
+	e.HEAD(path, h, m...)
 }
 
 // Handler returns the http.Handler serving every route (the Echo instance).
