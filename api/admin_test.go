@@ -350,9 +350,13 @@ func TestKeyCreatedRevoked(t *testing.T) {
 func TestSystemPrompt(t *testing.T) {
 	e := newEnv(t)
 	def, _ := json.Marshal(DefaultSystemPrompt)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"0","created_at":null}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"1","created_at":null}`)
 
-	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:04:05Z"}`)
+	// The first save keeps the built-in prompt as version 1 and takes 2.
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt/history", "")), 200, `{"items":[
+	  {"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"},
+	  {"prompt":`+string(def)+`,"version":"1","created_at":"2026-01-02T03:04:05Z"}],"count":2}`)
 	e.clock.Advance(time.Second)
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be kind.","version":"v2"}`)), 200, `{"prompt":"Be kind.","version":"v2","created_at":"2026-01-02T03:04:06Z"}`)
 	e.clock.Advance(time.Second)

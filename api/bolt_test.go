@@ -59,7 +59,7 @@ func TestBoltScenarios(t *testing.T) {
 		t.Error("dialog text in the logs")
 	}
 
-	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:05:05Z"}`)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:05:05Z"}`)
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Again.","version":"1"}`)), 409, errJSON("conflict", `version "1" already exists; omit version to take the next one`))
 
 	revoked := `{"APIKeyHash":"` + k.APIKeyHash + `","ClientID":"ward-1","Status":"revoked","Scopes":["infer"],"RateLimitPerMinute":2,"CreatedAt":"2026-01-02T03:04:05Z","RevokedAt":"2026-01-02T03:05:05Z","LastUsedAt":"2026-01-02T03:04:05Z"}`

@@ -57,6 +57,7 @@ type docData struct {
 	APIKeyPrefix         string
 	MaxClientIDChars     int
 	MaxVersionChars      int
+	DefaultPromptVersion string
 }
 
 func (s *Server) docData() docData {
@@ -98,6 +99,7 @@ func (s *Server) docData() docData {
 		APIKeyPrefix:         APIKeyPrefix,
 		MaxClientIDChars:     maxClientIDChars,
 		MaxVersionChars:      maxVersionChars,
+		DefaultPromptVersion: DefaultPromptVersion,
 	}
 }
 

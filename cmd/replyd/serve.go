@@ -77,12 +77,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
 	}
-	if _, ok, err := db.CurrentPrompt(); err != nil {
-		return fmt.Errorf("reading the system prompt: %w", err)
-	} else if !ok {
-		if err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()}); err != nil {
-			return fmt.Errorf("saving the default system prompt: %w", err)
-		}
+	if _, err := api.SeedDefaultPrompt(db, time.Now()); err != nil {
+		return fmt.Errorf("saving the built-in system prompt: %w", err)
 	}
 
 	notifier, err := notify.New(notifyConfig(cfg, s.stderr))

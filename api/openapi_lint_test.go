@@ -1,0 +1,44 @@
+package api
+
+import (
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestOpenAPIStrictLint runs Redocly's strict ruleset (recommended-strict:
+// every rule of "recommended", warnings as errors) over the OpenAPI file as
+// the server renders it. Redocly is pinned in tests/browser/package.json
+// and installed by scripts/deps.sh; it runs offline. Without it the test
+// skips and says so.
+func TestOpenAPIStrictLint(t *testing.T) {
+	bin, err := filepath.Abs("../tests/browser/node_modules/.bin/redocly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("redocly is not installed (%v): run scripts/deps.sh", err)
+		}
+		t.Skipf("SKIP: redocly is not installed (%v): run scripts/deps.sh", err)
+	}
+	e := newEnv(t)
+	rec := e.do(httptest.NewRequest("GET", "/openapi.yaml", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /openapi.yaml: %d", rec.Code)
+	}
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "openapi.yaml")
+	if err := os.WriteFile(doc, rec.Body.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "lint", "--extends=recommended-strict", "--format=stylish", doc)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "REDOCLY_TELEMETRY=off", "REDOCLY_SUPPRESS_UPDATE_NOTICE=true", "NO_COLOR=1", "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("redocly lint --extends=recommended-strict: %v\n%s", err, out)
+	}
+}
