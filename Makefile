@@ -1,5 +1,8 @@
-# replyd: `make run` installs what is missing, builds, writes demo models when
-# no model is configured, and serves on :8080. `make test` runs every test.
+# replyd: `make run` installs what running needs (scripts/deps.sh run), builds,
+# writes demo models when no model is configured, and serves on :8080.
+# `make test` installs what the tests need too (scripts/deps.sh test) and runs
+# every test; its last line says how many tests skipped for want of the shared
+# conformance data (none in CI: .ci/run fails without it).
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -28,10 +31,17 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+# Tests that skip for want of the shared data append their names here
+# (internal/shareddata); make test counts them in its last line.
+export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
+
+.PHONY: deps deps-run test-start build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+
+deps-run:
+	@scripts/deps.sh run
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh test
 
 build:
 	@mkdir -p bin
@@ -41,7 +51,7 @@ demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps build demo-models
+run: deps-run build demo-models
 	$(BIN) serve --data-dir $(DATA_DIR)
 
 vet:
@@ -54,8 +64,15 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin page against the real binary.
-test: deps fmt-check vet test-race test-conformance test-browser
+# the browser tests of the admin page against the real binary. The linters
+# and analyzers the tests use (redocly, promtool, systemd-analyze) must be
+# there: deps installs them, REPLYD_REQUIRE_TOOLS makes their absence fail.
+test: export REPLYD_REQUIRE_TOOLS := 1
+test: test-start deps fmt-check vet test-race test-conformance test-browser
+	@scripts/skip-summary.sh "$(REPLYD_SKIP_LOG)"
+
+test-start:
+	@mkdir -p bin && rm -f "$(REPLYD_SKIP_LOG)"
 
 test-go:
 	$(GO) test -count=1 ./...
@@ -68,7 +85,7 @@ test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
 
 test-browser: build
-	@scripts/deps.sh
+	@scripts/deps.sh test
 	@cd tests/browser && node run.mjs
 
 bench: build

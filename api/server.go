@@ -97,7 +97,7 @@ func New(o Options) *Server {
 	s.started = s.now()
 	s.limiter = newRateLimiter()
 	s.reg = prometheus.NewRegistry()
-	s.metrics = newMetrics(s.reg, s.health)
+	s.metrics = newMetrics(s.reg, s.health, s.version)
 
 	var err error
 	if s.clientMD, err = renderDoc("client.md", clientMDTemplate, s.docData()); err != nil {
@@ -154,7 +154,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
 
 	if !metricsPublic {
-		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
+		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)
 	}
 }
 

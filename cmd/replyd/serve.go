@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
@@ -175,14 +177,26 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(s.bg)
 		s.housekeeping(bgctx)
 	}()
+	notifySystemd(s.log, "STATUS=loading the models")
 	go func() {
 		if err := s.eng.load(cfg, s.log); err != nil {
 			s.fatal <- err
 			return
 		}
 		s.log.Info("replyd ready")
+		// Under systemd (Type=notify) the unit becomes active only now,
+		// when /healthz answers 200.
+		notifySystemd(s.log, daemon.SdNotifyReady+"\nSTATUS=serving")
 	}()
 	return nil
+}
+
+// notifySystemd sends state to the service manager when replyd runs under
+// systemd with Type=notify ($NOTIFY_SOCKET set); elsewhere it does nothing.
+func notifySystemd(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("notifying systemd failed", "error", err.Error())
+	}
 }
 
 // Wait blocks until ctx ends (a signal) or a fatal error happens.
@@ -199,6 +213,7 @@ func (s *Server) Wait(ctx context.Context) error {
 // within the grace period, stop the background jobs, release the engines and
 // close the store (which flushes batched log writes).
 func (s *Server) Close() error {
+	notifySystemd(s.log, daemon.SdNotifyStopping)
 	var errs []error
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
