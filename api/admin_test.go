@@ -246,7 +246,8 @@ func TestKeysLifecycle(t *testing.T) {
 		t.Errorf("api_key_hash is not the hex SHA-256 of api_key")
 	}
 	wantJSON(t, rec, 200, `{"api_key":"`+created.APIKey+`","api_key_hash":"`+created.APIKeyHash+`","client_id":"","status":"active",
-	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z"}`)
+	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z",
+	  "warnings":["client_id is empty: the key list, the logs and the statistics cannot tell this tablet from others; name it (e.g. tablet-ward-3) in a new key"]}`)
 	// Only the hash is stored.
 	k, err := e.st.GetKey(created.APIKeyHash)
 	if err != nil || k.Hash != created.APIKeyHash {
@@ -483,5 +484,36 @@ func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
 	}
 	if n[200] != 1 || n[429] != 9 {
 		t.Errorf("statuses %v, want one 200 and nine 429", n)
+	}
+}
+
+// TestKeyCreateWarnings: an empty client_id, or one an active key already
+// has (ignoring case and spaces), is created with a warning; a revoked
+// key's name may be reused quietly.
+func TestKeyCreateWarnings(t *testing.T) {
+	e := newEnv(t)
+	warnings := func(body string) []string {
+		t.Helper()
+		rec := e.do(adminReq("POST", "/v1/admin/keys", body))
+		var r struct {
+			Warnings []string `json:"warnings"`
+		}
+		decode(t, rec, &r)
+		return r.Warnings
+	}
+	if w := warnings(`{"client_id":"ward-1"}`); len(w) != 0 {
+		t.Errorf("first ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":" Ward-1 "}`); len(w) != 1 || !strings.Contains(w[0], `client_id "Ward-1" is already the name of another active key (created 2026-01-02T03:04:05Z)`) {
+		t.Errorf("second ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":"  "}`); len(w) != 1 || !strings.HasPrefix(w[0], "client_id is empty") {
+		t.Errorf("blank client_id: %q", w)
+	}
+	if w := warnings(`{"client_id":"old","status":"revoked"}`); len(w) != 0 {
+		t.Errorf("old: %q", w)
+	}
+	if w := warnings(`{"client_id":"old"}`); len(w) != 0 {
+		t.Errorf("the name of a revoked key: %q", w)
 	}
 }

@@ -15,7 +15,7 @@ type Store interface {
 	// API keys.
 	CreateKey(k store.APIKey) error                                  // store.ErrExists on a duplicate hash
 	GetKey(hash string) (store.APIKey, error)                        // store.ErrNotFound
-	ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error) // newest first
+	ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error) // newest first; limit <= 0: all
 	RevokeKey(hash string, at time.Time) (store.APIKey, error)       // idempotent; store.ErrNotFound
 	TouchKey(hash string, at time.Time) error                        // throttled "last used"
 

@@ -72,7 +72,7 @@ func (m *memStore) ListKeys(limit int, includeRevoked bool) ([]store.APIKey, err
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []store.APIKey
-	for i := len(m.keyOrder) - 1; i >= 0 && len(out) < limit; i-- {
+	for i := len(m.keyOrder) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
 		k := m.keys[m.keyOrder[i]]
 		if k.Status == store.StatusRevoked && !includeRevoked {
 			continue

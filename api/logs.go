@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,13 +13,15 @@ import (
 )
 
 // logEntry is AdminLogEntry; status and latency_ms are additive and omitted
-// for admin actions.
+// for admin actions; client_id is additive and present when resource_id is
+// the hash of an API key (the key's ClientID, possibly "").
 type logEntry struct {
 	Timestamp    time.Time `json:"timestamp"`
 	Level        string    `json:"level"`
 	Message      string    `json:"message"`
 	ResourceType string    `json:"resource_type"`
 	ResourceID   string    `json:"resource_id"`
+	ClientID     *string   `json:"client_id,omitempty"`
 	StreamName   string    `json:"stream_name"`
 	Status       int       `json:"status,omitempty"`
 	LatencyMS    int64     `json:"latency_ms,omitempty"`
@@ -139,6 +142,10 @@ func (s *Server) handleLogs(c echo.Context) error {
 		return err
 	}
 	out := logsResponse{Items: make([]logEntry, 0, len(entries)), Since: since, WindowSeconds: secs}
+	clients, err := s.clientIDs(entries)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
 		out.Items = append(out.Items, logEntry{
 			Timestamp:    e.Timestamp.UTC(),
@@ -146,6 +153,7 @@ func (s *Server) handleLogs(c echo.Context) error {
 			Message:      e.Message,
 			ResourceType: e.ResourceType,
 			ResourceID:   e.ResourceID,
+			ClientID:     clients[e.ResourceID],
 			StreamName:   e.StreamName,
 			Status:       e.Status,
 			LatencyMS:    e.LatencyMS,
@@ -153,6 +161,31 @@ func (s *Server) handleLogs(c echo.Context) error {
 	}
 	out.Count = len(out.Items)
 	return c.JSON(http.StatusOK, out)
+}
+
+// clientIDs looks up the ClientID of every API key the entries name by hash
+// (one store read per distinct key). Keys are never deleted, so each hash a
+// log entry names resolves; a hash that does not is left without client_id.
+func (s *Server) clientIDs(entries []store.LogEntry) (map[string]*string, error) {
+	out := map[string]*string{}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		h := e.ResourceID
+		if seen[h] || !isKeyHash(h) {
+			continue
+		}
+		seen[h] = true
+		k, err := s.store.GetKey(h)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		id := k.ClientID
+		out[h] = &id
+	}
+	return out, nil
 }
 
 // handleStats serves GET /v1/admin/stats: total_requests counts /v1/infer
