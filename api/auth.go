@@ -40,8 +40,9 @@ func hashHex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key).
+// admit checks the key's scope and rate limit, and records its use. The
+// store throttles that write (Store.TouchKey: at most once a minute per key),
+// so this is the one place the rule lives.
 func (s *Server) admit(c echo.Context, key store.APIKey) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
@@ -55,10 +56,8 @@ func (s *Server) admit(c echo.Context, key store.APIKey) error {
 			RetryAfter: retry,
 		}
 	}
-	if s.limiter.shouldTouch(key.Hash, now) {
-		if err := s.store.TouchKey(key.Hash, now); err != nil {
-			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
-		}
+	if err := s.store.TouchKey(key.Hash, now); err != nil {
+		s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
 	}
 	return nil
 }

@@ -28,6 +28,16 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 	return e, db
 }
 
+// addKeyTo stores an API key in db directly and returns its secret.
+func (e *env) addKeyTo(db *store.DB, secret string, limit int) string {
+	e.t.Helper()
+	if err := db.CreateKey(store.APIKey{Hash: hashHex(secret), ClientID: "tablet-" + secret, Status: store.StatusActive,
+		Scopes: []string{ScopeInfer}, RateLimitPerMinute: limit, CreatedAt: e.clock.Now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	return secret
+}
+
 // TestBoltScenarios runs the main flows against the real store: key
 // lifecycle, inference, revocation, logs, stats, prompt versions, OTP login
 // and logout, and backup.

@@ -17,7 +17,7 @@ type Store interface {
 	GetKey(hash string) (store.APIKey, error)                        // store.ErrNotFound
 	ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error) // newest first; limit <= 0: all
 	RevokeKey(hash string, at time.Time) (store.APIKey, error)       // idempotent; store.ErrNotFound
-	TouchKey(hash string, at time.Time) error                        // throttled "last used"
+	TouchKey(hash string, at time.Time) error                        // "last used"; the store writes it at most once a minute per key
 
 	// Admin key (hash only).
 	AdminKeyHash() (string, error) // "" when none is set

@@ -364,16 +364,24 @@ func TestRateLimitWindow(t *testing.T) {
 	}
 }
 
+// TestTouchKeyThrottled: every admitted call records its key's use through
+// Store.TouchKey, and the store (the one place the rule lives) writes
+// LastUsedAt at most once a minute: calls inside the minute leave it at the
+// first one's time.
 func TestTouchKeyThrottled(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
+	e, db := newBoltEnv(t)
+	secret := e.addKeyTo(db, "valid", 0)
 	for i := 0; i < 5; i++ {
-		e.do(inferReq(t, "valid", payloadPart(simplePayload)))
+		e.do(inferReq(t, secret, payloadPart(simplePayload)))
+		e.clock.Advance(time.Second)
+	}
+	if k, _ := db.GetKey(hashHex(secret)); !k.LastUsedAt.Equal(t0) {
+		t.Errorf("LastUsedAt after 5 calls in a minute = %v, want the first call's %v", k.LastUsedAt, t0)
 	}
 	e.clock.Advance(time.Minute)
-	e.do(inferReq(t, "valid", payloadPart(simplePayload)))
-	if e.st.touches != 2 {
-		t.Errorf("TouchKey called %d times, want 2 (once a minute)", e.st.touches)
+	e.do(inferReq(t, secret, payloadPart(simplePayload)))
+	if k, _ := db.GetKey(hashHex(secret)); !k.LastUsedAt.Equal(e.clock.Now()) {
+		t.Errorf("LastUsedAt a minute later = %v, want %v", k.LastUsedAt, e.clock.Now())
 	}
 }
 

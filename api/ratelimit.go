@@ -21,8 +21,6 @@ type rateLimiter struct {
 type rateBucket struct {
 	start time.Time // when the current window opened
 	count int       // requests admitted in it
-	// touched is when the key's "last used" time was last written.
-	touched time.Time
 }
 
 func newRateLimiter() *rateLimiter {
@@ -54,23 +52,6 @@ func (l *rateLimiter) allow(key string, limit int, now time.Time) (ok bool, retr
 	return true, 0
 }
 
-// shouldTouch reports whether the key's last-used time should be written now
-// (at most once a minute per key) and records that it is.
-func (l *rateLimiter) shouldTouch(key string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[key]
-	if b == nil {
-		b = &rateBucket{start: now}
-		l.buckets[key] = b
-	}
-	if !b.touched.IsZero() && now.Sub(b.touched) < time.Minute && !now.Before(b.touched) {
-		return false
-	}
-	b.touched = now
-	return true
-}
-
 // sweep drops buckets idle for more than two windows, at most once a minute.
 // The caller holds l.mu.
 func (l *rateLimiter) sweep(now time.Time) {
@@ -79,7 +60,7 @@ func (l *rateLimiter) sweep(now time.Time) {
 	}
 	l.sweepAt = now.Add(rateWindow)
 	for k, b := range l.buckets {
-		if now.Sub(b.start) > 2*rateWindow && now.Sub(b.touched) > 2*rateWindow {
+		if now.Sub(b.start) > 2*rateWindow {
 			delete(l.buckets, k)
 		}
 	}
