@@ -37,6 +37,7 @@ export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
 .PHONY: deps deps-run test-start build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
 
+# What building and running need, without the test-only packages.
 deps-run:
 	@scripts/deps.sh run
 
@@ -77,9 +78,11 @@ test-start:
 test-go:
 	$(GO) test -count=1 ./...
 
-# tests/fault drives the binary `make build` wrote.
+# tests/fault drives the binary `make build` wrote. The PostgreSQL tests
+# start their own server (scripts/deps.sh installs it): here its absence is a
+# failure, not a skip.
 test-race: build
-	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
+	REPLYD_REQUIRE_POSTGRES=1 REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 40m ./...
 
 test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/

@@ -26,6 +26,7 @@ type memStore struct {
 	sessions  map[string]time.Time
 	logs      []store.LogEntry
 	backup    []byte
+	secrets   map[string][]byte
 	failWith  error // returned by every method when set
 }
 
@@ -292,11 +293,65 @@ func (m *memStore) Backup(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
+func (m *memStore) InstallationSecret(name string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return nil, m.failWith
+	}
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
+	}
+	if _, ok := m.secrets[name]; !ok {
+		m.secrets[name] = []byte("test secret " + name)
+	}
+	return slices.Clone(m.secrets[name]), nil
+}
+
 func (m *memStore) Size() (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return int64(len(m.backup)), nil
 }
+
+func (m *memStore) PruneSessions(now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for h, exp := range m.sessions {
+		if !now.Before(exp) {
+			delete(m.sessions, h)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memStore) PruneLogs(before time.Time, batch int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := m.logs[:0]
+	n := 0
+	for _, e := range m.logs {
+		if e.Timestamp.Before(before) && (batch <= 0 || n < batch) {
+			n++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	m.logs = kept
+	return n, nil
+}
+
+func (m *memStore) Ping(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failWith
+}
+
+func (m *memStore) Describe() string { return "memory" }
+
+func (m *memStore) Close() error { return nil }
 
 // logsCopy returns the log entries oldest first.
 func (m *memStore) logsCopy() []store.LogEntry {

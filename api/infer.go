@@ -199,7 +199,9 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return err
 	}
 	if req.UserID != "" {
-		st.subject = hashHex(req.UserID)
+		if st.subject, err = s.pseudonym(req.UserID); err != nil {
+			return err
+		}
 	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)

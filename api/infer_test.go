@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -142,10 +143,12 @@ func TestInferRequestReachesEngine(t *testing.T) {
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("engine request:\n got %+v\nwant %+v", got, want)
 	}
-	// The stats subject is the SHA-256 of user_id, never the id itself.
+	// The stats subject is the keyed pseudonym of user_id, never the id
+	// itself nor its bare SHA-256.
 	logs := e.st.logsCopy()
-	if len(logs) != 1 || logs[0].Subject != hashHex("u-1") {
-		t.Errorf("subject = %+v, want sha256(user_id)", logs)
+	key, _ := e.st.InstallationSecret(store.SecretPseudonym)
+	if len(logs) != 1 || logs[0].Subject != secret.Pseudonym(key, "u-1") {
+		t.Errorf("subject = %+v, want the pseudonym of user_id", logs)
 	}
 	if want := "infer ok: 5 candidates in 0 ms (audio 4.2 s)"; logs[0].Message != want {
 		t.Errorf("message = %q, want %q", logs[0].Message, want)

@@ -7,6 +7,7 @@ package api
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type Options struct {
 	TLS bool
 	// DataFile is the path of the store's file, shown on the admin page.
 	DataFile string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
+	// ClientAddr); nil trusts none.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -59,8 +63,11 @@ type Server struct {
 
 	limiter *rateLimiter
 	otpMu   sync.Mutex // serialises OTP sends
-	metrics *metrics
-	reg     *prometheus.Registry
+
+	pseudoMu  sync.Mutex
+	pseudoKey []byte // the installation's pseudonym key, read once
+	metrics   *metrics
+	reg       *prometheus.Registry
 
 	clientMD    []byte
 	openAPIYAML []byte
@@ -114,6 +121,7 @@ func New(o Options) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = ipExtractor(o.TrustedProxies)
 	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
 	s.routes(e, o.MetricsPublic)
 	s.e = e

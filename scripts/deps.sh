@@ -8,6 +8,8 @@
 #         Go module zip leaves out, and ffmpeg for M4A/AAC uploads.
 #   test  run's packages plus what the tests need (`make test`, the default):
 #         espeak-ng and sox to make test speech, shellcheck for the scripts,
+#         PostgreSQL (the store's contract suite and the two-box tests start
+#         their own server in a temporary folder), HAProxy (the routing test),
 #         Chromium and Node.js for the admin page's browser tests and the
 #         OpenAPI lint (their npm packages too), systemd-analyze (systemd) to
 #         rate the unit file, and promtool to lint /metrics: taken out of
@@ -21,7 +23,8 @@ mode="test"
 list=0
 for a in "$@"; do
 	case "$a" in
-	run | test) mode="$a" ;;
+	run | --run) mode="run" ;;
+	test) mode="$a" ;;
 	--list) list=1 ;;
 	*)
 		echo "usage: $0 [run|test] [--list]" >&2
@@ -31,7 +34,7 @@ for a in "$@"; do
 done
 
 run_pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg)
-test_pkgs=(espeak-ng sox chromium shellcheck systemd nodejs npm)
+test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy systemd nodejs npm)
 pkgs=("${run_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 

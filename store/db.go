@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,7 +9,7 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,8 +18,13 @@ import (
 )
 
 // SchemaVersion is the layout version this package writes into the meta
-// bucket. Open refuses a file written with a newer version.
-const SchemaVersion = 1
+// bucket. Open refuses a file written with a newer version and migrates an
+// older one (see migrations).
+//
+//   - 1: the first layout.
+//   - 2: infer log subjects are keyed pseudonyms (migratePseudonyms); the
+//     secrets bucket holds the installation secrets.
+const SchemaVersion = 2
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -30,12 +36,23 @@ var (
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
 	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
 
-	allBuckets = [][]byte{
+	// v1Buckets exist in every replyd file; a read-only open checks them.
+	v1Buckets = [][]byte{
 		bucketMeta, bucketKeys, bucketKeysByAge, bucketPrompts, bucketPromptIdx,
 		bucketSessions, bucketLogs, bucketInferIdx,
 	}
+	// allBuckets are created by a writable Open. Buckets added after
+	// schema 1 may be missing from a file opened read-only: readers check.
+	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets)
 )
+
+// migrations[v] upgrades a file of schema version v to v+1 inside Open's
+// transaction.
+var migrations = map[uint64]func(*bolt.Tx) error{
+	1: migratePseudonyms,
+}
 
 // Keys inside the meta bucket.
 var (
@@ -55,10 +72,6 @@ const DefaultTimeout = time.Second
 // Backup streamed to a slow client, does not block writers on a remap until
 // the file passes this size (bbolt's advice in DB.Begin). 64-bit only.
 const initialMmapSize = 1 << 30
-
-// touchInterval is the least time between two persisted LastUsedAt updates
-// of one key.
-const touchInterval = time.Minute
 
 // Options configures Open. The zero value is usable.
 type Options struct {
@@ -84,8 +97,9 @@ type DB struct {
 	path string
 	now  func() time.Time
 
-	touchMu sync.Mutex
-	touched map[string]time.Time // key hash -> last persisted LastUsedAt
+	touches TouchThrottle
+
+	closed atomic.Bool // set by Close
 }
 
 // Open opens (creating if needed, mode 0600) the bbolt file at path and makes
@@ -114,7 +128,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, describeOpenError(path, err)
 	}
-	db := &DB{bolt: bdb, path: path, now: opts.Now, touched: make(map[string]time.Time)}
+	db := &DB{bolt: bdb, path: path, now: opts.Now}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error { return checkSchema(tx) })
 	} else {
@@ -139,7 +153,20 @@ func initSchema(tx *bolt.Tx) error {
 	if meta.Get(metaSchemaVersion) == nil {
 		return meta.Put(metaSchemaVersion, u64(SchemaVersion))
 	}
-	return checkSchema(tx)
+	if err := checkSchema(tx); err != nil {
+		return err
+	}
+	for v := binary.BigEndian.Uint64(meta.Get(metaSchemaVersion)); v < SchemaVersion; v++ {
+		if m := migrations[v]; m != nil {
+			if err := m(tx); err != nil {
+				return fmt.Errorf("migrating schema %d to %d: %w", v, v+1, err)
+			}
+		}
+		if err := meta.Put(metaSchemaVersion, u64(v+1)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkSchema verifies that tx holds every bucket and a schema version this
@@ -156,7 +183,7 @@ func checkSchema(tx *bolt.Tx) error {
 	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
-	for _, name := range allBuckets {
+	for _, name := range v1Buckets {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("not a replyd data file: bucket %s missing", name)
 		}
@@ -194,6 +221,7 @@ func describeIOError(err error) error {
 
 // Close releases the file and its lock. It waits for running transactions.
 func (db *DB) Close() error {
+	db.closed.Store(true)
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", db.path, err)
 	}
@@ -202,6 +230,21 @@ func (db *DB) Close() error {
 
 // Path returns the file the DB was opened on.
 func (db *DB) Path() string { return db.path }
+
+// Describe returns the file's path.
+func (db *DB) Describe() string { return db.path }
+
+// Ping reports whether the file is open: a bbolt store is in the process, so
+// it is available for as long as it is open.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if db.closed.Load() {
+		return fmt.Errorf("store %s: %w: closed", db.path, ErrUnavailable)
+	}
+	return nil
+}
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
@@ -222,17 +265,15 @@ func (db *DB) view(fn func(*bolt.Tx) error) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, errInvalidArg) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
 }
 
-// errInvalidArg marks a caller's mistake (an empty hash, a bad range).
-var errInvalidArg = errors.New("invalid argument")
-
+// invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("store: %w: %s", errInvalidArg, fmt.Sprintf(format, args...))
+	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // u64 encodes v big-endian so that byte order equals numeric order.

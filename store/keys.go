@@ -118,15 +118,9 @@ func (db *DB) RevokeKey(hash string, at time.Time) (APIKey, error) {
 // exists. A persisted touch of an unknown key gives ErrNotFound. LastUsedAt
 // never moves backwards.
 func (db *DB) TouchKey(hash string, at time.Time) error {
-	db.touchMu.Lock()
-	last, ok := db.touched[hash]
-	if ok && at.Sub(last) < touchInterval && !at.Before(last) {
-		db.touchMu.Unlock()
+	if !db.touches.Begin(hash, at) {
 		return nil
 	}
-	db.touched[hash] = at
-	db.touchMu.Unlock()
-
 	err := db.update(func(tx *bolt.Tx) error {
 		k, err := getKey(tx, hash)
 		if err != nil {
@@ -139,12 +133,7 @@ func (db *DB) TouchKey(hash string, at time.Time) error {
 		return putKey(tx, k)
 	})
 	if err != nil {
-		// Let the next call try again instead of losing the touch for a minute.
-		db.touchMu.Lock()
-		if db.touched[hash].Equal(at) {
-			delete(db.touched, hash)
-		}
-		db.touchMu.Unlock()
+		db.touches.Failed(hash, at)
 	}
 	return err
 }

@@ -1,7 +1,11 @@
-// Package store keeps all of replyd's state in one bbolt file: API keys, the
-// admin key, system prompt versions, OTP codes, admin sessions, logs and the
-// counters behind the statistics. Nothing else in replyd imports bbolt.
-// Secrets are stored only as SHA-256 hashes.
+// Package store defines replyd's persistent state: the record types, the
+// Store contract (store.go) and its embedded implementation, *DB, which keeps
+// everything in one bbolt file: API keys, the admin key, system prompt
+// versions, OTP codes, admin sessions, logs and the counters behind the
+// statistics. Nothing else in replyd imports bbolt. The PostgreSQL
+// implementation lives in store/postgres. Secrets are stored only as SHA-256
+// hashes, except the installation secrets (the user-id pseudonym key, the TOTP
+// secret), kept as they are because replyd must use them.
 package store
 
 import (
@@ -32,6 +36,14 @@ const (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrExists   = errors.New("already exists")
+	// ErrInvalid marks a caller's mistake: an empty hash, a bad range.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the database cannot be reached (PostgreSQL stopped,
+	// the network down). The request may succeed when retried later.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrNotSupported: this implementation does not offer the operation
+	// (Backup on PostgreSQL); the error's text says what to do instead.
+	ErrNotSupported = errors.New("not supported by this store")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
 )
@@ -63,14 +75,18 @@ type LogEntry struct {
 	ResourceType string
 	ResourceID   string
 	StreamName   string
-	// Subject is the SHA-256 hex of the infer payload's user_id, or the key
-	// hash when there is none. It feeds active_users and is never shown.
+	// Subject is the infer payload's user_id as secret.Pseudonym under the
+	// installation's SecretPseudonym key, or the key hash when there is no
+	// user_id. It feeds active_users and is never shown.
 	Subject string
 	// Status is the HTTP status the request was answered with (0 for admin
 	// actions that are not requests).
 	Status int
 	// LatencyMS is how long an infer request took.
 	LatencyMS int64
+	// Node names the replyd box that wrote the entry (REPLYD_NODE_NAME), so
+	// that logs shared by several boxes tell them apart.
+	Node string
 }
 
 // LogQuery selects log entries: newest first, Timestamp >= Since.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"runtime"
 	"sort"
 	"strconv"
@@ -29,6 +30,10 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
+	// into TrustedNets.
+	TrustedProxies string
+	TrustedNets    []*net.IPNet
 
 	LLMModel       string
 	WhisperModel   string
@@ -133,6 +138,7 @@ func options() []option {
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
@@ -210,6 +216,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
+	} else {
+		c.TrustedNets = nets
+	}
 	switch c.OTPChannel {
 	case "console", "webhook", "telegram", "ntfy", "gotify":
 	default:

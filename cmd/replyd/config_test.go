@@ -49,6 +49,7 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--threads", "0"}, "at least 1"},
 		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
 		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
@@ -118,5 +119,19 @@ func TestUnknownCommand(t *testing.T) {
 	var buf bytes.Buffer
 	if code := run(t.Context(), []string{"frobnicate"}, envMap(nil), io.Discard, &buf); code != 2 || !strings.Contains(buf.String(), "unknown command") {
 		t.Fatalf("code %d: %s", code, buf.String())
+	}
+}
+
+func TestConfigTrustedProxies(t *testing.T) {
+	cfg, _, err := LoadConfig("serve", []string{"--trusted-proxies", "10.0.0.1,10.2.0.0/16"}, envMap(map[string]string{"REPLYD_TRUSTED_PROXIES": "192.168.0.1"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.TrustedNets) != 2 || cfg.TrustedNets[0].String() != "10.0.0.1/32" || cfg.TrustedNets[1].String() != "10.2.0.0/16" {
+		t.Errorf("trusted nets %v", cfg.TrustedNets)
+	}
+	cfg, _, err = LoadConfig("serve", nil, envMap(nil), io.Discard)
+	if err != nil || cfg.TrustedNets != nil {
+		t.Errorf("default: %v %v", cfg.TrustedNets, err)
 	}
 }

@@ -115,16 +115,17 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.SessionTTL = cfg.SessionTTL
 	limits.PromptBudgetTokens = llm.PromptBudget(cfg.ContextPerSeq, cfg.MaxReplyTokens)
 	srv := api.New(api.Options{
-		Store:         db,
-		Inferer:       pipe,
-		Notifier:      notifier,
-		Health:        s.eng,
-		Logger:        s.log,
-		Version:       version,
-		Limits:        limits,
-		MetricsPublic: cfg.MetricsAddr != "",
-		TLS:           s.tls,
-		DataFile:      dbPath(cfg),
+		Store:          db,
+		Inferer:        pipe,
+		Notifier:       notifier,
+		Health:         s.eng,
+		Logger:         s.log,
+		Version:        version,
+		Limits:         limits,
+		MetricsPublic:  cfg.MetricsAddr != "",
+		TLS:            s.tls,
+		DataFile:       dbPath(cfg),
+		TrustedProxies: cfg.TrustedNets,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -249,7 +249,7 @@ func TestDepsSplit(t *testing.T) {
 			t.Errorf("deps.sh run lacks %s", p)
 		}
 	}
-	for _, p := range []string{"chromium", "shellcheck", "nodejs", "npm", "espeak-ng", "sox"} {
+	for _, p := range []string{"chromium", "shellcheck", "nodejs", "npm", "espeak-ng", "sox", "postgresql", "haproxy"} {
 		if slices.Contains(run, p) {
 			t.Errorf("deps.sh run installs %s, which only the tests need", p)
 		}

@@ -1,0 +1,24 @@
+package store_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/storetest"
+)
+
+// TestContract runs the store.Store scenario suite on bbolt files.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t testing.TB, now func() time.Time) store.Store {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "replyd.db")
+		db, err := store.Open(path, store.Options{Now: now})
+		if err != nil {
+			t.Fatalf("Open(%s): %v", path, err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	})
+}

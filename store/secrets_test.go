@@ -1,0 +1,141 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/replyd/replyd/internal/secret"
+)
+
+func TestInstallationSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "replyd.db")
+	db, err := Open(path, Options{})
+	Must(t, err)
+	a, err := db.InstallationSecret(SecretPseudonym)
+	Must(t, err)
+	b, err := db.InstallationSecret(SecretPseudonym)
+	Must(t, err)
+	if len(a) != 32 || !bytes.Equal(a, b) {
+		t.Fatalf("secret %x then %x", a, b)
+	}
+	other, err := db.InstallationSecret("other")
+	Must(t, err)
+	if bytes.Equal(a, other) {
+		t.Fatal("two secrets are equal")
+	}
+	if _, ok, err := db.Secret(SecretTOTP); err != nil || ok {
+		t.Fatalf("Secret(totp) before it is set: ok %v, %v", ok, err)
+	}
+	Must(t, db.SetSecret(SecretTOTP, []byte("totp secret")))
+	if v, ok, err := db.Secret(SecretTOTP); err != nil || !ok || string(v) != "totp secret" {
+		t.Fatalf("Secret(totp) = %q %v %v", v, ok, err)
+	}
+	// A backup carries the secrets.
+	var backup bytes.Buffer
+	if _, err := db.Backup(&backup); err != nil {
+		t.Fatal(err)
+	}
+	Must(t, db.SetSecret(SecretTOTP, nil))
+	if _, ok, _ := db.Secret(SecretTOTP); ok {
+		t.Fatal("an empty SetSecret did not delete")
+	}
+	Must(t, db.Close())
+
+	restored := filepath.Join(t.TempDir(), "restored.db")
+	Must(t, os.WriteFile(restored, backup.Bytes(), 0o600))
+	db2 := MustOpenAt(t, restored, Options{})
+	c, err := db2.InstallationSecret(SecretPseudonym)
+	Must(t, err)
+	if !bytes.Equal(a, c) {
+		t.Fatal("the restored backup has another pseudonym key")
+	}
+	if v, ok, _ := db2.Secret(SecretTOTP); !ok || string(v) != "totp secret" {
+		t.Fatal("the backup lost the TOTP secret")
+	}
+}
+
+// TestMigratePseudonyms writes infer entries the way schema 1 did (the bare
+// SHA-256 of user_id as Subject) and checks that reopening turns them into
+// keyed pseudonyms, leaves key-hash subjects alone and keeps the counts.
+func TestMigratePseudonyms(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "replyd.db")
+	c := &clock{t: t0}
+	db, err := Open(path, Options{Now: c.Now})
+	Must(t, err)
+	keyHash := secret.Hash("rpd_some-key")
+	users := []string{"patient-0001", "patient-0002", "patient-0001"}
+	for i, u := range users {
+		Must(t, db.AppendLog(LogEntry{Timestamp: t0.Add(timeStep(i)), Level: LevelInfo, Message: "infer ok",
+			ResourceType: ResourceAPIKey, ResourceID: keyHash, StreamName: StreamInfer, Subject: secret.Hash(u)}))
+	}
+	// A request without user_id: the subject is the key hash.
+	Must(t, db.AppendLog(LogEntry{Timestamp: t0.Add(timeStep(9)), Level: LevelInfo, Message: "infer ok",
+		ResourceType: ResourceAPIKey, ResourceID: keyHash, StreamName: StreamInfer, Subject: keyHash}))
+	// Many more, so that the migration crosses its batch size.
+	for i := 0; i < 2500; i++ {
+		Must(t, db.AppendLog(LogEntry{Timestamp: t0.Add(timeStep(10 + i)), Level: LevelInfo, Message: "infer ok",
+			ResourceType: ResourceAPIKey, ResourceID: keyHash, StreamName: StreamInfer, Subject: secret.Hash("bulk")}))
+	}
+	before, err := db.Stats(t0, t0.Add(timeStep(5000)))
+	Must(t, err)
+	// Make it a schema 1 file again: version 1, no secrets bucket.
+	Must(t, db.bolt.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketSecrets); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(1))
+	}))
+	Must(t, db.Close())
+
+	// A read-only open of the old file works (replyd check, backup).
+	ro, err := Open(path, Options{ReadOnly: true})
+	Must(t, err)
+	Must(t, ro.Close())
+
+	db = MustOpenAt(t, path, Options{Now: c.Now})
+	key, err := db.InstallationSecret(SecretPseudonym)
+	Must(t, err)
+	entries, err := db.Logs(LogQuery{Since: t0, Stream: StreamInfer})
+	Must(t, err)
+	got := map[string]int{}
+	for _, e := range entries {
+		got[e.Subject]++
+	}
+	want := map[string]int{
+		secret.Pseudonym(key, "patient-0001"): 2,
+		secret.Pseudonym(key, "patient-0002"): 1,
+		secret.Pseudonym(key, "bulk"):         2500,
+		keyHash:                               1,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("subjects after migration: %v", got)
+	}
+	for s, n := range want {
+		if got[s] != n {
+			t.Errorf("subject %s: %d entries, want %d", s[:12], got[s], n)
+		}
+	}
+	after, err := db.Stats(t0, t0.Add(timeStep(5000)))
+	Must(t, err)
+	if after != before {
+		t.Errorf("stats %+v after the migration, %+v before", after, before)
+	}
+	var version uint64
+	Must(t, db.bolt.View(func(tx *bolt.Tx) error {
+		version = keyNanos(tx.Bucket(bucketMeta).Get(metaSchemaVersion))
+		return nil
+	}))
+	if version != SchemaVersion {
+		t.Errorf("schema version %d after the migration, want %d", version, SchemaVersion)
+	}
+}
+
+// timeStep is the i-th second after t0.
+func timeStep(i int) time.Duration { return time.Duration(i) * time.Second }

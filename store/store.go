@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Store is replyd's persistent state: the contract every implementation
+// keeps. Two implement it: *DB here (one bbolt file, one process: the
+// embedded default) and store/postgres (PostgreSQL, shared by several boxes).
+// Both run the one scenario suite in store/storetest; a behaviour that only
+// one of them has is a bug in the other. A new method goes into this
+// interface, into both implementations and into a storetest scenario.
+//
+// Rules that hold for every method:
+//   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
+//     from many processes at once.
+//   - A write is durable when the method returns nil: one transaction per
+//     logical write; nothing acknowledged is lost when the process dies.
+//   - Secrets (API keys, OTP codes, session tokens) arrive and are stored
+//     only as lowercase hex SHA-256; the store never sees them in clear.
+//   - Errors are tested with errors.Is: ErrNotFound, ErrExists, ErrInvalid
+//     (the caller's mistake: an empty hash, a bad range), ErrUnavailable (the
+//     database cannot be reached: retry later) and ErrNotSupported. Anything
+//     else is an internal failure.
+//   - Times are kept to the nanosecond and come back as the same instant;
+//     the zero Time stands for "never" (a key not revoked, not yet used).
+//   - Methods take no context: each bounds its own work (PostgreSQL: a
+//     per-call timeout), so a caller never hangs on a dead database.
+type Store interface {
+	// CreateKey stores k under k.Hash. It returns ErrExists when the hash
+	// is already stored (revoked or not) and ErrInvalid when it is empty. A
+	// zero CreatedAt is set from the store's clock and an empty Status
+	// becomes StatusActive.
+	CreateKey(k APIKey) error
+	// GetKey returns the key stored under hash, or ErrNotFound. It reads the
+	// stored record every time, so a revocation on any box is seen at once.
+	GetKey(hash string) (APIKey, error)
+	// ListKeys returns up to limit keys, newest CreatedAt first (keys created
+	// in the same nanosecond: last created first). Revoked keys are skipped
+	// unless includeRevoked is set; the limit counts only returned keys. A
+	// limit <= 0 means no limit. The result is never nil.
+	ListKeys(limit int, includeRevoked bool) ([]APIKey, error)
+	// RevokeKey marks the key revoked at at and returns the stored record.
+	// It is idempotent: revoking a revoked key changes nothing and returns
+	// the record with its first RevokedAt. An unknown hash gives ErrNotFound.
+	RevokeKey(hash string, at time.Time) (APIKey, error)
+	// TouchKey records that the key was used at at. To spare a write on
+	// every authenticated request it persists at most once per minute per
+	// key (tracked in memory, so a restart allows one early write); calls
+	// inside that minute return nil without writing and without checking
+	// that the key exists. A persisted touch of an unknown key gives
+	// ErrNotFound and is not remembered. LastUsedAt never moves backwards.
+	TouchKey(hash string, at time.Time) error
+
+	// AdminKeyHash returns the stored SHA-256 hex of the admin key, or ""
+	// when none is set.
+	AdminKeyHash() (string, error)
+	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
+	// disables X-ADMIN-KEY authentication.
+	SetAdminKeyHash(hash string) error
+
+	// CurrentPrompt returns the most recently saved prompt version and true,
+	// or false when no prompt was ever saved.
+	CurrentPrompt() (PromptVersion, bool, error)
+	// SavePrompt appends p to the history and makes it current, in one
+	// transaction. p.Version must be non-empty (else ErrInvalid) and not
+	// used before (else ErrExists). A zero CreatedAt is set from the clock.
+	SavePrompt(p PromptVersion) error
+	// PromptHistory returns up to limit saved versions, most recently saved
+	// first. A limit <= 0 means all of them. The result is never nil.
+	PromptHistory(limit int) ([]PromptVersion, error)
+	// NextPromptVersion returns one more than the largest version that is a
+	// non-negative decimal integer, as a string; "1" when there is none.
+	// Versions that are not integers ("beta") are ignored. The answer is
+	// advisory: a concurrent SavePrompt may take it, and then SavePrompt
+	// reports ErrExists.
+	NextPromptVersion() (string, error)
+
+	// SaveOTP makes codeHash the one outstanding code, replacing any
+	// previous code and resetting the wrong-attempt count. An empty hash is
+	// ErrInvalid.
+	SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error
+	// LastOTPIssued returns when the most recent code was issued, even if
+	// it has since been used, burned or has expired, so that callers can
+	// throttle sending. It is the zero Time when no code was ever issued.
+	LastOTPIssued() (time.Time, error)
+	// VerifyOTP checks codeHash against the outstanding code in constant
+	// time:
+	//   - OTPNone: no code is outstanding;
+	//   - OTPExpired: now is at or past its expiry; the code is deleted;
+	//   - OTPOK: it matches; the code is deleted (single use: of concurrent
+	//     verifications of the right code, on any box, exactly one is OK);
+	//   - OTPWrong: it does not match; the wrong try is counted;
+	//   - OTPBurned: it does not match and this was wrong try number
+	//     maxAttempts; the code is deleted.
+	// The count of wrong tries is shared by every box. A maxAttempts below 1
+	// is treated as 1.
+	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (OTPResult, error)
+
+	// CreateSession stores an admin session under the SHA-256 hex of its
+	// token. It returns ErrExists when the hash is already stored and
+	// ErrInvalid when it is empty.
+	CreateSession(tokenHash string, expiresAt time.Time) error
+	// SessionValid reports whether a session with this token hash exists
+	// and now is before its expiry. It never writes: expired sessions stay
+	// until PruneSessions or DeleteSession removes them.
+	SessionValid(tokenHash string, now time.Time) (bool, error)
+	// DeleteSession removes the session (logout). Deleting an unknown
+	// session is not an error.
+	DeleteSession(tokenHash string) error
+	// PruneSessions deletes every session whose expiry is at or before now
+	// and returns how many it deleted.
+	PruneSessions(now time.Time) (int, error)
+
+	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
+	// is durable when AppendLog returns nil; concurrent calls may share one
+	// commit. Entries of stream StreamInfer count in Stats.
+	AppendLog(e LogEntry) error
+	// Logs returns the entries with Timestamp >= q.Since (inclusive) that
+	// match q.Level and q.Stream when those are set, newest first, at most
+	// q.Limit of them (q.Limit <= 0: all), from every box. Entries with equal
+	// timestamps come last-appended first. The result is never nil.
+	Logs(q LogQuery) ([]LogEntry, error)
+	// Stats counts the StreamInfer entries with since <= Timestamp < until
+	// (TotalRequests) and the distinct non-empty Subjects among them
+	// (ActiveUsers). An empty or inverted window gives zero Stats.
+	Stats(since, until time.Time) (Stats, error)
+	// StatsSeries splits [since, until) into consecutive buckets of the
+	// given width starting at since (the last one may reach past until but
+	// counts nothing at or after until) and returns the Stats of each,
+	// empty buckets included, oldest first. bucket must be positive and the
+	// series at most MaxSeriesBuckets long, else ErrInvalid. An empty or
+	// inverted window gives an empty, non-nil series.
+	StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error)
+	// PruneLogs deletes up to batch of the oldest entries whose Timestamp is
+	// before before, in one short transaction so that writers are not held
+	// up, and returns how many it deleted; they leave the statistics too.
+	// Callers loop until it returns fewer than batch. A batch <= 0 means
+	// DefaultPruneBatch.
+	PruneLogs(before time.Time, batch int) (int, error)
+
+	// Backup writes a consistent copy of everything to w and returns the
+	// bytes written. A store that cannot (PostgreSQL, whose backup is
+	// pg_dump) returns an error wrapping ErrNotSupported whose text tells
+	// the operator what to do instead, before writing anything.
+	Backup(w io.Writer) (int64, error)
+	// Size returns the bytes the stored data takes.
+	Size() (int64, error)
+	// Ping reports whether the store can serve requests now: nil, or an
+	// error (wrapping ErrUnavailable when the database cannot be reached)
+	// that /healthz shows as the reason it is degraded.
+	Ping(ctx context.Context) error
+	// Describe names where the data lives for the admin page and the logs:
+	// a file path, or a database URL without its password.
+	Describe() string
+	// Close releases the store. Appends in flight finish first.
+	Close() error
+}
+
+// The bbolt store keeps the contract.
+var _ Store = (*DB)(nil)

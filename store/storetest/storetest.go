@@ -1,0 +1,154 @@
+// Package storetest is the one scenario suite of the store.Store contract.
+// Every implementation runs it from its own tests:
+//
+//	func TestContract(t *testing.T) {
+//		storetest.Run(t, func(t testing.TB, now func() time.Time) store.Store { … })
+//	}
+//
+// the way database/sql drivers share a compliance suite. A scenario states
+// behaviour that callers rely on; checks about how one implementation lays
+// out its bytes stay in that implementation's own tests. When the contract
+// grows (a new Store method), add a scenario to the table in this file and
+// its function beside the others of its area.
+package storetest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/store"
+)
+
+// T0 is the fixed start of every scenario's clock.
+var T0 = time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
+
+// Opener opens a fresh, empty store whose clock (for defaults such as a zero
+// CreatedAt) is now. It closes the store when t ends and fails t if it cannot
+// open one.
+type Opener func(t testing.TB, now func() time.Time) store.Store
+
+// Env is what a scenario runs against: a fresh store and its clock.
+type Env struct {
+	S     store.Store
+	Clock *Clock
+}
+
+// scenario is one row of the table.
+type scenario struct {
+	name string
+	run  func(t *testing.T, e Env)
+}
+
+// scenarios is the contract, area by area.
+var scenarios = []scenario{
+	// API keys (keys.go).
+	{"keys/create-get-list-revoke", keysLifecycle},
+	{"keys/create-defaults", keysCreateDefaults},
+	{"keys/create-invalid", keysCreateInvalid},
+	{"keys/same-nanosecond-order", keysSameNanosecond},
+	{"keys/round-trip-every-field", keysRoundTrip},
+	{"keys/empty-list-not-nil", keysEmptyList},
+	{"keys/touch-throttled", keysTouchThrottled},
+	{"keys/touch-never-backwards", keysTouchNeverBackwards},
+	{"keys/concurrent-mixed-use", keysConcurrentMixedUse},
+	{"keys/concurrent-creates", keysConcurrentCreates},
+
+	// Admin key, OTP, sessions (auth.go).
+	{"admin-key/set-replace-clear", adminKeyHash},
+	{"otp/single-use-burn-replace-expiry", otpLifecycle},
+	{"otp/invalid", otpInvalid},
+	{"otp/concurrent-right-code-once", otpConcurrentRight},
+	{"otp/concurrent-wrong-codes-burn-once", otpConcurrentWrong},
+	{"sessions/create-valid-prune-delete", sessionsLifecycle},
+
+	// System prompt (prompt.go).
+	{"prompt/versions-history-next", promptVersions},
+	{"prompt/empty-store", promptEmpty},
+	{"prompt/concurrent-same-version", promptConcurrentSameVersion},
+
+	// Logs, statistics, pruning (logs.go).
+	{"logs/query-filters-order", logsQuery},
+	{"logs/round-trip-every-field", logsRoundTrip},
+	{"logs/concurrent-appends", logsConcurrentAppends},
+	{"stats/window-and-series", statsWindowAndSeries},
+	{"stats/empty-and-invalid", statsEmptyAndInvalid},
+	{"prune/logs-in-batches", pruneLogsInBatches},
+
+	// Operations (ops.go).
+	{"ops/ping-describe-size-backup", opsBasics},
+}
+
+// Run runs every scenario as a parallel subtest of t, each on a fresh store
+// from open.
+func Run(t *testing.T, open Opener) {
+	t.Helper()
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := NewClock(T0)
+			sc.run(t, Env{S: open(t, clk.Now), Clock: clk})
+		})
+	}
+}
+
+// Clock is an injectable clock that tests move by hand.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock standing at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Add moves the clock by d.
+func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Must fails the test on err.
+func Must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// MustCreateKey stores a key with the given hash created at at.
+func MustCreateKey(tb testing.TB, s store.Store, hash string, at time.Time) store.APIKey {
+	tb.Helper()
+	k := store.APIKey{Hash: hash, ClientID: "client-" + hash, Status: store.StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 60, CreatedAt: at}
+	Must(tb, s.CreateKey(k))
+	return k
+}
+
+// MustAppend appends a log entry.
+func MustAppend(tb testing.TB, s store.Store, e store.LogEntry) {
+	tb.Helper()
+	Must(tb, s.AppendLog(e))
+}
+
+// wantErr fails t unless err wraps want.
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", what, err, want)
+	}
+}
+
+// concurrently runs fn(0) … fn(n-1) at once and returns their errors.
+func concurrently(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
