@@ -3,15 +3,15 @@ package api
 import (
 	"bytes"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // metricsEnv is a server whose engines are: speech-to-text ready (a demo
@@ -79,7 +79,7 @@ func TestMetricsLint(t *testing.T) {
 	e := metricsEnv(t)
 	e.addKey("valid", 60)
 	e.do(inferReq(t, "valid", payloadPart(simplePayload), audioPart([]byte("RIFF"))))
-	problems, err := testutil.GatherAndLint(e.srv.reg)
+	problems, err := promtest.GatherAndLint(e.srv.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,16 +87,8 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		promtool, _ = filepath.Abs("../tests/.tools/promtool")
-		if _, err := os.Stat(promtool); err != nil {
-			if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" {
-				t.Fatal("promtool is not installed (scripts/deps.sh test extracts it)")
-			}
-			t.Skip("SKIP: promtool is not installed (scripts/deps.sh test extracts it): only promlint ran")
-		}
-	}
+	local, _ := filepath.Abs("../tests/.tools/promtool")
+	promtool := testutil.Tool(t, "promtool", "the exposition beyond promlint", local)
 	body := e.do(adminReq("GET", "/metrics", "")).Body.Bytes()
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(body)

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestOpenAPIStrictLint runs Redocly's strict ruleset (recommended-strict:
@@ -17,16 +19,11 @@ import (
 // check). Without it the test skips and says so; with REPLYD_REQUIRE_TOOLS=1
 // (make test) its absence fails.
 func TestOpenAPIStrictLint(t *testing.T) {
-	bin, err := filepath.Abs("../tests/browser/node_modules/.bin/redocly")
+	local, err := filepath.Abs("../tests/browser/node_modules/.bin/redocly")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("redocly is not installed (%v): run scripts/deps.sh", err)
-		}
-		t.Skipf("SKIP: redocly is not installed (%v): run scripts/deps.sh", err)
-	}
+	bin := testutil.Tool(t, "redocly", "the OpenAPI file", local)
 	e := newEnv(t)
 	rec := e.do(httptest.NewRequest("GET", "/openapi.yaml", nil))
 	if rec.Code != 200 {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestInstallDryRun runs scripts/install.sh --dry-run (no root, no systemd
@@ -130,12 +132,9 @@ func TestUnitHardening(t *testing.T) {
 	}
 }
 
-// TestShellcheck runs shellcheck on the scripts when it is installed.
+// TestShellcheck runs shellcheck on the scripts.
 func TestShellcheck(t *testing.T) {
-	sc, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Skip("SKIP: shellcheck is not installed (apt-get install shellcheck)")
-	}
+	sc := testutil.Tool(t, "shellcheck", "the shell scripts")
 	var scripts []string
 	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh", "skip-summary.sh"} {
 		scripts = append(scripts, filepath.Join(repoRoot, "scripts", s))
@@ -205,13 +204,7 @@ func TestInstallFFmpeg(t *testing.T) {
 // analyzer (offline: no running systemd needed) and holds it to an overall
 // exposure of 3.5 or less.
 func TestUnitSecurityExposure(t *testing.T) {
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" {
-			t.Fatal("systemd-analyze is not installed (scripts/deps.sh test installs systemd)")
-		}
-		t.Skip("SKIP: systemd-analyze is not installed (apt-get install systemd): the unit's exposure is NOT checked")
-	}
+	sa := testutil.Tool(t, "systemd-analyze", "the unit's exposure")
 	unit := filepath.Join(repoRoot, "scripts", "replyd.service")
 	out, err := exec.Command(sa, "security", "--offline=yes", "--no-pager", unit).CombinedOutput()
 	// systemd-analyze exits non-zero when the exposure is above its own
