@@ -103,11 +103,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
-	// Speech-to-text: one in service plus the waiting ones; beyond that 503
-	// overloaded at once. The language model bounds its own queue
-	// (llm.Options.QueueSize, from REPLYD_QUEUE_SIZE): its stage only
-	// sheds requests whose expected wait outlasts their deadline.
+	// One in service plus the waiting ones; beyond that, or when the wait
+	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
+	pipe.LLMStage.Max = cfg.QueueSize + 1
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
