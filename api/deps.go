@@ -38,3 +38,11 @@ type HealthSource interface {
 	Engines() []engine.EngineStatus
 	QueueDepth() int
 }
+
+// VADSource is implemented by a HealthSource that knows whether voice
+// activity detection is on: /healthz reports "vad": "on" or "off" and the
+// admin status carries its state. It is optional, and separate from the
+// engines, because VAD off never makes the service unhealthy.
+type VADSource interface {
+	VAD() engine.EngineStatus
+}

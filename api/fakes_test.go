@@ -459,7 +459,14 @@ func (n *fakeNotifier) lastCode() string {
 type fakeHealth struct {
 	mu      sync.Mutex
 	engines []engine.EngineStatus
+	vad     engine.EngineStatus
 	depth   int
+}
+
+func (h *fakeHealth) VAD() engine.EngineStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vad
 }
 
 func (h *fakeHealth) Engines() []engine.EngineStatus {

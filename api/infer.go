@@ -182,7 +182,11 @@ type timingsMS struct {
 // inferResponse is InferResponse: transcript is present exactly when an audio
 // part was sent (possibly ""); candidates and timings_ms are additive.
 type inferResponse struct {
-	Transcript *string           `json:"transcript,omitempty"`
+	Transcript *string `json:"transcript,omitempty"`
+	// NoSpeech is present exactly when an audio part was sent: true when
+	// the recording held no speech (then transcript is "" and response is
+	// empty: the tablet shows "didn't catch that").
+	NoSpeech   *bool             `json:"no_speech,omitempty"`
 	Response   []string          `json:"response"`
 	Candidates []answerCandidate `json:"candidates"`
 	TimingsMS  timingsMS         `json:"timings_ms"`
@@ -257,8 +261,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
 	}
 	if f.hasAudio {
-		t := res.Transcript
-		out.Transcript = &t
+		t, ns := res.Transcript, res.NoSpeech
+		out.Transcript, out.NoSpeech = &t, &ns
 	}
 	st.candidates = len(out.Response)
 	return c.JSON(http.StatusOK, out)

@@ -19,7 +19,7 @@ const okTextOnly = `{"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
  "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0}}`
 
-const okAudio = `{"transcript":"transcript of 5 bytes","response":["reply 1","reply 2","reply 3"],
+const okAudio = `{"transcript":"transcript of 5 bytes","no_speech":false,"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
  "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0}}`
 
@@ -181,7 +181,20 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2, Language: "fr"}}}, nil
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
-	wantJSON(t, rec, 200, `{"transcript":"","response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
+	wantJSON(t, rec, 200, `{"transcript":"","no_speech":false,"response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+}
+
+// TestInferNoSpeech: a recording without speech answers 200 with an empty
+// transcript, no_speech true and no replies.
+func TestInferNoSpeech(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 60)
+	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
+		return engine.Result{HasTranscript: true, NoSpeech: true, AudioSeconds: 3}, nil
+	}
+	rec := e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
+	wantJSON(t, rec, 200, `{"transcript":"","no_speech":true,"response":[],"candidates":[],
 	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
 }
 

@@ -33,6 +33,11 @@ type healthResponse struct {
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
+	// VAD is "on" when voice activity detection runs before speech-to-text,
+	// "off" when its model is missing (whole recordings are transcribed);
+	// absent when the engines do not report it. It never makes the status
+	// anything but "ok".
+	VAD string `json:"vad,omitempty"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
@@ -42,6 +47,14 @@ type healthResponse struct {
 func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
 	if s.health != nil {
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = "off"
+				if st.Ready {
+					out.VAD = "on"
+				}
+			}
+		}
 		for _, e := range s.health.Engines() {
 			out.Engines = append(out.Engines, engineReadiness{Name: e.Name, Ready: e.Ready, Demo: e.Demo})
 			out.DemoModels = out.DemoModels || e.Demo
@@ -150,12 +163,15 @@ type statusResponse struct {
 	Version       string                `json:"version"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
-	QueueDepth    int                   `json:"queue_depth"`
-	DataFile      string                `json:"data_file"`
-	DataFileBytes int64                 `json:"data_file_bytes"`
-	OTPChannel    string                `json:"otp_channel"`
-	TLS           bool                  `json:"tls"`
-	Limits        limitsView            `json:"limits"`
+	// VAD is voice activity detection's state: ready, or an error saying
+	// why it is off. Absent when not reported.
+	VAD           *engine.EngineStatus `json:"vad,omitempty"`
+	QueueDepth    int                  `json:"queue_depth"`
+	DataFile      string               `json:"data_file"`
+	DataFileBytes int64                `json:"data_file_bytes"`
+	OTPChannel    string               `json:"otp_channel"`
+	TLS           bool                 `json:"tls"`
+	Limits        limitsView           `json:"limits"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -199,6 +215,11 @@ func (s *Server) handleStatus(c echo.Context) error {
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)
 		out.QueueDepth = s.health.QueueDepth()
+		if v, ok := s.health.(VADSource); ok {
+			if st := v.VAD(); st.Name != "" {
+				out.VAD = &st
+			}
+		}
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()

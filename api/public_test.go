@@ -37,6 +37,19 @@ func TestHealthz(t *testing.T) {
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
 	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[]}`)
+
+	// Voice activity detection is reported as "vad": on, or off when its
+	// model is missing; off never makes the service unhealthy.
+	stt, llm := engine.EngineStatus{Name: "stt", Ready: true}, engine.EngineStatus{Name: "llm", Ready: true}
+	e.health.set(stt, llm)
+	e.health.mu.Lock()
+	e.health.vad = engine.EngineStatus{Name: "vad", Ready: true}
+	e.health.mu.Unlock()
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"on"}`)
+	e.health.mu.Lock()
+	e.health.vad = engine.EngineStatus{Name: "vad", Error: "open models/silero_vad_v5.onnx: no such file"}
+	e.health.mu.Unlock()
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"off"}`)
 }
 
 func TestStatus(t *testing.T) {

@@ -94,9 +94,13 @@ type Result struct {
 	HasTranscript bool
 	// TranscriptLanguage is the language the speech-to-text step used.
 	TranscriptLanguage string
-	AudioSeconds       float64
-	Candidates         []Candidate
-	Timings            Timings
+	// NoSpeech: the recording holds no speech (voice activity detection
+	// found none, or Whisper's no-speech rule silenced it). The transcript
+	// is empty and no candidates were generated.
+	NoSpeech     bool
+	AudioSeconds float64
+	Candidates   []Candidate
+	Timings      Timings
 	// Language-model token counts: the prompt, the part of it reused from
 	// the dialog prefix cache, and every token sampled.
 	PromptTokens, CachedTokens, GenTokens int

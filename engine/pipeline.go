@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -15,9 +16,12 @@ type DecodeFunc func(data []byte, max time.Duration) ([]float32, error)
 // Its fields are set once at start and never changed; it is safe for
 // concurrent use when its engines are.
 type Pipeline struct {
-	Decode   DecodeFunc
-	STT      Transcriber
-	LLM      Generator
+	Decode DecodeFunc
+	STT    Transcriber
+	LLM    Generator
+	// VAD keeps only the speech of a recording before it is transcribed;
+	// nil transcribes the whole recording.
+	VAD      SpeechFilter
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
 
@@ -50,6 +54,19 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			return res, classifyAudioErr(err)
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
+		if p.VAD != nil {
+			sp, err := p.VAD.KeepSpeech(ctx, pcm)
+			if err != nil {
+				return res, wrapEngineErr(err, KindSTT, "voice activity detection failed")
+			}
+			if len(sp.PCM) == 0 {
+				// No speech: Whisper never runs and nobody is answered.
+				res.NoSpeech = true
+				res.Timings.Total = p.now().Sub(start)
+				return res, nil
+			}
+			pcm = sp.PCM
+		}
 		done, err := p.STTStage.Enter(ctx)
 		if err != nil {
 			return res, err
@@ -65,6 +82,13 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 		res.Transcript = tr.Text
 		res.TranscriptLanguage = tr.Language
+		if strings.TrimSpace(tr.Text) == "" {
+			// Whisper's no-speech rule silenced every window.
+			res.Transcript = ""
+			res.NoSpeech = true
+			res.Timings.Total = p.now().Sub(start)
+			return res, nil
+		}
 		for i := range msgs {
 			if msgs[i].Audio {
 				msgs[i].Content = tr.Text

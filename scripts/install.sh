@@ -196,7 +196,7 @@ run install -d -m 0750 -o root -g replyd "$MODELS_DIR"
 if [ -n "$models_src" ]; then
 	say "verifying models in $models_src against the manifest"
 	run "$BIN_DST" models verify --dir "$models_src"
-	for f in "$models_src"/*.gguf "$models_src"/*.bin; do
+	for f in "$models_src"/*.gguf "$models_src"/*.bin "$models_src"/*.onnx; do
 		[ -e "$f" ] || continue
 		run install -m 0640 -o root -g replyd "$f" "$MODELS_DIR/"
 	done
@@ -244,6 +244,8 @@ REPLYD_DATA_DIR=$DATA_DIR
 #   replyd models verify --dir $MODELS_DIR
 REPLYD_LLM_MODEL=$MODELS_DIR/$llm
 REPLYD_WHISPER_MODEL=$MODELS_DIR/$whisper
+# Silero VAD (voice activity detection); without the file replyd runs with VAD off.
+REPLYD_VAD_MODEL=$MODELS_DIR/silero_vad_v5.onnx
 
 # TLS: off | auto (self-signed certificate kept in the data dir) | on (needs
 # REPLYD_TLS_CERT and REPLYD_TLS_KEY).

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
@@ -60,6 +62,9 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	threads := fs.Int("threads", runtime.NumCPU(), "CPU threads")
 	asJSON := fs.Bool("json", false, "print JSON with token ids and stage timings")
 	maxAudio := fs.Duration("max-audio", 30*time.Minute, "longest accepted recording")
+	vadModel := fs.String("vad-model", DefaultVADModel, "Silero VAD v5 ONNX file: transcribe only the speech")
+	noVAD := fs.Bool("no-vad", false, "transcribe the whole recording (no voice activity detection)")
+	noFallback := fs.Bool("no-fallback", false, "greedy decoding only, no temperature fallback (whisper.cpp's -nf)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,15 +81,29 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
 	decodeDur := time.Since(t0)
-	m, err := whisper.Load(*model, whisper.Options{Threads: *threads})
+	m, err := whisper.Load(*model, whisper.Options{Threads: *threads, NoFallback: *noFallback})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	t1 := time.Now()
-	tr, err := m.Transcribe(ctx, pcm, engine.TranscribeOptions{Language: *lang})
-	if err != nil {
-		return err
+	speech, segments := pcm, -1
+	if !*noVAD {
+		vm, err := vad.Load(*vadModel)
+		if err != nil {
+			return fmt.Errorf("%w (or give --no-vad)", err)
+		}
+		sp, err := vad.NewDetector(vm).KeepSpeech(ctx, pcm)
+		if err != nil {
+			return err
+		}
+		speech, segments = sp.PCM, sp.Segments
+	}
+	var tr engine.Transcript
+	if len(speech) > 0 {
+		if tr, err = m.Transcribe(ctx, speech, engine.TranscribeOptions{Language: *lang}); err != nil {
+			return err
+		}
 	}
 	wall := time.Since(t1)
 	if !*asJSON {
@@ -97,6 +116,7 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"language":      tr.Language,
 		"tokens":        tr.Tokens,
 		"audio_seconds": float64(len(pcm)) / 16000,
+		"no_speech":     len(speech) == 0 || strings.TrimSpace(tr.Text) == "",
 		"timings_ms": map[string]float64{
 			"decode":  ms(decodeDur),
 			"mel":     ms(tr.Mel),
@@ -104,6 +124,10 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"decoder": ms(tr.Decoder),
 			"total":   ms(wall),
 		},
+	}
+	if segments >= 0 {
+		out["speech_segments"] = segments
+		out["speech_seconds"] = float64(len(speech)) / 16000
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")

@@ -21,6 +21,9 @@ import (
 const (
 	DefaultLLMModel     = "models/demo/llm-demo.gguf"
 	DefaultWhisperModel = "models/demo/whisper-demo.bin"
+	// DefaultVADModel is where scripts/deps.sh and `make run` put Silero
+	// VAD's weights.
+	DefaultVADModel = "models/silero_vad_v5.onnx"
 )
 
 // Config is replyd's whole configuration. Values come from flags, which
@@ -37,6 +40,7 @@ type Config struct {
 
 	LLMModel       string
 	WhisperModel   string
+	VADModel       string // Silero VAD v5 ONNX file; empty or missing: VAD off
 	GPULayers      int
 	Threads        int
 	STTThreads     int
@@ -143,6 +147,7 @@ func options() []option {
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
+		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(llm.DefaultThreads()), "CPU threads for the language model", func(c *Config) *int { return &c.Threads }), "cores-1"),
 		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(runtime.NumCPU()), "CPU threads for speech-to-text", func(c *Config) *int { return &c.STTThreads }), "cores"),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/engine/whisper"
 )
 
@@ -23,6 +24,26 @@ type engines struct {
 	stt  *whisper.Model
 	llm  *llm.Engine
 	pend map[string]engine.EngineStatus // status of engines not loaded yet
+	vad  engine.EngineStatus            // voice activity detection: on, or off and why
+}
+
+// loadVAD loads Silero VAD from path for the pipeline. A missing or
+// unreadable file is not fatal: replyd then transcribes whole recordings,
+// says so at start, and /healthz reports "vad": "off".
+func loadVAD(path string, log *slog.Logger) (*vad.Detector, engine.EngineStatus) {
+	st := engine.EngineStatus{Name: "vad", Model: path, Backend: "cpu"}
+	if path == "" {
+		st.Error = "no VAD model configured"
+	} else if m, err := vad.Load(path); err != nil {
+		st.Error = err.Error()
+	} else {
+		d := vad.NewDetector(m)
+		log.Info("voice activity detection on", "model", path)
+		return d, d.Status()
+	}
+	log.Warn("voice activity detection is OFF: whole recordings are transcribed, silence and noise included (run scripts/vad-model.sh or set REPLYD_VAD_MODEL)",
+		"model", path, "reason", st.Error)
+	return nil, st
 }
 
 func newEngines(cfg *Config) *engines {
@@ -130,6 +151,13 @@ func (e *engines) Engines() []engine.EngineStatus {
 		out = append(out, e.pend["llm"])
 	}
 	return out
+}
+
+// VAD implements api.VADSource.
+func (e *engines) VAD() engine.EngineStatus {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.vad
 }
 
 // QueueDepth implements api.HealthSource.

@@ -103,6 +103,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	det, vadStatus := loadVAD(cfg.VADModel, s.log)
+	if det != nil {
+		pipe.VAD = det
+	}
+	s.eng.mu.Lock()
+	s.eng.vad = vadStatus
+	s.eng.mu.Unlock()
 	// One in service plus the waiting ones; beyond that, or when the wait
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1

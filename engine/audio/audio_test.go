@@ -202,10 +202,23 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 
-	// A data chunk claiming 4 GB is read up to the end of the file.
-	pcm, err := Decode(huge, time.Minute)
-	if err != nil || len(pcm) != 1600 {
-		t.Errorf("WAV with a 4 GB data size: %d samples, %v; want 1600, nil", len(pcm), err)
+	// A data chunk claiming more than the file holds is a truncated
+	// recording: refused, never decoded in part.
+	if pcm, err := Decode(huge, time.Minute); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("WAV with a 4 GB data size: %d samples, %v; want ErrCorrupt", len(pcm), err)
+	}
+	// The streaming writers' sizes 0 and 0xFFFFFFFF read to the end of the file.
+	for _, size := range []uint32{0, 0xFFFFFFFF} {
+		binary.LittleEndian.PutUint32(huge[len(huge)-1600-4:], size)
+		if pcm, err := Decode(huge, time.Minute); err != nil || len(pcm) != 1600 {
+			t.Errorf("WAV with data size %#x: %d samples, %v; want 1600, nil", size, len(pcm), err)
+		}
+	}
+	// A header with a data chunk that declares one second and holds none.
+	full := testaudio.Mono16(16000, make([]float32, 16000))
+	headerOnly := full[:len(full)-32000]
+	if pcm, err := Decode(headerOnly, time.Minute); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("WAV header only: %d samples, %v; want ErrCorrupt", len(pcm), err)
 	}
 }
 

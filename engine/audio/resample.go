@@ -1,6 +1,10 @@
 package audio
 
-import "math"
+import (
+	"math"
+
+	"github.com/replyd/replyd/internal/f32"
+)
 
 // Resampler design. The kernel is a Kaiser-windowed sinc with 32 zero
 // crossings on each side. Its -6 dB cutoff sits at 92% of the lower of the two
@@ -93,7 +97,7 @@ func Resample(in []float32, from, to int) []float32 {
 		start := ip - k + 1
 		var acc float32
 		if start >= 0 && start+taps <= n {
-			acc = dot(row, in[start:start+taps])
+			acc = f32.Dot(row, in[start:start+taps])
 		} else {
 			for j, h := range row {
 				if s := start + j; s >= 0 && s < n {
@@ -104,24 +108,6 @@ func Resample(in []float32, from, to int) []float32 {
 		out[o] = acc
 	}
 	return out
-}
-
-// dot returns Σ a[i]·b[i] for len(a) == len(b), with four accumulators
-// so the additions do not wait on each other.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 func sinc(x float64) float64 {

@@ -24,8 +24,9 @@ const (
 // decodeWAV reads a RIFF/WAVE file: 8-bit unsigned, 16/24/32-bit signed or
 // 32/64-bit float PCM, any rate in [minRate, maxRate] and any channel count,
 // with a plain, 18-byte or WAVE_FORMAT_EXTENSIBLE fmt chunk. A data chunk
-// whose declared size is 0, 0xFFFFFFFF (streaming writers) or larger than the
-// file is read up to the end of the file.
+// whose declared size is 0 or 0xFFFFFFFF (streaming writers) is read up to
+// the end of the file; one that declares more bytes than the file holds is a
+// truncated recording: ErrCorrupt, never the part that arrived.
 func decodeWAV(data []byte, max time.Duration) ([]float32, error) {
 	const f = FormatWAV
 	if len(data) < 12 {
@@ -66,8 +67,10 @@ func decodeWAV(data []byte, max time.Duration) ([]float32, error) {
 			if !haveFmt {
 				return nil, corrupt(f, "the data chunk comes before the fmt chunk")
 			}
-			if size == 0 || size == 0xFFFFFFFF || size > avail {
+			if size == 0 || size == 0xFFFFFFFF {
 				size = avail
+			} else if size > avail {
+				return nil, corrupt(f, "the data chunk holds %d of the %d bytes its header declares (a truncated recording)", avail, size)
 			}
 			pcm = data[body : body+int(size)]
 			haveData = true

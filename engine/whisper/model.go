@@ -53,6 +53,10 @@ type Options struct {
 	// data's max_tokens 31 is 32). The cap is also kept below what the
 	// text context can hold.
 	MaxTokensPerWindow int
+	// NoFallback turns whisper.cpp's temperature fallback off (its -nf):
+	// every window is decoded greedily once. The token cap per second of
+	// audio (fallback.go) applies either way.
+	NoFallback bool
 	// Demo marks a generated demo model in Status.
 	Demo bool
 	// Logger receives load and transcription logs; nil means slog.Default().
@@ -106,6 +110,8 @@ type Model struct {
 	threads int
 	maxTok  int
 	loaded  time.Time
+	// fallback: whisper.cpp's temperature fallback is on (Options.NoFallback).
+	fallback bool
 
 	multilingual bool
 	nLangs       int
@@ -184,6 +190,7 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 		m.threads = runtime.NumCPU()
 	}
 	setBLASThreads(m.threads)
+	m.fallback = !opts.NoFallback
 	m.maxTok = opts.MaxTokensPerWindow
 	if m.maxTok <= 0 {
 		m.maxTok = DefaultMaxTokensPerWindow

@@ -31,6 +31,12 @@ type windowResult struct {
 	noSpeechProb float64 // softmax of the logits at the sot position, at <|nospeech|>
 	text         []byte
 	noSpeech     bool // the no-speech rule fired: no text, no context
+	// With the fallback: the temperature of the kept attempt, how many
+	// temperatures were tried, and whether the kept attempt failed
+	// whisper.cpp's entropy or loop rule (kept because it was the last).
+	temperature float64
+	attempts    int
+	failed      bool
 }
 
 // runResult is the outcome of one transcription.
@@ -38,6 +44,7 @@ type runResult struct {
 	windows   []windowResult
 	lang      int       // language id, -1 for English-only models
 	langProbs []float64 // detection probabilities of the 100 ids, nil unless detected
+	decoded   int       // tokens decoded in all attempts of all windows
 	mel       *melSpec
 	melDur    time.Duration
 	encDur    time.Duration
@@ -86,7 +93,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 			m.log.Warn("unknown transcription language, detecting instead", "language", opts.Language)
 		}
 	}
-	res, err := m.run(ctx, pcm, lang, m.maxTok)
+	res, err := m.runWith(ctx, pcm, lang, m.maxTok, m.fallback)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return engine.Transcript{}, engine.Errorf(engine.KindCanceled, err, "transcription canceled")
@@ -160,10 +167,17 @@ func (m *Model) detectLanguage(st *decState) (int, []float64) {
 	return best, probs
 }
 
-// run transcribes pcm window by window (README §4.3 of the conformance
-// data): lang is a language id or -1 to detect it (multilingual models),
-// maxTokens caps the tokens of one window.
+// run transcribes pcm window by window with greedy decoding alone (README
+// §4.3 of the conformance data): lang is a language id or -1 to detect it
+// (multilingual models), maxTokens caps the tokens of one window (and so
+// does the cap on tokens per second of audio, tokenCap).
 func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int) (*runResult, error) {
+	return m.runWith(ctx, pcm, lang, maxTokens, false)
+}
+
+// runWith is run, with whisper.cpp's temperature fallback when fallback is
+// set (fallbackWindow).
+func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool) (*runResult, error) {
 	if len(pcm) == 0 {
 		return nil, errors.New("no audio samples")
 	}
@@ -184,6 +198,11 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 	hp := m.hp
 	input := make([]float32, hp.NMels*windowFrames)
 	var prev []int // context carried to the next window
+	temps := temperatures(fallback)
+	var rngs decoders
+	if fallback {
+		rngs = newDecoders()
+	}
 	for seek := 0; seek+10 < mel.nLenOrg; seek += windowFrames {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -201,12 +220,25 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 			lang, res.langProbs = m.detectLanguage(st)
 		}
 		res.lang = lang
-		w, err := m.greedyWindow(ctx, st, seek, prev, lang, maxTokens)
+		// The window's audio: up to 30 s from seek (mel frames are 10 ms).
+		limit := min(maxTokens, tokenCap(min(len(pcm)-seek*hopLength, chunkSamples)))
+		var w windowResult
+		var err error
+		hist := prev
+		if fallback {
+			var n int
+			w, hist, n, err = m.fallbackWindow(ctx, st, seek, prev, lang, limit, temps, rngs)
+			res.decoded += n
+		} else {
+			w, err = m.greedyWindow(ctx, st, seek, prev, lang, limit)
+			res.decoded += len(w.tokens)
+		}
 		res.decDur += time.Since(t2)
 		if err != nil {
 			return nil, err
 		}
 		res.windows = append(res.windows, w)
+		prev = hist
 		if !w.noSpeech {
 			next := append([]int(nil), prev...)
 			next = append(next, w.tokens...)
