@@ -5,7 +5,8 @@
 #
 #   run   what building and running need (`make run`): a C toolchain for cgo
 #         (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the
-#         Go module zip leaves out, and ffmpeg for M4A/AAC uploads.
+#         Go module zip leaves out, ffmpeg for M4A/AAC uploads, and Silero
+#         VAD's weights (scripts/vad-model.sh).
 #   test  run's packages plus what the tests need (`make test`, the default):
 #         espeak-ng and sox to make test speech, shellcheck for the scripts,
 #         PostgreSQL (the store's contract suite and the two-box tests start
@@ -14,11 +15,13 @@
 #         OpenAPI lint (their npm packages too), systemd-analyze (systemd) to
 #         rate the unit file, and promtool to lint /metrics: taken out of
 #         Debian's prometheus package into tests/.tools (installing the
-#         package would also start a Prometheus server).
+#         package would also start a Prometheus server); ONNX Runtime (npm,
+#         tests/vadref) for the VAD reference tests.
 #
 # --list prints the Debian packages of the mode and installs nothing.
 set -euo pipefail
 
+root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="test"
 list=0
 for a in "$@"; do
@@ -63,7 +66,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 if [ "$mode" = test ]; then
-	root="$(cd "$(dirname "$0")/.." && pwd)"
 	tools="$root/tests/.tools"
 	if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$tools/promtool" ]; then
 		echo "deps: extracting promtool from Debian's prometheus package into $tools" >&2
@@ -92,7 +94,7 @@ fi
 # install script (skipped) would only fetch optional GPU providers from a host
 # outside the npm registry.
 "$root/scripts/vad-model.sh"
-if [ "${1:-}" != "--run" ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
+if [ "$mode" = test ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
 	echo "deps: installing ONNX Runtime for the VAD reference tests" >&2
 	(cd "$root/tests/vadref" && npm ci --ignore-scripts --no-audit --no-fund --silent)
 fi
