@@ -45,7 +45,7 @@ func startReplyd(t *testing.T, env map[string]string) *testutil.Replyd {
 func inferRequest(apiKey, payload string, wav []byte) replydproc.Request {
 	ct, body := replydproc.InferForm([]byte(payload), wav)
 	return replydproc.Request{Method: "POST", Path: "/v1/infer", Header: map[string]string{"X-API-KEY": apiKey},
-		Body: body, ContentType: ct, Timeout: 2 * time.Minute}
+		Body: body, ContentType: ct, Timeout: 6 * time.Minute}
 }
 
 // testWAV returns a recording: the jfk clip of the shared data when present,
@@ -83,6 +83,10 @@ func TestEndToEnd(t *testing.T) {
 		"REPLYD_OTP_WEBHOOK_URL": rcv.URL,
 		"REPLYD_THREADS":         "1",
 		"REPLYD_LLM_CONTEXT":     "2048",
+		// A functional test, not a speed test: under the race detector on
+		// a busy machine an 11 s recording can take longer than the 30 s
+		// default deadline.
+		"REPLYD_INFER_TIMEOUT": "5m",
 	}
 	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
