@@ -97,6 +97,8 @@ test-browser: build
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
+	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
+	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/

@@ -27,6 +27,7 @@ func (s *Server) adminLog(c echo.Context, level, resourceID, format string, args
 		ResourceType: store.ResourceAdmin,
 		ResourceID:   resourceID,
 		StreamName:   store.StreamAdmin,
+		Node:         s.node,
 	}
 	if err := s.store.AppendLog(e); err != nil {
 		s.reqLogger(c).Error("appending the admin log entry failed", "error", err.Error())

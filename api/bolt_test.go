@@ -61,9 +61,9 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2}`)
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=infer", ""))
 	wantJSON(t, rec, 200, `{"items":[
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":429},
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":400},
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":200}],
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":429,"node":"box-test"},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":400,"node":"box-test"},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":200,"node":"box-test"}],
 	  "count":3,"since":"2026-01-01T03:05:05Z","window_seconds":86400}`)
 	if strings.Contains(rec.Body.String(), "Tea") {
 		t.Error("dialog text in the logs")

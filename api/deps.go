@@ -12,13 +12,7 @@ import (
 // store.Store, documented there and kept by the bbolt and the PostgreSQL
 // stores alike (store/storetest runs both). api tests use the real bbolt
 // store on a temp file or the in-memory fake in fakes_test.go.
-type Store interface {
-	store.Store
-	// InstallationSecret gets or creates a named installation secret
-	// (store.SecretPseudonym, store.SecretTOTP). It is not yet part of
-	// store.Store because the PostgreSQL store does not keep it yet.
-	InstallationSecret(name string) ([]byte, error)
-}
+type Store = store.Store
 
 // Inferer runs one inference. *engine.Pipeline implements it.
 type Inferer interface {

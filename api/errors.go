@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
 )
 
 // Error codes sent in the "error" field of every error body. Each code has
@@ -31,7 +33,13 @@ const (
 	CodeOverloaded           = "overloaded"
 	CodeNotReady             = "not_ready"
 	CodeTimeout              = "timeout"
+	CodeStoreUnavailable     = "store_unavailable"
+	CodeNotSupported         = "not_supported"
 )
+
+// storeRetryAfter is the Retry-After sent with store_unavailable: about the
+// time PostgreSQL takes to restart or fail over.
+const storeRetryAfter = 5 * time.Second
 
 // StatusClientClosedRequest is the status logged (and, if the connection is
 // somehow still open, sent) when the client went away before the answer was
@@ -58,6 +66,8 @@ var codeStatus = map[string]int{
 	CodeOverloaded:           http.StatusServiceUnavailable,
 	CodeNotReady:             http.StatusServiceUnavailable,
 	CodeTimeout:              http.StatusServiceUnavailable,
+	CodeStoreUnavailable:     http.StatusServiceUnavailable,
+	CodeNotSupported:         http.StatusNotImplemented,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.
@@ -115,6 +125,9 @@ func toAPIError(err error) *Error {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Code: CodeStoreUnavailable, Message: "the database is unreachable; retry shortly", RetryAfter: storeRetryAfter, Err: err}
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {

@@ -308,6 +308,35 @@ func (m *memStore) InstallationSecret(name string) ([]byte, error) {
 	return slices.Clone(m.secrets[name]), nil
 }
 
+func (m *memStore) Secret(name string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.secrets[name]
+	return slices.Clone(v), ok, m.failWith
+}
+
+func (m *memStore) SetSecret(name string, value []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.secrets == nil {
+		m.secrets = map[string][]byte{}
+	}
+	if len(value) == 0 {
+		delete(m.secrets, name)
+	} else {
+		m.secrets[name] = slices.Clone(value)
+	}
+	return m.failWith
+}
+
+// Snapshot and Import are not used by the API; the fake has them only to
+// satisfy store.Store.
+func (m *memStore) Snapshot(func(store.Snapshot) error) error {
+	return errors.New("memStore: no snapshots")
+}
+
+func (m *memStore) Import(store.Snapshot, bool) error { return errors.New("memStore: no imports") }
+
 func (m *memStore) Size() (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -55,6 +55,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		Now:      e.clock.Now,
 		Version:  "1.2.3",
 		DataFile: "/var/lib/replyd/replyd.db",
+		Node:     "box-test",
 	}
 	for _, m := range mod {
 		m(&o)

@@ -82,6 +82,7 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Subject:      subject,
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
+			Node:         s.node,
 		}
 		if err := s.store.AppendLog(entry); err != nil {
 			s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())

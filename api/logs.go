@@ -12,9 +12,10 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// logEntry is AdminLogEntry; status and latency_ms are additive and omitted
-// for admin actions; client_id is additive and present when resource_id is
-// the hash of an API key (the key's ClientID, possibly "").
+// logEntry is AdminLogEntry; status, latency_ms, client_id and node are
+// additive; status and latency_ms are omitted for admin actions; client_id is
+// present when resource_id is the hash of an API key (the key's ClientID,
+// possibly "").
 type logEntry struct {
 	Timestamp    time.Time `json:"timestamp"`
 	Level        string    `json:"level"`
@@ -25,6 +26,9 @@ type logEntry struct {
 	StreamName   string    `json:"stream_name"`
 	Status       int       `json:"status,omitempty"`
 	LatencyMS    int64     `json:"latency_ms,omitempty"`
+	// Node is the replyd box that wrote the entry ("" for entries written
+	// before boxes had names).
+	Node string `json:"node"`
 }
 
 type logsResponse struct {
@@ -157,6 +161,7 @@ func (s *Server) handleLogs(c echo.Context) error {
 			StreamName:   e.StreamName,
 			Status:       e.Status,
 			LatencyMS:    e.LatencyMS,
+			Node:         e.Node,
 		})
 	}
 	out.Count = len(out.Items)

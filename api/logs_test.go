@@ -32,11 +32,11 @@ func TestLogs(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
 	hv, ho := hashHex("valid"), hashHex("other")
-	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin"}`
-	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200}`
-	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200}`
-	bad := `{"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":400}`
-	alice1 := `{"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":200}`
+	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin","node":"box-test"}`
+	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
+	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
+	bad := `{"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":400,"node":"box-test"}`
+	alice1 := `{"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":200,"node":"box-test"}`
 
 	tests := []struct {
 		query  string

@@ -2,8 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -28,7 +30,14 @@ type engineReadiness struct {
 }
 
 type healthResponse struct {
+	// Status is ok, degraded (answering, but the store is unreachable:
+	// requests that need it get 503 store_unavailable), loading or error.
 	Status string `json:"status"`
+	// Reason says why the status is not ok, without internals.
+	Reason string `json:"reason,omitempty"`
+	// Node names this box, so that a load balancer's checks and a person
+	// reading them tell the boxes apart.
+	Node string `json:"node"`
 	// DemoModels is true when a generated random-weight demo model is in
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
@@ -41,11 +50,14 @@ type healthResponse struct {
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
-// is ready, 503 {"status":"loading"} with Retry-After while one is loading,
-// 503 {"status":"error"} when one failed to load. engines lists each
-// engine's readiness.
+// is ready and the store answers; 200 {"status":"degraded","reason":…} when
+// the engines are ready but the store cannot be reached (a load balancer
+// keeps the box, whose requests that need the store get 503
+// store_unavailable until it is back); 503 {"status":"loading"} with
+// Retry-After while an engine is loading; 503 {"status":"error"} when one
+// failed to load. engines lists each engine's readiness, node names the box.
 func (s *Server) handleHealthz(c echo.Context) error {
-	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
+	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}}
 	if s.health != nil {
 		if v, ok := s.health.(VADSource); ok {
 			if st := v.VAD(); st.Name != "" {
@@ -60,9 +72,9 @@ func (s *Server) handleHealthz(c echo.Context) error {
 			out.DemoModels = out.DemoModels || e.Demo
 			if !e.Ready {
 				if e.Error != "" {
-					out.Status = "error"
+					out.Status, out.Reason = "error", "a model failed to load"
 				} else if out.Status == "ok" {
-					out.Status = "loading"
+					out.Status, out.Reason = "loading", "the models are loading"
 				}
 			}
 		}
@@ -74,8 +86,37 @@ func (s *Server) handleHealthz(c echo.Context) error {
 		}
 		return c.JSON(http.StatusServiceUnavailable, out)
 	}
+	if reason := s.storeHealth(c); reason != "" {
+		out.Status, out.Reason = "degraded", reason
+	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// storeHealth pings the store (bounded by healthPingTimeout) and returns ""
+// when it answers, else a reason fit for the public /healthz. The real error
+// is logged when the store goes down and again when it is back, not on
+// every check.
+func (s *Server) storeHealth(c echo.Context) string {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), healthPingTimeout)
+	defer cancel()
+	err := s.store.Ping(ctx)
+	if err == nil {
+		if s.storeDown.Swap(false) {
+			s.log.Info("the store answers again", "store", s.dataFile)
+		}
+		return ""
+	}
+	if !s.storeDown.Swap(true) {
+		s.log.Error("the store does not answer: requests that need it get 503 store_unavailable", "store", s.dataFile, "error", err.Error())
+	}
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return "the store (database) cannot be reached"
+	}
+	return "the store failed its health check"
+}
+
+// healthPingTimeout bounds the store check of one /healthz.
+const healthPingTimeout = 2 * time.Second
 
 // handleClientMD serves the integration guide rendered with the limits.
 func (s *Server) handleClientMD(c echo.Context) error {
@@ -161,6 +202,7 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 // statusResponse is GET /v1/admin/status, the admin page's overview.
 type statusResponse struct {
 	Version       string                `json:"version"`
+	Node          string                `json:"node"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
 	// VAD is voice activity detection's state: ready, or an error saying
@@ -195,6 +237,7 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	out := statusResponse{
 		Version:       s.version,
+		Node:          s.node,
 		UptimeSeconds: s.uptime(),
 		Engines:       []engine.EngineStatus{},
 		DataFile:      s.dataFile,
@@ -243,6 +286,9 @@ func (s *Server) handleBackup(c echo.Context) error {
 	// The first Write commits status 200; a failure before it is answered
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())
+	if errors.Is(err, store.ErrNotSupported) {
+		return &Error{Code: CodeNotSupported, Message: "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)", Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("backup after %d bytes: %w", n, err)
 	}

@@ -20,23 +20,23 @@ import (
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)
 	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 200, `{"status":"ok","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}]}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
 	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 503, `{"status":"loading","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 503, `{"status":"loading","reason":"the models are loading","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
 	if rec.Header().Get("Retry-After") != "5" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
 	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}]}`)
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
-	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[]}`)
+	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[]}`)
 
 	// Voice activity detection is reported as "vad": on, or off when its
 	// model is missing; off never makes the service unhealthy.
@@ -45,11 +45,11 @@ func TestHealthz(t *testing.T) {
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Ready: true}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"on"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"on"}`)
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Error: "open models/silero_vad_v5.onnx: no such file"}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"off"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"off"}`)
 }
 
 func TestStatus(t *testing.T) {
@@ -59,7 +59,7 @@ func TestStatus(t *testing.T) {
 		engine.EngineStatus{Name: "stt", Model: "/models/w.bin", Error: "no such file"})
 	e.health.depth = 2
 	e.clock.Advance(90 * time.Second)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"version":"1.2.3","uptime_seconds":90,
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"version":"1.2.3","node":"box-test","uptime_seconds":90,
 	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
 	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
 	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","tls":false,

@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/store"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -38,8 +41,17 @@ type Options struct {
 	MetricsPublic bool
 	// TLS tells /v1/admin/status whether the listener uses TLS.
 	TLS bool
-	// DataFile is the path of the store's file, shown on the admin page.
+	// DataFile names where the data lives on the admin page; empty means
+	// the store's Describe (a file path, or a database URL without its
+	// password).
 	DataFile string
+	// Node names this box in the log entries it writes and in /healthz and
+	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
+	Node string
+	// Limiter enforces the per-key rate limits; nil means this box's own
+	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
+	// so that a key's limit holds across all of them.
+	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
@@ -59,9 +71,13 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	node     string
 	started  time.Time
 
-	limiter *rateLimiter
+	storeDown atomic.Bool // the last health check found the store unreachable
+
+	limiter store.RateLimiter
+	touches store.TouchThrottle
 	otpMu   sync.Mutex // serialises OTP sends
 
 	pseudoMu  sync.Mutex
@@ -91,6 +107,10 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		node:     o.Node,
+	}
+	if s.dataFile == "" {
+		s.dataFile = o.Store.Describe()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -102,7 +122,10 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = newRateLimiter()
+	s.limiter = o.Limiter
+	if s.limiter == nil {
+		s.limiter = newMemoryLimiter()
+	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health, s.version)
 

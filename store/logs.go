@@ -28,27 +28,29 @@ func (db *DB) AppendLog(e LogEntry) error {
 	if err != nil {
 		return fmt.Errorf("store: encode log entry: %w", err)
 	}
-	infer := e.StreamName == StreamInfer
-	subject := []byte(e.Subject)
 	// Batch may run this function more than once (a failed batch is retried
 	// one call at a time); it only depends on its arguments and the Tx.
-	err = db.bolt.Batch(func(tx *bolt.Tx) error {
-		logs := tx.Bucket(bucketLogs)
-		seq, err := logs.NextSequence()
-		if err != nil {
-			return err
-		}
-		k := timeKey(e.Timestamp, seq)
-		if err := logs.Put(k, val); err != nil {
-			return err
-		}
-		if infer {
-			return tx.Bucket(bucketInferIdx).Put(k, subject)
-		}
-		return nil
-	})
+	err = db.bolt.Batch(func(tx *bolt.Tx) error { return putLog(tx, e, val) })
 	if err != nil {
 		return db.wrap(err)
+	}
+	return nil
+}
+
+// putLog stores the entry e, encoded as val, under "Timestamp nanos ‖
+// sequence", and indexes it for Stats when it is of stream StreamInfer.
+func putLog(tx *bolt.Tx, e LogEntry, val []byte) error {
+	logs := tx.Bucket(bucketLogs)
+	seq, err := logs.NextSequence()
+	if err != nil {
+		return err
+	}
+	k := timeKey(e.Timestamp, seq)
+	if err := logs.Put(k, val); err != nil {
+		return err
+	}
+	if e.StreamName == StreamInfer {
+		return tx.Bucket(bucketInferIdx).Put(k, []byte(e.Subject))
 	}
 	return nil
 }

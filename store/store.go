@@ -11,7 +11,9 @@ import (
 // embedded default) and store/postgres (PostgreSQL, shared by several boxes).
 // Both run the one scenario suite in store/storetest; a behaviour that only
 // one of them has is a bug in the other. A new method goes into this
-// interface, into both implementations and into a storetest scenario.
+// interface, into both implementations and into a storetest scenario; a new
+// kind of data also goes into Snapshot, so that `replyd store migrate`
+// carries it.
 //
 // Rules that hold for every method:
 //   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
@@ -99,6 +101,19 @@ type Store interface {
 	// is treated as 1.
 	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (OTPResult, error)
 
+	// InstallationSecret returns the installation secret stored under name
+	// (SecretPseudonym, SecretTOTP, …), creating it (32 bytes from
+	// crypto/rand) when there is none, so that concurrent callers on every
+	// box and later starts all get the same value. An empty name is
+	// ErrInvalid.
+	InstallationSecret(name string) ([]byte, error)
+	// Secret returns the secret stored under name and whether there is one,
+	// without creating it.
+	Secret(name string) ([]byte, bool, error)
+	// SetSecret stores value under name, replacing any earlier value; an
+	// empty value deletes the secret. An empty name is ErrInvalid.
+	SetSecret(name string, value []byte) error
+
 	// CreateSession stores an admin session under the SHA-256 hex of its
 	// token. It returns ErrExists when the hash is already stored and
 	// ErrInvalid when it is empty.
@@ -141,6 +156,19 @@ type Store interface {
 	// DefaultPruneBatch.
 	PruneLogs(before time.Time, batch int) (int, error)
 
+	// Snapshot calls fn with a consistent view of everything the store
+	// holds, taken in one read transaction that lasts until fn returns;
+	// snap.Logs may be ranged over only during fn. It is how `replyd store
+	// migrate` reads a store.
+	Snapshot(fn func(snap Snapshot) error) error
+	// Import writes everything in snap, in one transaction: all of it or
+	// nothing. Into a store that holds anything (keys, prompts, logs,
+	// sessions, a code, the admin key, secrets) it refuses with ErrExists unless
+	// replace is set, in which case what the store held is gone afterwards.
+	// Importing a store's Snapshot into an empty store gives one that
+	// answers every method as the first does.
+	Import(snap Snapshot, replace bool) error
+
 	// Backup writes a consistent copy of everything to w and returns the
 	// bytes written. A store that cannot (PostgreSQL, whose backup is
 	// pg_dump) returns an error wrapping ErrNotSupported whose text tells
@@ -161,3 +189,30 @@ type Store interface {
 
 // The bbolt store keeps the contract.
 var _ Store = (*DB)(nil)
+
+// RateWindow is the length of a rate-limit window.
+const RateWindow = time.Minute
+
+// RateLimiter admits a key's requests under its rate_limit_per_minute, in
+// fixed windows of RateWindow: a window opens with the first request after
+// the previous one closed. One box uses an in-memory limiter (api's); boxes
+// that share a PostgreSQL store share its limiter (store/postgres), so that
+// the limit holds across all of them. storetest.RunLimiter states the
+// contract for both.
+type RateLimiter interface {
+	// Allow admits one request for key at now when fewer than limit were
+	// admitted in the key's current window, and counts it. A limit of 0 or
+	// less means unlimited. When refused, retry is the time until the
+	// window closes. A time slightly before the window's start (another
+	// box's clock) counts in the current window; one more than a window
+	// before it (a clock set back) opens a new window. An error (wrapping
+	// ErrUnavailable when the database cannot be reached) admits nothing.
+	Allow(key string, limit int, now time.Time) (ok bool, retry time.Duration, err error)
+}
+
+// RateWindowOver reports whether a window that opened at start is over at
+// now, so that a request at now opens a new one. Both limiters use it (the
+// PostgreSQL one in SQL of the same meaning).
+func RateWindowOver(start, now time.Time) bool {
+	return !now.Before(start.Add(RateWindow)) || now.Before(start.Add(-RateWindow))
+}

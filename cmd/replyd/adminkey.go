@@ -87,4 +87,4 @@ func printAdminKey(w io.Writer, key string) {
 	fmt.Fprintf(w, "\n%s\n REPLYD ADMIN KEY: %s\n\n It is shown only this once: keep it in a password manager. replyd stores\n only its SHA-256. Send it as the X-ADMIN-KEY header or paste it into the\n admin page. Lost it? Stop replyd and run `replyd admin-key --reset`.\n%s\n\n", line, key, line)
 }
 
-var _ adminKeyStore = (*store.DB)(nil)
+var _ adminKeyStore = store.Store(nil)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -33,6 +35,8 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	StoreURL    string // "": the bbolt file in DataDir; postgres://…: a shared PostgreSQL
+	NodeName    string
 	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
 	// into TrustedNets.
 	TrustedProxies string
@@ -89,6 +93,9 @@ type option struct {
 	doc    string
 	usage  string
 	secret bool
+	// redact, when set, is how `replyd config` shows the value (instead of
+	// masking all of it).
+	redact func(v string) string
 	set    func(c *Config, v string) error
 	get    func(c *Config) string
 }
@@ -142,6 +149,8 @@ func options() []option {
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		redacted(strOpt("store-url", "REPLYD_STORE_URL", "", "empty: the bbolt file replyd.db in the data dir; postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=…: a PostgreSQL database several replyd boxes share", true, func(c *Config) *string { return &c.StoreURL }), redactURL),
+		withDoc(strOpt("node-name", "REPLYD_NODE_NAME", defaultNodeName(), "this box's name in log entries, /healthz and the admin page", false, func(c *Config) *string { return &c.NodeName }), "the hostname"),
 		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
@@ -274,6 +283,12 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, errors.New("REPLYD_STORE_URL must be a postgres:// (or postgresql://) URL, or empty for the bbolt file in the data directory"))
+	}
+	if strings.TrimSpace(c.NodeName) == "" || len(c.NodeName) > 64 {
+		errs = append(errs, errors.New("REPLYD_NODE_NAME must be 1 to 64 characters"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -286,7 +301,9 @@ func (c *Config) Print(w io.Writer) {
 	lines := make([]string, 0, len(options()))
 	for _, o := range options() {
 		v := o.get(c)
-		if o.secret && v != "" {
+		if o.redact != nil {
+			v = o.redact(v)
+		} else if o.secret && v != "" {
 			v = mask(v)
 		}
 		lines = append(lines, fmt.Sprintf("%s=%s", o.env, v))
@@ -295,6 +312,38 @@ func (c *Config) Print(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// redacted gives o a redact function for `replyd config`.
+func redacted(o option, f func(string) string) option {
+	o.redact = f
+	return o
+}
+
+// redactURL shows a URL with its password (and any password= parameter)
+// masked, so that `replyd config` still tells where the database is.
+func redactURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		return mask(v)
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "REDACTED")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// defaultNodeName is the hostname, or "replyd" when it cannot be read.
+func defaultNodeName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "replyd"
 }
 
 // mask hides a secret, keeping only a hint of its length. URLs are secrets

@@ -49,6 +49,8 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--threads", "0"}, "at least 1"},
 		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
 		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+		{map[string]string{"REPLYD_STORE_URL": "/var/lib/replyd/replyd.db"}, nil, "REPLYD_STORE_URL must be a postgres://"},
+		{map[string]string{"REPLYD_NODE_NAME": " "}, nil, "REPLYD_NODE_NAME"},
 		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
 	}
 	for _, c := range cases {
@@ -66,6 +68,7 @@ func TestConfigPrintMasksSecrets(t *testing.T) {
 		"REPLYD_TELEGRAM_BOT_TOKEN": "123:abc",
 		"REPLYD_GOTIFY_TOKEN":       "gotify-token-value",
 		"REPLYD_OTP_CHANNEL":        "webhook",
+		"REPLYD_STORE_URL":          "postgres://replyd:pg-pass-word@db.lan:5432/replyd?sslmode=verify-full",
 	})
 	cfg, _, err := LoadConfig("config", nil, env, io.Discard)
 	if err != nil {
@@ -74,7 +77,10 @@ func TestConfigPrintMasksSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	cfg.Print(&buf)
 	out := buf.String()
-	for _, secret := range []string{"super-secret-admin-key", "t0ken", "123:abc", "gotify-token-value"} {
+	if !strings.Contains(out, "REPLYD_STORE_URL=postgres://replyd:REDACTED@db.lan:5432/replyd?sslmode=verify-full\n") {
+		t.Errorf("the store URL is not shown with only its password hidden:\n%s", out)
+	}
+	for _, secret := range []string{"super-secret-admin-key", "t0ken", "123:abc", "gotify-token-value", "pg-pass-word"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config output shows secret %q:\n%s", secret, out)
 		}

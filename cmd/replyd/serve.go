@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ type Server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	db      *store.DB
+	db      store.Store
 	eng     *engines
 	http    *http.Server
 	metrics *http.Server
@@ -47,34 +46,17 @@ type Server struct {
 	bg    chan struct{}
 }
 
-// dbPath is where the bbolt file lives.
-func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db") }
-
-// openStore creates the data directory and opens the store, turning the
-// common failures into messages an admin can act on.
-func openStore(cfg *Config) (*store.DB, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
-	}
-	db, err := store.Open(dbPath(cfg), store.Options{})
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
-		}
-		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
-	}
-	return db, nil
-}
-
 // Run opens everything and starts serving. Models load in the background:
 // /healthz answers 503 {"status":"loading"} until both are ready.
 func (s *Server) Run(ctx context.Context) error {
 	cfg := s.cfg
-	db, err := openStore(cfg)
+	db, err := openStore(ctx, cfg, s.log)
 	if err != nil {
 		return err
 	}
 	s.db = db
+	// Boxes sharing PostgreSQL share its rate limiter; one box keeps its own.
+	limiter, _ := db.(store.RateLimiter)
 
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
@@ -130,7 +112,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Limits:         limits,
 		MetricsPublic:  cfg.MetricsAddr != "",
 		TLS:            s.tls,
-		DataFile:       dbPath(cfg),
+		Node:           cfg.NodeName,
+		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
 	})
 
@@ -157,7 +140,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.tls {
 		scheme = "https"
 	}
-	s.log.Info("replyd listening", "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
+	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
 	if !s.tls && !isLoopback(ln.Addr()) {
 		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
 	}

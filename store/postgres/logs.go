@@ -10,6 +10,18 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
+// logCols are the logs columns scanLog reads, in its order.
+const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node"
+
+// scanLog reads one logs row selected with logCols.
+func scanLog(r pgx.Row) (store.LogEntry, error) {
+	var e store.LogEntry
+	var ts int64
+	err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node)
+	e.Timestamp = fromNS(ts)
+	return e, err
+}
+
 // AppendLog inserts one entry, durable at commit; see store.Store.
 // PostgreSQL shares one WAL flush among concurrent commits.
 func (s *Store) AppendLog(e store.LogEntry) error {
@@ -32,19 +44,13 @@ func (s *Store) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 		lim = &q.Limit
 	}
 	err := s.run("read logs", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, `SELECT ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node
+		rows, err := s.pool.Query(ctx, `SELECT `+logCols+`
 			FROM logs WHERE ts_ns >= $1 AND ($2 = '' OR level = $2) AND ($3 = '' OR stream = $3)
 			ORDER BY ts_ns DESC, seq DESC LIMIT $4`, ns(q.Since), q.Level, q.Stream, lim)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogEntry, error) {
-			var e store.LogEntry
-			var ts int64
-			err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node)
-			e.Timestamp = fromNS(ts)
-			return e, err
-		})
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogEntry, error) { return scanLog(r) })
 		if out == nil {
 			out = []store.LogEntry{}
 		}

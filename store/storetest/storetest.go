@@ -33,6 +33,8 @@ type Opener func(t testing.TB, now func() time.Time) store.Store
 type Env struct {
 	S     store.Store
 	Clock *Clock
+	// Open opens one more fresh store of the same kind on the same clock.
+	Open func() store.Store
 }
 
 // scenario is one row of the table.
@@ -62,6 +64,8 @@ var scenarios = []scenario{
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
 	{"otp/concurrent-wrong-codes-burn-once", otpConcurrentWrong},
 	{"sessions/create-valid-prune-delete", sessionsLifecycle},
+	{"secrets/get-or-create-set-delete", secretsLifecycle},
+	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
@@ -78,6 +82,8 @@ var scenarios = []scenario{
 
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},
+	{"snapshot/import-round-trip", snapshotRoundTrip},
+	{"snapshot/import-refuses-or-replaces", snapshotImportRefusesOrReplaces},
 }
 
 // Run runs every scenario as a parallel subtest of t, each on a fresh store
@@ -88,7 +94,7 @@ func Run(t *testing.T, open Opener) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := NewClock(T0)
-			sc.run(t, Env{S: open(t, clk.Now), Clock: clk})
+			sc.run(t, Env{S: open(t, clk.Now), Clock: clk, Open: func() store.Store { return open(t, clk.Now) }})
 		})
 	}
 }

@@ -502,7 +502,7 @@ async function main() {
     await step('status: version, uptime, queue, data file, models loaded, demo warning', async () => {
       await until(async () => (await page.$$('#engines tbody tr')).length >= 2, 'two engines');
       const facts = await page.$$eval('#status-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
-      for (const k of ['Version', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
+      for (const k of ['Version', 'Box', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
       check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
       const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
       for (const r of rows) {
@@ -739,7 +739,7 @@ async function main() {
       await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
       const lineRow = page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first();
       const line = await lineRow.textContent();
-      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line), `infer line "${line}"`);
+      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line) && /, on \S/.test(line), `infer line "${line}" (with the box that wrote it)`);
       equal((await lineRow.locator('td[data-label="Client"]').textContent()).trim(), `e2e-try-${nonce}`, 'client of the infer line');
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');

@@ -28,6 +28,7 @@ async function load() {
     ctx.setDemoBanner(s.engines);
     $('#status-facts').replaceChildren(
       fact('Version', s.version || '–'),
+      fact('Box', s.node || '–'),
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
       fact('Data file', fmtBytes(s.data_file_bytes)),

@@ -1,0 +1,231 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/replyd/replyd/store"
+)
+
+// longTimeout bounds Snapshot and Import, which copy a whole log.
+const longTimeout = time.Hour
+
+// runLong is run with longTimeout instead of the per-call timeout.
+func (s *Store) runLong(op string, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), longTimeout)
+	defer cancel()
+	return s.wrap(op, fn(ctx))
+}
+
+// Snapshot reads everything in one REPEATABLE READ, read-only transaction:
+// one consistent view however long fn takes; see store.Store.
+func (s *Store) Snapshot(fn func(store.Snapshot) error) error {
+	return s.runLong("snapshot", func(ctx context.Context) error {
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			snap, err := readSnapshot(ctx, tx)
+			if err != nil {
+				return err
+			}
+			snap.Logs = func(yield func(store.LogEntry, error) bool) {
+				rows, err := tx.Query(ctx, "SELECT "+logCols+" FROM logs ORDER BY ts_ns, seq")
+				if err != nil {
+					yield(store.LogEntry{}, err)
+					return
+				}
+				defer rows.Close()
+				for rows.Next() {
+					e, err := scanLog(rows)
+					if err != nil {
+						yield(store.LogEntry{}, err)
+						return
+					}
+					if !yield(e, nil) {
+						return
+					}
+				}
+				if err := rows.Err(); err != nil {
+					yield(store.LogEntry{}, err)
+				}
+			}
+			return fn(snap)
+		})
+	})
+}
+
+// readSnapshot reads everything but the logs.
+func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
+	snap := store.Snapshot{}
+	rows, err := tx.Query(ctx, "SELECT name, value FROM settings")
+	if err != nil {
+		return snap, err
+	}
+	settings, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var kv [2]string
+		return kv, r.Scan(&kv[0], &kv[1])
+	})
+	if err != nil {
+		return snap, err
+	}
+	for _, kv := range settings {
+		switch kv[0] {
+		case settingAdminKeyHash:
+			snap.AdminKeyHash = kv[1]
+		case settingOTPLastIssued:
+			n, err := strconv.ParseInt(kv[1], 10, 64)
+			if err != nil {
+				return snap, fmt.Errorf("decode %s: %w", kv[0], err)
+			}
+			snap.OTPLastIssued = fromNS(n)
+		}
+	}
+	if rows, err = tx.Query(ctx, "SELECT "+keyCols+" FROM api_keys ORDER BY seq"); err != nil {
+		return snap, err
+	}
+	if snap.Keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.APIKey, error) { return scanKey(r) }); err != nil {
+		return snap, err
+	}
+	if rows, err = tx.Query(ctx, "SELECT prompt, version, created_ns FROM prompts ORDER BY seq"); err != nil {
+		return snap, err
+	}
+	if snap.Prompts, err = pgx.CollectRows(rows, scanPrompt); err != nil {
+		return snap, err
+	}
+	if rows, err = tx.Query(ctx, "SELECT token_hash, expires_ns FROM sessions ORDER BY token_hash"); err != nil {
+		return snap, err
+	}
+	snap.Sessions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Session, error) {
+		var ss store.Session
+		var exp int64
+		err := r.Scan(&ss.TokenHash, &exp)
+		ss.ExpiresAt = fromNS(exp)
+		return ss, err
+	})
+	if err != nil {
+		return snap, err
+	}
+	if rows, err = tx.Query(ctx, "SELECT name, value FROM secrets"); err != nil {
+		return snap, err
+	}
+	snap.Secrets = map[string][]byte{}
+	var name string
+	var value []byte
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		snap.Secrets[name] = append([]byte(nil), value...)
+		return nil
+	}); err != nil {
+		return snap, err
+	}
+	var o store.OTPCode
+	var issued, expires int64
+	err = tx.QueryRow(ctx, "SELECT hash, issued_ns, expires_ns, attempts FROM otp WHERE id = 1").Scan(&o.Hash, &issued, &expires, &o.Attempts)
+	switch {
+	case err == nil:
+		o.IssuedAt, o.ExpiresAt = fromNS(issued), fromNS(expires)
+		snap.OTP = &o
+	case !errors.Is(err, pgx.ErrNoRows):
+		return snap, err
+	}
+	if snap.Keys == nil {
+		snap.Keys = []store.APIKey{}
+	}
+	if snap.Prompts == nil {
+		snap.Prompts = []store.PromptVersion{}
+	}
+	if snap.Sessions == nil {
+		snap.Sessions = []store.Session{}
+	}
+	return snap, nil
+}
+
+// dataTables are the tables Import empties with replace (rate_windows
+// holds no data worth keeping, but a fresh start should not inherit it).
+const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, logs, rate_windows"
+
+// Import writes snap in one transaction; see store.Store. Logs go in with
+// COPY, streamed from snap.Logs.
+func (s *Store) Import(snap store.Snapshot, replace bool) error {
+	return s.runLong("import", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var held bool
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
+				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp)
+				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
+				OR EXISTS (SELECT 1 FROM secrets)`).Scan(&held)
+			if err != nil {
+				return err
+			}
+			if held && !replace {
+				return fmt.Errorf("store: import into %s: it already holds data: %w", s.desc, store.ErrExists)
+			}
+			if held || replace {
+				if _, err := tx.Exec(ctx, "TRUNCATE "+dataTables+" RESTART IDENTITY"); err != nil {
+					return err
+				}
+			}
+			return importInto(ctx, tx, snap)
+		})
+	})
+}
+
+// importInto writes snap into empty tables.
+func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
+	batch := &pgx.Batch{}
+	for name, v := range snap.Secrets {
+		if name == "" || len(v) == 0 {
+			return invalid("a secret with an empty name or value")
+		}
+		batch.Queue("INSERT INTO secrets (name, value) VALUES ($1, $2)", name, v)
+	}
+	if snap.AdminKeyHash != "" {
+		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingAdminKeyHash, snap.AdminKeyHash)
+	}
+	if !snap.OTPLastIssued.IsZero() {
+		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingOTPLastIssued, strconv.FormatInt(ns(snap.OTPLastIssued), 10))
+	}
+	if o := snap.OTP; o != nil {
+		batch.Queue("INSERT INTO otp (id, hash, issued_ns, expires_ns, attempts) VALUES (1, $1, $2, $3, $4)", o.Hash, ns(o.IssuedAt), ns(o.ExpiresAt), o.Attempts)
+	}
+	for _, k := range snap.Keys {
+		if k.Hash == "" {
+			return invalid("a key with an empty hash")
+		}
+		batch.Queue(`INSERT INTO api_keys (hash, client_id, status, scopes, rate_limit_per_minute, created_ns, revoked_ns, last_used_ns)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, k.Hash, k.ClientID, k.Status, k.Scopes, k.RateLimitPerMinute, ns(k.CreatedAt), nullNS(k.RevokedAt), nullNS(k.LastUsedAt))
+	}
+	for _, p := range snap.Prompts {
+		if p.Version == "" {
+			return invalid("a prompt with an empty version")
+		}
+		batch.Queue("INSERT INTO prompts (version, prompt, created_ns) VALUES ($1, $2, $3)", p.Version, p.Prompt, ns(p.CreatedAt))
+	}
+	for _, ss := range snap.Sessions {
+		batch.Queue("INSERT INTO sessions (token_hash, expires_ns) VALUES ($1, $2)", ss.TokenHash, ns(ss.ExpiresAt))
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		if isUniqueViolation(err) {
+			return fmt.Errorf("store: import: a key, prompt version or session repeats: %w", store.ErrInvalid)
+		}
+		return err
+	}
+	if snap.Logs == nil {
+		return nil
+	}
+	next, stop := iter.Pull2(snap.Logs)
+	defer stop()
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"logs"},
+		[]string{"ts_ns", "level", "message", "resource_type", "resource_id", "stream", "subject", "status", "latency_ms", "node"},
+		pgx.CopyFromFunc(func() ([]any, error) {
+			e, err, ok := next()
+			if !ok || err != nil {
+				return nil, err
+			}
+			return []any{ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node}, nil
+		}))
+	return err
+}

@@ -1,0 +1,170 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/replyd/replyd/store"
+)
+
+// Fill puts some of everything into s: keys (active, revoked, touched,
+// created in one nanosecond), the admin key, prompt versions, sessions, an
+// OTP code with one wrong try, and infer and admin log entries. The
+// cross-store migration tests use it too.
+func Fill(t testing.TB, s store.Store) {
+	t.Helper()
+	Must(t, s.SetAdminKeyHash("admin-hash"))
+	_, err := s.InstallationSecret(store.SecretPseudonym)
+	Must(t, err)
+	Must(t, s.SetSecret(store.SecretTOTP, []byte("totp secret")))
+	MustCreateKey(t, s, "k1", T0)
+	MustCreateKey(t, s, "k2", T0) // same nanosecond: listed before k1
+	Must(t, s.CreateKey(store.APIKey{Hash: "k3", ClientID: "ward 3", Scopes: []string{"infer"}, RateLimitPerMinute: 5, CreatedAt: T0.Add(time.Minute)}))
+	Must(t, s.TouchKey("k1", T0.Add(2*time.Minute)))
+	_, err = s.RevokeKey("k2", T0.Add(3*time.Minute))
+	Must(t, err)
+	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "first", Version: "1", CreatedAt: T0}))
+	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "second\nline", Version: "beta", CreatedAt: T0.Add(time.Minute)}))
+	Must(t, s.CreateSession("sess-live", T0.Add(time.Hour)))
+	Must(t, s.CreateSession("sess-dead", T0.Add(-time.Hour)))
+	Must(t, s.SaveOTP("code", T0, T0.Add(5*time.Minute)))
+	if r, err := s.VerifyOTP("wrong", T0, 3); err != nil || r != store.OTPWrong {
+		t.Fatalf("VerifyOTP = %v, %v", r, err)
+	}
+	for i := range 30 {
+		stream := store.StreamInfer
+		if i%5 == 0 {
+			stream = store.StreamAdmin
+		}
+		MustAppend(t, s, store.LogEntry{Timestamp: T0.Add(time.Duration(i%10) * time.Second), Level: store.LevelInfo, Message: fmt.Sprint(i),
+			ResourceType: store.ResourceAPIKey, ResourceID: "k1", StreamName: stream, Subject: fmt.Sprint("u", i%4), Status: 200, LatencyMS: int64(i), Node: "box-a"})
+	}
+}
+
+// flat is a Snapshot with its logs read out, for comparing.
+type flat struct {
+	Snap store.Snapshot
+	Logs []store.LogEntry
+}
+
+// Flatten reads s's Snapshot, logs included.
+func Flatten(t testing.TB, s store.Store) flat {
+	t.Helper()
+	var f flat
+	Must(t, s.Snapshot(func(snap store.Snapshot) error {
+		f.Logs = []store.LogEntry{}
+		for e, err := range snap.Logs {
+			if err != nil {
+				return err
+			}
+			f.Logs = append(f.Logs, e)
+		}
+		snap.Logs = nil
+		f.Snap = snap
+		return nil
+	}))
+	return f
+}
+
+// SameData fails t unless a and b hold the same data, as their Snapshots
+// and as the Store methods answer.
+func SameData(t testing.TB, a, b store.Store) {
+	t.Helper()
+	if diff := cmp.Diff(Flatten(t, a), Flatten(t, b)); diff != "" {
+		t.Errorf("snapshots differ (-first +second):\n%s", diff)
+	}
+	if same, why, err := store.SameData(a, b); err != nil || !same {
+		t.Errorf("store.SameData = %v, %q, %v; want true", same, why, err)
+	}
+	for _, check := range []struct {
+		name string
+		get  func(s store.Store) (any, error)
+	}{
+		{"ListKeys", func(s store.Store) (any, error) { return s.ListKeys(0, true) }},
+		{"PromptHistory", func(s store.Store) (any, error) { return s.PromptHistory(0) }},
+		{"Logs", func(s store.Store) (any, error) { return s.Logs(store.LogQuery{}) }},
+		{"Stats", func(s store.Store) (any, error) { return s.Stats(T0.Add(-time.Hour), T0.Add(time.Hour)) }},
+		{"StatsSeries", func(s store.Store) (any, error) { return s.StatsSeries(T0, T0.Add(10*time.Second), 3*time.Second) }},
+		{"AdminKeyHash", func(s store.Store) (any, error) { return s.AdminKeyHash() }},
+		{"LastOTPIssued", func(s store.Store) (any, error) { return s.LastOTPIssued() }},
+		{"NextPromptVersion", func(s store.Store) (any, error) { return s.NextPromptVersion() }},
+		{"SessionValid", func(s store.Store) (any, error) { return s.SessionValid("sess-live", T0) }},
+		{"pseudonym key", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretPseudonym); return v, err }},
+		{"TOTP secret", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretTOTP); return v, err }},
+	} {
+		va, erra := check.get(a)
+		vb, errb := check.get(b)
+		Must(t, erra)
+		Must(t, errb)
+		if diff := cmp.Diff(va, vb); diff != "" {
+			t.Errorf("%s differs (-first +second):\n%s", check.name, diff)
+		}
+	}
+}
+
+func snapshotRoundTrip(t *testing.T, e Env) {
+	Fill(t, e.S)
+	b := e.Open()
+	Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, false) }))
+	SameData(t, e.S, b)
+	// The copy behaves like the original: the wrong try counted, so two
+	// more burn the code; the touch throttle and the key order carried.
+	for _, s := range []store.Store{e.S, b} {
+		if r, _ := s.VerifyOTP("wrong", T0, 3); r != store.OTPWrong {
+			t.Errorf("second wrong try: %v", r)
+		}
+		if r, _ := s.VerifyOTP("wrong", T0, 3); r != store.OTPBurned {
+			t.Errorf("third wrong try: %v, want OTPBurned", r)
+		}
+		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k2 k1]" {
+			t.Errorf("ListKeys = %v", ks)
+		}
+	}
+	// An empty store's snapshot is empty and imports as empty.
+	c, d := e.Open(), e.Open()
+	Must(t, c.Snapshot(func(snap store.Snapshot) error { return d.Import(snap, false) }))
+	SameData(t, c, d)
+	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || f.Snap.OTP != nil {
+		t.Errorf("empty store's snapshot: %+v", f)
+	}
+}
+
+func snapshotImportRefusesOrReplaces(t *testing.T, e Env) {
+	Fill(t, e.S)
+	b := e.Open()
+	MustCreateKey(t, b, "already-here", T0)
+	err := e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, false) })
+	wantErr(t, "Import into a store holding data", err, store.ErrExists)
+	if ks := listKeys(t, b, 0, true); fmt.Sprint(ks) != "[already-here]" {
+		t.Errorf("a refused Import changed the target: %v", ks)
+	}
+	// replace: the target's own data is gone, the copy is whole; doing it
+	// again changes nothing.
+	for range 2 {
+		Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, true) }))
+		SameData(t, e.S, b)
+	}
+	if _, err := b.GetKey("already-here"); err == nil {
+		t.Error("replace kept the target's own key")
+	}
+	// SameData sees a difference in the logs and in the rest.
+	MustAppend(t, b, store.LogEntry{Timestamp: T0, Message: "one more"})
+	if same, why, err := store.SameData(e.S, b); same || err != nil || why == "" {
+		t.Errorf("SameData after an extra log entry = %v, %q, %v", same, why, err)
+	}
+	Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, true) }))
+	Must(t, b.SetAdminKeyHash("other"))
+	if same, _, _ := store.SameData(e.S, b); same {
+		t.Error("SameData after changing the admin key = true")
+	}
+	// A snapshot that repeats a key is refused whole.
+	c := e.Open()
+	err = c.Import(store.Snapshot{Keys: []store.APIKey{{Hash: "x", CreatedAt: T0}, {Hash: "x", CreatedAt: T0}}}, false)
+	wantErr(t, "Import of a repeated key", err, store.ErrInvalid)
+	if ks := listKeys(t, c, 0, true); len(ks) != 0 {
+		t.Errorf("a failed Import left keys: %v", ks)
+	}
+}
