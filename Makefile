@@ -102,6 +102,7 @@ bench: build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzFeedback -fuzztime 30s ./api/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./engine/audio/
 
 loadtest: build demo-models

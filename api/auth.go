@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -40,15 +41,53 @@ func hashHex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// admit checks the key's scope and rate limit (the box's own, or the one
-// shared through PostgreSQL), and records its use (at most once a minute per
-// key).
-func (s *Server) admit(c echo.Context, key store.APIKey) error {
+// apiKey authenticates the X-API-KEY header: missing, unknown or revoked is
+// 401. It returns the key's hash even when it fails, for the log.
+func (s *Server) apiKey(c echo.Context) (store.APIKey, string, error) {
+	raw := c.Request().Header.Get(HeaderAPIKey)
+	if raw == "" {
+		return store.APIKey{}, "", errorf(CodeUnauthorized, "the %s header is required", HeaderAPIKey)
+	}
+	if len(raw) > maxSecretHeader {
+		return store.APIKey{}, "", errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
+	}
+	hash := hashHex(raw)
+	key, err := s.store.GetKey(hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return key, hash, errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
+	}
+	if err != nil {
+		return key, hash, err
+	}
+	if key.Status != store.StatusActive {
+		return key, hash, errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
+	}
+	return key, hash, nil
+}
+
+// Rate-limit budgets: each key has one of rate_limit_per_minute requests
+// for inferences and another, as large, for feedback, so that reporting an
+// outcome never costs an inference.
+const (
+	budgetInfer    = ""
+	budgetFeedback = "#feedback"
+)
+
+// budgetExceeded is the message of a 429 per budget.
+var budgetExceeded = map[string]string{
+	budgetInfer:    "rate limit of %d requests per minute exceeded for this API key; retry in %d s",
+	budgetFeedback: "feedback rate limit of %d reports per minute exceeded for this API key; retry in %d s",
+}
+
+// admit checks the key's scope and its rate limit in budget (the box's own,
+// or the one shared through PostgreSQL), and records its use (at most once a
+// minute per key).
+func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
 	now := s.now()
-	ok, retry, err := s.limiter.Allow(key.Hash, key.RateLimitPerMinute, now)
+	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
 	if err != nil {
 		return err
 	}
@@ -56,7 +95,7 @@ func (s *Server) admit(c echo.Context, key store.APIKey) error {
 		s.metrics.rateLimited.Inc()
 		return &Error{
 			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
+			Message:    fmt.Sprintf(budgetExceeded[budget], key.RateLimitPerMinute, retryAfterSeconds(retry)),
 			RetryAfter: retry,
 		}
 	}

@@ -58,7 +58,10 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 2 requests per minute exceeded for this API key; retry in 60 s"))
 
 	e.clock.Advance(time.Minute)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2,
+	  "errors":{"invalid_request":1,"rate_limited":1},"latency_ms":{"p50":0,"p95":0},`+noOutcomes+`,
+	  "by_key":[{"api_key_hash":"`+k.APIKeyHash+`","client_id":"ward-1","requests":3,"errors":2,`+noOutcomes+`}],
+	  "by_prompt_version":[{"version":"1","inferences":1,"outcomes":0,"accepted":0,"acceptance_rate":null}]}`)
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=infer", ""))
 	wantJSON(t, rec, 200, `{"items":[
 	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":429,"node":"box-test"},
@@ -128,3 +131,46 @@ func TestBoltScenarios(t *testing.T) {
 }
 
 func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
+
+// TestBoltFeedbackAndMemory runs feedback, the stats it feeds, the memory
+// and a user's deletion against the real store.
+func TestBoltFeedbackAndMemory(t *testing.T) {
+	e, db := newBoltEnv(t)
+	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-2"}`))
+	var k struct {
+		APIKey string `json:"api_key"`
+	}
+	decode(t, rec, &k)
+	id := e.infer(k.APIKey, `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"MARKER-TEA?"}]}`)
+	wantJSON(t, e.do(feedbackReq(k.APIKey, `{"inference_id":"`+id+`","chosen_rank":1}`)), 200, fbOK(id, "spoken", 6, false, true))
+	e.clock.Advance(11 * time.Minute)
+	wantJSON(t, e.do(feedbackReq(k.APIKey, `{"inference_id":"`+id+`","none_fit":true}`)), 409,
+		errJSON("conflict", "an outcome was reported for this inference more than 10 minutes ago; it can no longer be changed"))
+
+	var st struct {
+		AcceptanceRate *float64 `json:"acceptance_rate"`
+	}
+	decode(t, e.do(adminReq("GET", "/v1/admin/stats", "")), &st)
+	if st.AcceptanceRate == nil || *st.AcceptanceRate != 1 {
+		t.Errorf("acceptance_rate = %v", st.AcceptanceRate)
+	}
+	pairs, _, err := db.MemoryPairs(e.subject("sam"))
+	if err != nil || len(pairs) != 1 || pairs[0].Partner != "MARKER-TEA?" || pairs[0].Reply != "reply 1" {
+		t.Fatalf("pairs: %+v %v", pairs, err)
+	}
+	rec = e.do(adminReq("DELETE", "/v1/admin/users/sam", ""))
+	var d userDeletionJSON
+	decode(t, rec, &d)
+	if rec.Code != 200 || d.Pairs != 1 || d.Outcomes != 1 || !d.KeyDestroyed || d.ScrubbedPages == 0 {
+		t.Errorf("deletion: %d %s", rec.Code, rec.Body)
+	}
+	b, err := os.ReadFile(db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "MARKER") {
+		t.Error("the marker is in the data file")
+	}
+	wantJSON(t, e.do(feedbackReq(k.APIKey, `{"inference_id":"`+id+`","chosen_rank":1}`)), 404,
+		errJSON("not_found", "no inference with this inference_id is open for feedback from this API key (unknown, older than 24 h, or made with another key)"))
+}

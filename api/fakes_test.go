@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ type memStore struct {
 	lastOTP   time.Time
 	sessions  map[string]time.Time
 	logs      []store.LogEntry
+	outcomes  map[string]store.Outcome // inference id -> outcome
+	texts     map[string]*store.RememberedTexts
+	pairs     map[string][]store.Pair // subject -> pairs
+	revs      map[string]uint64       // subject -> memory revision (a user has a memory when present)
+	touches   int
 	backup    []byte
 	secrets   map[string][]byte
 	failWith  error // returned by every method when set
@@ -37,7 +43,9 @@ type memOTP struct {
 }
 
 func newMemStore() *memStore {
-	return &memStore{keys: map[string]store.APIKey{}, sessions: map[string]time.Time{}}
+	return &memStore{keys: map[string]store.APIKey{}, sessions: map[string]time.Time{},
+		outcomes: map[string]store.Outcome{}, texts: map[string]*store.RememberedTexts{},
+		pairs: map[string][]store.Pair{}, revs: map[string]uint64{}}
 }
 
 func (m *memStore) CreateKey(k store.APIKey) error {
@@ -227,15 +235,190 @@ func (m *memStore) DeleteSession(tokenHash string) error {
 func (m *memStore) AppendLog(e store.LogEntry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e.Inference != nil && e.Inference.Remember != nil && e.Subject != "" {
+		m.texts[e.Inference.ID] = e.Inference.Remember
+		if _, ok := m.revs[e.Subject]; !ok {
+			m.revs[e.Subject] = 1
+		}
+	}
+	if e.Inference != nil {
+		inf := *e.Inference
+		inf.Remember = nil // as the store: no text in the log
+		e.Inference = &inf
+	}
 	m.logs = append(m.logs, e)
 	return nil
+}
+
+// entryLocked finds the log entry of an inference id.
+func (m *memStore) entryLocked(id string) (store.LogEntry, bool) {
+	for _, e := range m.logs {
+		if e.Inference != nil && e.Inference.ID == id {
+			return e, true
+		}
+	}
+	return store.LogEntry{}, false
+}
+
+func (m *memStore) Inference(id string) (store.Inference, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return store.Inference{}, m.failWith
+	}
+	e, ok := m.entryLocked(id)
+	if !ok {
+		return store.Inference{}, store.ErrNotFound
+	}
+	inf := store.Inference{ID: id, At: e.Timestamp, KeyHash: e.ResourceID, Subject: e.Subject,
+		PromptVersion: e.Inference.PromptVersion, CandidateChars: e.Inference.CandidateChars}
+	if t, ok := m.texts[id]; ok {
+		inf.Remembered, inf.Texts = true, t
+	}
+	if o, ok := m.outcomes[id]; ok {
+		inf.Outcome = &o
+	}
+	return inf, nil
+}
+
+func (m *memStore) SetOutcome(id string, o store.Outcome, reply string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entryLocked(id)
+	if !ok {
+		return 0, store.ErrNotFound
+	}
+	m.outcomes[id] = o
+	t, ok := m.texts[id]
+	if !ok {
+		return 0, nil
+	}
+	var kept []store.Pair
+	for _, p := range m.pairs[e.Subject] {
+		if p.InferenceID != id {
+			kept = append(kept, p)
+		}
+	}
+	if reply != "" {
+		kept = append(kept, store.Pair{InferenceID: id, At: e.Timestamp, Partner: t.Partner, Reply: reply})
+	}
+	m.pairs[e.Subject] = kept
+	m.revs[e.Subject]++
+	return m.revs[e.Subject], nil
+}
+
+func (m *memStore) Outcomes(since, until time.Time, fn func(store.OutcomeRecord) error) error {
+	m.mu.Lock()
+	var recs []store.OutcomeRecord
+	for _, e := range m.logs {
+		if e.Inference == nil || e.Timestamp.Before(since) || !e.Timestamp.Before(until) {
+			continue
+		}
+		o, ok := m.outcomes[e.Inference.ID]
+		if !ok {
+			continue
+		}
+		r := store.OutcomeRecord{Inference: store.Inference{ID: e.Inference.ID, At: e.Timestamp, KeyHash: e.ResourceID,
+			Subject: e.Subject, PromptVersion: e.Inference.PromptVersion, CandidateChars: e.Inference.CandidateChars, Outcome: &o}}
+		for _, p := range m.pairs[e.Subject] {
+			if p.InferenceID == e.Inference.ID {
+				r.Pair = &p
+			}
+		}
+		recs = append(recs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range recs {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *memStore) MemoryUsers() ([]store.MemoryUser, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.MemoryUser
+	for subj, rev := range m.revs {
+		out = append(out, store.MemoryUser{Subject: subj, Pairs: len(m.pairs[subj]), CreatedAt: t0, Rev: rev})
+	}
+	slices.SortFunc(out, func(a, b store.MemoryUser) int { return strings.Compare(a.Subject, b.Subject) })
+	return out, nil
+}
+
+func (m *memStore) MemoryRev(subject string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revs[subject], nil
+}
+
+func (m *memStore) PruneMemory(pairsBefore, textsBefore time.Time) (store.MemoryPrune, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var p store.MemoryPrune
+	for subj, pairs := range m.pairs {
+		var kept []store.Pair
+		for _, pr := range pairs {
+			if !pairsBefore.IsZero() && pr.At.Before(pairsBefore) {
+				p.Pairs++
+				continue
+			}
+			kept = append(kept, pr)
+		}
+		m.pairs[subj] = kept
+	}
+	for _, e := range m.logs {
+		if e.Inference != nil && m.texts[e.Inference.ID] != nil && e.Timestamp.Before(textsBefore) {
+			delete(m.texts, e.Inference.ID)
+			p.Pending++
+		}
+	}
+	return p, nil
+}
+
+func (m *memStore) MemoryPairs(subject string) ([]store.Pair, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rev, ok := m.revs[subject]
+	if !ok {
+		return []store.Pair{}, 0, nil
+	}
+	return slices.Clone(m.pairs[subject]), rev, nil
+}
+
+func (m *memStore) DeleteUser(subject string) (store.UserDeletion, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var d store.UserDeletion
+	_, d.Key = m.revs[subject]
+	d.Pairs = len(m.pairs[subject])
+	delete(m.revs, subject)
+	delete(m.pairs, subject)
+	for _, e := range m.logs {
+		if e.Subject != subject || e.Inference == nil {
+			continue
+		}
+		if _, ok := m.outcomes[e.Inference.ID]; ok {
+			d.Outcomes++
+			delete(m.outcomes, e.Inference.ID)
+		}
+		if _, ok := m.texts[e.Inference.ID]; ok {
+			d.Pending++
+			delete(m.texts, e.Inference.ID)
+		}
+	}
+	if !d.Key && d.Outcomes == 0 {
+		return d, store.ErrNotFound
+	}
+	return d, nil
 }
 
 func (m *memStore) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []store.LogEntry
-	for i := len(m.logs) - 1; i >= 0 && len(out) < q.Limit; i-- {
+	for i := len(m.logs) - 1; i >= 0 && (q.Limit <= 0 || len(out) < q.Limit); i-- {
 		e := m.logs[i]
 		if e.Timestamp.Before(q.Since) || (q.Level != "" && e.Level != q.Level) || (q.Stream != "" && e.StreamName != q.Stream) {
 			continue
@@ -246,19 +429,23 @@ func (m *memStore) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 }
 
 // statsLocked counts infer entries with since <= Timestamp < until, like the
-// bbolt store.
+// bbolt store, through the store's StatsBuilder.
 func (m *memStore) statsLocked(since, until time.Time) store.Stats {
-	users := map[string]bool{}
-	var st store.Stats
+	b := store.NewStatsBuilder()
 	for _, e := range m.logs {
 		if e.StreamName != store.StreamInfer || e.Timestamp.Before(since) || !e.Timestamp.Before(until) {
 			continue
 		}
-		st.TotalRequests++
-		users[e.Subject] = true
+		r := store.StatsRow{Subject: e.Subject, KeyHash: e.ResourceID, Status: e.Status, ErrorCode: e.ErrorCode, LatencyMS: e.LatencyMS}
+		if e.Inference != nil {
+			r.Answered, r.PromptVersion = true, e.Inference.PromptVersion
+			if o, ok := m.outcomes[e.Inference.ID]; ok {
+				r.Outcome = &o
+			}
+		}
+		b.Add(r)
 	}
-	st.ActiveUsers = len(users)
-	return st
+	return b.Stats()
 }
 
 func (m *memStore) Stats(since, until time.Time) (store.Stats, error) {
@@ -277,7 +464,7 @@ func (m *memStore) StatsSeries(since, until time.Time, bucket time.Duration) ([]
 			end = until
 		}
 		st := m.statsLocked(t, end)
-		out = append(out, store.StatsBucket{Start: t, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers})
+		out = append(out, store.StatsBucket{Start: t, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers, Outcomes: st.Outcomes, Accepted: st.Accepted})
 	}
 	return out, nil
 }
@@ -446,6 +633,7 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 			Language: "en",
 		})
 	}
+	res.PartnerTurn = engine.PartnerTurn(req.Messages)
 	res.Timings.Prompt = 5 * time.Millisecond
 	res.Timings.Generation = 20 * time.Millisecond
 	res.PromptTokens, res.CachedTokens, res.GenTokens = 60, 10, 2*req.MaxCandidates
@@ -516,15 +704,18 @@ func (h *fakeHealth) set(engines ...engine.EngineStatus) {
 	h.engines = engines
 }
 
-// fakeClock is a settable clock.
+// fakeClock is a settable clock. With tick set, every reading moves it on
+// by tick, as a real clock moves between two readings of one request.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	t    time.Time
+	tick time.Duration
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.t = c.t.Add(c.tick)
 	return c.t
 }
 

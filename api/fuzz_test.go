@@ -2,9 +2,11 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"mime"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -101,6 +103,42 @@ func FuzzInferMultipart(f *testing.F) {
 		}
 		if n := e.st.logCount() - before; n != 1 {
 			t.Fatalf("%d log entries for one call", n)
+		}
+	})
+}
+
+// FuzzFeedback sends arbitrary bodies to /v1/feedback for a real
+// inference: the server answers 200, 400, 409 or 413 with a JSON body,
+// never panics, and a message never quotes the body.
+func FuzzFeedback(f *testing.F) {
+	e := newEnv(f)
+	e.addKey("valid", 0)
+	id := e.infer("valid", simplePayload)
+	for _, s := range []string{
+		`{"inference_id":"` + id + `","chosen_rank":1}`,
+		`{"inference_id":"` + id + `","chosen_rank":2,"spoken_text":"reply two"}`,
+		`{"inference_id":"` + id + `","none_fit":true,"time_to_choice_ms":12}`,
+		`{"inference_id":"` + id + `","spoken_text":"\ud800"}`,
+		`{"inference_id":"` + id + `","chosen_rank":9223372036854775807}`,
+		`{}`, `[]`, `null`, ``, `{"inference_id":7}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rec := e.do(feedbackReq("valid", string(data)))
+		switch rec.Code {
+		case 200, 400, 404, 409, 413:
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("not JSON: %s", rec.Body)
+		}
+		if rec.Code != 200 {
+			if msg, _ := body["message"].(string); len(data) > 8 && strings.Contains(msg, string(data)) {
+				t.Fatalf("message quotes the body: %s", msg)
+			}
 		}
 	})
 }

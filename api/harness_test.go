@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +57,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		Now:      e.clock.Now,
 		Version:  "1.2.3",
 		DataFile: "/var/lib/replyd/replyd.db",
+		Rand:     &countingReader{},
 		Node:     "box-test",
 	}
 	for _, m := range mod {
@@ -197,4 +200,26 @@ func decode(t testing.TB, rec *httptest.ResponseRecorder, v any) {
 	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
 		t.Fatalf("decoding %q: %v", rec.Body.String(), err)
 	}
+}
+
+// countingReader is a deterministic Options.Rand: read number n (from 1)
+// of 16 bytes is n big-endian, so the n-th inference id is testID(n).
+type countingReader struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	clear(p)
+	binary.BigEndian.PutUint64(p[len(p)-8:], r.n)
+	return len(p), nil
+}
+
+// testID is the n-th inference id a Server with a countingReader makes.
+func testID(n uint64) string {
+	id, _ := newInferenceID(&countingReader{n: n - 1})
+	return id
 }

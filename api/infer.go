@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/store"
 )
 
@@ -23,6 +24,10 @@ type inferState struct {
 	audio        bool
 	audioSeconds float64
 	candidates   int
+	// inference is set once the inference is answered: its id, prompt
+	// version, candidate lengths and, for remember: true, its texts (which
+	// the store keeps only encrypted).
+	inference *store.InferenceInfo
 }
 
 const inferStateKey = "replyd.infer_state"
@@ -72,6 +77,14 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if subject == "" {
 			subject = st.keyHash
 		}
+		errCode := ""
+		if err != nil {
+			errCode = code
+		}
+		var inf *store.InferenceInfo
+		if status < 300 {
+			inf = st.inference
+		}
 		entry := store.LogEntry{
 			Timestamp:    s.now(),
 			Level:        level,
@@ -83,9 +96,14 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
 			Node:         s.node,
+			ErrorCode:    errCode,
+			Inference:    inf,
 		}
 		if err := s.store.AppendLog(entry); err != nil {
 			s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+		}
+		if st.inference != nil {
+			s.recent.markWritten(st.inference.ID)
 		}
 		s.metrics.inferences.WithLabelValues(code).Inc()
 		return nil
@@ -96,25 +114,12 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 // limit, and only then read and decode the body.
 func (s *Server) handleInfer(c echo.Context) error {
 	st := inferStateOf(c)
-	raw := c.Request().Header.Get(HeaderAPIKey)
-	if raw == "" {
-		return errorf(CodeUnauthorized, "the %s header is required", HeaderAPIKey)
-	}
-	if len(raw) > maxSecretHeader {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
-	st.keyHash = hashHex(raw)
-	key, err := s.store.GetKey(st.keyHash)
-	if errors.Is(err, store.ErrNotFound) {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
+	key, hash, err := s.apiKey(c)
+	st.keyHash = hash
 	if err != nil {
 		return err
 	}
-	if key.Status != store.StatusActive {
-		return errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
-	}
-	if err := s.admit(c, key); err != nil {
+	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
 	form, err := s.readInferForm(c.Request(), false)
@@ -156,7 +161,7 @@ func (s *Server) handleTry(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
-	if err := s.admit(c, key); err != nil {
+	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
 	return s.runInfer(c, st, form)
@@ -181,16 +186,18 @@ type timingsMS struct {
 }
 
 // inferResponse is InferResponse: transcript is present exactly when an audio
-// part was sent (possibly ""); candidates and timings_ms are additive.
+// part was sent (possibly ""); candidates, timings_ms and inference_id are
+// additive.
 type inferResponse struct {
 	Transcript *string `json:"transcript,omitempty"`
 	// NoSpeech is present exactly when an audio part was sent: true when
 	// the recording held no speech (then transcript is "" and response is
 	// empty: the tablet shows "didn't catch that").
-	NoSpeech   *bool             `json:"no_speech,omitempty"`
-	Response   []string          `json:"response"`
-	Candidates []answerCandidate `json:"candidates"`
-	TimingsMS  timingsMS         `json:"timings_ms"`
+	NoSpeech    *bool             `json:"no_speech,omitempty"`
+	Response    []string          `json:"response"`
+	Candidates  []answerCandidate `json:"candidates"`
+	TimingsMS   timingsMS         `json:"timings_ms"`
+	InferenceID string            `json:"inference_id"`
 }
 
 // runInfer validates the payload against the audio part, runs the inference
@@ -207,6 +214,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		if st.subject, err = s.pseudonym(req.UserID); err != nil {
 			return err
 		}
+	}
+	if req.MemoryUser != "" {
+		// parsePayload left the user_id there: the memory is the pseudonym's.
+		req.MemoryUser = st.subject
 	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)
@@ -226,9 +237,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if err != nil {
 		return err
 	}
+	version := DefaultPromptVersion
 	req.SystemPrompt = DefaultSystemPrompt
 	if ok && p.Prompt != "" {
-		req.SystemPrompt = p.Prompt
+		req.SystemPrompt, version = p.Prompt, p.Version
 	}
 
 	reqCtx := c.Request().Context()
@@ -240,6 +252,14 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return s.inferError(reqCtx, err)
 	}
 	s.metrics.observeInference(res)
+	if req.MemoryUser != "" {
+		log := s.reqLogger(c)
+		if res.RecallErr != nil {
+			log.Warn("reading the user's remembered replies failed; answered without them", "error", res.RecallErr.Error())
+		}
+		// Counts only: the examples are the user's words.
+		log.Debug("remembered replies in the prompt", "examples", res.Examples, "example_tokens", res.ExampleTokens, "prompt_tokens", res.PromptTokens)
+	}
 
 	out := inferResponse{
 		Response:   make([]string, 0, len(res.Candidates)),
@@ -266,6 +286,21 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		out.Transcript, out.NoSpeech = &t, &ns
 	}
 	st.candidates = len(out.Response)
+	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
+		return err
+	}
+	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
+	for i, text := range out.Response {
+		inf.CandidateChars[i] = score.Chars(text)
+	}
+	if req.MemoryUser != "" && res.PartnerTurn != "" {
+		// Nothing to pair a reply with when the partner said nothing.
+		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
+	}
+	st.inference = inf
+	// Feedback may arrive before the log entry is written: until it is, it
+	// waits for it through recent.
+	s.recent.add(out.InferenceID, st.keyHash, s.now(), out.Response)
 	return c.JSON(http.StatusOK, out)
 }
 

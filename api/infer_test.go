@@ -17,11 +17,11 @@ import (
 
 const okTextOnly = `{"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
- "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0}}`
+ "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`
 
 const okAudio = `{"transcript":"transcript of 5 bytes","no_speech":false,"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
- "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0}}`
+ "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`
 
 const simplePayload = `{"messages":[{"role":"speaker","content":"Tea?"}]}`
 
@@ -182,7 +182,7 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","no_speech":false,"response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
-	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`)
 }
 
 // TestInferNoSpeech: a recording without speech answers 200 with an empty
@@ -195,7 +195,7 @@ func TestInferNoSpeech(t *testing.T) {
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","no_speech":true,"response":[],"candidates":[],
-	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`)
 }
 
 func TestInferEngineErrors(t *testing.T) {
@@ -359,8 +359,8 @@ func TestRateLimitExactUnderConcurrency(t *testing.T) {
 func TestRateLimitWindow(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 2)
-	for i := 0; i < 2; i++ {
-		wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+	for i := uint64(1); i <= 2; i++ {
+		wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(i), 1))
 	}
 	e.clock.Advance(45 * time.Second)
 	rec := e.do(inferReq(t, "valid", payloadPart(`not even json`)))
@@ -369,7 +369,7 @@ func TestRateLimitWindow(t *testing.T) {
 		t.Errorf("Retry-After = %q, want 15", got)
 	}
 	e.clock.Advance(15 * time.Second)
-	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(3), 1))
 
 	// 0 means unlimited.
 	e.addKey("free", 0)

@@ -38,21 +38,6 @@ type logsResponse struct {
 	WindowSeconds int64      `json:"window_seconds"`
 }
 
-type statsBucket struct {
-	Start         time.Time `json:"start"`
-	TotalRequests int       `json:"total_requests"`
-	ActiveUsers   int       `json:"active_users"`
-}
-
-type statsResponse struct {
-	Since         time.Time `json:"since"`
-	WindowSeconds int64     `json:"window_seconds"`
-	TotalRequests int       `json:"total_requests"`
-	ActiveUsers   int       `json:"active_users"`
-	// Series is present (possibly empty) exactly when bucket was given.
-	Series *[]statsBucket `json:"series,omitempty"`
-}
-
 // parseDuration accepts a Go duration ("15m", "1h30m", "24h") or a whole
 // number of days or weeks ("7d", "2w").
 func parseDuration(v string) (time.Duration, bool) {
@@ -77,7 +62,13 @@ func parseDuration(v string) (time.Duration, bool) {
 // length in whole seconds. A since in the future is a window of 0 seconds
 // that holds nothing (tablets' and boxes' clocks disagree): not an error.
 func (s *Server) window(c echo.Context) (time.Time, int64, error) {
-	now := s.now().UTC()
+	return s.windowAt(c, s.now().UTC())
+}
+
+// windowAt is window ending at now: callers that count up to "now" pass the
+// same instant as their end, so that a series has no bucket starting at
+// the end.
+func (s *Server) windowAt(c echo.Context, now time.Time) (time.Time, int64, error) {
 	if v := c.QueryParam("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
@@ -191,40 +182,4 @@ func (s *Server) clientIDs(entries []store.LogEntry) (map[string]*string, error)
 		out[h] = &id
 	}
 	return out, nil
-}
-
-// handleStats serves GET /v1/admin/stats: total_requests counts /v1/infer
-// calls (and admin "Try it" runs) in the window whatever their outcome;
-// active_users counts distinct user_id hashes, or key hashes for calls
-// without user_id. With bucket (a duration), series splits the window.
-func (s *Server) handleStats(c echo.Context) error {
-	since, secs, err := s.window(c)
-	if err != nil {
-		return err
-	}
-	until := s.now().UTC()
-	st, err := s.store.Stats(since, until)
-	if err != nil {
-		return err
-	}
-	out := statsResponse{Since: since, WindowSeconds: secs, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers}
-	if v := c.QueryParam("bucket"); v != "" {
-		b, ok := parseDuration(v)
-		if !ok || b < time.Minute {
-			return badRequest("bucket must be a duration of at least 1m, such as 1h or 1d")
-		}
-		if n := until.Sub(since) / b; n >= time.Duration(s.limits.MaxSeriesBuckets) {
-			return badRequest("bucket is too small for the window: at most %d buckets", s.limits.MaxSeriesBuckets)
-		}
-		series, err := s.store.StatsSeries(since, until, b)
-		if err != nil {
-			return err
-		}
-		list := make([]statsBucket, 0, len(series))
-		for _, sb := range series {
-			list = append(list, statsBucket{Start: sb.Start.UTC(), TotalRequests: sb.TotalRequests, ActiveUsers: sb.ActiveUsers})
-		}
-		out.Series = &list
-	}
-	return c.JSON(http.StatusOK, out)
 }

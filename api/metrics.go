@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
 )
 
 // metrics are the Prometheus collectors of one Server, registered on the
@@ -27,6 +28,11 @@ type metrics struct {
 	audio       prometheus.Histogram
 	tokens      *prometheus.CounterVec
 	tokensPerS  *prometheus.HistogramVec
+
+	outcomes     *prometheus.CounterVec
+	keystrokes   prometheus.Counter
+	timeToChoice prometheus.Histogram
+	examples     prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
@@ -68,6 +74,24 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 		Help:    "Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 	}, []string{"phase"})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_outcomes_total",
+		Help: "Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
+	}, []string{"outcome", "prompt_version"})
+	m.keystrokes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_keystrokes_saved_total",
+		Help: "Keystrokes the reported outcomes saved (a suggestion's length minus one, less the edits).",
+	})
+	m.timeToChoice = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "replyd_time_to_choice_seconds",
+		Help:    "Time from the answer to the user's choice, as tablets report it.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
+	})
+	m.examples = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_memory_examples_total",
+		Help: "Remembered replies put into prompts as examples (users with remember: true).",
+	})
+	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if health != nil {
@@ -143,6 +167,7 @@ func (m *metrics) observeInference(res engine.Result) {
 	if res.AudioSeconds > 0 {
 		m.audio.Observe(res.AudioSeconds)
 	}
+	m.examples.Add(float64(res.Examples))
 	evaluated := res.PromptTokens - res.CachedTokens
 	if evaluated < 0 {
 		evaluated = 0
@@ -171,6 +196,15 @@ func metricsBearer(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		return next(c)
+	}
+}
+
+// observeOutcome counts one accepted feedback report.
+func (m *metrics) observeOutcome(o store.Outcome, promptVersion string) {
+	m.outcomes.WithLabelValues(o.Kind, promptVersion).Inc()
+	m.keystrokes.Add(float64(o.KeystrokesSaved))
+	if o.TimeToChoiceMS >= 0 {
+		m.timeToChoice.Observe(float64(o.TimeToChoiceMS) / 1000)
 	}
 }
 

@@ -25,6 +25,7 @@ type wirePayload struct {
 	StepID        string        `json:"step_id"`
 	TimeWindowSec *int64        `json:"time_window_sec"`
 	Options       *wireOptions  `json:"options"`
+	Remember      bool          `json:"remember"`
 }
 
 type wireMessage struct {
@@ -109,6 +110,9 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
 		}
 	}
+	if p.Remember && strings.TrimSpace(p.UserID) == "" {
+		return req, -1, badRequest("remember requires user_id: replies are remembered per user")
+	}
 	if p.TimeWindowSec != nil && (*p.TimeWindowSec < 0 || *p.TimeWindowSec > maxTimeWindowSec) {
 		return req, -1, badRequest("time_window_sec must be between 0 and %d", maxTimeWindowSec)
 	}
@@ -136,6 +140,10 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		Language:    strings.TrimSpace(p.Language),
 	}
 	req.UserID = p.UserID
+	if p.Remember {
+		// The caller replaces it with the user's pseudonym (Server.pseudonym).
+		req.MemoryUser = p.UserID
+	}
 	req.DialogID = p.DialogID
 	req.StepID = p.StepID
 	if p.TimeWindowSec != nil {
@@ -185,4 +193,20 @@ func jsonTypeName(kind string) string {
 		return "an object"
 	}
 	return kind
+}
+
+// ParseDialog validates one dialog of `replyd eval`: an InferPayload (its
+// messages, the profile fields and options) under the limits lim, with
+// the same messages as /v1/infer. It refuses audio: eval replays text.
+// Its error is an *Error whose Message names the field.
+func ParseDialog(data []byte, lim Limits) (engine.Request, error) {
+	req, audioIdx, err := parsePayload(data, lim.withDefaults())
+	if err != nil {
+		return req, err
+	}
+	if audioIdx >= 0 {
+		return req, badRequest("messages[%d].audio: replyd eval replays text only; put the transcript in content", audioIdx)
+	}
+	req.MemoryUser = "" // eval has no memory
+	return req, nil
 }

@@ -6,6 +6,8 @@
 package api
 
 import (
+	"crypto/rand"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -45,6 +47,8 @@ type Options struct {
 	// the store's Describe (a file path, or a database URL without its
 	// password).
 	DataFile string
+	// Rand is the source of inference ids; nil means crypto/rand.
+	Rand io.Reader
 	// Node names this box in the log entries it writes and in /healthz and
 	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
 	Node string
@@ -77,6 +81,8 @@ type Server struct {
 	storeDown atomic.Bool // the last health check found the store unreachable
 
 	limiter store.RateLimiter
+	recent  *recentInferences
+	rand    io.Reader
 	touches store.TouchThrottle
 	otpMu   sync.Mutex // serialises OTP sends
 
@@ -108,6 +114,10 @@ func New(o Options) *Server {
 		tls:      o.TLS,
 		dataFile: o.DataFile,
 		node:     o.Node,
+		rand:     o.Rand,
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
 	}
 	if s.dataFile == "" {
 		s.dataFile = o.Store.Describe()
@@ -126,6 +136,7 @@ func New(o Options) *Server {
 	if s.limiter == nil {
 		s.limiter = newMemoryLimiter()
 	}
+	s.recent = newRecentInferences(recentMax)
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health, s.version)
 
@@ -165,6 +176,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, "/admin/*", s.handleAdminPage)
 
 	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	e.POST("/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -182,6 +194,10 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
 	get(e, a+"/system-prompt/history", s.handlePromptHistory, s.adminAuth)
 	get(e, a+"/backup", s.handleBackup, s.adminAuth)
+	get(e, a+"/outcomes", s.handleOutcomesExport, s.adminAuth)
+	get(e, a+"/users", s.handleListUsers, s.adminAuth)
+	get(e, a+"/users/:user/pairs", s.handleUserPairs, s.adminAuth)
+	e.DELETE(a+"/users/:user", s.handleDeleteUser, s.adminAuth)
 	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
 
 	if !metricsPublic {

@@ -24,6 +24,9 @@ type Pipeline struct {
 	VAD      SpeechFilter
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
+	// Memory, when set, supplies a remembering user's earlier replies as
+	// examples for the prompt (Request.MemoryUser).
+	Memory Recaller
 
 	// STTStage and LLMStage admit requests into the two serial steps; see
 	// Stage. Their zero values admit everything.
@@ -96,6 +99,13 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 
+	res.PartnerTurn = PartnerTurn(msgs)
+	var examples []Example
+	if req.MemoryUser != "" && p.Memory != nil && res.PartnerTurn != "" {
+		// After speech-to-text: the partner's turn is what they are matched on.
+		examples, res.RecallErr = p.Memory.Recall(ctx, req.MemoryUser, res.PartnerTurn, MaxExamples)
+	}
+
 	profile := req.Profile
 	if profile.Language == "" {
 		// Reply in the language the partner spoke when the payload does not say.
@@ -111,12 +121,14 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		Profile:      profile,
 		Messages:     msgs,
 		DialogID:     req.DialogID,
+		Examples:     examples,
 		N:            req.MaxCandidates,
 		Temperature:  req.Temperature,
 		Seed:         req.Seed,
 	})
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
+	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

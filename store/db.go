@@ -24,7 +24,10 @@ import (
 //   - 1: the first layout.
 //   - 2: infer log subjects are keyed pseudonyms (migratePseudonyms); the
 //     secrets bucket holds the installation secrets.
-const SchemaVersion = 2
+//   - 3: the inferences and mem_* buckets (outcomes, the users' memory), and
+//     compact binary infer_index rows (older rows, the subject alone, are
+//     still read).
+const SchemaVersion = 3
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -35,8 +38,13 @@ var (
 	bucketPromptIdx = []byte("prompt_index") // version -> seq
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
-	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> inferRow
 	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
+	// Schema 3.
+	bucketInferences = []byte("inferences") // inference_id -> log key
+	bucketMemUsers   = []byte("mem_users")  // subject -> JSON userRecord (the user's AES key)
+	bucketMemPairs   = []byte("mem_pairs")  // subject ‖ 0 ‖ log key -> sealed pair
+	bucketMemInfer   = []byte("mem_infer")  // subject ‖ 0 ‖ log key -> sealed texts awaiting feedback
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -45,7 +53,8 @@ var (
 	}
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
-	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets)
+	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets,
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's
@@ -96,6 +105,10 @@ type DB struct {
 	bolt *bolt.DB
 	path string
 	now  func() time.Time
+
+	// gate admits every transaction; ScrubFreePages, which must run with
+	// no transaction open, takes it exclusively.
+	gate gate
 
 	touches TouchThrottle
 
@@ -180,7 +193,8 @@ func checkSchema(tx *bolt.Tx) error {
 	if len(v) != 8 {
 		return errors.New("not a replyd data file: no schema version")
 	}
-	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+	got := binary.BigEndian.Uint64(v)
+	if got > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
 	for _, name := range v1Buckets {
@@ -248,18 +262,35 @@ func (db *DB) Ping(ctx context.Context) error {
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
 	if err := db.bolt.Update(fn); err != nil {
 		return db.wrap(err)
 	}
 	return nil
 }
 
+// batch runs fn through bbolt's Batch (see AppendLog); errors are bbolt's.
+func (db *DB) batch(fn func(*bolt.Tx) error) error {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
+	return db.bolt.Batch(fn)
+}
+
 // view runs fn in one read-only transaction.
 func (db *DB) view(fn func(*bolt.Tx) error) error {
-	if err := db.bolt.View(fn); err != nil {
+	if err := db.rawView(fn, false); err != nil {
 		return db.wrap(err)
 	}
 	return nil
+}
+
+// rawView runs fn in one read-only transaction and returns bbolt's error.
+// long marks a reader that may last (a backup streamed to a client).
+func (db *DB) rawView(fn func(*bolt.Tx) error, long bool) error {
+	db.gate.enter(long)
+	defer db.gate.leave(long)
+	return db.bolt.View(fn)
 }
 
 // wrap leaves the sentinel errors of this package as they are and prefixes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func TestMigratePseudonyms(t *testing.T) {
 	}
 	after, err := db.Stats(t0, t0.Add(timeStep(5000)))
 	Must(t, err)
-	if after != before {
+	if !reflect.DeepEqual(after, before) {
 		t.Errorf("stats %+v after the migration, %+v before", after, before)
 	}
 	var version uint64

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -30,9 +31,28 @@ type Snapshot struct {
 	// OTP is the outstanding code, or nil.
 	OTP           *OTPCode
 	OTPLastIssued time.Time // zero when no code was ever issued
+	// Outcomes are the reported outcomes, by inference id
+	// (LogEntry.Inference.ID of the entries in Logs).
+	Outcomes map[string]Outcome
+	// Memory holds the users with remember: true, by subject, each with its
+	// key and its texts in clear; Import seals them again under that key.
+	Memory []MemorySnapshot
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
 	Logs iter.Seq2[LogEntry, error] `json:"-"`
+}
+
+// MemorySnapshot is one remembering user in a Snapshot.
+type MemorySnapshot struct {
+	Subject   string
+	Key       []byte
+	CreatedAt time.Time
+	LastAt    time.Time
+	Rev       uint64
+	// Pairs oldest first.
+	Pairs []Pair
+	// Texts awaiting feedback, by inference id.
+	Texts map[string]RememberedTexts
 }
 
 // Session is one admin session as stored.
@@ -55,7 +75,11 @@ func noLogs(func(LogEntry, error) bool) {}
 // Snapshot reads everything in one read transaction; see Store.
 func (db *DB) Snapshot(fn func(Snapshot) error) error {
 	return db.view(func(tx *bolt.Tx) error {
-		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}, Secrets: map[string][]byte{}}
+		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}, Secrets: map[string][]byte{},
+			Outcomes: map[string]Outcome{}, Memory: []MemorySnapshot{}}
+		if err := snapshotOutcomes(tx, &snap); err != nil {
+			return err
+		}
 		if b := tx.Bucket(bucketSecrets); b != nil {
 			err := b.ForEach(func(k, v []byte) error {
 				snap.Secrets[string(k)] = append([]byte(nil), v...)
@@ -241,6 +265,8 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
+		now := db.now()
+		logKeys := map[string][]byte{} // inference id -> its new log key
 		for e, err := range snap.Logs {
 			if err != nil {
 				return err
@@ -249,11 +275,15 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 			if err != nil {
 				return err
 			}
-			if err := putLog(tx, e, val); err != nil {
+			k, err := putLogKey(tx, e, val, now)
+			if err != nil {
 				return err
 			}
+			if e.Inference != nil && e.Inference.ID != "" {
+				logKeys[e.Inference.ID] = k
+			}
 		}
-		return nil
+		return importOutcomes(tx, snap, logKeys)
 	})
 }
 
@@ -302,7 +332,7 @@ func snapshotDiff(a, b Snapshot) (string, error) {
 		if ea.Timestamp.Equal(eb.Timestamp) {
 			eb.Timestamp = ea.Timestamp
 		}
-		if ea != eb {
+		if !reflect.DeepEqual(ea, eb) {
 			return fmt.Sprintf("log entry %d differs", n+1), nil
 		}
 		n++
@@ -343,5 +373,27 @@ func canonical(s Snapshot) ([]byte, error) {
 		o.IssuedAt, o.ExpiresAt = o.IssuedAt.UTC(), o.ExpiresAt.UTC()
 		s.OTP = &o
 	}
+	outcomes := make(map[string]Outcome, len(s.Outcomes))
+	for id, o := range s.Outcomes {
+		o.FirstAt, o.At = o.FirstAt.UTC(), o.At.UTC()
+		outcomes[id] = o
+	}
+	s.Outcomes = outcomes
+	memory := make([]MemorySnapshot, len(s.Memory))
+	for i, m := range s.Memory {
+		m.CreatedAt, m.LastAt = m.CreatedAt.UTC(), m.LastAt.UTC()
+		pairs := make([]Pair, len(m.Pairs))
+		for j, p := range m.Pairs {
+			p.At = p.At.UTC()
+			pairs[j] = p
+		}
+		m.Pairs = pairs
+		if len(m.Texts) == 0 {
+			m.Texts = nil
+		}
+		memory[i] = m
+	}
+	slices.SortFunc(memory, func(x, y MemorySnapshot) int { return strings.Compare(x.Subject, y.Subject) })
+	s.Memory = memory
 	return json.Marshal(s)
 }

@@ -138,16 +138,21 @@ type Store interface {
 	// q.Limit of them (q.Limit <= 0: all), from every box. Entries with equal
 	// timestamps come last-appended first. The result is never nil.
 	Logs(q LogQuery) ([]LogEntry, error)
-	// Stats counts the StreamInfer entries with since <= Timestamp < until
-	// (TotalRequests) and the distinct non-empty Subjects among them
-	// (ActiveUsers). An empty or inverted window gives zero Stats.
+	// Stats counts the StreamInfer entries with since <= Timestamp < until:
+	// TotalRequests, the distinct non-empty Subjects among them
+	// (ActiveUsers), errors by ErrorCode, latency percentiles of the answered
+	// ones, the outcomes of the answered ones, and the same per key and per
+	// prompt version, all through a StatsBuilder so the arithmetic is the
+	// same everywhere. Its cost grows with the window, not the whole log. An
+	// empty or inverted window gives the zero counts (NewStatsBuilder().Stats()).
 	Stats(since, until time.Time) (Stats, error)
 	// StatsSeries splits [since, until) into consecutive buckets of the
 	// given width starting at since (the last one may reach past until but
-	// counts nothing at or after until) and returns the Stats of each,
-	// empty buckets included, oldest first. bucket must be positive and the
-	// series at most MaxSeriesBuckets long, else ErrInvalid. An empty or
-	// inverted window gives an empty, non-nil series.
+	// counts nothing at or after until) and returns the requests, active
+	// users, outcomes and accepted outcomes of each, empty buckets
+	// included, oldest first. bucket must be positive and the series at most
+	// MaxSeriesBuckets long, else ErrInvalid. An empty or inverted window
+	// gives an empty, non-nil series.
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error)
 	// PruneLogs deletes up to batch of the oldest entries whose Timestamp is
 	// before before, in one short transaction so that writers are not held
@@ -155,6 +160,49 @@ type Store interface {
 	// Callers loop until it returns fewer than batch. A batch <= 0 means
 	// DefaultPruneBatch.
 	PruneLogs(before time.Time, batch int) (int, error)
+
+	// Inference returns the answered inference whose log entry carried this
+	// id (LogEntry.Inference.ID), with its remembered texts while they are
+	// kept, decrypted, or ErrNotFound (also once its entry was pruned or its
+	// user deleted). The feedback rules (which key, FeedbackWindow,
+	// ReplaceWindow) are the caller's.
+	Inference(id string) (Inference, error)
+	// SetOutcome records o as the inference's outcome, replacing any
+	// earlier one, in one transaction, or returns ErrNotFound. For an
+	// inference made with remember: true whose texts are still kept, reply
+	// and the partner's turn become the user's pair for that inference,
+	// encrypted under the user's key (an empty reply removes the pair), and
+	// the user's memory revision moves; it returns the new revision (0 when
+	// no pair changed).
+	SetOutcome(id string, o Outcome, reply string) (uint64, error)
+	// Outcomes calls fn for every reported outcome of an inference logged
+	// with since <= time < until, oldest first, with the remembered pair
+	// where one is kept. It reads in short transactions and calls fn outside
+	// them; fn's error stops the walk and is returned.
+	Outcomes(since, until time.Time, fn func(OutcomeRecord) error) error
+
+	// MemoryUsers returns every user with a memory (an encryption key), by
+	// subject, with the number of pairs kept. The result is never nil.
+	MemoryUsers() ([]MemoryUser, error)
+	// MemoryRev returns the revision of the user's pairs, which changes
+	// whenever they change; 0 when the user has no memory. It is cheap
+	// enough to call on every inference.
+	MemoryRev(subject string) (uint64, error)
+	// MemoryPairs returns the user's pairs, decrypted, oldest first, and
+	// their revision; none (and 0) for a user without memory.
+	MemoryPairs(subject string) ([]Pair, uint64, error)
+	// DeleteUser destroys the user's encryption key, pairs, texts awaiting
+	// feedback and reported outcomes (the log entries and their counts
+	// stay; the user's inferences can no longer be reported on), or returns
+	// ErrNotFound when nothing is stored for the user. When it returns, no
+	// readable copy is left: bbolt overwrites its free pages
+	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted.
+	DeleteUser(subject string) (UserDeletion, error)
+	// PruneMemory deletes the pairs of inferences made before pairsBefore
+	// (the zero Time keeps them all), the texts awaiting feedback of
+	// inferences made before textsBefore, and the users, with their keys,
+	// left with neither that were created before both.
+	PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, error)
 
 	// Snapshot calls fn with a consistent view of everything the store
 	// holds, taken in one read transaction that lasts until fn returns;

@@ -69,14 +69,17 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	MaxBodyMiB    int
-	MaxAudio      time.Duration
-	InferTimeout  time.Duration
-	SessionTTL    time.Duration
-	LogRetention  time.Duration
-	LogLevel      string
-	LogFormat     string
-	ShutdownGrace time.Duration
+	MaxBodyMiB   int
+	MaxAudio     time.Duration
+	InferTimeout time.Duration
+	SessionTTL   time.Duration
+	LogRetention time.Duration
+	// MemoryRetention is how long remembered pairs are kept; negative
+	// (unset) follows LogRetention. See MemoryKeep.
+	MemoryRetention time.Duration
+	LogLevel        string
+	LogFormat       string
+	ShutdownGrace   time.Duration
 }
 
 // option describes one configuration value: its flag, its environment
@@ -186,6 +189,22 @@ func options() []option {
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", FormatDuration(lim.InferTimeout), "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", FormatDuration(lim.SessionTTL), "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", doc: "(as log retention)", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
+			set: func(c *Config, v string) error {
+				if strings.TrimSpace(v) == "" {
+					c.MemoryRetention = -1
+					return nil
+				}
+				d, err := ParseDuration(v)
+				c.MemoryRetention = d
+				return err
+			},
+			get: func(c *Config) string {
+				if c.MemoryRetention < 0 {
+					return ""
+				}
+				return FormatDuration(c.MemoryRetention)
+			}},
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -209,7 +228,7 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 		}
 		o := o
 		def := fmt.Sprintf("%q", o.documented())
-		if o.doc != "" {
+		if o.doc != "" && o.def != "" {
 			def += fmt.Sprintf(", here %s", o.def)
 		}
 		fs.Func(o.flag, fmt.Sprintf("%s (env %s, default %s)", o.usage, o.env, def), func(s string) error { return o.set(c, s) })
@@ -290,6 +309,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("REPLYD_NODE_NAME must be 1 to 64 characters"))
 	}
 	return errors.Join(errs...)
+}
+
+// MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
+// else REPLYD_LOG_RETENTION; 0 keeps them.
+func (c *Config) MemoryKeep() time.Duration {
+	if c.MemoryRetention >= 0 {
+		return c.MemoryRetention
+	}
+	return c.LogRetention
 }
 
 // TLSEnabled reports whether replyd serves HTTPS.

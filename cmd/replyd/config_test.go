@@ -141,3 +141,42 @@ func TestConfigTrustedProxies(t *testing.T) {
 		t.Errorf("default: %v %v", cfg.TrustedNets, err)
 	}
 }
+
+// TestMemoryRetention: REPLYD_MEMORY_RETENTION, else REPLYD_LOG_RETENTION;
+// texts awaiting feedback go once feedback can no longer come.
+func TestMemoryRetention(t *testing.T) {
+	load := func(env map[string]string) *Config {
+		t.Helper()
+		cfg, _, err := LoadConfig("serve", nil, func(k string) string { return env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if got := load(nil).MemoryKeep(); got != 30*24*time.Hour {
+		t.Errorf("default: %v, want the log retention 30d", got)
+	}
+	if got := load(map[string]string{"REPLYD_LOG_RETENTION": "7d"}).MemoryKeep(); got != 7*24*time.Hour {
+		t.Errorf("follows REPLYD_LOG_RETENTION: %v", got)
+	}
+	if got := load(map[string]string{"REPLYD_LOG_RETENTION": "7d", "REPLYD_MEMORY_RETENTION": "90d"}).MemoryKeep(); got != 90*24*time.Hour {
+		t.Errorf("REPLYD_MEMORY_RETENTION: %v", got)
+	}
+	if got := load(map[string]string{"REPLYD_MEMORY_RETENTION": "0"}).MemoryKeep(); got != 0 {
+		t.Errorf("0 keeps: %v", got)
+	}
+	if _, _, err := LoadConfig("serve", []string{"--memory-retention", "soon"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("a bad retention was accepted")
+	}
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	feedback := now.Add(-(24*time.Hour + 10*time.Minute))
+	if p, tx := memoryPruneTimes(0, now); !p.IsZero() || !tx.Equal(feedback) {
+		t.Errorf("keep forever: pairs before %v, texts before %v", p, tx)
+	}
+	if p, tx := memoryPruneTimes(30*24*time.Hour, now); !p.Equal(now.Add(-30*24*time.Hour)) || !tx.Equal(feedback) {
+		t.Errorf("30d: pairs before %v, texts before %v", p, tx)
+	}
+	if p, tx := memoryPruneTimes(time.Hour, now); !p.Equal(now.Add(-time.Hour)) || !tx.Equal(p) {
+		t.Errorf("1h: pairs before %v, texts before %v (the shorter retention wins)", p, tx)
+	}
+}

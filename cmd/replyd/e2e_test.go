@@ -60,6 +60,30 @@ func testWAV(t *testing.T) []byte {
 	return testaudio.Mono16(16000, testaudio.Voiced(2, 16000))
 }
 
+// demoEnv writes the demo models into a temporary directory and returns it
+// with the environment of a replyd on them: its data directory there, the
+// admin key, one language-model thread and a short context.
+func demoEnv(t *testing.T, adminKey string) (string, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	modelDir := filepath.Join(dir, "models")
+	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
+		t.Fatalf("models demo exited %d", code)
+	}
+	return dir, map[string]string{
+		"REPLYD_DATA_DIR":      filepath.Join(dir, "data"),
+		"REPLYD_ADMIN_KEY":     adminKey,
+		"REPLYD_LLM_MODEL":     filepath.Join(modelDir, "llm-demo.gguf"),
+		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
+		"REPLYD_THREADS":       "1",
+		"REPLYD_LLM_CONTEXT":   "2048",
+		// Functional tests, not speed tests: under the race detector on a
+		// busy machine an 11 s recording can take longer than the 30 s
+		// default deadline.
+		"REPLYD_INFER_TIMEOUT": "5m",
+	}
+}
+
 // TestEndToEnd runs the real program on demo models: it creates a key, calls
 // /v1/infer with and without audio, logs in by OTP through a webhook, then
 // restarts the process and finds keys, prompt, sessions and logs intact.
@@ -67,27 +91,11 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
 	rcv := testutil.NewOTPInbox(t)
 	const adminKey = "e2e-admin-key-0123456789abcdef"
-	env := map[string]string{
-		"REPLYD_DATA_DIR":        filepath.Join(dir, "data"),
-		"REPLYD_ADMIN_KEY":       adminKey,
-		"REPLYD_LLM_MODEL":       filepath.Join(modelDir, "llm-demo.gguf"),
-		"REPLYD_WHISPER_MODEL":   filepath.Join(modelDir, "whisper-demo.bin"),
-		"REPLYD_OTP_CHANNEL":     "webhook",
-		"REPLYD_OTP_WEBHOOK_URL": rcv.URL,
-		"REPLYD_THREADS":         "1",
-		"REPLYD_LLM_CONTEXT":     "2048",
-		// A functional test, not a speed test: under the race detector on
-		// a busy machine an 11 s recording can take longer than the 30 s
-		// default deadline.
-		"REPLYD_INFER_TIMEOUT": "5m",
-	}
+	dir, env := demoEnv(t, adminKey)
+	env["REPLYD_OTP_CHANNEL"] = "webhook"
+	env["REPLYD_OTP_WEBHOOK_URL"] = rcv.URL
 	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
 

@@ -10,6 +10,7 @@
 //	replyd backup --out FILE  hot, consistent copy of the data file
 //	replyd restore FILE       replace the data file with a backup (stopped)
 //	replyd check              bbolt consistency check of the data file
+//	replyd eval               score system prompts offline on recorded dialogs
 //	replyd store migrate      copy a bbolt data file into PostgreSQL
 //	replyd version
 package main
@@ -46,6 +47,8 @@ Usage:
   replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)
   replyd restore FILE                   replace the data file with a backup (stop replyd first)
   replyd check                          consistency check of the data file
+  replyd eval [--dialogs FILE.jsonl] [--prompt-file F | --prompt-version V --server URL] [-n 4] [--json]
+                                        score prompts offline on recorded dialogs (built-in set by default)
   replyd store migrate --from FILE --to postgres://… [--force]
                                         copy a bbolt data file into PostgreSQL (stop replyd first)
   replyd version
@@ -75,6 +78,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = cmdRestore(args, getenv, stdout, stderr)
 	case "check":
 		err = cmdCheck(args, getenv, stdout, stderr)
+	case "eval":
+		err = cmdEval(ctx, args, getenv, stdout, stderr)
 	case "store":
 		err = cmdStore(ctx, args, stdout, stderr)
 	case "version", "--version":

@@ -20,6 +20,7 @@ import (
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/notify"
+	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
 )
 
@@ -84,7 +85,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.tls = true
 	}
 
-	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio}
+	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio, Memory: recall.New(db, 0)}
 	det, vadStatus := loadVAD(cfg.VADModel, s.log)
 	if det != nil {
 		pipe.VAD = det
@@ -251,6 +252,7 @@ func (s *Server) prune(ctx context.Context) {
 	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
 	}
+	s.pruneMemory(now)
 	if s.cfg.LogRetention <= 0 {
 		return
 	}
@@ -269,6 +271,33 @@ func (s *Server) prune(ctx context.Context) {
 	}
 	if total > 0 {
 		s.log.Info("pruned old log entries", "count", total, "retention", FormatDuration(s.cfg.LogRetention))
+	}
+}
+
+// memoryPruneTimes are the cut-offs of PruneMemory at now: pairs older than
+// the memory retention (never, when it is 0), and the texts that awaited
+// feedback once it can no longer come (or at the retention, if shorter).
+func memoryPruneTimes(keep time.Duration, now time.Time) (pairsBefore, textsBefore time.Time) {
+	textsBefore = now.Add(-(store.FeedbackWindow + store.ReplaceWindow))
+	if keep > 0 {
+		pairsBefore = now.Add(-keep)
+		if pairsBefore.After(textsBefore) {
+			textsBefore = pairsBefore
+		}
+	}
+	return pairsBefore, textsBefore
+}
+
+// pruneMemory applies the memory retention (see memoryPruneTimes).
+func (s *Server) pruneMemory(now time.Time) {
+	keep := s.cfg.MemoryKeep()
+	p, err := s.db.PruneMemory(memoryPruneTimes(keep, now))
+	if err != nil {
+		s.log.Warn("pruning remembered replies", "err", err)
+		return
+	}
+	if p != (store.MemoryPrune{}) {
+		s.log.Info("pruned remembered replies", "pairs", p.Pairs, "pending_texts", p.Pending, "users", p.Users, "retention", FormatDuration(keep))
 	}
 }
 

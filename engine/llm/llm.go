@@ -451,7 +451,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 	}
 
 	start := time.Now()
-	tokens, err := e.promptTokens(req)
+	tokens, err := e.promptTokens(req, &gen)
 	if err != nil {
 		return gen, err
 	}
@@ -528,6 +528,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 		})
 	}
 	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
+		"examples", gen.Examples, "example_tokens", gen.ExampleTokens,
 		"gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "prompt_ms", gen.Prompt.Milliseconds(),
 		"generation_ms", gen.Generation.Milliseconds())
 	return gen, nil
@@ -535,20 +536,27 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 
 // promptTokens renders the request with the model's chat template and
 // tokenizes it, dropping the oldest turns until the prompt leaves room for
-// a reply in one sequence.
-func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
+// a reply in one sequence (and for ExampleTokenBudget when the request has
+// examples). Then it adds as many of the examples as fit in that budget
+// (see exampleFits), recording how many and their tokens in gen.
+func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation) ([]int, error) {
 	budget := PromptBudget(e.opts.ContextPerSeq, e.opts.MaxReplyTokens)
-	var tokens []int
-	_, dropped, err := fitTurns(systemMessage(req), dialogTurns(req.Messages), func(msgs []chatMessage) (bool, error) {
+	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
+	if len(examples) > 0 {
+		budget -= ExampleTokenBudget
+	}
+	tokenize := func(msgs []chatMessage) ([]int, error) {
 		text, err := applyTemplate(e.tmpl, msgs)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		tokens, err = e.model.Tokenize(text, true, true)
-		if err != nil {
-			return false, err
-		}
-		return len(tokens) <= budget, nil
+		return e.model.Tokenize(text, true, true)
+	}
+	var tokens []int
+	msgs, dropped, err := fitTurns(systemMessage(req), dialogTurns(req.Messages), func(msgs []chatMessage) (bool, error) {
+		var err error
+		tokens, err = tokenize(msgs)
+		return err == nil && len(tokens) <= budget, err
 	})
 	if err != nil {
 		if errors.Is(err, errPromptTooLong) {
@@ -560,6 +568,19 @@ func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
 	}
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
+	}
+	for _, f := range exampleFits {
+		if f.n > len(examples) {
+			continue
+		}
+		with, err := tokenize(withExamples(msgs, examplesNote(examples[:f.n], f.chars)))
+		if err != nil {
+			return nil, engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
+		}
+		if extra := len(with) - len(tokens); extra <= ExampleTokenBudget {
+			gen.Examples, gen.ExampleTokens = f.n, extra
+			return with, nil
+		}
 	}
 	return tokens, nil
 }

@@ -109,6 +109,24 @@ func mustGenerate(tb testing.TB, e *Engine, req engine.GenerateRequest) engine.G
 	return g
 }
 
+// checkGolden compares got with testdata/name (written with -update).
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("prompt mismatch (-want +got):\n%s", d)
+	}
+}
+
 func TestPromptGolden(t *testing.T) {
 	req := engine.GenerateRequest{
 		SystemPrompt: "You suggest short replies for an AAC user.",
@@ -135,19 +153,7 @@ func TestPromptGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "prompt_"+name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("prompt mismatch (-want +got):\n%s", d)
-			}
+			checkGolden(t, "prompt_"+name+".golden", got)
 		})
 	}
 	if _, err := applyTemplate("no such template", msgs); !errors.Is(err, errUnknownTemplate) {
@@ -580,5 +586,54 @@ func TestLlamaLogsGoToSlog(t *testing.T) {
 	out := buf.String()
 	if !strings.Contains(out, "component=llama.cpp") || !strings.Contains(out, "language model loaded") {
 		t.Errorf("llama.cpp's log lines did not reach the slog logger:\n%.2000s", out)
+	}
+}
+
+// TestExamplesPromptGolden shows where remembered examples go: at the start
+// of the partner's current turn, after everything the prefix cache keeps.
+func TestExamplesPromptGolden(t *testing.T) {
+	req := request(1, 1)
+	msgs := chatFor(systemMessage(req), dialogTurns(req.Messages))
+	got, err := applyTemplate("chatml", withExamples(msgs, examplesNote([]engine.Example{
+		{Partner: "Fancy a cuppa?", Reply: "Go on then, milk no sugar."},
+		{Partner: "  Tea   or\ncoffee? ", Reply: strings.Repeat("very ", 30) + "long"},
+	}, 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "prompt_examples_chatml.golden", got)
+	plain, _ := applyTemplate("chatml", msgs)
+	cut := strings.LastIndex(plain, "<|im_start|>user\n") + len("<|im_start|>user\n")
+	if !strings.HasPrefix(got, plain[:cut]) || !strings.HasSuffix(got, plain[cut:]) {
+		t.Error("the examples are not one piece just before the partner's current words")
+	}
+}
+
+// TestExamplesStayInBudget: examples add at most ExampleTokenBudget prompt
+// tokens, dropping the least similar ones when all would not fit, and the
+// dialog prefix before the partner's turn is still reused from the cache.
+func TestExamplesStayInBudget(t *testing.T) {
+	e := openDemo(t, Options{ContextPerSeq: 1024, Threads: 1, MaxCandidates: 2, MaxReplyTokens: 4, Seed: 5})
+	base := request(1, 3)
+	base.DialogID = "d-examples"
+	plain := mustGenerate(t, e, base)
+
+	short := base
+	short.Examples = []engine.Example{{Partner: "Tea?", Reply: "Yes please."}}
+	one := mustGenerate(t, e, short)
+	if one.Examples != 1 || one.ExampleTokens <= 0 || one.PromptTokens-plain.PromptTokens != one.ExampleTokens {
+		t.Errorf("one example: %d examples, %d tokens, prompt %d -> %d", one.Examples, one.ExampleTokens, plain.PromptTokens, one.PromptTokens)
+	}
+	if one.CachedTokens < plain.PromptTokens/2 {
+		t.Errorf("the dialog prefix was not reused: %d of %d tokens cached", one.CachedTokens, one.PromptTokens)
+	}
+
+	long := base
+	for i := range 3 {
+		long.Examples = append(long.Examples, engine.Example{Partner: fmt.Sprint("Would you like to go for a long walk in the park this afternoon ", i), Reply: "Yes, if it does not rain, and if we can stop for an ice cream on the way back home."})
+	}
+	g := mustGenerate(t, e, long)
+	if g.ExampleTokens > ExampleTokenBudget || g.PromptTokens-plain.PromptTokens > ExampleTokenBudget || g.Examples >= 3 || g.Examples == 0 {
+		t.Errorf("long examples: %d examples, %d tokens (budget %d), prompt %d -> %d", g.Examples, g.ExampleTokens, ExampleTokenBudget, plain.PromptTokens, g.PromptTokens)
 	}
 }

@@ -131,6 +131,9 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	case !errors.Is(err, pgx.ErrNoRows):
 		return snap, err
 	}
+	if err := readMemory(ctx, tx, &snap); err != nil {
+		return snap, err
+	}
 	if snap.Keys == nil {
 		snap.Keys = []store.APIKey{}
 	}
@@ -145,7 +148,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, logs, rate_windows"
+const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, logs, rate_windows, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -156,7 +159,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
 				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
-				OR EXISTS (SELECT 1 FROM secrets)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -213,19 +216,32 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		}
 		return err
 	}
-	if snap.Logs == nil {
-		return nil
+	if snap.Logs != nil {
+		next, stop := iter.Pull2(snap.Logs)
+		defer stop()
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"logs"},
+			[]string{"ts_ns", "level", "message", "resource_type", "resource_id", "stream", "subject", "status", "latency_ms", "node",
+				"error_code", "inference_id", "prompt_version", "candidate_chars"},
+			pgx.CopyFromFunc(func() ([]any, error) {
+				e, err, ok := next()
+				if !ok || err != nil {
+					return nil, err
+				}
+				var id *string
+				var version string
+				var chars []int32
+				if inf := e.Inference; inf != nil && e.StreamName == store.StreamInfer {
+					if inf.ID != "" {
+						id = &inf.ID
+					}
+					version, chars = inf.PromptVersion, int32s(inf.CandidateChars)
+				}
+				return []any{ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
+					e.ErrorCode, id, version, chars}, nil
+			}))
+		if err != nil {
+			return err
+		}
 	}
-	next, stop := iter.Pull2(snap.Logs)
-	defer stop()
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"logs"},
-		[]string{"ts_ns", "level", "message", "resource_type", "resource_id", "stream", "subject", "status", "latency_ms", "node"},
-		pgx.CopyFromFunc(func() ([]any, error) {
-			e, err, ok := next()
-			if !ok || err != nil {
-				return nil, err
-			}
-			return []any{ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node}, nil
-		}))
-	return err
+	return importMemory(ctx, tx, snap)
 }

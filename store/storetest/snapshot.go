@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -42,6 +43,16 @@ func Fill(t testing.TB, s store.Store) {
 		MustAppend(t, s, store.LogEntry{Timestamp: T0.Add(time.Duration(i%10) * time.Second), Level: store.LevelInfo, Message: fmt.Sprint(i),
 			ResourceType: store.ResourceAPIKey, ResourceID: "k1", StreamName: stream, Subject: fmt.Sprint("u", i%4), Status: 200, LatencyMS: int64(i), Node: "box-a"})
 	}
+	// Outcomes and a remembering user: a pair, texts awaiting feedback, and
+	// an outcome of a user without memory.
+	MustInfer(t, s, Inf{At: 20 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m1", Version: "1", Cands: []string{"Yes.", "No."}, Partner: "Tea?"})
+	MustInfer(t, s, Inf{At: 21 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m2", Version: "beta", Cands: []string{"Later."}, Partner: "Walk?"})
+	MustInfer(t, s, Inf{At: 22 * time.Second, Key: "k3", Subject: "plain", ID: "inf-p1", Version: "beta", Cands: []string{"Fine."}})
+	MustInfer(t, s, Inf{At: 23 * time.Second, Key: "k3", Subject: "plain", Status: 502, Code: "llm_failed"})
+	_, err = s.SetOutcome("inf-m1", Spoken(1, 4, T0.Add(time.Minute)), "Yes.")
+	Must(t, err)
+	_, err = s.SetOutcome("inf-p1", store.Outcome{Kind: store.OutcomeTyped, SpokenChars: 9, TimeToChoiceMS: 2500, FirstAt: T0, At: T0}, "")
+	Must(t, err)
 }
 
 // flat is a Snapshot with its logs read out, for comparing.
@@ -94,6 +105,16 @@ func SameData(t testing.TB, a, b store.Store) {
 		{"SessionValid", func(s store.Store) (any, error) { return s.SessionValid("sess-live", T0) }},
 		{"pseudonym key", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretPseudonym); return v, err }},
 		{"TOTP secret", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretTOTP); return v, err }},
+		{"Inference(inf-m1)", func(s store.Store) (any, error) { return inferenceOrNone(s, "inf-m1") }},
+		{"Inference(inf-m2)", func(s store.Store) (any, error) { return inferenceOrNone(s, "inf-m2") }},
+		{"Inference(inf-p1)", func(s store.Store) (any, error) { return inferenceOrNone(s, "inf-p1") }},
+		{"MemoryUsers", func(s store.Store) (any, error) { return s.MemoryUsers() }},
+		{"MemoryPairs(mem)", func(s store.Store) (any, error) { p, rev, err := s.MemoryPairs("mem"); return fmt.Sprint(p, rev), err }},
+		{"Outcomes", func(s store.Store) (any, error) {
+			var out []store.OutcomeRecord
+			err := s.Outcomes(T0.Add(-time.Hour), T0.Add(time.Hour), func(r store.OutcomeRecord) error { out = append(out, r); return nil })
+			return out, err
+		}},
 	} {
 		va, erra := check.get(a)
 		vb, errb := check.get(b)
@@ -103,6 +124,15 @@ func SameData(t testing.TB, a, b store.Store) {
 			t.Errorf("%s differs (-first +second):\n%s", check.name, diff)
 		}
 	}
+}
+
+// inferenceOrNone is Inference with ErrNotFound as a value to compare.
+func inferenceOrNone(s store.Store, id string) (any, error) {
+	inf, err := s.Inference(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "not found", nil
+	}
+	return inf, err
 }
 
 func snapshotRoundTrip(t *testing.T, e Env) {

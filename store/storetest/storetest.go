@@ -80,6 +80,14 @@ var scenarios = []scenario{
 	{"stats/empty-and-invalid", statsEmptyAndInvalid},
 	{"prune/logs-in-batches", pruneLogsInBatches},
 
+	// Outcomes and the users' memory (outcomes.go).
+	{"outcomes/inference-and-outcome", outcomesInferenceAndOutcome},
+	{"outcomes/export-in-order", outcomesExport},
+	{"stats/outcomes-keys-versions", statsOutcomes},
+	{"memory/pairs-and-revision", memoryPairs},
+	{"memory/delete-user", memoryDeleteUser},
+	{"memory/prune", memoryPrune},
+
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},
 	{"snapshot/import-round-trip", snapshotRoundTrip},

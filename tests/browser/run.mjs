@@ -795,7 +795,46 @@ async function main() {
       await shot('09-stats-desktop');
     });
 
-    await step('phone (390×844): every view fits without sideways scrolling, tables and charts included, light and dark', async () => {
+    await step('outcomes: feedback shows as acceptance over time, per prompt version, and beside the version in Prompt', async () => {
+      const admin = { 'X-ADMIN-KEY': adminKey };
+      const created = await apiJSON(base, 'POST', '/v1/admin/keys', admin, { client_id: `e2e-outcomes-${nonce}` });
+      equal(created.status, 200, 'create a key for the outcomes');
+      const version = String((await apiJSON(base, 'GET', '/v1/admin/system-prompt', admin)).json.version);
+      const report = async (outcome) => {
+        const fd = new FormData();
+        fd.append('payload', JSON.stringify({ messages: [{ role: 'speaker', content: 'Would you like some tea?' }] }));
+        const r = await fetch(`${base}/v1/infer`, { method: 'POST', headers: { 'X-API-KEY': created.json.api_key }, body: fd });
+        const { inference_id: id } = await r.json();
+        check(r.status === 200 && /^inf_/.test(id || ''), `infer: ${r.status} ${id}`);
+        const fb = await apiJSON(base, 'POST', '/v1/feedback', { 'X-API-KEY': created.json.api_key }, { inference_id: id, ...outcome });
+        equal(fb.status, 200, `feedback ${JSON.stringify(outcome)}: ${fb.text}`);
+      };
+      await report({ chosen_rank: 1, time_to_choice_ms: 3200 });
+      await report({ none_fit: true });
+
+      await answered('/v1/admin/stats', null, () => page.click('#stats-refresh')); // the stats view is open
+      await until(async () => (await page.textContent('#stats-acceptance')).trim() === '50%', 'an acceptance of 50%');
+      const over = await page.$$eval('#chart-acceptance rect.bar', (rs) => rs.map((r) => Number(r.getAttribute('height'))));
+      check(over.length >= 1 && over.some((v) => v > 0), `acceptance bars ${over}`);
+      check(/Suggestions spoken per/.test(await page.getAttribute('#chart-acceptance svg', 'aria-label')), 'acceptance chart label');
+      const ticks = await page.$$eval('#chart-versions text.tick', (ts) => ts.map((t) => t.textContent));
+      check(ticks.includes(`v${version}`) && ticks.includes('100%'), `version chart ticks ${ticks}`);
+      const label = await page.getAttribute('#chart-versions svg', 'aria-label');
+      check(label.includes(`v${version} 50%`), `version chart label "${label}"`);
+      equal((await page.textContent(`#stats-versions tr[data-version="${version}"] td:last-child`)).trim(), '50%', 'acceptance of the version in the table');
+      check((await page.textContent('#stats-keys')).includes(`e2e-outcomes-${nonce}`), 'the key in the per-key table');
+      check(/2 outcomes reported, 1 spoken from a suggestion, 1 none fit/.test(await page.textContent('#stats-outcomes-meta')), 'outcome summary');
+      await checkLabels('stats');
+      await checkContrast('stats');
+      await checkAxe('stats (outcomes)');
+      await shot('10-stats-outcomes-desktop');
+
+      await go('prompt');
+      await until(async () => /50% spoken \(2 outcomes\)/.test(await page.textContent(`#prompt-history .acceptance[data-version="${version}"]`)), 'the acceptance beside the version');
+      await shot('11-prompt-acceptance-desktop');
+    });
+
+        await step('phone (390×844): every view fits without sideways scrolling, tables and charts included, light and dark', async () => {
       await page.setViewportSize(PHONE);
       for (const scheme of ['light', 'dark']) {
         await page.emulateMedia({ colorScheme: scheme });

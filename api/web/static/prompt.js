@@ -1,23 +1,35 @@
 // System prompt view: edit and save as a new version, history (each version
 // readable before it is restored), restore.
 import { api } from './api.js';
-import { $, h, showError, timeEl } from './util.js';
+import { $, h, showError, timeEl, fmtRate, fmtInt } from './util.js';
 
 let ctx;
 let saved = ''; // the text of the current version, to tell edits apart
+let acceptance = new Map(); // version -> its by_prompt_version entry
+
+/** What the outcome loop says about one version, in words. */
+function acceptanceText(version) {
+  const v = acceptance.get(version);
+  if (!v || !v.outcomes) return 'no outcomes reported';
+  return `${fmtRate(v.acceptance_rate)} spoken (${fmtInt(v.outcomes)} outcomes)`;
+}
 
 const dirty = () => $('#prompt-text').value !== saved;
 
 async function load() {
   const err = $('#prompt-error');
   try {
-    const [cur, hist] = await Promise.all([
+    const [cur, hist, stats] = await Promise.all([
       api('GET', '/v1/admin/system-prompt').catch((e) => {
         if (e.status === 404) return { prompt: '', version: '' };
         throw e;
       }),
       api('GET', '/v1/admin/system-prompt/history', { query: { limit: 50 } }),
+      // How often each version's suggestions were spoken; the history shows
+      // the prompt even when the statistics cannot be read.
+      api('GET', '/v1/admin/stats', { query: { window: '366d' } }).catch(() => null),
     ]);
+    acceptance = new Map(((stats && stats.by_prompt_version) || []).map((v) => [v.version, v]));
     showError(err, null);
     saved = (cur && cur.prompt) || '';
     $('#prompt-text').value = saved;
@@ -37,7 +49,8 @@ function renderHistory(items, currentVersion) {
         h('summary', {},
           h('span', { class: 'ver', text: `Version ${p.version}` }),
           isCurrent ? h('span', { class: 'badge ok', text: 'current' }) : '',
-          ' ', timeEl(p.created_at),
+          ' ', timeEl(p.created_at), ' ',
+          h('span', { class: 'acceptance', 'data-version': p.version, text: acceptanceText(p.version) }),
           h('span', { class: 'preview', text: preview(p.prompt) })),
         h('pre', { class: 'prompt-text', text: p.prompt })),
       isCurrent ? '' : h('button', {
