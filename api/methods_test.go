@@ -99,4 +99,11 @@ func TestHeadBackupCopiesNothing(t *testing.T) {
 	if logs := e.st.logsCopy(); len(logs) != 0 {
 		t.Errorf("HEAD logged %+v", logs)
 	}
+	// Nor is a HEAD of an export logged as an export.
+	if rec := e.do(adminReq("HEAD", "/v1/admin/outcomes?format=jsonl", "")); rec.Code != 200 || rec.Body.Len() != 0 {
+		t.Errorf("HEAD outcomes export: %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	if logs := e.st.logsCopy(); len(logs) != 0 {
+		t.Errorf("HEAD of the outcomes export logged %+v", logs)
+	}
 }
