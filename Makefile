@@ -69,7 +69,7 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin page against the real binary. The linters
+# the browser tests of the admin and conversation pages against the real binary. The linters
 # and analyzers the tests use (redocly, promtool, systemd-analyze) must be
 # there: deps installs them, REPLYD_REQUIRE_TOOLS makes their absence fail.
 test: export REPLYD_REQUIRE_TOOLS := 1
@@ -93,7 +93,7 @@ test-conformance:
 
 test-browser: build
 	@scripts/deps.sh test
-	@cd tests/browser && node run.mjs
+	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/

@@ -33,6 +33,20 @@ type HealthSource interface {
 	QueueDepth() int
 }
 
+// CertSource is replyd's own certificate authority (REPLYD_TLS=auto) as the
+// API shows it: GET /tls/ca.pem, GET /tls/cert.pem and the fingerprint on
+// the admin status.
+type CertSource interface {
+	// CACertPEM is the root certificate tablets install; nil when replyd
+	// runs no CA of its own (TLS off, or a certificate from elsewhere).
+	CACertPEM() []byte
+	// CAFingerprint is the SHA-256 fingerprint of the root, colon-separated
+	// upper-case hex; "" without a CA.
+	CAFingerprint() string
+	// ServerCertPEM is the certificate (chain) the server presents now.
+	ServerCertPEM() []byte
+}
+
 // VADSource is implemented by a HealthSource that knows whether voice
 // activity detection is on: /healthz reports "vad": "on" or "off" and the
 // admin status carries its state. It is optional, and separate from the

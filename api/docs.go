@@ -5,8 +5,11 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/template"
 	"time"
+
+	"github.com/replyd/replyd/store"
 )
 
 // The integration guide and the OpenAPI file are text/template sources
@@ -58,6 +61,20 @@ type docData struct {
 	MaxClientIDChars     int
 	MaxVersionChars      int
 	DefaultPromptVersion string
+
+	// Pairing and its throttle arithmetic (client.md).
+	PairingTTLMinutes      int64
+	PairingCodeLen         int
+	PairingAlphabetSize    int
+	PairingCodeSpace       string // 32^8, in words
+	PairAttemptsPerAddress int
+	PairAttemptsTotal      int
+	MaxPendingPairings     int
+	PairGuessesPerLifetime int    // the most guesses in one code's life
+	PairOddsPerLifetime    string // chance that they find any pending code
+	PairGuessesPerYear     int
+	PairOddsPerYear        string
+	CORSMaxAgeSeconds      int64
 }
 
 func (s *Server) docData() docData {
@@ -100,7 +117,39 @@ func (s *Server) docData() docData {
 		MaxClientIDChars:     maxClientIDChars,
 		MaxVersionChars:      maxVersionChars,
 		DefaultPromptVersion: DefaultPromptVersion,
+
+		PairingTTLMinutes:      int64(l.PairingTTL / time.Minute),
+		PairingCodeLen:         pairingCodeLen,
+		PairingAlphabetSize:    len(pairingAlphabet),
+		PairingCodeSpace:       sci(pairingCodeSpace),
+		PairAttemptsPerAddress: l.PairAttemptsPerAddress,
+		PairAttemptsTotal:      l.PairAttemptsTotal,
+		MaxPendingPairings:     l.MaxPendingPairings,
+		PairGuessesPerLifetime: pairGuesses(l),
+		PairOddsPerLifetime:    sci(float64(pairGuesses(l)*l.MaxPendingPairings) / pairingCodeSpace),
+		PairGuessesPerYear:     l.PairAttemptsTotal * 60 * 24 * 365,
+		PairOddsPerYear:        sci(float64(l.PairAttemptsTotal*60*24*365*l.MaxPendingPairings) / pairingCodeSpace),
+		CORSMaxAgeSeconds:      int64(corsMaxAge / time.Second),
 	}
+}
+
+// pairGuesses is the most POST /v1/pair attempts the global throttle lets
+// through during one code's life: it counts in fixed one-minute windows, and
+// a life of n minutes touches at most n+1 of them.
+func pairGuesses(l Limits) int {
+	windows := int((l.PairingTTL+store.RateWindow-1)/store.RateWindow) + 1
+	return l.PairAttemptsTotal * windows
+}
+
+// sci renders x as "3.0 × 10⁻⁹".
+func sci(x float64) string {
+	m, e := strconv.FormatFloat(x, 'e', 1, 64), ""
+	if i := strings.IndexByte(m, 'e'); i >= 0 {
+		m, e = m[:i], m[i+1:]
+	}
+	n, _ := strconv.Atoi(e)
+	sup := strings.NewReplacer("-", "⁻", "0", "⁰", "1", "¹", "2", "²", "3", "³", "4", "⁴", "5", "⁵", "6", "⁶", "7", "⁷", "8", "⁸", "9", "⁹")
+	return m + " × 10" + sup.Replace(strconv.Itoa(n))
 }
 
 // charsPerToken is the rule of thumb the guide uses to turn the prompt's

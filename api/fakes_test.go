@@ -25,6 +25,7 @@ type memStore struct {
 	otp       *memOTP
 	lastOTP   time.Time
 	sessions  map[string]time.Time
+	pairings  map[string]store.Pairing
 	logs      []store.LogEntry
 	outcomes  map[string]store.Outcome // inference id -> outcome
 	texts     map[string]*store.RememberedTexts
@@ -45,7 +46,72 @@ type memOTP struct {
 func newMemStore() *memStore {
 	return &memStore{keys: map[string]store.APIKey{}, sessions: map[string]time.Time{},
 		outcomes: map[string]store.Outcome{}, texts: map[string]*store.RememberedTexts{},
-		pairs: map[string][]store.Pair{}, revs: map[string]uint64{}}
+		pairs: map[string][]store.Pair{}, revs: map[string]uint64{}, pairings: map[string]store.Pairing{}}
+}
+
+func (m *memStore) CreatePairing(p store.Pairing, maxPending int, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return m.failWith
+	}
+	pending := 0
+	for h, q := range m.pairings {
+		if !now.Before(q.ExpiresAt) {
+			delete(m.pairings, h)
+		} else if q.UsedAt.IsZero() {
+			pending++
+		}
+	}
+	if _, ok := m.pairings[p.CodeHash]; ok {
+		return store.ErrExists
+	}
+	if maxPending > 0 && pending >= maxPending {
+		return store.ErrLimit
+	}
+	m.pairings[p.CodeHash] = p
+	return nil
+}
+
+func (m *memStore) PrunePairings(now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for h, p := range m.pairings {
+		if !now.Before(p.ExpiresAt) {
+			delete(m.pairings, h)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memStore) RedeemPairing(codeHash, keyHash string, now time.Time) (store.APIKey, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failWith != nil {
+		return store.APIKey{}, m.failWith
+	}
+	p, ok := m.pairings[codeHash]
+	switch {
+	case !ok:
+		return store.APIKey{}, store.ErrNotFound
+	case !now.Before(p.ExpiresAt):
+		delete(m.pairings, codeHash)
+		return store.APIKey{}, store.ErrExpired
+	case !p.UsedAt.IsZero():
+		return store.APIKey{}, store.ErrUsed
+	}
+	k := p.Key
+	k.Hash, k.CreatedAt = keyHash, now
+	if k.Status == store.StatusRevoked {
+		k.RevokedAt = now
+	}
+	m.keys[k.Hash] = k
+	m.keyOrder = append(m.keyOrder, k.Hash)
+	p.UsedAt, p.KeyHash = now, keyHash
+	m.pairings[codeHash] = p
+	return k, nil
 }
 
 func (m *memStore) CreateKey(k store.APIKey) error {

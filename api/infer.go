@@ -246,6 +246,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithTimeout(reqCtx, s.limits.InferTimeout)
 	defer cancel()
+	ctx = engine.WithRequestID(ctx, c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err := s.inferer.Infer(ctx, req)
 	st.audioSeconds = res.AudioSeconds
 	if err != nil {

@@ -94,19 +94,50 @@ func toKeyRecord(k store.APIKey) keyRecord {
 // rate_limit_per_minute DefaultRateLimit, status active. rate_limit_per_minute
 // 0 means unlimited. A key created with status revoked is revoked at once.
 func (s *Server) handleCreateKey(c echo.Context) error {
-	var req keyCreateRequest
-	if err := s.readJSON(c, &req, true); err != nil {
+	k, err := s.readKeySettings(c)
+	if err != nil {
 		return err
 	}
+	warnings, err := s.clientIDWarnings(k.ClientID)
+	if err != nil {
+		return err
+	}
+	secret, hash, err := newAPIKey()
+	if err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	k.Hash, k.CreatedAt = hash, now
+	if k.Status == store.StatusRevoked {
+		k.RevokedAt = now
+	}
+	if err := s.store.CreateKey(k); err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
+		k.Status, strings.Join(k.Scopes, ","), k.RateLimitPerMinute)
+	resp := toKeyCreateResponse(secret, k)
+	resp.Warnings = warnings
+	return c.JSON(http.StatusOK, resp)
+}
+
+// readKeySettings reads the optional APIKeyCreateRequest body of
+// POST /v1/admin/keys and POST /v1/admin/pairings and returns the key it
+// describes, without Hash and CreatedAt.
+func (s *Server) readKeySettings(c echo.Context) (store.APIKey, error) {
+	var req keyCreateRequest
+	if err := s.readJSON(c, &req, true); err != nil {
+		return store.APIKey{}, err
+	}
 	if n := utf8.RuneCountInString(req.ClientID); n > maxClientIDChars {
-		return badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
+		return store.APIKey{}, badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
 	}
 	scopes := []string{ScopeInfer}
 	if req.Scopes != nil {
 		scopes = []string{}
 		for i, sc := range *req.Scopes {
 			if !slices.Contains(knownScopes, sc) {
-				return badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
+				return store.APIKey{}, badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
 			}
 			if !slices.Contains(scopes, sc) {
 				scopes = append(scopes, sc)
@@ -117,52 +148,45 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	if req.RateLimitPerMinute != nil {
 		limit = *req.RateLimitPerMinute
 		if limit < 0 || limit > s.limits.MaxRateLimit {
-			return badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
+			return store.APIKey{}, badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
 		}
 	}
 	status := store.StatusActive
 	if req.Status != nil {
 		status = *req.Status
 		if status != store.StatusActive && status != store.StatusRevoked {
-			return badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
+			return store.APIKey{}, badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
 		}
 	}
-	warnings, err := s.clientIDWarnings(req.ClientID)
-	if err != nil {
-		return err
-	}
+	return store.APIKey{ClientID: req.ClientID, Status: status, Scopes: scopes, RateLimitPerMinute: limit}, nil
+}
+
+// newAPIKey makes a key from 32 random bytes and returns it with its hash.
+func newAPIKey() (secret, hash string, err error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return err
+		return "", "", err
 	}
-	secret := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	now := s.now().UTC()
-	k := store.APIKey{
-		Hash:               hashHex(secret),
-		ClientID:           req.ClientID,
-		Status:             status,
-		Scopes:             scopes,
-		RateLimitPerMinute: limit,
-		CreatedAt:          now,
+	secret = APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, hashHex(secret), nil
+}
+
+// toKeyCreateResponse is the APIKeyCreateResponse for the new key k whose
+// value is secret.
+func toKeyCreateResponse(secret string, k store.APIKey) keyCreateResponse {
+	scopes := k.Scopes
+	if scopes == nil {
+		scopes = []string{}
 	}
-	if status == store.StatusRevoked {
-		k.RevokedAt = now
-	}
-	if err := s.store.CreateKey(k); err != nil {
-		return err
-	}
-	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
-		status, strings.Join(scopes, ","), limit)
-	return c.JSON(http.StatusOK, keyCreateResponse{
+	return keyCreateResponse{
 		APIKey:             secret,
 		APIKeyHash:         k.Hash,
 		ClientID:           k.ClientID,
 		Status:             k.Status,
 		Scopes:             scopes,
-		RateLimitPerMinute: limit,
-		CreatedAt:          now,
-		Warnings:           warnings,
-	})
+		RateLimitPerMinute: k.RateLimitPerMinute,
+		CreatedAt:          k.CreatedAt.UTC(),
+	}
 }
 
 // clientIDWarnings says what is wrong with a new key's client_id without

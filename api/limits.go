@@ -68,6 +68,14 @@ type Limits struct {
 	MaxSeriesBuckets int
 	// MaxPromptChars bounds the system prompt, in code points.
 	MaxPromptChars int
+	// PairingTTL is how long a tablet pairing code works. At most
+	// PairAttemptsPerAddress POST /v1/pair calls per client address (IPv6:
+	// per /64) and PairAttemptsTotal across all addresses are answered in
+	// each one-minute window; MaxPendingPairings bounds the unused codes.
+	PairingTTL             time.Duration
+	PairAttemptsPerAddress int
+	PairAttemptsTotal      int
+	MaxPendingPairings     int
 	// OverloadedRetryAfter and NotReadyRetryAfter are the Retry-After values
 	// of 503 overloaded and 503 not_ready.
 	OverloadedRetryAfter time.Duration
@@ -104,6 +112,11 @@ func DefaultLimits() Limits {
 		MaxPromptChars:       32000,
 		OverloadedRetryAfter: 2 * time.Second,
 		NotReadyRetryAfter:   5 * time.Second,
+
+		PairingTTL:             10 * time.Minute,
+		PairAttemptsPerAddress: 5,
+		PairAttemptsTotal:      30,
+		MaxPendingPairings:     10,
 	}
 }
 
@@ -162,6 +175,10 @@ func (l Limits) withDefaults() Limits {
 	setInt(&l.MaxPromptChars, d.MaxPromptChars)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
+	setDur(&l.PairingTTL, d.PairingTTL)
+	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
+	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)
+	setInt(&l.MaxPendingPairings, d.MaxPendingPairings)
 	return l
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store"
 )
@@ -42,6 +41,9 @@ type healthResponse struct {
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
+	// M4A is true when M4A/AAC uploads (iOS recordings) can be decoded:
+	// that needs the ffmpeg executable on the box.
+	M4A bool `json:"m4a"`
 	// VAD is "on" when voice activity detection runs before speech-to-text,
 	// "off" when its model is missing (whole recordings are transcribed);
 	// absent when the engines do not report it. It never makes the status
@@ -57,7 +59,7 @@ type healthResponse struct {
 // Retry-After while an engine is loading; 503 {"status":"error"} when one
 // failed to load. engines lists each engine's readiness, node names the box.
 func (s *Server) handleHealthz(c echo.Context) error {
-	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}}
+	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}, M4A: s.m4aAvailable()}
 	if s.health != nil {
 		if v, ok := s.health.(VADSource); ok {
 			if st := v.VAD(); st.Name != "" {
@@ -130,12 +132,23 @@ func (s *Server) handleOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml; charset=utf-8", s.openAPIYAML)
 }
 
+// handleAppRedirect redirects /app to the conversation page, keeping the
+// query (a pairing link carries its code in the fragment, which the browser
+// keeps across the redirect).
+func (s *Server) handleAppRedirect(c echo.Context) error {
+	target := "/app/"
+	if q := c.Request().URL.RawQuery; q != "" {
+		target += "?" + q
+	}
+	return c.Redirect(http.StatusFound, target)
+}
+
 // handleRoot redirects / and /admin to the admin page.
 func (s *Server) handleRoot(c echo.Context) error {
 	return c.Redirect(http.StatusFound, "/admin/")
 }
 
-// staticFiles is the admin page held in memory with an ETag per file.
+// staticFiles is one embedded page held in memory with an ETag per file.
 type staticFiles struct {
 	files map[string]staticFile
 }
@@ -146,19 +159,29 @@ type staticFile struct {
 	ctype string
 }
 
-// newStaticFiles loads every file of web.FS into memory.
-func newStaticFiles() (*staticFiles, error) {
+// staticTypes are content types mime does not know everywhere.
+var staticTypes = map[string]string{
+	".webmanifest": "application/manifest+json",
+	".js":          "text/javascript; charset=utf-8",
+	".svg":         "image/svg+xml",
+}
+
+// newStaticFiles loads every file of fsys into memory.
+func newStaticFiles(fsys fs.FS) (*staticFiles, error) {
 	sf := &staticFiles{files: map[string]staticFile{}}
-	err := fs.WalkDir(web.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := fs.ReadFile(web.FS(), p)
+		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
 		sum := sha256.Sum256(data)
-		ctype := mime.TypeByExtension(path.Ext(p))
+		ctype := staticTypes[path.Ext(p)]
+		if ctype == "" {
+			ctype = mime.TypeByExtension(path.Ext(p))
+		}
 		if ctype == "" {
 			ctype = http.DetectContentType(data)
 		}
@@ -168,11 +191,17 @@ func newStaticFiles() (*staticFiles, error) {
 	return sf, err
 }
 
-// handleAdminPage serves the admin page's files under /admin/. Only names
-// that are valid fs paths of files in web.FS are served ("..", absolute and
-// encoded traversal are 404); a directory serves its index.html. Every file
-// is revalidated (Cache-Control: no-cache) against its ETag.
-func (s *Server) handleAdminPage(c echo.Context) error {
+// handleAdminPage serves the admin page's files under /admin/.
+func (s *Server) handleAdminPage(c echo.Context) error { return serveStatic(c, s.static) }
+
+// handleAppPage serves the conversation page's files under /app/.
+func (s *Server) handleAppPage(c echo.Context) error { return serveStatic(c, s.appStatic) }
+
+// serveStatic serves the file of sf named by the route's wildcard. Only
+// names that are valid fs paths of files in sf are served ("..", absolute
+// and encoded traversal are 404); a directory serves its index.html. Every
+// file is revalidated (Cache-Control: no-cache) against its ETag.
+func serveStatic(c echo.Context, sf *staticFiles) error {
 	name := c.Param("*")
 	if name == "" || strings.HasSuffix(name, "/") {
 		name += "index.html"
@@ -180,9 +209,9 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 	if !fs.ValidPath(name) || strings.Contains(name, `\`) {
 		return errorf(CodeNotFound, "no such file")
 	}
-	f, ok := s.static.files[name]
+	f, ok := sf.files[name]
 	if !ok {
-		if idx, ok2 := s.static.files[path.Join(name, "index.html")]; ok2 {
+		if idx, ok2 := sf.files[path.Join(name, "index.html")]; ok2 {
 			f, ok = idx, true
 		}
 	}
@@ -192,6 +221,7 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-cache")
 	h.Set("ETag", f.etag)
+	h.Set(echo.HeaderContentType, f.ctype)
 	if match := c.Request().Header.Get("If-None-Match"); match != "" && strings.Contains(match, f.etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
@@ -213,7 +243,14 @@ type statusResponse struct {
 	DataFileBytes int64                `json:"data_file_bytes"`
 	OTPChannel    string               `json:"otp_channel"`
 	TLS           bool                 `json:"tls"`
-	Limits        limitsView           `json:"limits"`
+	// TLSCAFingerprint is the SHA-256 fingerprint of replyd's own
+	// certificate authority (REPLYD_TLS=auto), "" otherwise.
+	TLSCAFingerprint string `json:"tls_ca_fingerprint"`
+	// M4A tells whether M4A/AAC uploads can be decoded (ffmpeg installed).
+	M4A bool `json:"m4a"`
+	// CORSOrigins are the origins allowed to call the tablet routes.
+	CORSOrigins []string   `json:"cors_origins"`
+	Limits      limitsView `json:"limits"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -243,6 +280,8 @@ func (s *Server) handleStatus(c echo.Context) error {
 		DataFile:      s.dataFile,
 		DataFileBytes: size,
 		TLS:           s.tls,
+		M4A:           s.m4aAvailable(),
+		CORSOrigins:   append([]string{}, s.corsOrigins...),
 		Limits: limitsView{
 			MaxBodyBytes:      s.limits.MaxBodyBytes,
 			MaxPayloadBytes:   s.limits.MaxPayloadBytes,
@@ -254,6 +293,9 @@ func (s *Server) handleStatus(c echo.Context) error {
 			InferTimeoutSecs:  int64(s.limits.InferTimeout / time.Second),
 			SessionTTLSeconds: int64(s.limits.SessionTTL / time.Second),
 		},
+	}
+	if s.certs != nil {
+		out.TLSCAFingerprint = s.certs.CAFingerprint()
 	}
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)

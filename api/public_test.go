@@ -20,23 +20,23 @@ import (
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)
 	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}],"m4a":false}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
 	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 503, `{"status":"loading","reason":"the models are loading","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 503, `{"status":"loading","reason":"the models are loading","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false}`)
 	if rec.Header().Get("Retry-After") != "5" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
 	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}],"m4a":false}`)
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
-	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[]}`)
+	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[],"m4a":false}`)
 
 	// Voice activity detection is reported as "vad": on, or off when its
 	// model is missing; off never makes the service unhealthy.
@@ -45,11 +45,11 @@ func TestHealthz(t *testing.T) {
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Ready: true}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"on"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"on"}`)
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Error: "open models/silero_vad_v5.onnx: no such file"}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"off"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"off"}`)
 }
 
 func TestStatus(t *testing.T) {
@@ -63,6 +63,7 @@ func TestStatus(t *testing.T) {
 	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
 	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
 	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","tls":false,
+	  "tls_ca_fingerprint":"","m4a":false,"cors_origins":[],
 	  "limits":{"max_body_bytes":26214400,"max_payload_bytes":1048576,"max_audio_seconds":120,"max_messages":200,"max_content_chars":4000,
 	            "max_candidates":8,"default_candidates":3,"infer_timeout_seconds":30,"session_ttl_seconds":43200}}`)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/store"
 )
 
@@ -47,6 +48,19 @@ type Options struct {
 	// the store's Describe (a file path, or a database URL without its
 	// password).
 	DataFile string
+	// PublicURL is the base URL tablets reach replyd at (e.g.
+	// https://replyd.local:8080); pairing links are made under it. Empty:
+	// from the request's Host and this server's scheme.
+	PublicURL string
+	// CORSOrigins are the exact origins (ParseCORSOrigins) whose pages may
+	// call /v1/infer, /v1/pair and /v1/feedback; none when empty.
+	CORSOrigins []string
+	// Certs is replyd's own certificate authority and server certificate;
+	// nil when TLS is off.
+	Certs CertSource
+	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
+	// installed); nil means they cannot.
+	M4A func() bool
 	// Rand is the source of inference ids; nil means crypto/rand.
 	Rand io.Reader
 	// Node names this box in the log entries it writes and in /healthz and
@@ -78,9 +92,14 @@ type Server struct {
 	node     string
 	started  time.Time
 
+	publicURL   string
+	corsOrigins []string
+	certs       CertSource
+	m4a         func() bool
+
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter store.RateLimiter
+	limiter store.RateLimiter // per-key rate limits and the pairing throttle
 	recent  *recentInferences
 	rand    io.Reader
 	touches store.TouchThrottle
@@ -93,7 +112,8 @@ type Server struct {
 
 	clientMD    []byte
 	openAPIYAML []byte
-	static      *staticFiles
+	static      *staticFiles // the admin page
+	appStatic   *staticFiles // the conversation page
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -113,8 +133,13 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
-		node:     o.Node,
-		rand:     o.Rand,
+
+		publicURL:   o.PublicURL,
+		corsOrigins: o.CORSOrigins,
+		certs:       o.Certs,
+		m4a:         o.M4A,
+		node:        o.Node,
+		rand:        o.Rand,
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -147,7 +172,10 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(); err != nil {
+	if s.static, err = newStaticFiles(web.FS()); err != nil {
+		panic(err)
+	}
+	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {
 		panic(err)
 	}
 
@@ -174,9 +202,16 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, "/", s.handleRoot)
 	get(e, "/admin", s.handleRoot)
 	get(e, "/admin/*", s.handleAdminPage)
+	get(e, "/app", s.handleAppRedirect)
+	get(e, "/app/*", s.handleAppPage)
+	get(e, "/tls/ca.pem", s.handleCACert)
+	get(e, "/tls/cert.pem", s.handleServerCert)
 
-	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
-	e.POST("/v1/feedback", s.handleFeedback)
+	// The routes a tablet calls; browser clients on the origins listed in
+	// REPLYD_CORS_ORIGINS may call them too.
+	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	s.corsRoute(e, "/v1/pair", s.handlePair)
+	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -190,6 +225,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, a+"/keys", s.handleListKeys, s.adminAuth)
 	e.POST(a+"/keys", s.handleCreateKey, s.adminAuth)
 	e.DELETE(a+"/keys/:api_key_hash", s.handleRevokeKey, s.adminAuth)
+	e.POST(a+"/pairings", s.handleCreatePairing, s.adminAuth)
 	get(e, a+"/system-prompt", s.handleGetPrompt, s.adminAuth)
 	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
 	get(e, a+"/system-prompt/history", s.handlePromptHistory, s.adminAuth)
@@ -231,6 +267,9 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// m4aAvailable reports whether M4A/AAC uploads can be decoded now.
+func (s *Server) m4aAvailable() bool { return s.m4a != nil && s.m4a() }
 
 // uptime returns whole seconds since New.
 func (s *Server) uptime() int64 {

@@ -11,7 +11,8 @@
 #         espeak-ng and sox to make test speech, shellcheck for the scripts,
 #         PostgreSQL (the store's contract suite and the two-box tests start
 #         their own server in a temporary folder), HAProxy (the routing test),
-#         Chromium and Node.js for the admin page's browser tests and the
+#         zbar-tools (reading back the pairing QR codes), Chromium and Node.js
+#         for the browser tests of the admin and conversation pages and the
 #         OpenAPI lint (their npm packages too), systemd-analyze (systemd) to
 #         rate the unit file, and promtool to lint /metrics: taken out of
 #         Debian's prometheus package into tests/.tools (installing the
@@ -37,7 +38,7 @@ for a in "$@"; do
 done
 
 run_pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg)
-test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy systemd nodejs npm)
+test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy zbar-tools systemd nodejs npm)
 pkgs=("${run_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 

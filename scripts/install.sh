@@ -247,11 +247,21 @@ REPLYD_WHISPER_MODEL=$MODELS_DIR/$whisper
 # Silero VAD (voice activity detection); without the file replyd runs with VAD off.
 REPLYD_VAD_MODEL=$MODELS_DIR/silero_vad_v5.onnx
 
-# TLS: off | auto (self-signed certificate kept in the data dir) | on (needs
-# REPLYD_TLS_CERT and REPLYD_TLS_KEY).
+# TLS: off | auto (replyd's own certificate authority, kept in the data dir,
+# signs the server certificate; tablets install its root from /tls/ca.pem) |
+# on (needs REPLYD_TLS_CERT and REPLYD_TLS_KEY).
 REPLYD_TLS=auto
 #REPLYD_TLS_CERT=/etc/replyd/tls.crt
 #REPLYD_TLS_KEY=/etc/replyd/tls.key
+
+# The address tablets use (pairing links and QR codes; its host is added to
+# the certificate), e.g. https://replyd.local:8080. Empty: the address the
+# admin page was opened with.
+#REPLYD_PUBLIC_URL=
+
+# Web pages on other origins that may call /v1/infer (exact origins,
+# comma-separated; * is refused).
+#REPLYD_CORS_ORIGINS=
 
 # How the admin's one-time login code is delivered:
 # console | webhook | telegram | ntfy | gotify (console prints it to the journal).
@@ -350,9 +360,11 @@ key="$(journalctl -u replyd --no-pager -o cat 2>/dev/null | sed -n 's/.*REPLYD A
 
 echo
 echo "replyd is running."
-echo "  Admin page: $scheme://$host:$port/admin/"
+echo "  Admin page:        $scheme://$host:$port/admin/"
+echo "  Conversation page: $scheme://$host:$port/app/"
 if [ "$scheme" = https ]; then
-	echo "  (self-signed certificate when REPLYD_TLS=auto: the browser asks to accept it once)"
+	echo "  With REPLYD_TLS=auto, install replyd's root certificate on each tablet and"
+	echo "  browser once: $scheme://$host:$port/tls/ca.pem (the browser warns until then)."
 fi
 if [ -n "$key" ]; then
 	echo "  Admin key:  $key"

@@ -40,6 +40,7 @@ var (
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
 	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> inferRow
 	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
+	bucketPairings  = []byte("pairings")     // code hash -> JSON Pairing
 	// Schema 3.
 	bucketInferences = []byte("inferences") // inference_id -> log key
 	bucketMemUsers   = []byte("mem_users")  // subject -> JSON userRecord (the user's AES key)
@@ -54,7 +55,7 @@ var (
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets,
-		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer)
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketPairings)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's
@@ -296,7 +297,8 @@ func (db *DB) rawView(fn func(*bolt.Tx) error, long bool) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrExpired) || errors.Is(err, ErrUsed) || errors.Is(err, ErrLimit) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))

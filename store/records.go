@@ -46,6 +46,12 @@ var (
 	// ErrNotSupported: this implementation does not offer the operation
 	// (Backup on PostgreSQL); the error's text says what to do instead.
 	ErrNotSupported = errors.New("not supported by this store")
+	// ErrExpired: the record (a pairing code) has passed its expiry.
+	ErrExpired = errors.New("expired")
+	// ErrUsed: the single-use record (a pairing code) was already used.
+	ErrUsed = errors.New("already used")
+	// ErrLimit: a bound on the number of records (pending pairings) is reached.
+	ErrLimit = errors.New("limit reached")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
 )
@@ -60,6 +66,24 @@ type APIKey struct {
 	CreatedAt          time.Time
 	RevokedAt          time.Time // zero while active
 	LastUsedAt         time.Time // updated at most once a minute
+}
+
+// Pairing is a pending tablet pairing: what the key minted by redeeming its
+// one-time code will be. Only the code's SHA-256 hash is stored; the key
+// does not exist until the code is redeemed.
+type Pairing struct {
+	CodeHash string // lowercase hex SHA-256 of the normalised code
+	// Key holds the minted key's ClientID, Status, Scopes and
+	// RateLimitPerMinute; its Hash and CreatedAt are set on redemption
+	// (and RevokedAt when Status is StatusRevoked).
+	Key       APIKey
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// UsedAt and KeyHash are set when the code is redeemed. A used pairing
+	// is kept until ExpiresAt, so that a second try can be told "already
+	// used", and then pruned like an unused one.
+	UsedAt  time.Time
+	KeyHash string
 }
 
 // PromptVersion is one saved version of the system prompt.

@@ -37,6 +37,8 @@ type Snapshot struct {
 	// Memory holds the users with remember: true, by subject, each with its
 	// key and its texts in clear; Import seals them again under that key.
 	Memory []MemorySnapshot
+	// Pairings are the tablet pairings not yet pruned, used or not.
+	Pairings []Pairing
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
 	Logs iter.Seq2[LogEntry, error] `json:"-"`
@@ -76,7 +78,20 @@ func noLogs(func(LogEntry, error) bool) {}
 func (db *DB) Snapshot(fn func(Snapshot) error) error {
 	return db.view(func(tx *bolt.Tx) error {
 		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}, Secrets: map[string][]byte{},
-			Outcomes: map[string]Outcome{}, Memory: []MemorySnapshot{}}
+			Outcomes: map[string]Outcome{}, Memory: []MemorySnapshot{}, Pairings: []Pairing{}}
+		if b := tx.Bucket(bucketPairings); b != nil {
+			err := b.ForEach(func(_, v []byte) error {
+				var p Pairing
+				if err := json.Unmarshal(v, &p); err != nil {
+					return fmt.Errorf("store: decode pairing: %w", err)
+				}
+				snap.Pairings = append(snap.Pairings, p)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
 		if err := snapshotOutcomes(tx, &snap); err != nil {
 			return err
 		}
@@ -265,6 +280,18 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
+		for _, p := range snap.Pairings {
+			if p.CodeHash == "" || tx.Bucket(bucketPairings).Get([]byte(p.CodeHash)) != nil {
+				return invalid("a pairing code hash is empty or repeated")
+			}
+			val, err := json.Marshal(p)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketPairings).Put([]byte(p.CodeHash), val); err != nil {
+				return err
+			}
+		}
 		now := db.now()
 		logKeys := map[string][]byte{} // inference id -> its new log key
 		for e, err := range snap.Logs {
@@ -313,7 +340,7 @@ func snapshotDiff(a, b Snapshot) (string, error) {
 		return "", err
 	}
 	if !bytes.Equal(ja, jb) {
-		return "keys, prompts, sessions, OTP or admin key differ", nil
+		return "keys, prompts, sessions, pairings, OTP or admin key differ", nil
 	}
 	nextB, stop := iter.Pull2(b.Logs)
 	defer stop()
@@ -395,5 +422,15 @@ func canonical(s Snapshot) ([]byte, error) {
 	}
 	slices.SortFunc(memory, func(x, y MemorySnapshot) int { return strings.Compare(x.Subject, y.Subject) })
 	s.Memory = memory
+	pairings := make([]Pairing, len(s.Pairings))
+	for i, p := range s.Pairings {
+		p.CreatedAt, p.ExpiresAt, p.UsedAt = p.CreatedAt.UTC(), p.ExpiresAt.UTC(), p.UsedAt.UTC()
+		if len(p.Key.Scopes) == 0 {
+			p.Key.Scopes = nil
+		}
+		pairings[i] = p
+	}
+	slices.SortFunc(pairings, func(x, y Pairing) int { return strings.Compare(x.CodeHash, y.CodeHash) })
+	s.Pairings = pairings
 	return json.Marshal(s)
 }

@@ -24,8 +24,9 @@ import (
 //     only as lowercase hex SHA-256; the store never sees them in clear.
 //   - Errors are tested with errors.Is: ErrNotFound, ErrExists, ErrInvalid
 //     (the caller's mistake: an empty hash, a bad range), ErrUnavailable (the
-//     database cannot be reached: retry later) and ErrNotSupported. Anything
-//     else is an internal failure.
+//     database cannot be reached: retry later), ErrNotSupported, and for
+//     pairings ErrExpired, ErrUsed and ErrLimit. Anything else is an
+//     internal failure.
 //   - Times are kept to the nanosecond and come back as the same instant;
 //     the zero Time stands for "never" (a key not revoked, not yet used).
 //   - Methods take no context: each bounds its own work (PostgreSQL: a
@@ -128,6 +129,26 @@ type Store interface {
 	// PruneSessions deletes every session whose expiry is at or before now
 	// and returns how many it deleted.
 	PruneSessions(now time.Time) (int, error)
+
+	// CreatePairing stores a pending tablet pairing under p.CodeHash (the
+	// SHA-256 of its one-time code; p.Key holds the settings of the key to
+	// mint). In the same transaction it deletes every pairing whose
+	// ExpiresAt is at or before now. It returns ErrLimit when maxPending
+	// unused, unexpired pairings exist already (maxPending <= 0: no bound),
+	// ErrExists when the code hash is taken, and ErrInvalid for an empty
+	// hash or an ExpiresAt not after now.
+	CreatePairing(p Pairing, maxPending int, now time.Time) error
+	// RedeemPairing mints the key of the pairing stored under codeHash, with
+	// hash keyHash and CreatedAt now, and marks the pairing used, in one
+	// transaction; of concurrent redemptions of one code exactly one gets
+	// the key. It returns the key, or ErrNotFound (no such pairing; nothing
+	// is written, so guessing costs no disk), ErrExpired (the pairing
+	// expired and is deleted), ErrUsed (redeemed before) or ErrExists
+	// (keyHash is taken; nothing is written).
+	RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, error)
+	// PrunePairings deletes every pairing, used or not, whose ExpiresAt is
+	// at or before now, and returns how many it deleted.
+	PrunePairings(now time.Time) (int, error)
 
 	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
 	// is durable when AppendLog returns nil; concurrent calls may share one

@@ -69,6 +69,9 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
+	PublicURL   string
+	CORSOrigins string
+
 	MaxBodyMiB   int
 	MaxAudio     time.Duration
 	InferTimeout time.Duration
@@ -180,9 +183,12 @@ func options() []option {
 		strOpt("gotify-url", notify.EnvGotifyURL, "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
 		strOpt("gotify-token", notify.EnvGotifyToken, "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
 
-		strOpt("tls", "REPLYD_TLS", "off", "off; auto (a self-signed certificate made on first start in the data dir); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
+		strOpt("tls", "REPLYD_TLS", "off", "off; auto (replyd's own certificate authority in the data dir signs the server certificate; tablets install GET /tls/ca.pem); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
 		strOpt("tls-cert", "REPLYD_TLS_CERT", "", "TLS certificate file (PEM); setting it and --tls-key turns TLS on", false, func(c *Config) *string { return &c.TLSCert }),
 		strOpt("tls-key", "REPLYD_TLS_KEY", "", "TLS private key file (PEM)", false, func(c *Config) *string { return &c.TLSKey }),
+
+		strOpt("public-url", "REPLYD_PUBLIC_URL", "", "the base URL tablets reach replyd at (e.g. https://replyd.local:8080): pairing links and QR codes use it, and REPLYD_TLS=auto adds its host to the certificate; empty: the address the admin page was opened with", false, func(c *Config) *string { return &c.PublicURL }),
+		strOpt("cors-origins", "REPLYD_CORS_ORIGINS", "", "comma-separated exact origins (https://host[:port]) whose web pages may call /v1/infer, /v1/pair and /v1/feedback; empty: none; * is refused", false, func(c *Config) *string { return &c.CORSOrigins }),
 
 		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", strconv.FormatInt(lim.MaxBodyBytes>>20, 10), "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
 		durOpt("max-audio", "REPLYD_MAX_AUDIO", FormatDuration(lim.MaxAudio), "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
@@ -269,6 +275,15 @@ func (c *Config) Validate() error {
 	}
 	if c.TLS == "on" && c.TLSCert == "" {
 		errs = append(errs, errors.New("REPLYD_TLS=on needs REPLYD_TLS_CERT and REPLYD_TLS_KEY (or use REPLYD_TLS=auto for a self-signed certificate)"))
+	}
+	if _, err := api.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_CORS_ORIGINS: %w", err))
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_PUBLIC_URL: %q is not a base URL such as https://replyd.local:8080", c.PublicURL))
+		}
 	}
 	if c.Threads < 1 || c.STTThreads < 1 {
 		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))

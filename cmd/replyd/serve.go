@@ -40,7 +40,7 @@ type Server struct {
 	http    *http.Server
 	metrics *http.Server
 	ln      net.Listener
-	tls     bool
+	tls     *tlsSetup // nil when TLS is off
 
 	fatal chan error // a model failed to load, or a listener died
 	stop  context.CancelFunc
@@ -77,12 +77,23 @@ func (s *Server) Run(ctx context.Context) error {
 	s.eng = newEngines(cfg)
 
 	var tlsCfg *tls.Config
+	var certs api.CertSource
 	if cfg.TLSEnabled() {
-		tlsCfg, err = loadTLS(cfg, s.stderr)
+		s.tls, err = loadTLS(cfg, s.log)
 		if err != nil {
 			return err
 		}
-		s.tls = true
+		tlsCfg, certs = s.tls.config, s.tls.certs
+	}
+	corsOrigins, err := api.ParseCORSOrigins(cfg.CORSOrigins)
+	if err != nil {
+		return fmt.Errorf("REPLYD_CORS_ORIGINS: %w", err)
+	}
+	if len(corsOrigins) > 0 {
+		s.log.Info("browser pages on other origins may call /v1/infer, /v1/pair and /v1/feedback", "cors_origins", strings.Join(corsOrigins, ","))
+	}
+	if !audio.M4AAvailable() {
+		s.log.Warn("ffmpeg is not installed: M4A/AAC recordings (what iOS records) are refused with 415; install ffmpeg (Debian package ffmpeg) to accept them")
 	}
 
 	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio, Memory: recall.New(db, 0)}
@@ -112,10 +123,14 @@ func (s *Server) Run(ctx context.Context) error {
 		Version:        version,
 		Limits:         limits,
 		MetricsPublic:  cfg.MetricsAddr != "",
-		TLS:            s.tls,
+		TLS:            s.tls != nil,
 		Node:           cfg.NodeName,
 		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
+		PublicURL:      cfg.PublicURL,
+		CORSOrigins:    corsOrigins,
+		Certs:          certs,
+		M4A:            audio.M4AAvailable,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -138,11 +153,15 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	scheme := "http"
-	if s.tls {
+	if s.tls != nil {
 		scheme = "https"
 	}
-	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
-	if !s.tls && !isLoopback(ln.Addr()) {
+	base := fmt.Sprintf("%s://%s", scheme, displayAddr(ln.Addr()))
+	if cfg.PublicURL != "" {
+		base = strings.TrimSuffix(cfg.PublicURL, "/")
+	}
+	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", base+"/admin/", "conversation_page", base+"/app/", "version", version)
+	if s.tls == nil && !isLoopback(ln.Addr()) {
 		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
 	}
 
@@ -233,17 +252,38 @@ func (s *Server) Close() error {
 }
 
 // housekeeping prunes old log entries (in small transactions, so the data
-// file stays bounded without blocking writers) and expired sessions.
+// file stays bounded without blocking writers) and expired sessions, and
+// renews the TLS server certificate when due, every 10 minutes; expired
+// pairing codes are deleted every minute (a read when there are none).
 func (s *Server) housekeeping(ctx context.Context) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
+	pairings := time.NewTicker(time.Minute)
+	defer pairings.Stop()
+	s.prune(ctx)
 	for {
-		s.prune(ctx)
 		select {
 		case <-ctx.Done():
 			return
+		case <-pairings.C:
+			if _, err := s.db.PrunePairings(time.Now()); err != nil {
+				s.log.Warn("pruning pairing codes", "err", err)
+			}
 		case <-t.C:
+			s.prune(ctx)
+			s.renewCert()
 		}
+	}
+}
+
+// renewCert replaces the server certificate of REPLYD_TLS=auto when it
+// nears its expiry or the box's names or addresses changed.
+func (s *Server) renewCert() {
+	if s.tls == nil || s.tls.ca == nil {
+		return
+	}
+	if _, err := s.tls.ca.renew(time.Now()); err != nil {
+		s.log.Error("renewing the TLS server certificate failed; the current one stays in use", "err", err, "expires", s.tls.certs.leafNotAfter().UTC().Format(time.RFC3339))
 	}
 }
 
@@ -251,6 +291,9 @@ func (s *Server) prune(ctx context.Context) {
 	now := time.Now()
 	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
+	}
+	if _, err := s.db.PrunePairings(now); err != nil {
+		s.log.Warn("pruning pairing codes", "err", err)
 	}
 	s.pruneMemory(now)
 	if s.cfg.LogRetention <= 0 {

@@ -45,7 +45,7 @@ func TestStoreMigrate(t *testing.T) {
 	src.Close()
 
 	code, out = runCmd(t, nil, "store", "migrate", "--from", file, "--to", url)
-	if code != 0 || !strings.Contains(out, "copied 3 keys, 2 prompt versions, 2 sessions, 34 log entries, 2 outcomes and 1 remembering users") || !strings.Contains(out, "checked the copy") {
+	if code != 0 || !strings.Contains(out, "copied 4 keys, 2 prompt versions, 2 sessions, 34 log entries, 2 outcomes and 1 remembering users") || !strings.Contains(out, "checked the copy") {
 		t.Fatalf("migrate: %d %s", code, out)
 	}
 	src = reopen(t, file)
@@ -72,7 +72,7 @@ func TestStoreMigrate(t *testing.T) {
 		t.Fatalf("a refused migrate changed the target: %+v", es)
 	}
 	code, out = runCmd(t, nil, "store", "migrate", "--from", file, "--to", url, "--force")
-	if code != 0 || !strings.Contains(out, "copied 3 keys") {
+	if code != 0 || !strings.Contains(out, "copied 4 keys") {
 		t.Fatalf("migrate --force: %d %s", code, out)
 	}
 	src = reopen(t, file)

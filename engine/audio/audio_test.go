@@ -529,3 +529,24 @@ func TestDecodeFLACDeclaredLength(t *testing.T) {
 		t.Errorf("the unmodified file: %v", err)
 	}
 }
+
+func TestM4AAvailableFollowsPATH(t *testing.T) {
+	if lookFFmpeg() == "" {
+		t.Skip("ffmpeg is not installed here (scripts/deps.sh installs it)")
+	}
+	if !M4AAvailable() {
+		t.Fatal("ffmpeg is on PATH but M4AAvailable says no")
+	}
+	t.Setenv("PATH", t.TempDir())
+	if M4AAvailable() {
+		t.Error("ffmpeg is not on PATH but M4AAvailable says yes")
+	}
+	if _, err := Decode(m4aHeaderOnly(), time.Minute); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "ffmpeg") {
+		t.Errorf("Decode of M4A without ffmpeg: %v", err)
+	}
+}
+
+// m4aHeaderOnly is the start of an M4A file: enough for Detect.
+func m4aHeaderOnly() []byte {
+	return append([]byte{0, 0, 0, 24}, []byte("ftypM4A \x00\x00\x02\x00isomM4A ")...)
+}

@@ -25,6 +25,11 @@ func lookFFmpeg() string {
 	return p
 }
 
+// M4AAvailable reports whether M4A/AAC recordings (what iOS records) can be
+// decoded now: that needs the ffmpeg executable on PATH. It looks each time,
+// so installing ffmpeg takes effect without a restart.
+func M4AAvailable() bool { return lookFFmpeg() != "" }
+
 // decodeM4A decodes M4A/AAC (or anything else in an ISO-BMFF container that
 // ffmpeg reads) with the ffmpeg executable at path, which also downmixes and
 // resamples to 16 kHz; no pure-Go AAC decoder exists. ffmpeg runs without a

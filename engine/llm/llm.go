@@ -430,14 +430,22 @@ func (r *run) decode() error {
 	return nil
 }
 
-// serve handles one request on the owner goroutine.
-func (e *Engine) serve(j *job) (engine.Generation, error) {
-	var gen engine.Generation
+// serve handles one request on the owner goroutine. A request canceled
+// while it runs (the client went away, or its deadline passed) stops before
+// its next decode; the log says how far it got.
+func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.Queue = time.Since(j.queued)
 	r := &run{e: e, ctx: j.ctx}
+	reqID := engine.RequestID(j.ctx)
+	defer func() {
+		if engine.KindOf(err) == engine.KindCanceled {
+			e.log.Info("generation canceled: stopped sampling", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx))
+		}
+	}()
 	if err := j.ctx.Err(); err != nil {
 		return gen, canceled(err)
 	}
+	e.log.Debug("generating", "request_id", reqID, "candidates", j.req.N)
 	req := j.req
 	n := min(max(req.N, 1), e.opts.MaxCandidates)
 	temp := min(max(req.Temperature, 0), 2)
@@ -527,7 +535,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
 		})
 	}
-	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
+	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
 		"examples", gen.Examples, "example_tokens", gen.ExampleTokens,
 		"gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "prompt_ms", gen.Prompt.Milliseconds(),
 		"generation_ms", gen.Generation.Milliseconds())

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -420,6 +421,44 @@ func TestCancelFreesSequences(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("request after a cancelled one differs (-before +after):\n%s", d)
+	}
+}
+
+// TestCancelStopsSampling: once a running request's context is canceled (a
+// tablet aborted its fetch and the HTTP server noticed), the owner runs not
+// one more decode for it, and the log names the request.
+func TestCancelStopsSampling(t *testing.T) {
+	var buf testutil.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := openDemo(t, Options{MaxReplyTokens: 32, Logger: logger})
+	const cancelAt = 5 // a step inside sampling: the prompt takes one or two
+	ctx, cancel := context.WithCancel(engine.WithRequestID(context.Background(), "req-cancel-7"))
+	var mu sync.Mutex
+	var after []int
+	e.stepHook = func(step int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if step == cancelAt {
+			cancel()
+		} else if step > cancelAt {
+			after = append(after, step)
+		}
+	}
+	_, err := e.Generate(ctx, request(4, 3))
+	if engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("err = %v, want KindCanceled", err)
+	}
+	// The owner is done with the request once the next one has run.
+	e.stepHook = nil
+	mustGenerate(t, e, request(1, 1))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(after) > 0 {
+		t.Errorf("decode steps %v ran after the request was canceled at step %d", after, cancelAt)
+	}
+	want := `msg="generation canceled: stopped sampling" component=llm request_id=req-cancel-7 decode_steps=` + strconv.Itoa(cancelAt+1) + " cause=\"context canceled\""
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("log lacks %q:\n%.3000s", want, buf.String())
 	}
 }
 

@@ -180,7 +180,8 @@ func (s *Store) wrap(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnavailable),
+		errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrUsed), errors.Is(err, store.ErrLimit):
 		return err
 	case unavailable(err):
 		return fmt.Errorf("store %s: %s: %w: %w", s.desc, op, store.ErrUnavailable, err)

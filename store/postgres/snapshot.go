@@ -131,6 +131,28 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	case !errors.Is(err, pgx.ErrNoRows):
 		return snap, err
 	}
+	if rows, err = tx.Query(ctx, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash
+		FROM pairings ORDER BY code_hash`); err != nil {
+		return snap, err
+	}
+	snap.Pairings, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Pairing, error) {
+		var p store.Pairing
+		var created, expires int64
+		var used *int64
+		var keyHash *string
+		err := r.Scan(&p.CodeHash, &p.Key.ClientID, &p.Key.Status, &p.Key.Scopes, &p.Key.RateLimitPerMinute, &created, &expires, &used, &keyHash)
+		p.CreatedAt, p.ExpiresAt, p.UsedAt = fromNS(created), fromNS(expires), fromNullNS(used)
+		if keyHash != nil {
+			p.KeyHash = *keyHash
+		}
+		return p, err
+	})
+	if err != nil {
+		return snap, err
+	}
+	if snap.Pairings == nil {
+		snap.Pairings = []store.Pairing{}
+	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
 	}
@@ -148,7 +170,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, logs, rate_windows, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, pairings, logs, rate_windows, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -159,7 +181,8 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
 				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
-				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
+				OR EXISTS (SELECT 1 FROM pairings)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -210,9 +233,21 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	for _, ss := range snap.Sessions {
 		batch.Queue("INSERT INTO sessions (token_hash, expires_ns) VALUES ($1, $2)", ss.TokenHash, ns(ss.ExpiresAt))
 	}
+	for _, p := range snap.Pairings {
+		if p.CodeHash == "" {
+			return invalid("a pairing with an empty code hash")
+		}
+		var keyHash *string
+		if p.KeyHash != "" {
+			keyHash = &p.KeyHash
+		}
+		batch.Queue(`INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.CodeHash, p.Key.ClientID, p.Key.Status, p.Key.Scopes, p.Key.RateLimitPerMinute,
+			ns(p.CreatedAt), ns(p.ExpiresAt), nullNS(p.UsedAt), keyHash)
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		if isUniqueViolation(err) {
-			return fmt.Errorf("store: import: a key, prompt version or session repeats: %w", store.ErrInvalid)
+			return fmt.Errorf("store: import: a key, prompt version, session or pairing repeats: %w", store.ErrInvalid)
 		}
 		return err
 	}

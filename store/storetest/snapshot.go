@@ -13,7 +13,8 @@ import (
 
 // Fill puts some of everything into s: keys (active, revoked, touched,
 // created in one nanosecond), the admin key, prompt versions, sessions, an
-// OTP code with one wrong try, and infer and admin log entries. The
+// OTP code with one wrong try, a pending and a used pairing, and infer and
+// admin log entries. The
 // cross-store migration tests use it too.
 func Fill(t testing.TB, s store.Store) {
 	t.Helper()
@@ -34,6 +35,11 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, s.SaveOTP("code", T0, T0.Add(5*time.Minute)))
 	if r, err := s.VerifyOTP("wrong", T0, 3); err != nil || r != store.OTPWrong {
 		t.Fatalf("VerifyOTP = %v, %v", r, err)
+	}
+	Must(t, s.CreatePairing(pairingFor("pair-pending", "ward 4"), 10, T0))
+	Must(t, s.CreatePairing(pairingFor("pair-used", "ward 5"), 10, T0))
+	if _, err := s.RedeemPairing("pair-used", "k-paired", T0.Add(time.Second)); err != nil {
+		t.Fatal(err)
 	}
 	for i := range 30 {
 		stream := store.StreamInfer
@@ -149,9 +155,15 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 		if r, _ := s.VerifyOTP("wrong", T0, 3); r != store.OTPBurned {
 			t.Errorf("third wrong try: %v, want OTPBurned", r)
 		}
-		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k2 k1]" {
+		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k-paired k2 k1]" {
 			t.Errorf("ListKeys = %v", ks)
 		}
+		// The pairings carried: the pending code still pairs, the used one
+		// says so.
+		_, err := s.RedeemPairing("pair-used", "k-again", T0.Add(2*time.Second))
+		wantErr(t, "the used pairing after the copy", err, store.ErrUsed)
+		_, err = s.RedeemPairing("pair-pending", "k-new", T0.Add(3*time.Second))
+		Must(t, err)
 	}
 	// An empty store's snapshot is empty and imports as empty.
 	c, d := e.Open(), e.Open()

@@ -67,6 +67,13 @@ var scenarios = []scenario{
 	{"secrets/get-or-create-set-delete", secretsLifecycle},
 	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
 
+	// Tablet pairings (pairings.go).
+	{"pairings/redeem-once", pairingsRedeemOnce},
+	{"pairings/revoked-status-and-taken-hash", pairingsRevokedAndTakenHash},
+	{"pairings/expire-and-prune", pairingsExpire},
+	{"pairings/bound-and-invalid", pairingsBoundAndInvalid},
+	{"pairings/concurrent-redeem-once", pairingsConcurrentRedeem},
+
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
 	{"prompt/empty-store", promptEmpty},

@@ -2,6 +2,7 @@
 // used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
 import { $, h, showError, timeEl, shortHash } from './util.js';
+import tablets from './tablets.js';
 
 let ctx;
 
@@ -14,14 +15,22 @@ function hideCreated() {
 }
 
 async function load() {
+  // A tablet that pairs makes a key: the pairing panel wants to know.
+  return loadKeys().then((items) => { tablets.keysLoaded(items); });
+}
+
+async function loadKeys() {
   try {
     const r = await api('GET', '/v1/admin/keys', {
       query: { limit: 500, include_revoked: $('#keys-revoked').checked ? 'true' : '' },
     });
     showError($('#keys-error'), null);
-    render((r && r.items) || []);
+    const items = (r && r.items) || [];
+    render(items);
+    return items;
   } catch (err) {
     showError($('#keys-error'), err);
+    return null;
   }
 }
 
@@ -62,15 +71,20 @@ async function revoke(k) {
   await load();
 }
 
+/** The key settings of the create form (the body of POST /v1/admin/keys). */
+function keySettings() {
+  return {
+    client_id: $('#kc-client').value.trim(),
+    scopes: $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean),
+    rate_limit_per_minute: Number($('#kc-rate').value),
+  };
+}
+
 async function create(ev) {
   ev.preventDefault();
   const btn = $('#kc-submit');
-  const scopes = $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean);
-  const body = {
-    client_id: $('#kc-client').value.trim(),
-    scopes,
-    rate_limit_per_minute: Number($('#kc-rate').value),
-  };
+  const body = keySettings();
+  tablets.hide();
   btn.disabled = true;
   try {
     const r = await api('POST', '/v1/admin/keys', { json: body });
@@ -116,11 +130,15 @@ export default {
       hideCreated();
       $('#kc-client').focus();
     });
+    tablets.init({ settings: keySettings, reload: load, beforeShow: hideCreated });
   },
   enter() {
     $('#keys-msg').textContent = '';
     load();
   },
   // The key is never shown again once the admin leaves the view.
-  leave: hideCreated,
+  leave() {
+    hideCreated();
+    tablets.hide();
+  },
 };

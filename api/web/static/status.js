@@ -34,7 +34,12 @@ async function load() {
       fact('Data file', fmtBytes(s.data_file_bytes)),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
+      fact('M4A uploads (iOS)', s.m4a ? 'yes' : 'no: install ffmpeg'),
+      fact('Web pages on other origins', (s.cors_origins || []).length ? s.cors_origins.join(', ') : 'none'),
     );
+    const fp = $('#status-ca');
+    fp.hidden = !s.tls_ca_fingerprint;
+    $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),

@@ -1,0 +1,216 @@
+package api
+
+// Pairing a tablet: an administrator asks for a short one-time code (and a QR
+// code of the /app/ link that carries it); the tablet trades the code for its
+// API key. The key is minted only then.
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
+)
+
+// pairingAlphabet has 32 symbols that are hard to confuse when read aloud or
+// typed: the digits 2-9 and the capital letters without I and O.
+const pairingAlphabet = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+
+// pairingCodeLen is the length of a pairing code: 32^8 = 2^40 codes.
+const pairingCodeLen = 8
+
+// pairingCodeSpace is the number of possible pairing codes.
+var pairingCodeSpace = math.Pow(float64(len(pairingAlphabet)), pairingCodeLen)
+
+// The pairing throttle's keys in the rate limiter: one per client address
+// and one for all addresses together. API keys are counted under their
+// 64-hex-digit hashes, so these never meet one.
+const (
+	pairAddrKeyPrefix = "pair:addr:"
+	pairGlobalKey     = "pair:all"
+)
+
+// newPairingCode returns a random code of pairingCodeLen symbols.
+func newPairingCode() (string, error) {
+	var b [pairingCodeLen]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	for i := range b {
+		// 256 is a multiple of 32: every symbol is equally likely.
+		b[i] = pairingAlphabet[int(b[i])%len(pairingAlphabet)]
+	}
+	return string(b[:]), nil
+}
+
+// normalizePairingCode upper-cases code and drops spaces and hyphens (people
+// type "abcd-2345"). It reports whether the result is a well-formed code.
+func normalizePairingCode(code string) (string, bool) {
+	if len(code) > 64 {
+		return "", false
+	}
+	code = strings.Map(func(r rune) rune {
+		switch {
+		case r == ' ' || r == '-' || r == '\t':
+			return -1
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		}
+		return r
+	}, code)
+	if len(code) != pairingCodeLen {
+		return code, false
+	}
+	for i := 0; i < len(code); i++ {
+		if strings.IndexByte(pairingAlphabet, code[i]) < 0 {
+			return code, false
+		}
+	}
+	return code, true
+}
+
+// pairingResponse answers POST /v1/admin/pairings. The key settings are
+// those the minted key will have.
+type pairingResponse struct {
+	PairingCode        string    `json:"pairing_code"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	PairURL            string    `json:"pair_url"`
+	QRSVG              string    `json:"qr_svg"`
+	ClientID           string    `json:"client_id"`
+	Status             string    `json:"status"`
+	Scopes             []string  `json:"scopes"`
+	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
+}
+
+// handleCreatePairing serves POST /v1/admin/pairings: the optional body of
+// POST /v1/admin/keys; it records a pending pairing with those settings and
+// answers its code, expiry, /app/ link and the link's QR code. No key exists
+// until the code is redeemed with POST /v1/pair.
+func (s *Server) handleCreatePairing(c echo.Context) error {
+	k, err := s.readKeySettings(c)
+	if err != nil {
+		return err
+	}
+	code, err := newPairingCode()
+	if err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	p := store.Pairing{CodeHash: hashHex(code), Key: k, CreatedAt: now, ExpiresAt: now.Add(s.limits.PairingTTL)}
+	err = s.store.CreatePairing(p, s.limits.MaxPendingPairings, now)
+	if errors.Is(err, store.ErrLimit) {
+		return errorf(CodeConflict, "%d pairing codes are waiting to be used; use one or let them expire (they work for %s) before making another",
+			s.limits.MaxPendingPairings, formatWindow(s.limits.PairingTTL))
+	}
+	if err != nil {
+		return err
+	}
+	link := s.appBaseURL(c.Request()) + "#pair=" + code
+	svg, err := qrSVG(link, "QR code that opens the conversation page and pairs the tablet")
+	if err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, "pairing", "pairing code made for client %q, valid for %s", k.ClientID, formatWindow(s.limits.PairingTTL))
+	return c.JSON(http.StatusOK, pairingResponse{
+		PairingCode:        code,
+		ExpiresAt:          p.ExpiresAt,
+		PairURL:            link,
+		QRSVG:              svg,
+		ClientID:           k.ClientID,
+		Status:             k.Status,
+		Scopes:             k.Scopes,
+		RateLimitPerMinute: k.RateLimitPerMinute,
+	})
+}
+
+// appBaseURL is the absolute URL of /app/: under the configured public URL,
+// else the scheme this server speaks and the request's Host.
+func (s *Server) appBaseURL(r *http.Request) string {
+	if s.publicURL != "" {
+		return strings.TrimSuffix(s.publicURL, "/") + "/app/"
+	}
+	scheme := "http"
+	if r.TLS != nil || s.tls {
+		scheme = "https"
+	}
+	return (&url.URL{Scheme: scheme, Host: r.Host, Path: "/app/"}).String()
+}
+
+type pairRequest struct {
+	Code string `json:"code"`
+}
+
+// handlePair serves POST /v1/pair: {"code"} with no credential. Within the
+// throttle, a pending, unexpired code mints the key the admin described and
+// answers exactly what POST /v1/admin/keys answers; the code then stops
+// working. Wrong and expired codes are 401, a used one 409, too many tries
+// 429 with Retry-After.
+func (s *Server) handlePair(c echo.Context) error {
+	now := s.now()
+	if err := s.pairThrottle(c, now); err != nil {
+		return err
+	}
+	var req pairRequest
+	if err := s.readJSON(c, &req, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Code) == "" {
+		return badRequest("code is required")
+	}
+	code, ok := normalizePairingCode(req.Code)
+	if !ok {
+		return badRequest("code must be the %d letters and digits shown on the admin page, for example 7KQ3-MZ2A", pairingCodeLen)
+	}
+	secret, hash, err := newAPIKey()
+	if err != nil {
+		return err
+	}
+	k, err := s.store.RedeemPairing(hashHex(code), hash, now.UTC())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errorf(CodeUnauthorized, "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
+	case errors.Is(err, store.ErrExpired):
+		return errorf(CodeUnauthorized, "the pairing code has expired (codes work for %s): make a new one on the admin page", formatWindow(s.limits.PairingTTL))
+	case errors.Is(err, store.ErrUsed):
+		return errorf(CodeConflict, "the pairing code was already used: make a new one on the admin page to pair another tablet")
+	case err != nil:
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, k.Hash, "tablet paired: api key created for client %q", k.ClientID)
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, toKeyCreateResponse(secret, k))
+}
+
+// pairThrottle admits one POST /v1/pair attempt per the limits: first per
+// client address, then across all addresses. It counts in the server's rate
+// limiter: in memory on one box (a flood of guesses writes nothing to disk),
+// or the one boxes sharing a PostgreSQL store share, so that the global
+// bound holds however many boxes answer.
+func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
+	for _, b := range []struct {
+		key   string
+		limit int
+		what  string
+	}{
+		{pairAddrKeyPrefix + addrBucket(ClientAddr(c)), s.limits.PairAttemptsPerAddress, "from this address"},
+		{pairGlobalKey, s.limits.PairAttemptsTotal, "on this server (from all addresses)"},
+	} {
+		ok, retry, err := s.limiter.Allow(b.key, b.limit, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			s.metrics.rateLimited.Inc()
+			return &Error{Code: CodeRateLimited, RetryAfter: retry,
+				Message: fmt.Sprintf("too many pairing attempts %s (%d a minute); retry in %d s", b.what, b.limit, retryAfterSeconds(retry))}
+		}
+	}
+	return nil
+}
