@@ -100,10 +100,16 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
 	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
+# Every parser of network bytes, FUZZTIME each.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzFeedback -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./engine/audio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzInferMultipart$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzCredentials$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzClientAddr$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 
 loadtest: build demo-models
 	$(GO) run ./cmd/loadtest -bin $(BIN)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -19,7 +20,7 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if err := db.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+	if err := db.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)
 	}
 	e := newEnv(t, func(o *Options) { o.Store = db; o.Now = clock.Now })
@@ -29,20 +30,20 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 }
 
 // addKeyTo stores an API key in db directly and returns its secret.
-func (e *env) addKeyTo(db *store.DB, secret string, limit int) string {
+func (e *env) addKeyTo(db *store.DB, key string, limit int) string {
 	e.t.Helper()
-	if err := db.CreateKey(store.APIKey{Hash: hashHex(secret), ClientID: "tablet-" + secret, Status: store.StatusActive,
+	if err := db.CreateKey(store.APIKey{Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
 		Scopes: []string{ScopeInfer}, RateLimitPerMinute: limit, CreatedAt: e.clock.Now()}); err != nil {
 		e.t.Fatal(err)
 	}
-	return secret
+	return key
 }
 
 // TestBoltScenarios runs the main flows against the real store: key
 // lifecycle, inference, revocation, logs, stats, prompt versions, OTP login
 // and logout, and backup.
 func TestBoltScenarios(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e, db := newBoltEnv(t)
 
 	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-1","rate_limit_per_minute":2}`))
 	var k struct {
@@ -82,34 +83,37 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[],"count":0}`)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+revoked+`],"count":1}`)
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+hashHex("nope"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+secret.Hash("nope"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
 
-	// OTP login, lockout and logout.
+	// OTP login and logout; wrong codes write nothing.
 	wantJSON(t, otpSend(e), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:10:06Z"}`)
 	code := e.notifier.lastCode()
-	wantJSON(t, otpVerify(e, "000000x"), 401, errJSON("unauthorized", "code is wrong"))
+	size, _ := db.Size()
+	for i := 1; i <= 2; i++ {
+		wantJSON(t, otpVerify(e, otherCode(code, i)), 401, msgWrongCode)
+	}
+	if after, _ := db.Size(); after != size {
+		t.Errorf("two wrong codes grew the data from %d to %d bytes", size, after)
+	}
 	rec = otpVerify(e, code)
 	var s struct {
 		SessionToken string `json:"session_token"`
 	}
 	decode(t, rec, &s)
 	wantJSON(t, rec, 200, `{"session_token":"`+s.SessionToken+`","expires_at":"2026-01-02T15:05:06Z"}`)
-	wantJSON(t, otpVerify(e, code), 401, errJSON("unauthorized", "code is not valid: no code is outstanding; request one with /v1/admin/otp/send"))
+	wantJSON(t, otpVerify(e, code), 401, msgWrongCode)
 	if rec := e.do(sessionReq("GET", "/v1/admin/status", s.SessionToken)); rec.Code != 200 {
 		t.Fatalf("session refused: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, e.do(sessionReq("DELETE", "/v1/admin/session", s.SessionToken)), 200, `{"logged_out":true}`)
 	wantJSON(t, e.do(sessionReq("GET", "/v1/admin/status", s.SessionToken)), 401, errJSON("unauthorized", msgBadAdminCred))
 
-	e.clock.Advance(30 * time.Second)
-	otpSend(e)
-	code = e.notifier.lastCode()
-	for i := 0; i < 4; i++ {
-		wantJSON(t, otpVerify(e, "bad"), 401, errJSON("unauthorized", "code is wrong"))
+	// TOTP enrolment is an installation secret in the data file.
+	if rec := e.do(adminReq("POST", "/v1/admin/totp/enroll", "")); rec.Code != 200 {
+		t.Fatalf("totp enroll: %d %s", rec.Code, rec.Body)
 	}
-	wantJSON(t, otpVerify(e, "bad"), 401, errJSON("unauthorized", "code is wrong; after 5 wrong codes it is no longer valid: request a new one"))
-	if rec := otpVerify(e, code); rec.Code != 401 {
-		t.Errorf("burned code accepted: %d", rec.Code)
+	if _, ok, err := db.Secret(store.SecretTOTP); err != nil || !ok {
+		t.Fatalf("the TOTP secret is not in the store: %v", err)
 	}
 
 	rec = e.do(adminReq("GET", "/v1/admin/backup", ""))

@@ -9,6 +9,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/store"
 )
 
@@ -62,6 +63,29 @@ type docData struct {
 	MaxVersionChars      int
 	DefaultPromptVersion string
 
+	// Login and the bounds on what one client may spend.
+	OTPDigits             int
+	TOTPDigits            int
+	TOTPPeriodSeconds     int64
+	OTPAddrFailMinutes    int64
+	OTPGlobalFailures     int
+	OTPLockMaxHours       int64
+	OTPLockDecayHours     int64
+	OTPSendBurst          int
+	OTPSendRefillMinutes  int64
+	OTPBound              otpBound
+	OTPBoundSent          string
+	OTPBoundTOTP          string
+	AuthFailuresPerMinute int
+	MaxInflightPerKey     int
+	MaxConnsPerAddr       int
+	UploadMemory          string
+	MinBodyRate           string
+	BodyRateGraceSeconds  int64
+	MinFree               string
+	MaxChannels           int
+	MaxRateKHz            int
+	PeakDecodeMiB         int64
 	// Pairing and its throttle arithmetic (client.md).
 	PairingTTLMinutes      int64
 	PairingCodeLen         int
@@ -79,6 +103,7 @@ type docData struct {
 
 func (s *Server) docData() docData {
 	l := s.limits
+	bound := otpAttackBound()
 	return docData{
 		MaxBody:              formatBytes(l.MaxBodyBytes),
 		MaxBodyBytes:         l.MaxBodyBytes,
@@ -118,6 +143,30 @@ func (s *Server) docData() docData {
 		MaxVersionChars:      maxVersionChars,
 		DefaultPromptVersion: DefaultPromptVersion,
 
+		OTPDigits:             otpDigits,
+		TOTPDigits:            totpDigits,
+		TOTPPeriodSeconds:     int64(totpPeriod / time.Second),
+		OTPAddrFailMinutes:    int64(otpAddrFailWindow / time.Minute),
+		OTPGlobalFailures:     otpGlobalFailures,
+		OTPLockMaxHours:       int64(otpLockMax / time.Hour),
+		OTPLockDecayHours:     int64(otpLockDecay / time.Hour),
+		OTPSendBurst:          otpSendBurst,
+		OTPSendRefillMinutes:  int64(otpSendRefill / time.Minute),
+		OTPBound:              bound,
+		OTPBoundSent:          strconv.FormatFloat(bound.SentPercent, 'g', 2, 64),
+		OTPBoundTOTP:          strconv.FormatFloat(bound.TOTPPercent, 'g', 2, 64),
+		AuthFailuresPerMinute: l.AuthFailuresPerMinute,
+		MaxInflightPerKey:     l.MaxInflightPerKey,
+		MaxConnsPerAddr:       l.MaxConnsPerAddr,
+		UploadMemory:          formatBytes(l.UploadMemoryBytes),
+		MinBodyRate:           formatBytes(l.MinBodyRate),
+		BodyRateGraceSeconds:  int64(l.BodyRateGrace / time.Second),
+		MinFree:               formatBytes(l.MinFreeBytes),
+		MaxChannels:           audio.MaxChannels,
+		MaxRateKHz:            audio.MaxRate / 1000,
+		// One decode holds the body, its mono samples at the source rate
+		// (at most MaxAudio at MaxRate) and the 16 kHz result.
+		PeakDecodeMiB:          (l.MaxBodyBytes + 4*int64(l.MaxAudio/time.Second)*(audio.MaxRate+audio.SampleRate)) >> 20,
 		PairingTTLMinutes:      int64(l.PairingTTL / time.Minute),
 		PairingCodeLen:         pairingCodeLen,
 		PairingAlphabetSize:    len(pairingAlphabet),

@@ -33,6 +33,8 @@ const (
 	CodeOverloaded           = "overloaded"
 	CodeNotReady             = "not_ready"
 	CodeTimeout              = "timeout"
+	CodeInsufficientStorage  = "insufficient_storage"
+	CodeRequestTimeout       = "request_timeout"
 	CodeStoreUnavailable     = "store_unavailable"
 	CodeNotSupported         = "not_supported"
 )
@@ -66,12 +68,17 @@ var codeStatus = map[string]int{
 	CodeOverloaded:           http.StatusServiceUnavailable,
 	CodeNotReady:             http.StatusServiceUnavailable,
 	CodeTimeout:              http.StatusServiceUnavailable,
+	CodeInsufficientStorage:  http.StatusInsufficientStorage,
+	CodeRequestTimeout:       http.StatusRequestTimeout,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
 	CodeNotSupported:         http.StatusNotImplemented,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.
 const internalMessage = "Internal error."
+
+// insufficientStorageMessage answers a write that failed for lack of space.
+const insufficientStorageMessage = "the appliance's data disk is full, so the change was not saved; free space on it (the admin page's Status view shows how much is left) and retry"
 
 // Error is the typed error every handler returns. The HTTPErrorHandler sends
 // it as {"error": Code, "message": Message} with the status codeStatus gives
@@ -132,6 +139,9 @@ func toAPIError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return errorf(CodePayloadTooLarge, "the request body exceeds the limit of %s", formatBytes(mbe.Limit))
+	}
+	if errors.Is(err, store.ErrNoSpace) {
+		return &Error{Code: CodeInsufficientStorage, Message: insufficientStorageMessage, Err: err}
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

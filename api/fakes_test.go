@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/replyd/replyd/engine"
@@ -22,8 +23,11 @@ type memStore struct {
 	keyOrder  []string
 	adminHash string
 	prompts   []store.PromptVersion
-	otp       *memOTP
-	lastOTP   time.Time
+	otps      map[string]memOTP // scope -> code
+	totpUsed  bool
+	totpStep  int64
+	otpGuard  store.OTPGuard
+	writeFail error // reported by Ping, as a failed write
 	sessions  map[string]time.Time
 	pairings  map[string]store.Pairing
 	logs      []store.LogEntry
@@ -40,7 +44,6 @@ type memStore struct {
 type memOTP struct {
 	hash            string
 	issued, expires time.Time
-	attempts        int
 }
 
 func newMemStore() *memStore {
@@ -241,40 +244,81 @@ func (m *memStore) NextPromptVersion() (string, error) {
 	return strconv.Itoa(max + 1), nil
 }
 
-func (m *memStore) SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error {
+func (m *memStore) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.otp = &memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
-	m.lastOTP = issuedAt
+	if m.failWith != nil {
+		return 0, m.failWith
+	}
+	if m.otps == nil {
+		m.otps = map[string]memOTP{}
+	}
+	if o, ok := m.otps[scope]; ok && !issuedAt.Before(o.issued) && issuedAt.Sub(o.issued) < resend {
+		return o.issued.Add(resend).Sub(issuedAt), nil
+	}
+	m.otps[scope] = memOTP{hash: codeHash, issued: issuedAt, expires: expiresAt}
+	return 0, nil
+}
+
+func (m *memStore) UseOTP(scope, codeHash string, now time.Time) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.otps[scope]
+	if !ok || !now.Before(o.expires) || o.hash != codeHash {
+		return false, nil
+	}
+	delete(m.otps, scope)
+	return true, nil
+}
+
+func (m *memStore) DeleteOTP(scope string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.otps, scope)
 	return nil
 }
 
-func (m *memStore) LastOTPIssued() (time.Time, error) {
+func (m *memStore) OTPLock(now time.Time) (time.Time, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lastOTP, nil
+	if now.Before(m.otpGuard.LockedUntil) {
+		return m.otpGuard.LockedUntil, nil
+	}
+	return time.Time{}, nil
 }
 
-func (m *memStore) VerifyOTP(codeHash string, now time.Time, maxAttempts int) (store.OTPResult, error) {
+func (m *memStore) OTPFailed(now time.Time, rule store.OTPLockRule) (time.Time, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.otp == nil {
-		return store.OTPNone, nil
+	g, started := rule.Next(m.otpGuard, now)
+	m.otpGuard = g
+	if started {
+		return g.LockedUntil, nil
 	}
-	if !now.Before(m.otp.expires) {
-		m.otp = nil
-		return store.OTPExpired, nil
+	return time.Time{}, nil
+}
+
+func (m *memStore) UseTOTPStep(step int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.totpUsed && step <= m.totpStep {
+		return false, nil
 	}
-	if m.otp.hash == codeHash {
-		m.otp = nil
-		return store.OTPOK, nil
+	m.totpUsed, m.totpStep = true, step
+	return true, nil
+}
+
+func (m *memStore) PruneOTPs(now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for k, o := range m.otps {
+		if !now.Before(o.expires) {
+			delete(m.otps, k)
+			n++
+		}
 	}
-	m.otp.attempts++
-	if m.otp.attempts >= maxAttempts {
-		m.otp = nil
-		return store.OTPBurned, nil
-	}
-	return store.OTPWrong, nil
+	return n, nil
 }
 
 func (m *memStore) CreateSession(tokenHash string, expiresAt time.Time) error {
@@ -625,9 +669,21 @@ func (m *memStore) PruneLogs(before time.Time, batch int) (int, error) {
 	return n, nil
 }
 
+// PruneLogsToSize counts 100 bytes an entry.
+func (m *memStore) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := max(0, len(m.logs)-int(maxBytes/100))
+	m.logs = m.logs[n:]
+	return n, nil
+}
+
 func (m *memStore) Ping(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.writeFail != nil {
+		return m.writeFail
+	}
 	return m.failWith
 }
 
@@ -729,13 +785,39 @@ func (n *fakeNotifier) Send(ctx context.Context, code, text string, expiresAt ti
 	return nil
 }
 
+func (n *fakeNotifier) textsCopy() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.texts)
+}
+
+func (n *fakeNotifier) codesCopy() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.codes)
+}
+
+// waitFor polls cond for up to 5 s (alerts are sent in the background).
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5 s")
+}
+
+// lastCode returns the last code delivered (alerts carry none).
 func (n *fakeNotifier) lastCode() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.codes) == 0 {
-		return ""
+	for i := len(n.codes) - 1; i >= 0; i-- {
+		if n.codes[i] != "" {
+			return n.codes[i]
+		}
 	}
-	return n.codes[len(n.codes)-1]
+	return ""
 }
 
 // fakeHealth reports fixed engine states.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -122,7 +123,7 @@ func TestFeedbackScenarios(t *testing.T) {
 			e.addKey("slow", 1)
 			e.addKey("noscope", 60, "none")
 			e.addKey("revoked", 60)
-			if _, err := e.st.RevokeKey(hashHex("revoked"), t0); err != nil {
+			if _, err := e.st.RevokeKey(secret.Hash("revoked"), t0); err != nil {
 				t.Fatal(err)
 			}
 			id := e.infer("valid", simplePayload)
@@ -196,7 +197,7 @@ func TestFeedbackBeforeTheLogEntryIsWritten(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Store = bs })
 	e.st = mem
 	e.addKey("valid", 60)
-	if err := mem.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+	if err := mem.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(e.h)
@@ -289,7 +290,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	if rec.Code != 200 || len(lines) != 2 {
 		t.Fatalf("outcomes: %d %s", rec.Code, rec.Body)
 	}
-	hv := hashHex("valid")
+	hv := secret.Hash("valid")
 	wantA := `{"messages":[{"role":"speaker","content":"` + partner + `"}],"reply":"reply 2 SECRET-REPLY","inference_id":"` + a + `","at":"2026-01-02T03:04:05Z","user":"` + p + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"edited","chosen_rank":2,"spoken_chars":20,"keystrokes_saved":6}`
 	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.subject("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
 	if lines[0] != wantA || lines[1] != wantB {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -46,7 +47,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		health:   &fakeHealth{engines: []engine.EngineStatus{{Name: "llm", Ready: true}, {Name: "stt", Ready: true}}},
 		clock:    &fakeClock{t: t0},
 	}
-	if err := e.st.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+	if err := e.st.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)
 	}
 	o := Options{
@@ -90,19 +91,19 @@ func adminReq(method, target, body string) *http.Request {
 }
 
 // addKey stores an API key directly and returns its secret.
-func (e *env) addKey(secret string, limit int, scopes ...string) string {
+func (e *env) addKey(key string, limit int, scopes ...string) string {
 	e.t.Helper()
 	if scopes == nil {
 		scopes = []string{ScopeInfer}
 	}
 	err := e.st.CreateKey(store.APIKey{
-		Hash: hashHex(secret), ClientID: "tablet-" + secret, Status: store.StatusActive,
+		Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
 		Scopes: scopes, RateLimitPerMinute: limit, CreatedAt: e.clock.Now(),
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return secret
+	return key
 }
 
 // part is one multipart part of an inference body.

@@ -19,6 +19,7 @@ import (
 type inferState struct {
 	start        time.Time
 	try          bool
+	authFailed   bool // no valid key: counted in memory, never logged per request
 	keyHash      string
 	subject      string
 	audio        bool
@@ -41,9 +42,13 @@ func inferStateOf(c echo.Context) *inferState {
 
 // inferLog wraps /v1/infer and /v1/admin/try: it answers the request (errors
 // through the error handler), flushes the answer to the client, and then
-// appends exactly one log entry for the call, whatever its outcome: level
-// info on 2xx, warn on 4xx, error on 5xx. The entry names counts and times,
-// never dialog text or transcripts.
+// appends one log entry for the call: level info on 2xx, warn on 4xx, error
+// on 5xx. Two outcomes write no entry of their own, so that a client cannot
+// grow the log faster than the key's rate limit lets it: a failed
+// authentication (counted in memory and aggregated per client address, see
+// authFailed) and a request refused by the key's rate limit after the
+// first one in its window. The entry names counts and times, never dialog
+// text or transcripts.
 func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		st := &inferState{start: s.now(), try: c.Path() == "/v1/admin/try"}
@@ -99,8 +104,10 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			ErrorCode:    errCode,
 			Inference:    inf,
 		}
-		if err := s.store.AppendLog(entry); err != nil {
-			s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+		if s.keepInferLog(st, code) {
+			if err := s.store.AppendLog(entry); err != nil {
+				s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+			}
 		}
 		if st.inference != nil {
 			s.recent.markWritten(st.inference.ID)
@@ -110,18 +117,42 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// keepInferLog reports whether the outcome of an infer call gets its own
+// log entry (see inferLog).
+func (s *Server) keepInferLog(st *inferState, code string) bool {
+	switch {
+	case st.authFailed:
+		return false
+	case code == CodeRateLimited && st.keyHash != "":
+		return s.refusals.first(st.keyHash, s.now())
+	}
+	return true
+}
+
 // handleInfer serves POST /v1/infer: authenticate the key, apply its rate
 // limit, and only then read and decode the body.
-func (s *Server) handleInfer(c echo.Context) error {
+func (s *Server) handleInfer(c echo.Context) (err error) {
 	st := inferStateOf(c)
 	key, hash, err := s.apiKey(c)
 	st.keyHash = hash
 	if err != nil {
+		st.authFailed = isAuthFailure(err)
 		return err
 	}
+	release, err := s.enterInflight(key)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
+	defer s.refundIfShed(key.Hash, &err)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), false)
 	if err != nil {
 		return err
@@ -134,8 +165,13 @@ func (s *Server) handleInfer(c echo.Context) error {
 // with that key's scope, status and rate limit, and logs it against that key.
 // A revoked key gives 403 here rather than 401, so that the page does not
 // take it for an expired admin session.
-func (s *Server) handleTry(c echo.Context) error {
+func (s *Server) handleTry(c echo.Context) (err error) {
 	st := inferStateOf(c)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), true)
 	if err != nil {
 		return err
@@ -161,9 +197,15 @@ func (s *Server) handleTry(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
+	release, err := s.enterInflight(key)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
+	defer s.refundIfShed(key.Hash, &err)
 	return s.runInfer(c, st, form)
 }
 

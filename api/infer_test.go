@@ -77,6 +77,8 @@ func TestInferScenarios(t *testing.T) {
 		{"temperature too high", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":2.01}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"temperature negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":-0.1}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"time_window_sec negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"time_window_sec":-1}`)}, 400, errJSON("invalid_request", "time_window_sec must be between 0 and 31622400")},
+		{"language not BCP 47", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"English please; DROP TABLE"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
+		{"language with unknown subtags", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"qq-ZZZZ"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
 		{"user_id too long", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"user_id":"` + strings.Repeat("u", 201) + `"}`)}, 400, errJSON("invalid_request", "user_id has 201 characters; the limit is 200")},
 		{"payload part too large", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"pad":"` + strings.Repeat("p", 1<<20) + `"}`)}, 413, errJSON("payload_too_large", "payload: the part exceeds the limit of 1 MiB")},
 	}
@@ -89,8 +91,16 @@ func TestInferScenarios(t *testing.T) {
 			rec := e.do(inferReq(t, tc.key, tc.parts...))
 			wantJSON(t, rec, tc.status, tc.body)
 
-			// Exactly one log entry for the call, at the level of its status.
+			// A failed authentication writes nothing (it is counted in
+			// memory); any other call, exactly one log entry at the level
+			// of its status.
 			logs := e.st.logsCopy()
+			if tc.status == 401 {
+				if len(logs) != 0 {
+					t.Fatalf("a failed authentication wrote %d log entries: %+v", len(logs), logs)
+				}
+				return
+			}
 			if len(logs) != 1 {
 				t.Fatalf("%d log entries, want 1: %+v", len(logs), logs)
 			}
@@ -99,7 +109,7 @@ func TestInferScenarios(t *testing.T) {
 			if l.Level != wantLevel || l.StreamName != store.StreamInfer || l.ResourceType != store.ResourceAPIKey || l.Status != tc.status {
 				t.Errorf("log entry = %+v, want level %s, stream infer, type api_key, status %d", l, wantLevel, tc.status)
 			}
-			if tc.key != "" && l.ResourceID != hashHex(tc.key) {
+			if tc.key != "" && l.ResourceID != secret.Hash(tc.key) {
 				t.Errorf("resource_id = %q, want the key hash", l.ResourceID)
 			}
 			if strings.Contains(l.Message, "Tea") || strings.Contains(l.Message, "transcript") {
@@ -169,7 +179,7 @@ func TestInferDefaultsAndAppendedAudioMessage(t *testing.T) {
 		t.Errorf("messages = %+v, want %+v", got.Messages, wantMsgs)
 	}
 	logs := e.st.logsCopy()
-	if logs[0].Subject != hashHex("valid") {
+	if logs[0].Subject != secret.Hash("valid") {
 		t.Errorf("subject without user_id = %q, want the key hash", logs[0].Subject)
 	}
 }
@@ -276,7 +286,7 @@ func TestInferRevokedKeyRefusedAtOnce(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
-	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+hashHex("valid"), ""))
+	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+secret.Hash("valid"), ""))
 	if rec.Code != 200 {
 		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
 	}
@@ -351,8 +361,10 @@ func TestRateLimitExactUnderConcurrency(t *testing.T) {
 	if e.inf.count() != 10 {
 		t.Errorf("engine ran %d times, want 10", e.inf.count())
 	}
-	if got := len(e.st.logsCopy()); got != n {
-		t.Errorf("%d log entries, want %d", got, n)
+	// One entry per admitted call, and one for the first refusal of the
+	// window: refused calls cannot grow the log faster than the limit.
+	if got := len(e.st.logsCopy()); got != 11 {
+		t.Errorf("%d log entries, want 11", got)
 	}
 }
 
@@ -386,17 +398,17 @@ func TestRateLimitWindow(t *testing.T) {
 // first one's time.
 func TestTouchKeyThrottled(t *testing.T) {
 	e, db := newBoltEnv(t)
-	secret := e.addKeyTo(db, "valid", 0)
+	key := e.addKeyTo(db, "valid", 0)
 	for i := 0; i < 5; i++ {
-		e.do(inferReq(t, secret, payloadPart(simplePayload)))
+		e.do(inferReq(t, key, payloadPart(simplePayload)))
 		e.clock.Advance(time.Second)
 	}
-	if k, _ := db.GetKey(hashHex(secret)); !k.LastUsedAt.Equal(t0) {
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(t0) {
 		t.Errorf("LastUsedAt after 5 calls in a minute = %v, want the first call's %v", k.LastUsedAt, t0)
 	}
 	e.clock.Advance(time.Minute)
-	e.do(inferReq(t, secret, payloadPart(simplePayload)))
-	if k, _ := db.GetKey(hashHex(secret)); !k.LastUsedAt.Equal(e.clock.Now()) {
+	e.do(inferReq(t, key, payloadPart(simplePayload)))
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(e.clock.Now()) {
 		t.Errorf("LastUsedAt a minute later = %v, want %v", k.LastUsedAt, e.clock.Now())
 	}
 }
@@ -412,4 +424,18 @@ func TestInferPanicIsAnswered(t *testing.T) {
 	// The server still serves.
 	e.inf.fn = echoInferer
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+}
+
+func TestParseLanguage(t *testing.T) {
+	for in, want := range map[string]string{"": "", "auto": "auto", "en": "en", " DE ": "de", "pt-br": "pt-BR", "zh-hant-TW": "zh-Hant-TW", "sr-Latn": "sr-Latn"} {
+		got, err := parseLanguage(in)
+		if err != nil || got != want {
+			t.Errorf("parseLanguage(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"english", "e", "en_US!", "123", "en-", "x", "qq-ZZZZ"} {
+		if _, err := parseLanguage(bad); err == nil {
+			t.Errorf("parseLanguage(%q) accepted", bad)
+		}
+	}
 }

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -102,7 +101,7 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	secret, hash, err := newAPIKey()
+	key, hash, err := newAPIKey()
 	if err != nil {
 		return err
 	}
@@ -116,7 +115,7 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	}
 	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
 		k.Status, strings.Join(k.Scopes, ","), k.RateLimitPerMinute)
-	resp := toKeyCreateResponse(secret, k)
+	resp := toKeyCreateResponse(key, k)
 	resp.Warnings = warnings
 	return c.JSON(http.StatusOK, resp)
 }
@@ -161,25 +160,24 @@ func (s *Server) readKeySettings(c echo.Context) (store.APIKey, error) {
 	return store.APIKey{ClientID: req.ClientID, Status: status, Scopes: scopes, RateLimitPerMinute: limit}, nil
 }
 
-// newAPIKey makes a key from 32 random bytes and returns it with its hash.
-func newAPIKey() (secret, hash string, err error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
+// newAPIKey mints a key and returns it with its hash.
+func newAPIKey() (key, hash string, err error) {
+	key, err = secret.Token(APIKeyPrefix)
+	if err != nil {
 		return "", "", err
 	}
-	secret = APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	return secret, hashHex(secret), nil
+	return key, secret.Hash(key), nil
 }
 
 // toKeyCreateResponse is the APIKeyCreateResponse for the new key k whose
-// value is secret.
-func toKeyCreateResponse(secret string, k store.APIKey) keyCreateResponse {
+// value is key.
+func toKeyCreateResponse(key string, k store.APIKey) keyCreateResponse {
 	scopes := k.Scopes
 	if scopes == nil {
 		scopes = []string{}
 	}
 	return keyCreateResponse{
-		APIKey:             secret,
+		APIKey:             key,
 		APIKeyHash:         k.Hash,
 		ClientID:           k.ClientID,
 		Status:             k.Status,

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // seedTraffic makes four inference calls and one admin action at known
@@ -34,7 +36,7 @@ func seedTraffic(t *testing.T, e *env) {
 func TestLogs(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
-	hv, ho := hashHex("valid"), hashHex("other")
+	hv, ho := secret.Hash("valid"), secret.Hash("other")
 	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin","node":"box-test"}`
 	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
 	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
@@ -67,7 +69,7 @@ func TestLogs(t *testing.T) {
 		{"limit=0", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"limit=1001", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"level=debug", 400, errJSON("invalid_request", "level must be one of info, warn, error")},
-		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin")},
+		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin, auth")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
@@ -98,7 +100,7 @@ func byKey(entries ...keyStatsJSON) string {
 func TestStats(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
-	hv, ho := hashHex("valid"), hashHex("other")
+	hv, ho := secret.Hash("valid"), secret.Hash("other")
 	all := `"errors":{"invalid_request":1},"latency_ms":{"p50":0,"p95":0},` + noOutcomes + `,` +
 		byKey(keyStatsJSON{APIKeyHash: hv, ClientID: "tablet-valid", Requests: 2, Errors: 1}, keyStatsJSON{APIKeyHash: ho, ClientID: "tablet-other", Requests: 2}) +
 		`,"by_prompt_version":[{"version":"1","inferences":3,"outcomes":0,"accepted":0,"acceptance_rate":null}]`

@@ -29,10 +29,13 @@ type metrics struct {
 	tokens      *prometheus.CounterVec
 	tokensPerS  *prometheus.HistogramVec
 
-	outcomes     *prometheus.CounterVec
-	keystrokes   prometheus.Counter
-	timeToChoice prometheus.Histogram
-	examples     prometheus.Counter
+	authFailures        *prometheus.CounterVec
+	otpDeliveryFailures prometheus.Counter
+	otpLocks            prometheus.Counter
+	outcomes            *prometheus.CounterVec
+	keystrokes          prometheus.Counter
+	timeToChoice        prometheus.Histogram
+	examples            prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
@@ -74,6 +77,18 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 		Help:    "Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 	}, []string{"phase"})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_auth_failures_total",
+		Help: "Failed authentications by kind: api key, admin credential, login code (429s from the per-address throttle included).",
+	}, []string{"kind"})
+	m.otpDeliveryFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_otp_delivery_failures_total",
+		Help: "Login codes (and login alerts) the OTP channel failed to deliver.",
+	})
+	m.otpLocks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_otp_login_locks_total",
+		Help: "Times login by code was paused after wrong codes from any addresses.",
+	})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "replyd_outcomes_total",
 		Help: "Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
@@ -93,6 +108,7 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 	})
 	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
+		m.authFailures, m.otpDeliveryFailures, m.otpLocks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if health != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

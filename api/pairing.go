@@ -5,7 +5,6 @@ package api
 // API key. The key is minted only then.
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -39,15 +39,7 @@ const (
 
 // newPairingCode returns a random code of pairingCodeLen symbols.
 func newPairingCode() (string, error) {
-	var b [pairingCodeLen]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	for i := range b {
-		// 256 is a multiple of 32: every symbol is equally likely.
-		b[i] = pairingAlphabet[int(b[i])%len(pairingAlphabet)]
-	}
-	return string(b[:]), nil
+	return secret.Symbols(pairingAlphabet, pairingCodeLen)
 }
 
 // normalizePairingCode upper-cases code and drops spaces and hyphens (people
@@ -103,7 +95,7 @@ func (s *Server) handleCreatePairing(c echo.Context) error {
 		return err
 	}
 	now := s.now().UTC()
-	p := store.Pairing{CodeHash: hashHex(code), Key: k, CreatedAt: now, ExpiresAt: now.Add(s.limits.PairingTTL)}
+	p := store.Pairing{CodeHash: secret.Hash(code), Key: k, CreatedAt: now, ExpiresAt: now.Add(s.limits.PairingTTL)}
 	err = s.store.CreatePairing(p, s.limits.MaxPendingPairings, now)
 	if errors.Is(err, store.ErrLimit) {
 		return errorf(CodeConflict, "%d pairing codes are waiting to be used; use one or let them expire (they work for %s) before making another",
@@ -168,11 +160,11 @@ func (s *Server) handlePair(c echo.Context) error {
 	if !ok {
 		return badRequest("code must be the %d letters and digits shown on the admin page, for example 7KQ3-MZ2A", pairingCodeLen)
 	}
-	secret, hash, err := newAPIKey()
+	key, hash, err := newAPIKey()
 	if err != nil {
 		return err
 	}
-	k, err := s.store.RedeemPairing(hashHex(code), hash, now.UTC())
+	k, err := s.store.RedeemPairing(secret.Hash(code), hash, now.UTC())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(CodeUnauthorized, "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
@@ -185,7 +177,7 @@ func (s *Server) handlePair(c echo.Context) error {
 	}
 	s.adminLog(c, store.LevelInfo, k.Hash, "tablet paired: api key created for client %q", k.ClientID)
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, toKeyCreateResponse(secret, k))
+	return c.JSON(http.StatusOK, toKeyCreateResponse(key, k))
 }
 
 // pairThrottle admits one POST /v1/pair attempt per the limits: first per

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // pairReq is POST /v1/pair with body from addr.
@@ -64,7 +66,7 @@ func TestPairingMintsTheKeyOnce(t *testing.T) {
 	rec := e.do(pairReq(`{"code":"`+typed+`"}`, ""))
 	var k keyCreateResponse
 	decode(t, rec, &k)
-	wantJSON(t, rec, 200, `{"api_key":"`+k.APIKey+`","api_key_hash":"`+hashHex(k.APIKey)+`","client_id":"ward-3","status":"active",
+	wantJSON(t, rec, 200, `{"api_key":"`+k.APIKey+`","api_key_hash":"`+secret.Hash(k.APIKey)+`","client_id":"ward-3","status":"active",
 	  "scopes":["infer"],"rate_limit_per_minute":20,"created_at":"2026-01-02T03:05:05Z"}`)
 	if rec.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control = %q, want no-store on an answer carrying a key", rec.Header().Get("Cache-Control"))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/language"
+
 	"github.com/replyd/replyd/engine"
 )
 
@@ -110,6 +112,10 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
 		}
 	}
+	lang, err := parseLanguage(p.Language)
+	if err != nil {
+		return req, -1, err
+	}
 	if p.Remember && strings.TrimSpace(p.UserID) == "" {
 		return req, -1, badRequest("remember requires user_id: replies are remembered per user")
 	}
@@ -137,7 +143,7 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		Biography:   p.Biography,
 		Persona:     p.Persona,
 		UserProfile: p.UserProfile,
-		Language:    strings.TrimSpace(p.Language),
+		Language:    lang,
 	}
 	req.UserID = p.UserID
 	if p.Remember {
@@ -150,6 +156,23 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		req.TimeWindowSec = int(*p.TimeWindowSec)
 	}
 	return req, audioIdx, nil
+}
+
+// parseLanguage checks the payload's language: empty or "auto" (detect
+// it), or a well-formed BCP 47 tag with registered subtags ("en", "pt-BR",
+// "zh-Hant"), returned in canonical form. Anything else is a 400 that never
+// quotes the value: the value is free text from the network and is never
+// logged either.
+func parseLanguage(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "auto" {
+		return v, nil
+	}
+	tag, err := language.Parse(v)
+	if err != nil {
+		return "", badRequest("language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")
+	}
+	return tag.String(), nil
 }
 
 // jsonError turns a decoding error of the JSON document called what into a

@@ -48,16 +48,19 @@ type healthResponse struct {
 	// "off" when its model is missing (whole recordings are transcribed);
 	// absent when the engines do not report it. It never makes the status
 	// anything but "ok".
-	VAD string `json:"vad,omitempty"`
+	VAD     string      `json:"vad,omitempty"`
+	Storage storageView `json:"storage"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
-// is ready and the store answers; 200 {"status":"degraded","reason":…} when
-// the engines are ready but the store cannot be reached (a load balancer
-// keeps the box, whose requests that need the store get 503
-// store_unavailable until it is back); 503 {"status":"loading"} with
-// Retry-After while an engine is loading; 503 {"status":"error"} when one
-// failed to load. engines lists each engine's readiness, node names the box.
+// is ready and the store takes writes; 200 {"status":"degraded","reason":…}
+// when the engines are ready but the store cannot be reached (requests that
+// need it get 503 store_unavailable until it is back), writes to it fail (a
+// full disk: 507), or the data disk is nearly full; a load balancer keeps the
+// box, inference still works. 503 {"status":"loading"} with Retry-After while
+// an engine is loading; 503 {"status":"error"} when one failed to load.
+// engines lists each engine's readiness, storage the store's and the data
+// disk's state, node names the box.
 func (s *Server) handleHealthz(c echo.Context) error {
 	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}, M4A: s.m4aAvailable()}
 	if s.health != nil {
@@ -81,6 +84,8 @@ func (s *Server) handleHealthz(c echo.Context) error {
 			}
 		}
 	}
+	var degraded bool
+	degraded, out.Storage = s.storageState(c)
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if out.Status != "ok" {
 		if out.Status == "loading" {
@@ -88,16 +93,16 @@ func (s *Server) handleHealthz(c echo.Context) error {
 		}
 		return c.JSON(http.StatusServiceUnavailable, out)
 	}
-	if reason := s.storeHealth(c); reason != "" {
-		out.Status, out.Reason = "degraded", reason
+	if degraded {
+		out.Status, out.Reason = "degraded", out.Storage.Problem
 	}
 	return c.JSON(http.StatusOK, out)
 }
 
 // storeHealth pings the store (bounded by healthPingTimeout) and returns ""
-// when it answers, else a reason fit for the public /healthz. The real error
-// is logged when the store goes down and again when it is back, not on
-// every check.
+// when it answers and takes writes, else a reason fit for the public
+// /healthz. The real error is logged when the store goes down and again when
+// it is back, not on every check.
 func (s *Server) storeHealth(c echo.Context) string {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), healthPingTimeout)
 	defer cancel()
@@ -109,9 +114,12 @@ func (s *Server) storeHealth(c echo.Context) string {
 		return ""
 	}
 	if !s.storeDown.Swap(true) {
-		s.log.Error("the store does not answer: requests that need it get 503 store_unavailable", "store", s.dataFile, "error", err.Error())
+		s.log.Error("the store does not answer or take writes: requests that need it fail", "store", s.dataFile, "error", err.Error())
 	}
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return "writes fail: the data disk is full"
+	case errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
 		return "the store (database) cannot be reached"
 	}
 	return "the store failed its health check"
@@ -231,6 +239,9 @@ func serveStatic(c echo.Context, sf *staticFiles) error {
 
 // statusResponse is GET /v1/admin/status, the admin page's overview.
 type statusResponse struct {
+	// Status is "ok", or "degraded" when storage is (see Storage).
+	Status        string                `json:"status"`
+	Storage       storageView           `json:"storage"`
 	Version       string                `json:"version"`
 	Node          string                `json:"node"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
@@ -242,6 +253,7 @@ type statusResponse struct {
 	DataFile      string               `json:"data_file"`
 	DataFileBytes int64                `json:"data_file_bytes"`
 	OTPChannel    string               `json:"otp_channel"`
+	TOTPEnrolled  bool                 `json:"totp_enrolled"`
 	TLS           bool                 `json:"tls"`
 	// TLSCAFingerprint is the SHA-256 fingerprint of replyd's own
 	// certificate authority (REPLYD_TLS=auto), "" otherwise.
@@ -308,6 +320,18 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()
+	}
+	if s.totpOnly {
+		out.OTPChannel = ChannelTOTP
+	}
+	if _, enrolled, err := s.store.Secret(store.SecretTOTP); err == nil {
+		out.TOTPEnrolled = enrolled
+	}
+	var degraded bool
+	degraded, out.Storage = s.storageState(c)
+	out.Status = "ok"
+	if degraded {
+		out.Status = "degraded"
 	}
 	return c.JSON(http.StatusOK, out)
 }

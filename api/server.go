@@ -73,6 +73,12 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
+	// DiskFree reports the free bytes of the data directory's file system
+	// for /healthz and the Status view; nil leaves them unknown.
+	DiskFree func() (int64, error)
+	// TOTPOnly is REPLYD_OTP_CHANNEL=totp: nothing is sent; the admin logs
+	// in with an authenticator app's code (POST /v1/admin/totp/enroll).
+	TOTPOnly bool
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -89,6 +95,7 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	diskFree func() (int64, error)
 	node     string
 	started  time.Time
 
@@ -99,11 +106,26 @@ type Server struct {
 
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter store.RateLimiter // per-key rate limits and the pairing throttle
-	recent  *recentInferences
-	rand    io.Reader
-	touches store.TouchThrottle
-	otpMu   sync.Mutex // serialises OTP sends
+	limiter  store.RateLimiter // per-key rate limits and the pairing throttle
+	refusals refusalLog        // rate-limit refusals logged, one a window per key
+	recent   *recentInferences
+	rand     io.Reader
+	touches  store.TouchThrottle
+	otpMu    sync.Mutex // serialises OTP sends
+	otp      *otpGuard
+	totpOnly bool
+
+	failures  *authFailures
+	failMu    sync.Mutex
+	failTimer *time.Timer // logs the failure windows once they close
+	closed    bool
+
+	adminKey verifiedAdminKey
+	kdfSlot  chan struct{} // one admin-key KDF at a time
+
+	trusted  []*net.IPNet
+	uploads  *uploadBudget
+	inflight *keyInflight
 
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
@@ -133,6 +155,7 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		diskFree: o.DiskFree,
 
 		publicURL:   o.PublicURL,
 		corsOrigins: o.CORSOrigins,
@@ -162,6 +185,13 @@ func New(o Options) *Server {
 		s.limiter = newMemoryLimiter()
 	}
 	s.recent = newRecentInferences(recentMax)
+	s.otp = newOTPGuard(s.limits)
+	s.totpOnly = o.TOTPOnly
+	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
+	s.kdfSlot = make(chan struct{}, 1)
+	s.trusted = o.TrustedProxies
+	s.uploads = &uploadBudget{avail: s.limits.UploadMemoryBytes}
+	s.inflight = &keyInflight{n: map[string]int{}}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg, s.health, s.version)
 
@@ -184,7 +214,7 @@ func New(o Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = ipExtractor(o.TrustedProxies)
-	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
+	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic, s.slowBody)
 	s.routes(e, o.MetricsPublic)
 	s.e = e
 	return s
@@ -235,6 +265,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, a+"/users/:user/pairs", s.handleUserPairs, s.adminAuth)
 	e.DELETE(a+"/users/:user", s.handleDeleteUser, s.adminAuth)
 	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
+	e.POST(a+"/totp/enroll", s.handleTOTPEnroll, s.adminAuth)
 
 	if !metricsPublic {
 		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)
@@ -253,14 +284,16 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 // HTTPServer returns an *http.Server for addr serving Handler with timeouts
 // suited to uploads from tablets on a clinic LAN: headers within 10 s and at
-// most 64 KiB of them, the whole request within 2 minutes, the answer within
-// the inference timeout plus a minute.
+// most 64 KiB of them, the body at MinBodyRate after BodyRateGrace (see
+// slowBody) and the whole request within 2 minutes, the answer within the
+// inference timeout plus two minutes. Serve it on Listener(ln) to bound the
+// connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       requestReadTimeout,
 		WriteTimeout:      2*time.Minute + s.limits.InferTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

@@ -37,14 +37,14 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 	}
 	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
-		`{"status":"degraded","reason":"the store (database) cannot be reached","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false}`)
+		`{"status":"degraded","reason":"the store (database) cannot be reached","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":false,"problem":"the store (database) cannot be reached"}}`)
 
 	e.st.mu.Lock()
 	e.st.failWith = nil
 	e.st.mu.Unlock()
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(2), 1))
 	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
-		`{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false}`)
+		`{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 }
 
 // failingLimiter is a shared limiter whose database is down.
@@ -53,6 +53,8 @@ type failingLimiter struct{}
 func (failingLimiter) Allow(string, int, time.Time) (bool, time.Duration, error) {
 	return false, 0, unreachable
 }
+
+func (failingLimiter) Refund(string, time.Time) error { return unreachable }
 
 // TestSharedLimiterUnavailable: a key is not admitted when the shared rate
 // limit cannot be checked.

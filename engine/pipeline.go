@@ -29,9 +29,14 @@ type Pipeline struct {
 	Memory Recaller
 
 	// STTStage and LLMStage admit requests into the two serial steps; see
-	// Stage. Their zero values admit everything.
+	// Stage. Their zero values admit everything. A recording is admitted
+	// into STTStage before it is decoded, so that a request the stage would
+	// refuse costs no decoding.
 	STTStage Stage
 	LLMStage Stage
+	// Decodes bounds the recordings decoded at once (decoding is the step
+	// whose memory grows with the upload); its zero value does not.
+	Decodes Slots
 }
 
 func (p *Pipeline) now() time.Time {
@@ -50,29 +55,32 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 
 	if req.Audio != nil {
 		res.HasTranscript = true
+		done, err := p.STTStage.Enter(ctx)
+		if err != nil {
+			return res, err
+		}
 		t0 := p.now()
-		pcm, err := p.Decode(req.Audio, p.MaxAudio)
+		pcm, err := p.decode(ctx, req.Audio)
 		res.Timings.Decode = p.now().Sub(t0)
 		if err != nil {
-			return res, classifyAudioErr(err)
+			done(0)
+			return res, err
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
 		if p.VAD != nil {
 			sp, err := p.VAD.KeepSpeech(ctx, pcm)
 			if err != nil {
+				done(0)
 				return res, wrapEngineErr(err, KindSTT, "voice activity detection failed")
 			}
 			if len(sp.PCM) == 0 {
 				// No speech: Whisper never runs and nobody is answered.
+				done(0)
 				res.NoSpeech = true
 				res.Timings.Total = p.now().Sub(start)
 				return res, nil
 			}
 			pcm = sp.PCM
-		}
-		done, err := p.STTStage.Enter(ctx)
-		if err != nil {
-			return res, err
 		}
 		t1 := p.now()
 		tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language})
@@ -148,6 +156,20 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		res.Candidates[i].Language = lang
 	}
 	return res, nil
+}
+
+// decode runs Decode within the Decodes bound.
+func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
+	release, err := p.Decodes.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	pcm, err := p.Decode(data, p.MaxAudio)
+	if err != nil {
+		return nil, classifyAudioErr(err)
+	}
+	return pcm, nil
 }
 
 // wrapEngineErr keeps an engine's own *Error (overloaded, not ready,

@@ -1,6 +1,8 @@
-// Package notify delivers the admin's one-time login code through one
-// channel: the console (stderr, read with journalctl at the box), a generic
-// JSON webhook, Telegram's Bot API, ntfy or Gotify. It does not import api;
+// Package notify delivers the admin's one-time login code (and alerts such
+// as "login by code is paused", sent with an empty code) through one
+// channel: the console (a terminal when one is attached, otherwise a file
+// in the data directory readable only by replyd's user: never the journal),
+// a generic JSON webhook, Telegram's Bot API, ntfy or Gotify. It does not import api;
 // every type it returns has the method set of api.Notifier, and cmd/replyd
 // wires them together.
 //
@@ -73,7 +75,12 @@ type Config struct {
 	// Channel is one of the Channel… names; empty means console.
 	Channel string
 	// Console receives the console channel's lines; nil means os.Stderr.
+	// When ConsoleFile is set, Console only learns where the code went.
 	Console io.Writer
+	// ConsoleFile, when set, is where the console channel writes codes
+	// (mode 0600) instead of Console: cmd sets it when stderr is not a
+	// terminal, so that no code reaches the journal.
+	ConsoleFile string
 
 	WebhookURL string // webhook: where the JSON is POSTed
 
@@ -190,7 +197,7 @@ func New(cfg Config) (Notifier, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	return &Console{w: w}, nil
+	return &Console{w: w, file: cfg.ConsoleFile}, nil
 }
 
 // DefaultText is the message sent when the caller passes an empty text.

@@ -264,7 +264,9 @@ REPLYD_TLS=auto
 #REPLYD_CORS_ORIGINS=
 
 # How the admin's one-time login code is delivered:
-# console | webhook | telegram | ntfy | gotify (console prints it to the journal).
+# console | webhook | telegram | ntfy | gotify, or totp (an authenticator app,
+# enrolled with POST /v1/admin/totp/enroll; nothing is sent). console writes
+# the code to $DATA_DIR/otp-code.txt, readable only by replyd (never the journal).
 #REPLYD_OTP_CHANNEL=console
 #REPLYD_OTP_WEBHOOK_URL=http://127.0.0.1:9000/replyd-otp
 

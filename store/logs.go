@@ -32,10 +32,7 @@ func (db *DB) AppendLog(e LogEntry) error {
 	// Batch may run this function more than once (a failed batch is retried
 	// one call at a time); it only depends on its arguments and the Tx.
 	err = db.batch(func(tx *bolt.Tx) error { return putLog(tx, e, val, now) })
-	if err != nil {
-		return db.wrap(err)
-	}
-	return nil
+	return db.noteWrite(err)
 }
 
 // putLog stores the entry e, encoded as val, under "Timestamp nanos ‖
@@ -118,35 +115,98 @@ func (db *DB) PruneLogs(before time.Time, batch int) (int, error) {
 	cut := u64(nanos(before))
 	n := 0
 	err := db.update(func(tx *bolt.Tx) error {
-		n = 0
-		logs, idx, ids := tx.Bucket(bucketLogs), tx.Bucket(bucketInferIdx), tx.Bucket(bucketInferences)
-		// Collect first: deleting under a moving cursor skips keys.
-		var dead [][]byte
-		c := logs.Cursor()
-		for k, _ := c.First(); k != nil && len(dead) < batch && bytes.Compare(k[:8], cut) < 0; k, _ = c.Next() {
-			dead = append(dead, append([]byte(nil), k...))
-		}
-		for _, k := range dead {
-			if err := logs.Delete(k); err != nil {
-				return err
-			}
-			if v := idx.Get(k); v != nil {
-				row, err := decodeRow(v)
-				if err != nil {
-					return err
-				}
-				if row.inferenceID != "" {
-					if err := ids.Delete([]byte(row.inferenceID)); err != nil {
-						return err
-					}
-				}
-				if err := idx.Delete(k); err != nil {
-					return err
-				}
-			}
-		}
-		n = len(dead)
-		return nil
+		var err error
+		n, err = deleteOldest(tx, batch, cut)
+		return err
 	})
 	return n, err
+}
+
+// deleteOldest deletes up to n of the oldest log entries (and their index
+// entries) whose key sorts before cut (nil: any) inside tx.
+func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
+	logs, idx, ids := tx.Bucket(bucketLogs), tx.Bucket(bucketInferIdx), tx.Bucket(bucketInferences)
+	// Collect first: deleting under a moving cursor skips keys.
+	var dead [][]byte
+	c := logs.Cursor()
+	for k, _ := c.First(); k != nil && len(dead) < n && (cut == nil || bytes.Compare(k[:8], cut) < 0); k, _ = c.Next() {
+		dead = append(dead, append([]byte(nil), k...))
+	}
+	for _, k := range dead {
+		if err := logs.Delete(k); err != nil {
+			return 0, err
+		}
+		if v := idx.Get(k); v != nil {
+			row, err := decodeRow(v)
+			if err != nil {
+				return 0, err
+			}
+			if row.inferenceID != "" {
+				if err := ids.Delete([]byte(row.inferenceID)); err != nil {
+					return 0, err
+				}
+			}
+			if err := idx.Delete(k); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(dead), nil
+}
+
+// LogBytes returns the bytes the log entries and their stats index occupy in
+// the file (whole pages) and the number of entries. It walks the pages of
+// both buckets: call it from housekeeping, not per request.
+func (db *DB) LogBytes() (size int64, entries int, err error) {
+	err = db.view(func(tx *bolt.Tx) error {
+		ls, is := tx.Bucket(bucketLogs).Stats(), tx.Bucket(bucketInferIdx).Stats()
+		size = int64(ls.BranchAlloc + ls.LeafAlloc + is.BranchAlloc + is.LeafAlloc)
+		entries = ls.KeyN
+		return nil
+	})
+	return size, entries, err
+}
+
+// PruneLogsToSize deletes the oldest log entries until the log (LogBytes)
+// takes at most maxBytes, in transactions of at most batch entries (<= 0:
+// DefaultPruneBatch) so that writers are not held up, and returns how many
+// it deleted. Freed pages are reused by later writes; the file itself does
+// not shrink.
+func (db *DB) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
+	if batch <= 0 {
+		batch = DefaultPruneBatch
+	}
+	total := 0
+	for {
+		size, n, err := db.LogBytes()
+		if err != nil || size <= maxBytes || n == 0 {
+			return total, err
+		}
+		// Delete in proportion to the excess (at least one batch's worth
+		// per round, so pages freed only when emptied still add up).
+		excess := int((size - maxBytes) * int64(n) / size)
+		if excess < 1 {
+			excess = 1
+		}
+		for excess > 0 {
+			k := min(excess, batch)
+			deleted, err := db.pruneOldest(k)
+			total += deleted
+			if err != nil || deleted == 0 {
+				return total, err
+			}
+			excess -= deleted
+		}
+	}
+}
+
+// pruneOldest deletes the n oldest log entries in one transaction.
+func (db *DB) pruneOldest(n int) (int, error) {
+	deleted := 0
+	err := db.update(func(tx *bolt.Tx) error {
+		var err error
+		deleted, err = deleteOldest(tx, n, nil)
+		return err
+	})
+	return deleted, err
 }

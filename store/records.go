@@ -29,9 +29,13 @@ const (
 
 	ResourceAPIKey = "api_key"
 	ResourceAdmin  = "admin"
+	// ResourceClient names a client address (failed authentication).
+	ResourceClient = "client_address"
 
 	StreamInfer = "infer"
 	StreamAdmin = "admin"
+	// StreamAuth holds the aggregated failed-authentication entries.
+	StreamAuth = "auth"
 )
 
 // Errors returned by the store, tested with errors.Is.
@@ -54,6 +58,9 @@ var (
 	ErrLimit = errors.New("limit reached")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
+	// ErrNoSpace: a write failed because the data directory's file system
+	// is full (or the user's quota is used up).
+	ErrNoSpace = errors.New("no space left on the data directory's device")
 )
 
 // APIKey is a client key as stored: only its SHA-256 hash, never the key.
@@ -313,15 +320,3 @@ type StatsBucket struct {
 	Outcomes      int
 	Accepted      int
 }
-
-// OTPResult tells how a verification went.
-type OTPResult int
-
-// Results of VerifyOTP.
-const (
-	OTPOK      OTPResult = iota
-	OTPWrong             // wrong code; attempts remain
-	OTPBurned            // too many wrong tries: the code is gone
-	OTPExpired           // the code expired
-	OTPNone              // no code outstanding
-)

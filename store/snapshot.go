@@ -28,9 +28,14 @@ type Snapshot struct {
 	// above all: without it the copied statistics would count every user
 	// again under a new pseudonym).
 	Secrets map[string][]byte
-	// OTP is the outstanding code, or nil.
-	OTP           *OTPCode
-	OTPLastIssued time.Time // zero when no code was ever issued
+	// OTPCodes are the outstanding login codes, one per scope (the client
+	// address that asked), in scope order.
+	OTPCodes []OTPCode
+	// TOTPLastStep is the latest TOTP time step accepted (UseTOTPStep), 0
+	// when none was.
+	TOTPLastStep int64
+	// OTPGuard is the state of the pause of login by code (OTPFailed).
+	OTPGuard OTPGuard
 	// Outcomes are the reported outcomes, by inference id
 	// (LogEntry.Inference.ID of the entries in Logs).
 	Outcomes map[string]Outcome
@@ -63,12 +68,12 @@ type Session struct {
 	ExpiresAt time.Time
 }
 
-// OTPCode is the outstanding OTP code as stored.
+// OTPCode is one outstanding login code as stored.
 type OTPCode struct {
+	Scope     string
 	Hash      string
 	IssuedAt  time.Time
 	ExpiresAt time.Time
-	Attempts  int // wrong tries so far
 }
 
 // noLogs is the Logs of a snapshot without entries.
@@ -106,15 +111,26 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 		}
 		meta := tx.Bucket(bucketMeta)
 		snap.AdminKeyHash = string(meta.Get(metaAdminKeyHash))
-		if v := meta.Get(metaOTPLastIssued); len(v) == 8 {
-			snap.OTPLastIssued = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
+		if v := meta.Get(metaTOTPLastStep); len(v) == 8 {
+			snap.TOTPLastStep = int64(binary.BigEndian.Uint64(v))
 		}
-		if v := meta.Get(metaOTP); v != nil {
-			var rec otpRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("store: decode OTP: %w", err)
+		var err error
+		if snap.OTPGuard, err = getOTPGuard(tx); err != nil {
+			return err
+		}
+		snap.OTPCodes = []OTPCode{}
+		if b := tx.Bucket(bucketOTP); b != nil {
+			err := b.ForEach(func(k, v []byte) error {
+				var rec otpRecord
+				if err := json.Unmarshal(v, &rec); err != nil {
+					return fmt.Errorf("store: decode OTP: %w", err)
+				}
+				snap.OTPCodes = append(snap.OTPCodes, OTPCode{Scope: string(k), Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt})
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			snap.OTP = &OTPCode{Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt, Attempts: rec.Attempts}
 		}
 		// Keys in creation order, so that an importer that numbers them
 		// keeps ListKeys' order for keys created in the same nanosecond.
@@ -126,7 +142,7 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 			}
 			snap.Keys = append(snap.Keys, key)
 		}
-		err := tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
+		err = tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
 			var p PromptVersion
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("store: decode prompt: %w", err)
@@ -219,17 +235,25 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
-		if !snap.OTPLastIssued.IsZero() {
-			if err := meta.Put(metaOTPLastIssued, u64(nanos(snap.OTPLastIssued))); err != nil {
+		if snap.TOTPLastStep > 0 {
+			if err := meta.Put(metaTOTPLastStep, u64(uint64(snap.TOTPLastStep))); err != nil {
 				return err
 			}
 		}
-		if o := snap.OTP; o != nil {
-			val, err := json.Marshal(otpRecord{Hash: o.Hash, IssuedAt: o.IssuedAt, ExpiresAt: o.ExpiresAt, Attempts: o.Attempts})
+		if snap.OTPGuard != (OTPGuard{}) {
+			if err := putOTPGuard(tx, snap.OTPGuard); err != nil {
+				return err
+			}
+		}
+		for _, o := range snap.OTPCodes {
+			if o.Scope == "" || o.Hash == "" {
+				return invalid("a login code with an empty scope or hash")
+			}
+			val, err := json.Marshal(otpRecord{Hash: o.Hash, IssuedAt: o.IssuedAt, ExpiresAt: o.ExpiresAt})
 			if err != nil {
 				return err
 			}
-			if err := meta.Put(metaOTP, val); err != nil {
+			if err := tx.Bucket(bucketOTP).Put([]byte(o.Scope), val); err != nil {
 				return err
 			}
 		}
@@ -340,7 +364,7 @@ func snapshotDiff(a, b Snapshot) (string, error) {
 		return "", err
 	}
 	if !bytes.Equal(ja, jb) {
-		return "keys, prompts, sessions, pairings, OTP or admin key differ", nil
+		return "keys, prompts, sessions, pairings, login codes or admin key differ", nil
 	}
 	nextB, stop := iter.Pull2(b.Logs)
 	defer stop()
@@ -375,7 +399,6 @@ func snapshotDiff(a, b Snapshot) (string, error) {
 // canonical encodes everything but the logs with every time in UTC.
 func canonical(s Snapshot) ([]byte, error) {
 	s.Logs = nil
-	s.OTPLastIssued = s.OTPLastIssued.UTC()
 	keys := make([]APIKey, len(s.Keys))
 	for i, k := range s.Keys {
 		k.CreatedAt, k.RevokedAt, k.LastUsedAt = k.CreatedAt.UTC(), k.RevokedAt.UTC(), k.LastUsedAt.UTC()
@@ -395,11 +418,14 @@ func canonical(s Snapshot) ([]byte, error) {
 	}
 	slices.SortFunc(sessions, func(x, y Session) int { return strings.Compare(x.TokenHash, y.TokenHash) })
 	s.Sessions = sessions
-	if s.OTP != nil {
-		o := *s.OTP
+	codes := make([]OTPCode, len(s.OTPCodes))
+	for i, o := range s.OTPCodes {
 		o.IssuedAt, o.ExpiresAt = o.IssuedAt.UTC(), o.ExpiresAt.UTC()
-		s.OTP = &o
+		codes[i] = o
 	}
+	slices.SortFunc(codes, func(x, y OTPCode) int { return strings.Compare(x.Scope, y.Scope) })
+	s.OTPCodes = codes
+	s.OTPGuard.LastFail, s.OTPGuard.LockedUntil = s.OTPGuard.LastFail.UTC(), s.OTPGuard.LockedUntil.UTC()
 	outcomes := make(map[string]Outcome, len(s.Outcomes))
 	for id, o := range s.Outcomes {
 		o.FirstAt, o.At = o.FirstAt.UTC(), o.At.UTC()

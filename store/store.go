@@ -22,10 +22,13 @@ import (
 //     logical write; nothing acknowledged is lost when the process dies.
 //   - Secrets (API keys, OTP codes, session tokens) arrive and are stored
 //     only as lowercase hex SHA-256; the store never sees them in clear.
+//     The installation secrets (InstallationSecret) are the exception:
+//     replyd must use them, so they are kept as they are, never logged.
 //   - Errors are tested with errors.Is: ErrNotFound, ErrExists, ErrInvalid
 //     (the caller's mistake: an empty hash, a bad range), ErrUnavailable (the
-//     database cannot be reached: retry later), ErrNotSupported, and for
-//     pairings ErrExpired, ErrUsed and ErrLimit. Anything else is an
+//     database cannot be reached: retry later), ErrNoSpace (a write failed
+//     because the disk is full), ErrNotSupported, and for pairings
+//     ErrExpired, ErrUsed and ErrLimit. Anything else is an
 //     internal failure.
 //   - Times are kept to the nanosecond and come back as the same instant;
 //     the zero Time stands for "never" (a key not revoked, not yet used).
@@ -57,8 +60,9 @@ type Store interface {
 	// ErrNotFound and is not remembered. LastUsedAt never moves backwards.
 	TouchKey(hash string, at time.Time) error
 
-	// AdminKeyHash returns the stored SHA-256 hex of the admin key, or ""
-	// when none is set.
+	// AdminKeyHash returns the stored hash of the admin key (the Argon2id
+	// string of secret.HashAdminKey, or the hex SHA-256 older versions
+	// stored), or "" when none is set.
 	AdminKeyHash() (string, error)
 	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
 	// disables X-ADMIN-KEY authentication.
@@ -81,38 +85,48 @@ type Store interface {
 	// reports ErrExists.
 	NextPromptVersion() (string, error)
 
-	// SaveOTP makes codeHash the one outstanding code, replacing any
-	// previous code and resetting the wrong-attempt count. An empty hash is
-	// ErrInvalid.
-	SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error
-	// LastOTPIssued returns when the most recent code was issued, even if
-	// it has since been used, burned or has expired, so that callers can
-	// throttle sending. It is the zero Time when no code was ever issued.
-	LastOTPIssued() (time.Time, error)
-	// VerifyOTP checks codeHash against the outstanding code in constant
-	// time:
-	//   - OTPNone: no code is outstanding;
-	//   - OTPExpired: now is at or past its expiry; the code is deleted;
-	//   - OTPOK: it matches; the code is deleted (single use: of concurrent
-	//     verifications of the right code, on any box, exactly one is OK);
-	//   - OTPWrong: it does not match; the wrong try is counted;
-	//   - OTPBurned: it does not match and this was wrong try number
-	//     maxAttempts; the code is deleted.
-	// The count of wrong tries is shared by every box. A maxAttempts below 1
-	// is treated as 1.
-	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (OTPResult, error)
+	// SaveOTP makes codeHash the code outstanding for scope (the client
+	// address that asked for it), replacing only that scope's earlier code:
+	// a code asked for from one address is never replaced or spent from
+	// another. When the scope's code was issued less than resend before
+	// issuedAt, nothing is saved and retry is the time left (on every box:
+	// one atomic write). An empty scope or hash is ErrInvalid.
+	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (retry time.Duration, err error)
+	// UseOTP spends scope's code when codeHash matches it (compared in
+	// constant time) and now is before its expiry, and reports whether it
+	// did: of concurrent uses of the right code, on any box, exactly one is
+	// true. A wrong, expired or missing code is false and writes nothing:
+	// wrong guesses never touch the code (the caller limits attempts).
+	UseOTP(scope, codeHash string, now time.Time) (bool, error)
+	// DeleteOTP removes scope's code, if any (a code that could not be
+	// delivered). Deleting a missing code is not an error.
+	DeleteOTP(scope string) error
+	// PruneOTPs deletes every code whose expiry is at or before now and
+	// returns how many it deleted.
+	PruneOTPs(now time.Time) (int, error)
+	// OTPLock returns the end of the current pause of login by code (see
+	// OTPLockRule), or the zero Time when there is none at now.
+	OTPLock(now time.Time) (time.Time, error)
+	// OTPFailed counts one wrong login code at now under rule, atomically
+	// for every box, and returns the end of the pause it started (the zero
+	// Time when it started none).
+	OTPFailed(now time.Time, rule OTPLockRule) (time.Time, error)
+	// UseTOTPStep records that a TOTP code of time step step (Unix time /
+	// 30 s) was accepted and reports whether it may be: true only when step
+	// is later than every step accepted before, so that each code works
+	// once, on any box. A negative step is ErrInvalid.
+	UseTOTPStep(step int64) (bool, error)
 
-	// InstallationSecret returns the installation secret stored under name
-	// (SecretPseudonym, SecretTOTP, …), creating it (32 bytes from
-	// crypto/rand) when there is none, so that concurrent callers on every
-	// box and later starts all get the same value. An empty name is
-	// ErrInvalid.
+	// InstallationSecret returns the secret stored under name (such as
+	// SecretPseudonym), creating it (32 bytes from crypto/rand) when there
+	// is none, so that concurrent callers, later starts and every box get
+	// the same value. An empty name is ErrInvalid.
 	InstallationSecret(name string) ([]byte, error)
-	// Secret returns the secret stored under name and whether there is one,
-	// without creating it.
+	// Secret returns the secret stored under name and whether there is
+	// one, without creating it.
 	Secret(name string) ([]byte, bool, error)
 	// SetSecret stores value under name, replacing any earlier value; an
-	// empty value deletes the secret. An empty name is ErrInvalid.
+	// empty value deletes it. An empty name is ErrInvalid.
 	SetSecret(name string, value []byte) error
 
 	// CreateSession stores an admin session under the SHA-256 hex of its
@@ -182,6 +196,13 @@ type Store interface {
 	// DefaultPruneBatch.
 	PruneLogs(before time.Time, batch int) (int, error)
 
+	// PruneLogsToSize deletes the oldest entries, in transactions of at
+	// most batch entries (<= 0: DefaultPruneBatch), until the entries take
+	// at most maxBytes as the store counts them (bbolt: the pages of the
+	// log and its index; PostgreSQL: the rows' stored size), and returns
+	// how many it deleted; they leave the statistics too.
+	PruneLogsToSize(maxBytes int64, batch int) (int, error)
+
 	// Inference returns the answered inference whose log entry carried this
 	// id (LogEntry.Inference.ID), with its remembered texts while they are
 	// kept, decrypted, or ErrNotFound (also once its entry was pruned or its
@@ -246,8 +267,10 @@ type Store interface {
 	// Size returns the bytes the stored data takes.
 	Size() (int64, error)
 	// Ping reports whether the store can serve requests now: nil, or an
-	// error (wrapping ErrUnavailable when the database cannot be reached)
-	// that /healthz shows as the reason it is degraded.
+	// error that /healthz shows as the reason it is degraded: wrapping
+	// ErrUnavailable when the database cannot be reached, or (bbolt) the
+	// last write's failure until a write succeeds again, wrapping
+	// ErrNoSpace when the disk is full.
 	Ping(ctx context.Context) error
 	// Describe names where the data lives for the admin page and the logs:
 	// a file path, or a database URL without its password.
@@ -277,6 +300,11 @@ type RateLimiter interface {
 	// before it (a clock set back) opens a new window. An error (wrapping
 	// ErrUnavailable when the database cannot be reached) admits nothing.
 	Allow(key string, limit int, now time.Time) (ok bool, retry time.Duration, err error)
+	// Refund gives back one request admitted in key's current window (a
+	// request that was then shed with 503: its retry must not find the
+	// limit used up). It does nothing when the window is over or nothing
+	// was admitted in it.
+	Refund(key string, now time.Time) error
 }
 
 // RateWindowOver reports whether a window that opened at start is over at

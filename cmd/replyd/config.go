@@ -16,6 +16,7 @@ import (
 
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/notify"
 )
 
@@ -51,6 +52,7 @@ type Config struct {
 	ContextPerSeq  int
 	QueueSize      int
 	STTQueueSize   int
+	MaxDecodes     int
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
@@ -69,14 +71,18 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	PublicURL   string
-	CORSOrigins string
+	OTPTTL            time.Duration
+	OTPResendInterval time.Duration
+	PublicURL         string
+	CORSOrigins       string
 
 	MaxBodyMiB   int
 	MaxAudio     time.Duration
 	InferTimeout time.Duration
 	SessionTTL   time.Duration
 	LogRetention time.Duration
+	LogMaxMB     int
+	MinFreeMB    int
 	// MemoryRetention is how long remembered pairs are kept; negative
 	// (unset) follows LogRetention. See MemoryKeep.
 	MemoryRetention time.Duration
@@ -169,11 +175,14 @@ func options() []option {
 		intOpt("context", "REPLYD_LLM_CONTEXT", strconv.Itoa(llm.DefaultContextPerSeq), "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
 		intOpt("queue-size", "REPLYD_QUEUE_SIZE", strconv.Itoa(llm.DefaultQueueSize), "inference requests that may wait for the language model; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
+		intOpt("max-decodes", "REPLYD_MAX_DECODES", "2", "recordings decoded at once (each may take up to about 100 MB while it is decoded)", func(c *Config) *int { return &c.MaxDecodes }),
 		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", strconv.Itoa(llm.DefaultMaxReplyTokens), "token cap of one candidate reply", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", strconv.Itoa(llm.DefaultPrefixCacheMiB), "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
 
-		strOpt("otp-channel", notify.EnvChannel, "console", "how admin login codes are delivered: console, webhook, telegram, ntfy, gotify", false, func(c *Config) *string { return &c.OTPChannel }),
+		strOpt("otp-channel", notify.EnvChannel, "console", "how admin login codes are delivered: console (a terminal, else a 0600 file in the data dir), webhook, telegram, ntfy, gotify; or totp (an authenticator app, nothing is sent)", false, func(c *Config) *string { return &c.OTPChannel }),
+		durOpt("otp-ttl", "REPLYD_OTP_TTL", FormatDuration(lim.OTPTTL), "lifetime of a sent login code", func(c *Config) *time.Duration { return &c.OTPTTL }),
+		durOpt("otp-resend-interval", "REPLYD_OTP_RESEND_INTERVAL", FormatDuration(lim.OTPResendInterval), "least time between two login codes asked for from one address", func(c *Config) *time.Duration { return &c.OTPResendInterval }),
 		strOpt("otp-webhook-url", notify.EnvWebhookURL, "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
 		strOpt("telegram-bot-token", notify.EnvTelegramToken, "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
 		strOpt("telegram-chat-id", notify.EnvTelegramChatID, "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
@@ -195,6 +204,8 @@ func options() []option {
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", FormatDuration(lim.InferTimeout), "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", FormatDuration(lim.SessionTTL), "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		intOpt("log-max-mb", "REPLYD_LOG_MAX_MB", "256", "most space the log may take in the data file, in MB; the oldest entries go first (0 = no bound)", func(c *Config) *int { return &c.LogMaxMB }),
+		intOpt("min-free-mb", "REPLYD_MIN_FREE_MB", "512", "free space on the data disk under which start-up warns and /healthz says degraded, in MB", func(c *Config) *int { return &c.MinFreeMB }),
 		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", doc: "(as log retention)", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
 			set: func(c *Config, v string) error {
 				if strings.TrimSpace(v) == "" {
@@ -255,15 +266,26 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdminKey != "" {
+		if err := secret.CheckAdminKeyStrength(c.AdminKey); err != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_ADMIN_KEY: %w", err))
+		}
+	}
 	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
 	} else {
 		c.TrustedNets = nets
 	}
 	switch c.OTPChannel {
-	case "console", "webhook", "telegram", "ntfy", "gotify":
+	case "console", "webhook", "telegram", "ntfy", "gotify", api.ChannelTOTP:
 	default:
-		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify)", c.OTPChannel))
+		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify, totp)", c.OTPChannel))
+	}
+	if c.OTPTTL < time.Second || c.OTPResendInterval <= 0 {
+		errs = append(errs, errors.New("REPLYD_OTP_TTL (at least 1s) and REPLYD_OTP_RESEND_INTERVAL must be positive"))
+	}
+	if c.LogMaxMB < 0 || c.MinFreeMB < 0 {
+		errs = append(errs, errors.New("REPLYD_LOG_MAX_MB and REPLYD_MIN_FREE_MB must not be negative"))
 	}
 	switch c.TLS {
 	case "off", "auto", "on":
@@ -288,8 +310,8 @@ func (c *Config) Validate() error {
 	if c.Threads < 1 || c.STTThreads < 1 {
 		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_STT_THREADS must be at least 1"))
 	}
-	if c.QueueSize < 1 || c.STTQueueSize < 1 {
-		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE and REPLYD_STT_QUEUE_SIZE must be at least 1"))
+	if c.QueueSize < 1 || c.STTQueueSize < 1 || c.MaxDecodes < 1 {
+		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE, REPLYD_STT_QUEUE_SIZE and REPLYD_MAX_DECODES must be at least 1"))
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))

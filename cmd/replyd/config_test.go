@@ -56,6 +56,10 @@ func TestConfigRejects(t *testing.T) {
 		{map[string]string{"REPLYD_STORE_URL": "/var/lib/replyd/replyd.db"}, nil, "REPLYD_STORE_URL must be a postgres://"},
 		{map[string]string{"REPLYD_NODE_NAME": " "}, nil, "REPLYD_NODE_NAME"},
 		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
+		{map[string]string{"REPLYD_ADMIN_KEY": "aaaaaaaaaaaaaaaa"}, nil, "use at least 20"},
+		{nil, []string{"--admin-key", "abcdefghijklmnopqrstuvwxyz"}, "too easy to guess"},
+		{map[string]string{"REPLYD_OTP_TTL": "0"}, nil, "REPLYD_OTP_TTL"},
+		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/internal/testaudio"
 	"github.com/replyd/replyd/internal/testutil"
 )
@@ -116,7 +117,7 @@ func TestEndToEnd(t *testing.T) {
 	created := p.JSON("POST", "/v1/admin/keys", admin, map[string]any{"client_id": "tablet-e2e"}, 200)
 	apiKey, _ := created["api_key"].(string)
 	keyHash, _ := created["api_key_hash"].(string)
-	if apiKey == "" || keyHash != sha256Hex(apiKey) {
+	if apiKey == "" || keyHash != secret.Hash(apiKey) {
 		t.Fatalf("create key: %v", created)
 	}
 
@@ -149,8 +150,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("otp send: %v", sent)
 	}
 	code := rcv.Next(t, 1)
-	if len(code) != 6 {
-		t.Fatalf("webhook got code %q", code)
+	if len(code) != 8 {
+		t.Fatalf("webhook got code %q, want 8 digits", code)
 	}
 	if strings.Contains(p.Output(), code) {
 		t.Fatalf("the OTP code appears in replyd's output")

@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/mattn/go-isatty"
 
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
@@ -36,6 +38,7 @@ type Server struct {
 	stderr io.Writer
 
 	db      store.Store
+	api     *api.Server
 	eng     *engines
 	http    *http.Server
 	metrics *http.Server
@@ -66,9 +69,21 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("saving the built-in system prompt: %w", err)
 	}
 
-	notifier, err := notify.New(notifyConfig(cfg, s.stderr))
-	if err != nil {
-		return fmt.Errorf("OTP channel: %w", err)
+	s.warnIfNearlyFull()
+	tempDir := filepath.Join(cfg.DataDir, "tmp")
+	if n, err := audio.PrepareTempDir(tempDir); err != nil {
+		return fmt.Errorf("temporary folder %s: %w", tempDir, err)
+	} else if n > 0 {
+		s.log.Info("removed temporary copies of recordings left by an earlier run", "count", n, "dir", tempDir)
+	}
+
+	var notifier api.Notifier
+	if cfg.OTPChannel != api.ChannelTOTP {
+		n, err := notify.New(notifyConfig(cfg, s.stderr))
+		if err != nil {
+			return fmt.Errorf("OTP channel: %w", err)
+		}
+		notifier = n
 	}
 
 	if err := ensureModels(cfg, s.log); err != nil {
@@ -96,7 +111,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("ffmpeg is not installed: M4A/AAC recordings (what iOS records) are refused with 415; install ffmpeg (Debian package ffmpeg) to accept them")
 	}
 
-	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio, Memory: recall.New(db, 0)}
+	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio, Memory: recall.New(db, 0)}
 	det, vadStatus := loadVAD(cfg.VADModel, s.log)
 	if det != nil {
 		pipe.VAD = det
@@ -108,12 +123,16 @@ func (s *Server) Run(ctx context.Context) error {
 	// would outlast the request's deadline, 503 overloaded at once.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
 	pipe.LLMStage.Max = cfg.QueueSize + 1
+	pipe.Decodes.Max = cfg.MaxDecodes
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
 	limits.PromptBudgetTokens = llm.PromptBudget(cfg.ContextPerSeq, cfg.MaxReplyTokens)
+	limits.OTPTTL = cfg.OTPTTL
+	limits.OTPResendInterval = cfg.OTPResendInterval
+	limits.MinFreeBytes = int64(cfg.MinFreeMB) << 20
 	srv := api.New(api.Options{
 		Store:          db,
 		Inferer:        pipe,
@@ -127,16 +146,20 @@ func (s *Server) Run(ctx context.Context) error {
 		Node:           cfg.NodeName,
 		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
+		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
+		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,
 		Certs:          certs,
 		M4A:            audio.M4AAvailable,
 	})
+	s.api = srv
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	ln = srv.Listener(ln) // at most MaxConnsPerAddr connections per client address
 	s.ln = ln
 	s.http = srv.HTTPServer(cfg.Addr)
 	s.http.TLSConfig = tlsCfg
@@ -240,6 +263,9 @@ func (s *Server) Close() error {
 		s.stop()
 		<-s.bg
 	}
+	if s.api != nil {
+		s.api.Close() // logs the failed authentications still being counted
+	}
 	if s.eng != nil {
 		s.eng.close()
 	}
@@ -251,28 +277,57 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// housekeeping prunes old log entries (in small transactions, so the data
-// file stays bounded without blocking writers) and expired sessions, and
-// renews the TLS server certificate when due, every 10 minutes; expired
-// pairing codes are deleted every minute (a read when there are none).
+// housekeeping keeps the data file bounded without blocking writers: every
+// minute it trims the log to REPLYD_LOG_MAX_MB (oldest first) and deletes
+// expired pairing codes (a read when there are none); every ten minutes it
+// prunes log entries past their retention, expired sessions and expired
+// login codes, all in small transactions, and renews the TLS server
+// certificate when due.
 func (s *Server) housekeeping(ctx context.Context) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
-	pairings := time.NewTicker(time.Minute)
-	defer pairings.Stop()
+	minute := time.NewTicker(time.Minute)
+	defer minute.Stop()
 	s.prune(ctx)
+	s.trimLog()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-pairings.C:
+		case <-minute.C:
 			if _, err := s.db.PrunePairings(time.Now()); err != nil {
 				s.log.Warn("pruning pairing codes", "err", err)
 			}
+			s.trimLog()
 		case <-t.C:
 			s.prune(ctx)
 			s.renewCert()
 		}
+	}
+}
+
+// trimLog deletes the oldest log entries while the log takes more than
+// REPLYD_LOG_MAX_MB.
+func (s *Server) trimLog() {
+	if s.cfg.LogMaxMB <= 0 {
+		return
+	}
+	n, err := s.db.PruneLogsToSize(int64(s.cfg.LogMaxMB)*1000*1000, 500)
+	if err != nil {
+		s.log.Warn("trimming the log to its size bound", "err", err)
+	}
+	if n > 0 {
+		s.log.Info("deleted the oldest log entries to keep the log within its size bound", "count", n, "log_max_mb", s.cfg.LogMaxMB)
+	}
+}
+
+// warnIfNearlyFull warns at start when the data disk has less free space
+// than REPLYD_MIN_FREE_MB.
+func (s *Server) warnIfNearlyFull() {
+	free, err := diskFree(s.cfg.DataDir)
+	if err == nil && free < int64(s.cfg.MinFreeMB)<<20 {
+		s.log.Warn("the data directory's disk is nearly full: writes will fail when it is; free space on it",
+			"dir", s.cfg.DataDir, "free_mib", free>>20, "min_free_mb", s.cfg.MinFreeMB)
 	}
 }
 
@@ -291,6 +346,9 @@ func (s *Server) prune(ctx context.Context) {
 	now := time.Now()
 	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
+	}
+	if _, err := s.db.PruneOTPs(now); err != nil {
+		s.log.Warn("pruning login codes", "err", err)
 	}
 	if _, err := s.db.PrunePairings(now); err != nil {
 		s.log.Warn("pruning pairing codes", "err", err)
@@ -316,6 +374,10 @@ func (s *Server) prune(ctx context.Context) {
 		s.log.Info("pruned old log entries", "count", total, "retention", FormatDuration(s.cfg.LogRetention))
 	}
 }
+
+// otpCodeFile is where the console channel writes login codes when stderr is
+// not a terminal (under systemd it is the journal, which must never hold one).
+const otpCodeFile = "otp-code.txt"
 
 // memoryPruneTimes are the cut-offs of PruneMemory at now: pairs older than
 // the memory retention (never, when it is 0), and the texts that awaited
@@ -345,9 +407,14 @@ func (s *Server) pruneMemory(now time.Time) {
 }
 
 func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
+	consoleFile := ""
+	if f, ok := stderr.(*os.File); !ok || !isatty.IsTerminal(f.Fd()) {
+		consoleFile = filepath.Join(cfg.DataDir, otpCodeFile)
+	}
 	return notify.Config{
 		Channel:        cfg.OTPChannel,
 		Console:        stderr,
+		ConsoleFile:    consoleFile,
 		WebhookURL:     cfg.OTPWebhookURL,
 		TelegramToken:  cfg.TelegramBotToken,
 		TelegramChatID: cfg.TelegramChatID,

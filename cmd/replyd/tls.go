@@ -113,10 +113,12 @@ func (c *serverCerts) setLeaf(leaf *tls.Certificate) {
 	c.mu.Unlock()
 }
 
-// tlsConfig serves the current certificate on every handshake.
+// tlsConfig serves the current certificate on every handshake, with AEAD
+// suites only.
 func (c *serverCerts) tlsConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: aeadSuites,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			c.mu.RLock()
 			defer c.mu.RUnlock()
@@ -470,6 +472,18 @@ func readKey(path string) (crypto.Signer, error) {
 func publicKeyEqual(a, b crypto.PublicKey) bool {
 	ak, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && ak.Equal(b)
+}
+
+// aeadSuites are the TLS 1.2 suites replyd offers: ECDHE key exchange with
+// an AEAD cipher only (no CBC, no SHA-1 MAC, no static RSA). TLS 1.3's
+// suites are all AEAD and not configurable.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // fingerprint formats a digest as colon-separated upper-case hex, the way

@@ -251,3 +251,22 @@ func TestFingerprintFormat(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// TestTLSOffersOnlyAEADSuites: every TLS 1.2 suite offered is an AEAD suite
+// with forward secrecy.
+func TestTLSOffersOnlyAEADSuites(t *testing.T) {
+	var log bytes.Buffer
+	setup, err := loadTLS(&Config{DataDir: t.TempDir(), TLS: "auto"}, testLogger(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(setup.config.CipherSuites) == 0 {
+		t.Fatal("no suite list: Go's defaults include CBC suites")
+	}
+	for _, id := range setup.config.CipherSuites {
+		name := tls.CipherSuiteName(id)
+		if !(strings.Contains(name, "_GCM_") || strings.Contains(name, "CHACHA20_POLY1305")) || !strings.HasPrefix(name, "TLS_ECDHE_") {
+			t.Errorf("suite %s is not ECDHE with an AEAD cipher", name)
+		}
+	}
+}

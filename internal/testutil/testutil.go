@@ -20,11 +20,14 @@ import (
 type SyncBuffer = replydproc.SyncBuffer
 
 // OTPInbox is a webhook endpoint standing in for the administrator's
-// messaging app: it records the codes replyd sends as JSON {"code": …}.
+// messaging app: it records the codes replyd sends as JSON {"code": …} and,
+// apart, the alerts (messages with an empty code, such as "login by code is
+// paused").
 type OTPInbox struct {
-	URL   string
-	mu    sync.Mutex
-	codes []string
+	URL    string
+	mu     sync.Mutex
+	codes  []string
+	alerts []string
 }
 
 // NewOTPInbox starts an inbox that lives as long as t.
@@ -33,20 +36,39 @@ func NewOTPInbox(t testing.TB) *OTPInbox {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m struct {
 			Code string `json:"code"`
+			Text string `json:"text"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || m.Code == "" ||
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || (m.Code == "" && m.Text == "") ||
 			r.Header.Get("Content-Type") != "application/json" {
 			http.Error(w, "bad webhook body", http.StatusBadRequest)
 			return
 		}
 		in.mu.Lock()
-		in.codes = append(in.codes, m.Code)
+		if m.Code == "" {
+			in.alerts = append(in.alerts, m.Text)
+		} else {
+			in.codes = append(in.codes, m.Code)
+		}
 		in.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
 	in.URL = srv.URL
 	return in
+}
+
+// Alerts returns the alerts received so far.
+func (in *OTPInbox) Alerts() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.alerts...)
+}
+
+// Codes returns the number of codes received so far.
+func (in *OTPInbox) Codes() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.codes)
 }
 
 // Next waits (30 s at most) for the n-th code (1-based) and returns it.

@@ -190,3 +190,37 @@ func (s *Store) PruneLogs(before time.Time, batch int) (int, error) {
 	})
 	return n, err
 }
+
+// PruneLogsToSize deletes the oldest entries until the rows take at most
+// maxBytes (the sum of their stored sizes; PostgreSQL reuses the space a
+// vacuum frees, it does not shrink the table file); see store.Store.
+func (s *Store) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
+	if batch <= 0 {
+		batch = store.DefaultPruneBatch
+	}
+	total := 0
+	for {
+		var size, count int64
+		err := s.run("measure logs", func(ctx context.Context) error {
+			return s.pool.QueryRow(ctx, "SELECT COALESCE(SUM(pg_column_size(l.*)), 0), COUNT(*) FROM logs l").Scan(&size, &count)
+		})
+		if err != nil || size <= maxBytes || count == 0 {
+			return total, err
+		}
+		excess := max(1, (size-maxBytes)*count/size)
+		for excess > 0 {
+			var n int
+			err := s.run("prune logs to size", func(ctx context.Context) error {
+				tag, err := s.pool.Exec(ctx, `DELETE FROM logs WHERE seq IN (
+					SELECT seq FROM logs ORDER BY ts_ns, seq LIMIT $1 FOR UPDATE SKIP LOCKED)`, min(excess, int64(batch)))
+				n = int(tag.RowsAffected())
+				return err
+			})
+			total += n
+			if err != nil || n == 0 {
+				return total, err
+			}
+			excess -= int64(n)
+		}
+	}
+}

@@ -40,3 +40,13 @@ func (s *Store) Allow(key string, limit int, now time.Time) (bool, time.Duration
 	}
 	return false, fromNS(start).Add(store.RateWindow).Sub(now), nil
 }
+
+// Refund gives back one request of key's current window in one atomic
+// statement; see store.RateLimiter.
+func (s *Store) Refund(key string, now time.Time) error {
+	return s.run("rate limit refund", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, `UPDATE rate_windows SET count = count - 1
+			WHERE key_hash = $1 AND count > 0 AND $2 < start_ns + $3 AND $2 >= start_ns - $3`, key, ns(now), int64(store.RateWindow))
+		return err
+	})
+}

@@ -76,12 +76,12 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 		switch kv[0] {
 		case settingAdminKeyHash:
 			snap.AdminKeyHash = kv[1]
-		case settingOTPLastIssued:
+		case settingTOTPLastStep:
 			n, err := strconv.ParseInt(kv[1], 10, 64)
 			if err != nil {
 				return snap, fmt.Errorf("decode %s: %w", kv[0], err)
 			}
-			snap.OTPLastIssued = fromNS(n)
+			snap.TOTPLastStep = n
 		}
 	}
 	if rows, err = tx.Query(ctx, "SELECT "+keyCols+" FROM api_keys ORDER BY seq"); err != nil {
@@ -121,15 +121,35 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	}); err != nil {
 		return snap, err
 	}
-	var o store.OTPCode
-	var issued, expires int64
-	err = tx.QueryRow(ctx, "SELECT hash, issued_ns, expires_ns, attempts FROM otp WHERE id = 1").Scan(&o.Hash, &issued, &expires, &o.Attempts)
-	switch {
-	case err == nil:
-		o.IssuedAt, o.ExpiresAt = fromNS(issued), fromNS(expires)
-		snap.OTP = &o
-	case !errors.Is(err, pgx.ErrNoRows):
+	if rows, err = tx.Query(ctx, "SELECT scope, hash, issued_ns, expires_ns FROM otp_codes ORDER BY scope"); err != nil {
 		return snap, err
+	}
+	snap.OTPCodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.OTPCode, error) {
+		var o store.OTPCode
+		var issued, expires int64
+		err := r.Scan(&o.Scope, &o.Hash, &issued, &expires)
+		o.IssuedAt, o.ExpiresAt = fromNS(issued), fromNS(expires)
+		return o, err
+	})
+	if err != nil {
+		return snap, err
+	}
+	if snap.OTPCodes == nil {
+		snap.OTPCodes = []store.OTPCode{}
+	}
+	var last, locked int64
+	err = tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1").Scan(&snap.OTPGuard.Fails, &snap.OTPGuard.Level, &last, &locked)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return snap, err
+	default:
+		if last != 0 {
+			snap.OTPGuard.LastFail = fromNS(last)
+		}
+		if locked != 0 {
+			snap.OTPGuard.LockedUntil = fromNS(locked)
+		}
 	}
 	if rows, err = tx.Query(ctx, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash
 		FROM pairings ORDER BY code_hash`); err != nil {
@@ -170,7 +190,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp, sessions, pairings, logs, rate_windows, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guard, sessions, pairings, logs, rate_windows, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -179,7 +199,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var held bool
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
-				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp)
+				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guard)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
 				OR EXISTS (SELECT 1 FROM pairings)`).Scan(&held)
@@ -211,11 +231,18 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	if snap.AdminKeyHash != "" {
 		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingAdminKeyHash, snap.AdminKeyHash)
 	}
-	if !snap.OTPLastIssued.IsZero() {
-		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingOTPLastIssued, strconv.FormatInt(ns(snap.OTPLastIssued), 10))
+	if snap.TOTPLastStep > 0 {
+		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingTOTPLastStep, strconv.FormatInt(snap.TOTPLastStep, 10))
 	}
-	if o := snap.OTP; o != nil {
-		batch.Queue("INSERT INTO otp (id, hash, issued_ns, expires_ns, attempts) VALUES (1, $1, $2, $3, $4)", o.Hash, ns(o.IssuedAt), ns(o.ExpiresAt), o.Attempts)
+	if g := snap.OTPGuard; g != (store.OTPGuard{}) {
+		batch.Queue("INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, $1, $2, $3, $4)",
+			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
+	}
+	for _, o := range snap.OTPCodes {
+		if o.Scope == "" || o.Hash == "" {
+			return invalid("a login code with an empty scope or hash")
+		}
+		batch.Queue("INSERT INTO otp_codes (scope, hash, issued_ns, expires_ns) VALUES ($1, $2, $3, $4)", o.Scope, o.Hash, ns(o.IssuedAt), ns(o.ExpiresAt))
 	}
 	for _, k := range snap.Keys {
 		if k.Hash == "" {

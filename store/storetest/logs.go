@@ -245,3 +245,35 @@ func pruneLogsInBatches(t *testing.T, e Env) {
 		t.Errorf("PruneLogs(batch 2) = %d (-want +got):\n%s", n, diff)
 	}
 }
+
+// pruneLogsToSize: a bound the log is within deletes nothing; a tight one
+// deletes the oldest first and keeps the statistics in step.
+func pruneLogsToSize(t *testing.T, e Env) {
+	s := e.S
+	const n = 400
+	errs := concurrently(n, func(i int) error {
+		return s.AppendLog(store.LogEntry{Timestamp: T0.Add(time.Duration(i) * time.Second), Level: store.LevelInfo,
+			Message: fmt.Sprintf("%04d infer ok: 3 candidates in 812 ms (audio 4.1 s)", i), StreamName: store.StreamInfer, Subject: "u"})
+	})
+	for _, err := range errs {
+		Must(t, err)
+	}
+	if d, err := s.PruneLogsToSize(1<<40, 50); err != nil || d != 0 {
+		t.Fatalf("PruneLogsToSize(1 TiB) = %d, %v; want 0", d, err)
+	}
+	d, err := s.PruneLogsToSize(1, 50)
+	Must(t, err)
+	left := logMessages(t, s, store.LogQuery{})
+	if d < n*9/10 || d+len(left) != n {
+		t.Fatalf("PruneLogsToSize(1 byte) deleted %d, left %d of %d", d, len(left), n)
+	}
+	// What is left is the newest.
+	for i, m := range left {
+		if want := fmt.Sprintf("%04d", n-1-i); m[:4] != want {
+			t.Errorf("left[%d] = %q, want entry %s", i, m, want)
+		}
+	}
+	if st, _ := s.Stats(T0, T0.Add(time.Hour)); st.TotalRequests != len(left) {
+		t.Errorf("Stats after pruning to size: %+v, want %d requests", st, len(left))
+	}
+}

@@ -21,6 +21,7 @@ var limiterScenarios = []struct {
 	{"clock-skew-and-clock-set-back", limiterClocks},
 	{"limit-lowered-mid-window", limiterLowered},
 	{"concurrent-exact", limiterConcurrent},
+	{"refund-shed-requests", limiterRefund},
 }
 
 // RunLimiter runs every limiter scenario as a parallel subtest of t, each on
@@ -117,4 +118,28 @@ func limiterConcurrent(t *testing.T, l store.RateLimiter) {
 	if n != 7 {
 		t.Errorf("%d of 40 concurrent requests admitted under a limit of 7", n)
 	}
+}
+
+// limiterRefund: a refunded request can be made again in the same window; a
+// refund never goes below zero nor reaches into a closed window.
+func limiterRefund(t *testing.T, l store.RateLimiter) {
+	allow(t, l, "k", 2, T0, true, 0)
+	allow(t, l, "k", 2, T0.Add(time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(2*time.Second), false, 58*time.Second)
+	Must(t, l.Refund("k", T0.Add(3*time.Second))) // one of the two was shed
+	allow(t, l, "k", 2, T0.Add(4*time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(5*time.Second), false, 55*time.Second)
+	// Refunds past what was admitted change nothing.
+	for range 5 {
+		Must(t, l.Refund("k", T0.Add(6*time.Second)))
+	}
+	allow(t, l, "k", 2, T0.Add(7*time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(8*time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(9*time.Second), false, 51*time.Second)
+	// After the window, a refund does not carry into the next one.
+	Must(t, l.Refund("k", T0.Add(time.Minute+time.Second)))
+	allow(t, l, "k", 2, T0.Add(time.Minute+2*time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(time.Minute+3*time.Second), true, 0)
+	allow(t, l, "k", 2, T0.Add(time.Minute+4*time.Second), false, 58*time.Second)
+	Must(t, l.Refund("unknown", T0))
 }

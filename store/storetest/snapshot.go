@@ -32,9 +32,16 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "second\nline", Version: "beta", CreatedAt: T0.Add(time.Minute)}))
 	Must(t, s.CreateSession("sess-live", T0.Add(time.Hour)))
 	Must(t, s.CreateSession("sess-dead", T0.Add(-time.Hour)))
-	Must(t, s.SaveOTP("code", T0, T0.Add(5*time.Minute)))
-	if r, err := s.VerifyOTP("wrong", T0, 3); err != nil || r != store.OTPWrong {
-		t.Fatalf("VerifyOTP = %v, %v", r, err)
+	mustSaveOTP(t, s, "10.0.0.1", "code-a", T0, T0.Add(5*time.Minute))
+	mustSaveOTP(t, s, "10.0.0.2", "code-b", T0, T0.Add(5*time.Minute))
+	if ok, err := s.UseTOTPStep(100); err != nil || !ok {
+		t.Fatalf("UseTOTPStep = %v, %v", ok, err)
+	}
+	rule := store.OTPLockRule{Every: 2, Base: time.Minute, Max: time.Hour, Decay: time.Hour}
+	for range 3 {
+		if _, err := s.OTPFailed(T0, rule); err != nil {
+			t.Fatal(err)
+		}
 	}
 	Must(t, s.CreatePairing(pairingFor("pair-pending", "ward 4"), 10, T0))
 	Must(t, s.CreatePairing(pairingFor("pair-used", "ward 5"), 10, T0))
@@ -106,7 +113,6 @@ func SameData(t testing.TB, a, b store.Store) {
 		{"Stats", func(s store.Store) (any, error) { return s.Stats(T0.Add(-time.Hour), T0.Add(time.Hour)) }},
 		{"StatsSeries", func(s store.Store) (any, error) { return s.StatsSeries(T0, T0.Add(10*time.Second), 3*time.Second) }},
 		{"AdminKeyHash", func(s store.Store) (any, error) { return s.AdminKeyHash() }},
-		{"LastOTPIssued", func(s store.Store) (any, error) { return s.LastOTPIssued() }},
 		{"NextPromptVersion", func(s store.Store) (any, error) { return s.NextPromptVersion() }},
 		{"SessionValid", func(s store.Store) (any, error) { return s.SessionValid("sess-live", T0) }},
 		{"pseudonym key", func(s store.Store) (any, error) { v, _, err := s.Secret(store.SecretPseudonym); return v, err }},
@@ -146,14 +152,20 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 	b := e.Open()
 	Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return b.Import(snap, false) }))
 	SameData(t, e.S, b)
-	// The copy behaves like the original: the wrong try counted, so two
-	// more burn the code; the touch throttle and the key order carried.
+	// The copy behaves like the original: each address's code works from
+	// that address, the TOTP step used stays used; the key order carried.
 	for _, s := range []store.Store{e.S, b} {
-		if r, _ := s.VerifyOTP("wrong", T0, 3); r != store.OTPWrong {
-			t.Errorf("second wrong try: %v", r)
+		if ok, _ := s.UseOTP("10.0.0.2", "code-a", T0); ok {
+			t.Error("a code worked from another address")
 		}
-		if r, _ := s.VerifyOTP("wrong", T0, 3); r != store.OTPBurned {
-			t.Errorf("third wrong try: %v, want OTPBurned", r)
+		if ok, _ := s.UseOTP("10.0.0.1", "code-a", T0); !ok {
+			t.Error("the copied code does not work")
+		}
+		if ok, _ := s.UseTOTPStep(100); ok {
+			t.Error("a used TOTP step was accepted again")
+		}
+		if u, _ := s.OTPLock(T0); !u.Equal(T0.Add(time.Minute)) {
+			t.Errorf("the pause did not carry: %v", u)
 		}
 		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k-paired k2 k1]" {
 			t.Errorf("ListKeys = %v", ks)
@@ -169,7 +181,7 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 	c, d := e.Open(), e.Open()
 	Must(t, c.Snapshot(func(snap store.Snapshot) error { return d.Import(snap, false) }))
 	SameData(t, c, d)
-	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || f.Snap.OTP != nil {
+	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || f.Snap.OTPGuard != (store.OTPGuard{}) {
 		t.Errorf("empty store's snapshot: %+v", f)
 	}
 }

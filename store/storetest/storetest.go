@@ -59,10 +59,14 @@ var scenarios = []scenario{
 
 	// Admin key, OTP, sessions (auth.go).
 	{"admin-key/set-replace-clear", adminKeyHash},
-	{"otp/single-use-burn-replace-expiry", otpLifecycle},
+	{"otp/per-scope-single-use-never-burned-expiry", otpLifecycle},
+	{"otp/delete-prune", otpDeletePrune},
+	{"otp/resend-interval-shared", otpResend},
+	{"otp/pause-shared-by-boxes", otpGuardShared},
 	{"otp/invalid", otpInvalid},
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
-	{"otp/concurrent-wrong-codes-burn-once", otpConcurrentWrong},
+	{"totp/each-step-once", totpSteps},
+	{"secrets/get-or-create-set-delete", secrets},
 	{"sessions/create-valid-prune-delete", sessionsLifecycle},
 	{"secrets/get-or-create-set-delete", secretsLifecycle},
 	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
@@ -86,6 +90,7 @@ var scenarios = []scenario{
 	{"stats/window-and-series", statsWindowAndSeries},
 	{"stats/empty-and-invalid", statsEmptyAndInvalid},
 	{"prune/logs-in-batches", pruneLogsInBatches},
+	{"prune/logs-to-size", pruneLogsToSize},
 
 	// Outcomes and the users' memory (outcomes.go).
 	{"outcomes/inference-and-outcome", outcomesInferenceAndOutcome},

@@ -85,7 +85,7 @@ func health(t *testing.T, p *testutil.Replyd) (int, map[string]any) {
 // store_unavailable (and /healthz says degraded) until it is back, without a
 // restart.
 func TestTwoBoxesOnePostgres(t *testing.T) {
-	c := startCluster(t, nil)
+	c := startCluster(t, map[string]string{"REPLYD_OTP_RESEND_INTERVAL": "2s"})
 	a, b := c.a, c.b
 
 	t.Run("each box names itself in /healthz", func(t *testing.T) {
@@ -174,20 +174,34 @@ func TestTwoBoxesOnePostgres(t *testing.T) {
 		}
 	})
 
-	t.Run("the OTP lockout is global: wrong codes alternating A and B burn the code", func(t *testing.T) {
-		// The resend interval (30 s) must pass since the first code.
-		time.Sleep(time.Until(firstSend.Add(31 * time.Second)))
+	t.Run("the OTP pause is global: wrong codes alternating A and B pause code login on both", func(t *testing.T) {
+		// The resend interval (2 s here) must pass since the first code.
+		time.Sleep(time.Until(firstSend.Add(2100 * time.Millisecond)))
 		b.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, 200)
 		code := c.inbox.Next(t, 2)
-		wrong := "000000"
+		wrong := "00000000"
 		if code == wrong {
-			wrong = "000001"
+			wrong = "00000001"
 		}
 		boxes := []*testutil.Replyd{a, b}
-		for i := range 5 {
-			wantError(t, fmt.Sprintf("wrong code %d", i+1), boxes[i%2].Call(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": wrong}}), 401, "unauthorized")
+		paused := -1
+		for i := range 4 {
+			resp := boxes[i%2].Call(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": wrong}})
+			if resp.Status == 429 {
+				paused = i
+				break
+			}
+			wantError(t, fmt.Sprintf("wrong code %d", i+1), resp, 401, "unauthorized")
 		}
-		wantError(t, "the right code after five wrong ones on two boxes", a.Call(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code}}), 401, "unauthorized")
+		// Three wrong codes in all (one came from the reuse above) pause
+		// login by code on every box; the right code waits too.
+		if paused < 0 || paused > 3 {
+			t.Fatalf("no pause after alternating wrong codes (paused at %d)", paused)
+		}
+		for _, p := range boxes {
+			wantError(t, "the right code during the pause, on "+p.Addr, p.Call(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/verify", JSON: map[string]string{"code": code}}), 429, "rate_limited")
+			p.Must(replydproc.Request{Path: "/v1/admin/keys", Header: p.AdminHeader()}, 200)
+		}
 	})
 
 	t.Run("PostgreSQL stopped: 503 store_unavailable and /healthz degraded; back without a restart", func(t *testing.T) {

@@ -20,6 +20,15 @@ function engineState(e) {
   return parts;
 }
 
+// storageState shows whether writes work and how much of the data disk is
+// free; "Degraded" with the reason when the server says so.
+function storageState(s) {
+  const st = s.storage || {};
+  const free = st.free_bytes != null ? ` ${fmtBytes(st.free_bytes)} free` : '';
+  if (s.status === 'degraded') return [h('span', { class: 'badge bad', text: 'Degraded' }), ` ${st.problem || ''}`];
+  return [h('span', { class: 'badge ok', text: 'OK' }), free];
+}
+
 async function load() {
   const err = $('#status-error');
   try {
@@ -32,6 +41,7 @@ async function load() {
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
       fact('Data file', fmtBytes(s.data_file_bytes)),
+      fact('Storage', storageState(s)),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
       fact('M4A uploads (iOS)', s.m4a ? 'yes' : 'no: install ffmpeg'),
