@@ -67,6 +67,12 @@ type Store interface {
 	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
 	// disables X-ADMIN-KEY authentication.
 	SetAdminKeyHash(hash string) error
+	// SetAdminKeyHashIfAbsent stores hash as the admin key hash only when
+	// none is stored, in one atomic step, and reports whether it did: of
+	// boxes that start together on one database, each with a key of its
+	// own, exactly one stores its hash and the others keep the stored one.
+	// An empty hash is ErrInvalid.
+	SetAdminKeyHashIfAbsent(hash string) (bool, error)
 
 	// CurrentPrompt returns the most recently saved prompt version and true,
 	// or false when no prompt was ever saved.
