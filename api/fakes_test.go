@@ -199,6 +199,16 @@ func (m *memStore) SetAdminKeyHash(hash string) error {
 	return nil
 }
 
+func (m *memStore) SetAdminKeyHashIfAbsent(hash string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.adminHash != "" {
+		return false, nil
+	}
+	m.adminHash = hash
+	return true, nil
+}
+
 func (m *memStore) CurrentPrompt() (store.PromptVersion, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
