@@ -2,10 +2,10 @@ package api
 
 import (
 	"fmt"
-	"maps"
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
