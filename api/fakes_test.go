@@ -39,6 +39,9 @@ type memStore struct {
 	backup    []byte
 	secrets   map[string][]byte
 	failWith  error // returned by every method when set
+	// scrubProblem is DeleteUser's ScrubProblem (a PostgreSQL VACUUM or
+	// CHECKPOINT refused).
+	scrubProblem string
 }
 
 type memOTP struct {
@@ -532,6 +535,7 @@ func (m *memStore) DeleteUser(subject string) (store.UserDeletion, error) {
 	if !d.Key && d.Outcomes == 0 {
 		return d, store.ErrNotFound
 	}
+	d.ScrubProblem = m.scrubProblem
 	return d, nil
 }
 

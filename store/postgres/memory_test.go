@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,10 @@ func filesHolding(t *testing.T, dir string, b []byte) []string {
 // out. Several users, the deleted ones among them, updated often (each
 // update leaves an old row version with the key), and statistics gathered
 // as autovacuum would gather them. The write-ahead log still holds the key
-// until its segments are recycled (README says how an operator forces it).
+// until its segment is removed: README's way to force that (wal_recycle
+// off, pg_switch_wal, CHECKPOINT) leaves no copy in pg_wal either.
 func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
-	srv := pgtest.Start(t)
+	srv := pgtest.StartWith(t, pgtest.Options{Settings: map[string]string{"wal_recycle": "off"}})
 	url := srv.NewDatabase(t)
 	clk := storetest.NewClock(storetest.T0)
 	s := mustOpen(t, url, postgres.Options{Now: clk.Now})
@@ -80,8 +82,11 @@ func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
 	}
 	// The middle of the table, and its newest row (the lowest address of
 	// its page, which compaction alone leaves in the free space).
+	wal := filepath.Join(srv.DataDir(), "pg_wal")
+	var deleted [][]byte
 	for _, victim := range []string{"user-05", fmt.Sprintf("user-%02d", users-1)} {
 		key, other := keyOf(victim), keyOf("user-02")
+		deleted = append(deleted, key)
 		if len(filesHolding(t, base, key)) == 0 {
 			t.Fatalf("%s's key is in no relation file before the deletion: the search cannot see it", victim)
 		}
@@ -94,6 +99,52 @@ func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
 		if len(filesHolding(t, base, other)) == 0 {
 			t.Errorf("after deleting %s another user's key is on disk no more: the search is broken", victim)
 		}
-		t.Logf("%s: the write-ahead log still holds the key in %d segment(s)", victim, len(filesHolding(t, filepath.Join(srv.DataDir(), "pg_wal"), key)))
+		if len(filesHolding(t, wal, key)) == 0 {
+			t.Errorf("the write-ahead log holds %s's key no more before it was switched: the search cannot see it", victim)
+		}
+	}
+	// What README tells the operator to run once the user is deleted.
+	var lsn string
+	query(t, url, "SELECT pg_switch_wal()::text", &lsn)
+	exec(t, url, "CHECKPOINT")
+	for i, key := range deleted {
+		if files := filesHolding(t, wal, key); len(files) > 0 {
+			t.Errorf("deleted key %d is in the write-ahead log after pg_switch_wal and CHECKPOINT: %v", i, files)
+		}
+	}
+}
+
+// TestDeleteUserAsAnOrdinaryUser: replyd's own database user (the owner of
+// its tables, not a superuser, as README sets it up) may run the VACUUM
+// FULL; CHECKPOINT needs the pg_checkpoint role, and without it the
+// deletion still succeeds and says what is left undone.
+func TestDeleteUserAsAnOrdinaryUser(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	role := "replyd_app"
+	exec(t, url, "CREATE ROLE "+role+" LOGIN")
+	var db string
+	query(t, url, "SELECT current_database()", &db)
+	exec(t, url, "ALTER DATABASE "+db+" OWNER TO "+role)
+	clk := storetest.NewClock(storetest.T0)
+	s := mustOpen(t, strings.Replace(url, "postgres@", role+"@", 1), postgres.Options{Now: clk.Now})
+	remember := func(subject string) {
+		storetest.MustInfer(t, s, storetest.Inf{Key: "k", Subject: subject, ID: "inf-" + subject, Version: "1", Cands: []string{"Yes."}, Partner: "Tea?"})
+		if _, err := s.SetOutcome("inf-"+subject, storetest.Spoken(1, 4, storetest.T0), "Yes."); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remember("a")
+	remember("b")
+	d, err := s.DeleteUser("a")
+	if err != nil || !d.Key {
+		t.Fatalf("DeleteUser without pg_checkpoint: %+v, %v", d, err)
+	}
+	if !strings.Contains(d.ScrubProblem, "pg_checkpoint") || strings.Contains(d.ScrubProblem, "VACUUM") {
+		t.Errorf("ScrubProblem = %q; want only the CHECKPOINT named, with pg_checkpoint", d.ScrubProblem)
+	}
+	exec(t, url, "GRANT pg_checkpoint TO "+role)
+	if d, err := s.DeleteUser("b"); err != nil || d.ScrubProblem != "" {
+		t.Errorf("DeleteUser with pg_checkpoint: %+v, %v; want no problem", d, err)
 	}
 }
