@@ -317,15 +317,25 @@ func TestWrongPairingCodesAreFailedAuthentications(t *testing.T) {
 // TestPairingQRCodeScans renders qr_svg's modules to a PNG and reads it back
 // with zbarimg (Debian's zbar-tools, installed by scripts/deps.sh).
 func TestPairingQRCodeScans(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.PublicURL = "https://replyd.local:8080" })
+	p := e.mustPairing("")
+	if got := scanQR(t, p.QRSVG); got != p.PairURL {
+		t.Errorf("the QR code reads %q, want %q", got, p.PairURL)
+	}
+}
+
+// scanQR draws the modules of an SVG from qrSVG into a PNG and returns what
+// zbarimg (Debian's zbar-tools, installed by scripts/deps.sh) reads in it.
+// Without zbarimg it skips t.
+func scanQR(t *testing.T, svg string) string {
+	t.Helper()
 	zbar, err := exec.LookPath("zbarimg")
 	if err != nil {
 		t.Skip("zbarimg is not installed (scripts/deps.sh installs zbar-tools): the QR code is not decoded")
 	}
-	e := newEnv(t, func(o *Options) { o.PublicURL = "https://replyd.local:8080" })
-	p := e.mustPairing("")
-	m := regexp.MustCompile(`viewBox="0 0 (\d+) (\d+)"`).FindStringSubmatch(p.QRSVG)
+	m := regexp.MustCompile(`viewBox="0 0 (\d+) (\d+)"`).FindStringSubmatch(svg)
 	if m == nil {
-		t.Fatalf("no viewBox in %.200q", p.QRSVG)
+		t.Fatalf("no viewBox in %.200q", svg)
 	}
 	size, _ := strconv.Atoi(m[1])
 	const scale = 6
@@ -333,7 +343,7 @@ func TestPairingQRCodeScans(t *testing.T) {
 	for i := range img.Pix {
 		img.Pix[i] = 255
 	}
-	runs := regexp.MustCompile(`M(\d+) (\d+)h(\d+)v1h-(\d+)z`).FindAllStringSubmatch(p.QRSVG, -1)
+	runs := regexp.MustCompile(`M(\d+) (\d+)h(\d+)v1h-(\d+)z`).FindAllStringSubmatch(svg, -1)
 	if len(runs) == 0 {
 		t.Fatal("no modules in the path")
 	}
@@ -360,9 +370,7 @@ func TestPairingQRCodeScans(t *testing.T) {
 	if err != nil {
 		t.Fatalf("zbarimg: %v", err)
 	}
-	if got := strings.TrimSpace(string(out)); got != p.PairURL {
-		t.Errorf("the QR code reads %q, want %q", got, p.PairURL)
-	}
+	return strings.TrimSpace(string(out))
 }
 
 func TestNormalizePairingCode(t *testing.T) {
