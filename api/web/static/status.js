@@ -1,6 +1,7 @@
 // Status view: version, uptime, queue, data file, and the model files.
 import { api } from './api.js';
 import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
+import signin from './signin.js';
 
 const engineNames = { llm: 'Language model', stt: 'Speech to text', whisper: 'Speech to text' };
 let ctx;
@@ -49,6 +50,7 @@ async function load() {
     const fp = $('#status-ca');
     fp.hidden = !s.tls_ca_fingerprint;
     $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
+    signin.render(s);
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
@@ -77,7 +79,9 @@ async function load() {
 export default {
   init(c) {
     ctx = c;
+    signin.init(c);
     $('#status-refresh').addEventListener('click', load);
   },
   enter: load,
+  leave: signin.hide,
 };
