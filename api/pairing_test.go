@@ -407,6 +407,7 @@ func TestClientMDPairingArithmetic(t *testing.T) {
 	for _, want := range []string{
 		"Codes are 8 symbols from an\nalphabet of 32 (no 0, 1, I, O): 1.1 × 10¹²",
 		"at most 5 attempts a minute",
+		"up to\n5 a minute on each",
 		"at most 30 a minute from all addresses together",
 		"30 × (10 + 1) = 330",
 		"330 × 10 / (1.1 × 10¹²)\n= 3.0 × 10⁻⁹",
