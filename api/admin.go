@@ -15,8 +15,13 @@ import (
 )
 
 // adminLog appends one admin-stream log entry. resourceID names what the
-// action touched (a key hash, a prompt version, "otp", "session").
+// action touched (a key hash, a prompt version, "otp", "session"). A HEAD
+// request is logged as nothing: net/http sends none of the body, so no
+// export or download took place.
 func (s *Server) adminLog(c echo.Context, level, resourceID, format string, args ...any) {
+	if c.Request().Method == http.MethodHead {
+		return
+	}
 	e := store.LogEntry{
 		Timestamp:    s.now(),
 		Level:        level,

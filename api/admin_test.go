@@ -32,7 +32,12 @@ func TestAdminAuth(t *testing.T) {
 		{"GET", "/v1/admin/keys"}, {"POST", "/v1/admin/keys"}, {"DELETE", "/v1/admin/keys/" + secret.Hash("x")},
 		{"GET", "/v1/admin/system-prompt"}, {"POST", "/v1/admin/system-prompt"}, {"GET", "/v1/admin/system-prompt/history"},
 		{"GET", "/v1/admin/logs"}, {"GET", "/v1/admin/stats"}, {"GET", "/v1/admin/status"}, {"GET", "/v1/admin/backup"},
-		{"POST", "/v1/admin/try"}, {"DELETE", "/v1/admin/session"}, {"GET", "/metrics"}, {"GET", "/v1/admin/no-such-route"},
+		{"POST", "/v1/admin/try"}, {"DELETE", "/v1/admin/session"}, {"GET", "/metrics"},
+	}
+	// An unknown admin path is 404 with or without a credential (a route
+	// group's catch-all used to answer it, and wrong methods, after auth).
+	for _, req := range []*http.Request{httptest.NewRequest("GET", "/v1/admin/no-such-route", nil), adminReq("GET", "/v1/admin/no-such-route", "")} {
+		wantJSON(t, e.do(req), 404, errJSON("not_found", "no such route"))
 	}
 	for i, r := range adminRoutes {
 		t.Run(r.method+" "+r.path, func(t *testing.T) {
@@ -450,7 +455,8 @@ func TestKeysLifecycle(t *testing.T) {
 		t.Errorf("api_key_hash is not the hex SHA-256 of api_key")
 	}
 	wantJSON(t, rec, 200, `{"api_key":"`+created.APIKey+`","api_key_hash":"`+created.APIKeyHash+`","client_id":"","status":"active",
-	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z"}`)
+	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z",
+	  "warnings":["client_id is empty: the key list, the logs and the statistics cannot tell this tablet from others; name it (e.g. tablet-ward-3) in a new key"]}`)
 	// Only the hash is stored.
 	k, err := e.st.GetKey(created.APIKeyHash)
 	if err != nil || k.Hash != created.APIKeyHash {
@@ -554,9 +560,13 @@ func TestKeyCreatedRevoked(t *testing.T) {
 func TestSystemPrompt(t *testing.T) {
 	e := newEnv(t)
 	def, _ := json.Marshal(DefaultSystemPrompt)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"0","created_at":null}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"1","created_at":null}`)
 
-	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:04:05Z"}`)
+	// The first save keeps the built-in prompt as version 1 and takes 2.
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt/history", "")), 200, `{"items":[
+	  {"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"},
+	  {"prompt":`+string(def)+`,"version":"1","created_at":"2026-01-02T03:04:05Z"}],"count":2}`)
 	e.clock.Advance(time.Second)
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be kind.","version":"v2"}`)), 200, `{"prompt":"Be kind.","version":"v2","created_at":"2026-01-02T03:04:06Z"}`)
 	e.clock.Advance(time.Second)
@@ -683,6 +693,37 @@ func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
 	}
 	if n[200] != 1 || n[429] != 9 {
 		t.Errorf("statuses %v, want one 200 and nine 429", n)
+	}
+}
+
+// TestKeyCreateWarnings: an empty client_id, or one an active key already
+// has (ignoring case and spaces), is created with a warning; a revoked
+// key's name may be reused quietly.
+func TestKeyCreateWarnings(t *testing.T) {
+	e := newEnv(t)
+	warnings := func(body string) []string {
+		t.Helper()
+		rec := e.do(adminReq("POST", "/v1/admin/keys", body))
+		var r struct {
+			Warnings []string `json:"warnings"`
+		}
+		decode(t, rec, &r)
+		return r.Warnings
+	}
+	if w := warnings(`{"client_id":"ward-1"}`); len(w) != 0 {
+		t.Errorf("first ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":" Ward-1 "}`); len(w) != 1 || !strings.Contains(w[0], `client_id "Ward-1" is already the name of another active key (created 2026-01-02T03:04:05Z)`) {
+		t.Errorf("second ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":"  "}`); len(w) != 1 || !strings.HasPrefix(w[0], "client_id is empty") {
+		t.Errorf("blank client_id: %q", w)
+	}
+	if w := warnings(`{"client_id":"old","status":"revoked"}`); len(w) != 0 {
+		t.Errorf("old: %q", w)
+	}
+	if w := warnings(`{"client_id":"old"}`); len(w) != 0 {
+		t.Errorf("the name of a revoked key: %q", w)
 	}
 }
 

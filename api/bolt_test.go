@@ -29,6 +29,16 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 	return e, db
 }
 
+// addKeyTo stores an API key in db directly and returns its secret.
+func (e *env) addKeyTo(db *store.DB, key string, limit int) string {
+	e.t.Helper()
+	if err := db.CreateKey(store.APIKey{Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
+		Scopes: []string{ScopeInfer}, RateLimitPerMinute: limit, CreatedAt: e.clock.Now()}); err != nil {
+		e.t.Fatal(err)
+	}
+	return key
+}
+
 // TestBoltScenarios runs the main flows against the real store: key
 // lifecycle, inference, revocation, logs, stats, prompt versions, OTP login
 // and logout, and backup.
@@ -52,18 +62,18 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2,
 	  "errors":{"invalid_request":1,"rate_limited":1},"latency_ms":{"p50":0,"p95":0},`+noOutcomes+`,
 	  "by_key":[{"api_key_hash":"`+k.APIKeyHash+`","client_id":"ward-1","requests":3,"errors":2,`+noOutcomes+`}],
-	  "by_prompt_version":[{"version":"0","inferences":1,"outcomes":0,"accepted":0,"acceptance_rate":null}]}`)
+	  "by_prompt_version":[{"version":"1","inferences":1,"outcomes":0,"accepted":0,"acceptance_rate":null}]}`)
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=infer", ""))
 	wantJSON(t, rec, 200, `{"items":[
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":429,"node":"box-test"},
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":400,"node":"box-test"},
-	  {"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","stream_name":"infer","status":200,"node":"box-test"}],
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":429,"node":"box-test"},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":400,"node":"box-test"},
+	  {"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":200,"node":"box-test"}],
 	  "count":3,"since":"2026-01-01T03:05:05Z","window_seconds":86400}`)
 	if strings.Contains(rec.Body.String(), "Tea") {
 		t.Error("dialog text in the logs")
 	}
 
-	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:05:05Z"}`)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:05:05Z"}`)
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Again.","version":"1"}`)), 409, errJSON("conflict", `version "1" already exists; omit version to take the next one`))
 
 	revoked := `{"APIKeyHash":"` + k.APIKeyHash + `","ClientID":"ward-1","Status":"revoked","Scopes":["infer"],"RateLimitPerMinute":2,"CreatedAt":"2026-01-02T03:04:05Z","RevokedAt":"2026-01-02T03:05:05Z","LastUsedAt":"2026-01-02T03:04:05Z"}`

@@ -35,6 +35,8 @@ type docData struct {
 	MaxContentChars      int
 	MaxProfileChars      int
 	MaxIDChars           int
+	PromptBudgetTokens   int
+	PromptBudgetChars    int
 	MaxCandidates        int
 	DefaultCandidates    int
 	DefaultTemperature   string
@@ -59,6 +61,7 @@ type docData struct {
 	APIKeyPrefix         string
 	MaxClientIDChars     int
 	MaxVersionChars      int
+	DefaultPromptVersion string
 
 	// Login and the bounds on what one client may spend.
 	OTPDigits             int
@@ -112,6 +115,8 @@ func (s *Server) docData() docData {
 		MaxContentChars:      l.MaxContentChars,
 		MaxProfileChars:      l.MaxProfileChars,
 		MaxIDChars:           l.MaxIDChars,
+		PromptBudgetTokens:   l.PromptBudgetTokens,
+		PromptBudgetChars:    l.PromptBudgetTokens * charsPerToken,
 		MaxCandidates:        l.MaxCandidates,
 		DefaultCandidates:    l.DefaultCandidates,
 		DefaultTemperature:   strconv.FormatFloat(l.DefaultTemperature, 'g', -1, 64),
@@ -136,6 +141,7 @@ func (s *Server) docData() docData {
 		APIKeyPrefix:         APIKeyPrefix,
 		MaxClientIDChars:     maxClientIDChars,
 		MaxVersionChars:      maxVersionChars,
+		DefaultPromptVersion: DefaultPromptVersion,
 
 		OTPDigits:             otpDigits,
 		TOTPDigits:            totpDigits,
@@ -194,6 +200,12 @@ func sci(x float64) string {
 	sup := strings.NewReplacer("-", "⁻", "0", "⁰", "1", "¹", "2", "²", "3", "³", "4", "⁴", "5", "⁵", "6", "⁶", "7", "⁷", "8", "⁸", "9", "⁹")
 	return m + " × 10" + sup.Replace(strconv.Itoa(n))
 }
+
+// charsPerToken is the rule of thumb the guide uses to turn the prompt's
+// token budget into characters: about 4 characters of English text a token
+// with the tokenizers of current instruct models (fewer for other
+// languages, so the guide says "about").
+const charsPerToken = 4
 
 // formatWindow renders a window as the shortest of "Nd", "Nh", "Nm" or a Go
 // duration.

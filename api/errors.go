@@ -16,6 +16,7 @@ import (
 // exactly one HTTP status, given by codeStatus.
 const (
 	CodeInvalidRequest       = "invalid_request"
+	CodePromptTooLong        = "prompt_too_long"
 	CodeUnauthorized         = "unauthorized"
 	CodeForbidden            = "forbidden"
 	CodeNotFound             = "not_found"
@@ -50,6 +51,7 @@ const StatusClientClosedRequest = 499
 // codeStatus is the one table from error code to HTTP status.
 var codeStatus = map[string]int{
 	CodeInvalidRequest:       http.StatusBadRequest,
+	CodePromptTooLong:        http.StatusBadRequest,
 	CodeUnauthorized:         http.StatusUnauthorized,
 	CodeForbidden:            http.StatusForbidden,
 	CodeNotFound:             http.StatusNotFound,

@@ -185,7 +185,6 @@ func (m *memStore) TouchKey(hash string, at time.Time) error {
 	}
 	k.LastUsedAt = at
 	m.keys[hash] = k
-	m.touches++
 	return nil
 }
 

@@ -291,8 +291,8 @@ func TestRememberAndUserAdmin(t *testing.T) {
 		t.Fatalf("outcomes: %d %s", rec.Code, rec.Body)
 	}
 	hv := secret.Hash("valid")
-	wantA := `{"messages":[{"role":"speaker","content":"` + partner + `"}],"reply":"reply 2 SECRET-REPLY","inference_id":"` + a + `","at":"2026-01-02T03:04:05Z","user":"` + p + `","api_key_hash":"` + hv + `","prompt_version":"0","outcome":"edited","chosen_rank":2,"spoken_chars":20,"keystrokes_saved":6}`
-	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.subject("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"0","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
+	wantA := `{"messages":[{"role":"speaker","content":"` + partner + `"}],"reply":"reply 2 SECRET-REPLY","inference_id":"` + a + `","at":"2026-01-02T03:04:05Z","user":"` + p + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"edited","chosen_rank":2,"spoken_chars":20,"keystrokes_saved":6}`
+	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.subject("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
 	if lines[0] != wantA || lines[1] != wantB {
 		t.Errorf("outcomes:\n got %s\n     %s\nwant %s\n     %s", lines[0], lines[1], wantA, wantB)
 	}
@@ -385,7 +385,7 @@ func TestStatsWithOutcomes(t *testing.T) {
 		st.ByKey[1].ClientID != "tablet-other" || *st.ByKey[1].AcceptanceRate != one {
 		t.Errorf("by_key: %+v", st.ByKey)
 	}
-	if len(st.ByPromptVersion) != 2 || st.ByPromptVersion[0].Version != "0" || st.ByPromptVersion[0].Inferences != 3 || *st.ByPromptVersion[0].AcceptanceRate != 0.5 ||
+	if len(st.ByPromptVersion) != 2 || st.ByPromptVersion[0].Version != "1" || st.ByPromptVersion[0].Inferences != 3 || *st.ByPromptVersion[0].AcceptanceRate != 0.5 ||
 		st.ByPromptVersion[1].Version != "2" || st.ByPromptVersion[1].Inferences != 1 || *st.ByPromptVersion[1].AcceptanceRate != one {
 		t.Errorf("by_prompt_version: %+v", st.ByPromptVersion)
 	}
@@ -395,8 +395,8 @@ func TestStatsWithOutcomes(t *testing.T) {
 
 	metrics := e.do(adminReq("GET", "/metrics", "")).Body.String()
 	for _, want := range []string{
-		`replyd_outcomes_total{outcome="spoken",prompt_version="0"} 1`,
-		`replyd_outcomes_total{outcome="none_fit",prompt_version="0"} 1`,
+		`replyd_outcomes_total{outcome="spoken",prompt_version="1"} 1`,
+		`replyd_outcomes_total{outcome="none_fit",prompt_version="1"} 1`,
 		`replyd_outcomes_total{outcome="edited",prompt_version="2"} 1`,
 		`replyd_keystrokes_saved_total 12`,
 		`replyd_time_to_choice_seconds_count 3`,

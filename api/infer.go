@@ -279,7 +279,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if err != nil {
 		return err
 	}
-	version := defaultPromptVersion
+	version := DefaultPromptVersion
 	req.SystemPrompt = DefaultSystemPrompt
 	if ok && p.Prompt != "" {
 		req.SystemPrompt, version = p.Prompt, p.Version
@@ -321,12 +321,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		if rank <= 0 {
 			rank = i + 1
 		}
-		lang := cand.Language
-		if lang == "" {
-			lang = req.Profile.Language
-		}
 		out.Response = append(out.Response, cand.Text)
-		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: lang})
+		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
 	}
 	if f.hasAudio {
 		t, ns := res.Transcript, res.NoSpeech
@@ -377,6 +373,8 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 		return &Error{Code: CodeSTTFailed, Message: "audio: speech-to-text failed", Err: err}
 	case engine.KindLLM:
 		return &Error{Code: CodeLLMFailed, Message: "reply generation failed", Err: err}
+	case engine.KindPromptTooLong:
+		return &Error{Code: CodePromptTooLong, Message: or("the texts of the request do not fit the language model's context"), Err: err}
 	case engine.KindOverloaded:
 		return &Error{Code: CodeOverloaded, Message: "the inference queue is full; retry shortly", RetryAfter: s.limits.OverloadedRetryAfter, Err: err}
 	case engine.KindNotReady:

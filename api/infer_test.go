@@ -188,7 +188,7 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
-		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2}}}, nil
+		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2, Language: "fr"}}}, nil
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","no_speech":false,"response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
@@ -223,6 +223,8 @@ func TestInferEngineErrors(t *testing.T) {
 		{"audio too long", engine.Errorf(engine.KindAudioTooLong, nil, "audio too long"), 413, errJSON("payload_too_large", "audio: the recording is longer than the limit of 2m0s"), "", "warn"},
 		{"stt", engine.Errorf(engine.KindSTT, fmt.Errorf("whisper: -3"), "speech-to-text failed"), 502, errJSON("stt_failed", "audio: speech-to-text failed"), "", "error"},
 		{"llm", engine.Errorf(engine.KindLLM, fmt.Errorf("llama: decode -1"), "reply generation failed"), 502, errJSON("llm_failed", "reply generation failed"), "", "error"},
+		{"prompt too long", engine.Errorf(engine.KindPromptTooLong, nil, "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), 400,
+			errJSON("prompt_too_long", "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), "", "warn"},
 		{"overloaded", engine.ErrOverloaded, 503, errJSON("overloaded", "the inference queue is full; retry shortly"), "2", "error"},
 		{"not ready", engine.Errorf(engine.KindNotReady, nil, "loading"), 503, errJSON("not_ready", "models are loading; retry shortly"), "5", "error"},
 		{"deadline", context.DeadlineExceeded, 503, errJSON("timeout", "the inference did not finish within 30s"), "2", "error"},
@@ -390,16 +392,24 @@ func TestRateLimitWindow(t *testing.T) {
 	}
 }
 
+// TestTouchKeyThrottled: every admitted call records its key's use through
+// Store.TouchKey, and the store (the one place the rule lives) writes
+// LastUsedAt at most once a minute: calls inside the minute leave it at the
+// first one's time.
 func TestTouchKeyThrottled(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
+	e, db := newBoltEnv(t)
+	key := e.addKeyTo(db, "valid", 0)
 	for i := 0; i < 5; i++ {
-		e.do(inferReq(t, "valid", payloadPart(simplePayload)))
+		e.do(inferReq(t, key, payloadPart(simplePayload)))
+		e.clock.Advance(time.Second)
+	}
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(t0) {
+		t.Errorf("LastUsedAt after 5 calls in a minute = %v, want the first call's %v", k.LastUsedAt, t0)
 	}
 	e.clock.Advance(time.Minute)
-	e.do(inferReq(t, "valid", payloadPart(simplePayload)))
-	if e.st.touches != 2 {
-		t.Errorf("TouchKey called %d times, want 2 (once a minute)", e.st.touches)
+	e.do(inferReq(t, key, payloadPart(simplePayload)))
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(e.clock.Now()) {
+		t.Errorf("LastUsedAt a minute later = %v, want %v", k.LastUsedAt, e.clock.Now())
 	}
 }
 

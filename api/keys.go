@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -39,6 +40,10 @@ type keyCreateResponse struct {
 	Scopes             []string  `json:"scopes"`
 	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
 	CreatedAt          time.Time `json:"created_at"`
+	// Warnings are additive: things the administrator should know about
+	// the key just created (an empty or duplicate client_id). The key is
+	// created either way.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // keyRecord is APIKeyRecord with its capitalised field names. RevokedAt and
@@ -92,6 +97,10 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	warnings, err := s.clientIDWarnings(k.ClientID)
+	if err != nil {
+		return err
+	}
 	key, hash, err := newAPIKey()
 	if err != nil {
 		return err
@@ -106,7 +115,9 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	}
 	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
 		k.Status, strings.Join(k.Scopes, ","), k.RateLimitPerMinute)
-	return c.JSON(http.StatusOK, toKeyCreateResponse(key, k))
+	resp := toKeyCreateResponse(key, k)
+	resp.Warnings = warnings
+	return c.JSON(http.StatusOK, resp)
 }
 
 // readKeySettings reads the optional APIKeyCreateRequest body of
@@ -174,6 +185,26 @@ func toKeyCreateResponse(key string, k store.APIKey) keyCreateResponse {
 		RateLimitPerMinute: k.RateLimitPerMinute,
 		CreatedAt:          k.CreatedAt.UTC(),
 	}
+}
+
+// clientIDWarnings says what is wrong with a new key's client_id without
+// refusing it: empty, or already the name of an active key (the logs and
+// statistics name keys by it, so two tablets would look like one).
+func (s *Server) clientIDWarnings(clientID string) ([]string, error) {
+	name := strings.TrimSpace(clientID)
+	if name == "" {
+		return []string{"client_id is empty: the key list, the logs and the statistics cannot tell this tablet from others; name it (e.g. tablet-ward-3) in a new key"}, nil
+	}
+	active, err := s.store.ListKeys(0, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range active {
+		if strings.EqualFold(strings.TrimSpace(k.ClientID), name) {
+			return []string{fmt.Sprintf("client_id %q is already the name of another active key (created %s): the logs and statistics will not tell the two apart", name, k.CreatedAt.UTC().Format(time.RFC3339))}, nil
+		}
+	}
+	return nil, nil
 }
 
 // handleListKeys serves GET /v1/admin/keys: newest first, limit

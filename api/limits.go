@@ -29,6 +29,12 @@ type Limits struct {
 	MaxProfileChars int
 	// MaxIDChars bounds user_id, dialog_id, step_id and language.
 	MaxIDChars int
+	// PromptBudgetTokens is how many tokens the system prompt, the profile
+	// fields and the last speaker message may take together in the language
+	// model's context (llm.PromptBudget of the configured context and reply
+	// cap). The guide states it; 0 means unknown (the guide then says so in
+	// words). The language model enforces it: 400 prompt_too_long.
+	PromptBudgetTokens int
 	// MaxCandidates is the largest accepted options.max_candidates;
 	// DefaultCandidates is used when it is omitted.
 	MaxCandidates     int

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,14 +12,17 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// logEntry is AdminLogEntry; status, latency_ms and node are additive;
-// status and latency_ms are omitted for admin actions.
+// logEntry is AdminLogEntry; status, latency_ms, client_id and node are
+// additive; status and latency_ms are omitted for admin actions; client_id is
+// present when resource_id is the hash of an API key (the key's ClientID,
+// possibly "").
 type logEntry struct {
 	Timestamp    time.Time `json:"timestamp"`
 	Level        string    `json:"level"`
 	Message      string    `json:"message"`
 	ResourceType string    `json:"resource_type"`
 	ResourceID   string    `json:"resource_id"`
+	ClientID     *string   `json:"client_id,omitempty"`
 	StreamName   string    `json:"stream_name"`
 	Status       int       `json:"status,omitempty"`
 	LatencyMS    int64     `json:"latency_ms,omitempty"`
@@ -52,10 +56,11 @@ func parseDuration(v string) (time.Duration, bool) {
 	return d, err == nil
 }
 
-// window resolves the since and window query parameters: since (RFC 3339,
-// not in the future) wins over window; window is a duration between 1 s and
-// MaxWindow; DefaultWindow when both are absent. It returns the start and the
-// window length in whole seconds.
+// window resolves the since and window query parameters: since (RFC 3339)
+// wins over window; window is a duration between 1 s and MaxWindow;
+// DefaultWindow when both are absent. It returns the start and the window
+// length in whole seconds. A since in the future is a window of 0 seconds
+// that holds nothing (tablets' and boxes' clocks disagree): not an error.
 func (s *Server) window(c echo.Context) (time.Time, int64, error) {
 	return s.windowAt(c, s.now().UTC())
 }
@@ -70,7 +75,7 @@ func (s *Server) windowAt(c echo.Context, now time.Time) (time.Time, int64, erro
 			return time.Time{}, 0, badRequest("since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		}
 		if t.After(now) {
-			return time.Time{}, 0, badRequest("since is in the future")
+			return t.UTC(), 0, nil
 		}
 		return t.UTC(), int64(now.Sub(t) / time.Second), nil
 	}
@@ -132,6 +137,10 @@ func (s *Server) handleLogs(c echo.Context) error {
 		return err
 	}
 	out := logsResponse{Items: make([]logEntry, 0, len(entries)), Since: since, WindowSeconds: secs}
+	clients, err := s.clientIDs(entries)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
 		out.Items = append(out.Items, logEntry{
 			Timestamp:    e.Timestamp.UTC(),
@@ -139,6 +148,7 @@ func (s *Server) handleLogs(c echo.Context) error {
 			Message:      e.Message,
 			ResourceType: e.ResourceType,
 			ResourceID:   e.ResourceID,
+			ClientID:     clients[e.ResourceID],
 			StreamName:   e.StreamName,
 			Status:       e.Status,
 			LatencyMS:    e.LatencyMS,
@@ -147,4 +157,29 @@ func (s *Server) handleLogs(c echo.Context) error {
 	}
 	out.Count = len(out.Items)
 	return c.JSON(http.StatusOK, out)
+}
+
+// clientIDs looks up the ClientID of every API key the entries name by hash
+// (one store read per distinct key). Keys are never deleted, so each hash a
+// log entry names resolves; a hash that does not is left without client_id.
+func (s *Server) clientIDs(entries []store.LogEntry) (map[string]*string, error) {
+	out := map[string]*string{}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		h := e.ResourceID
+		if seen[h] || !isKeyHash(h) {
+			continue
+		}
+		seen[h] = true
+		k, err := s.store.GetKey(h)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		id := k.ClientID
+		out[h] = &id
+	}
+	return out, nil
 }

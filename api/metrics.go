@@ -2,8 +2,12 @@ package api
 
 import (
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,7 +38,7 @@ type metrics struct {
 	examples            prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
+func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replyd_http_requests_total",
@@ -110,9 +114,53 @@ func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replyd_inference_queue_depth",
 			Help: "Requests waiting for the language model.",
-		}, func() float64 { return float64(health.QueueDepth()) }))
+		}, func() float64 { return float64(health.QueueDepth()) }), engineCollector{health: health, version: version})
 	}
 	return m
+}
+
+// engineCollector reads the engines' state at every scrape: readiness, the
+// speech queue's depth and the build_info series.
+type engineCollector struct {
+	health  HealthSource
+	version string
+}
+
+var (
+	engineReadyDesc = prometheus.NewDesc("replyd_engine_ready",
+		"1 when the engine's model is loaded and serving, 0 while it loads or after it failed.", []string{"engine"}, nil)
+	speechQueueDesc = prometheus.NewDesc("replyd_speech_queue_depth",
+		"Recordings waiting for or in speech-to-text.", nil, nil)
+	buildInfoDesc = prometheus.NewDesc("replyd_build_info",
+		"Always 1: replyd's version, the model files in use (names, not paths) and whether a generated demo model is one of them.",
+		[]string{"version", "llm_model", "whisper_model", "demo"}, nil)
+)
+
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- engineReadyDesc
+	ch <- speechQueueDesc
+	ch <- buildInfoDesc
+}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	var llmModel, sttModel string
+	demo, sttDepth := false, 0
+	for _, e := range c.health.Engines() {
+		ready := 0.0
+		if e.Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(engineReadyDesc, prometheus.GaugeValue, ready, e.Name)
+		demo = demo || e.Demo
+		switch e.Name {
+		case "llm":
+			llmModel = filepath.Base(e.Model)
+		case "stt":
+			sttModel, sttDepth = filepath.Base(e.Model), e.QueueSize
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(speechQueueDesc, prometheus.GaugeValue, float64(sttDepth))
+	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1, c.version, llmModel, sttModel, strconv.FormatBool(demo))
 }
 
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
@@ -148,6 +196,22 @@ func (m *metrics) observeInference(res engine.Result) {
 	}
 	if res.GenTokens > 0 && t.Generation > 0 {
 		m.tokensPerS.WithLabelValues("generation").Observe(float64(res.GenTokens) / t.Generation.Seconds())
+	}
+}
+
+// metricsBearer lets Prometheus authenticate its scrapes the standard way,
+// Authorization: Bearer <admin key>: on /metrics only, and only when no
+// admin header is sent, the bearer token is checked as X-ADMIN-KEY by
+// adminAuth (which runs next).
+func metricsBearer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		if h.Get(HeaderAdminKey) == "" && h.Get(HeaderAdminSession) == "" {
+			if tok, ok := strings.CutPrefix(h.Get(echo.HeaderAuthorization), "Bearer "); ok && strings.TrimSpace(tok) != "" {
+				h.Set(HeaderAdminKey, strings.TrimSpace(tok))
+			}
+		}
+		return next(c)
 	}
 }
 

@@ -346,6 +346,9 @@ func (s *Server) handleBackup(c echo.Context) error {
 	h.Set(echo.HeaderContentType, "application/octet-stream")
 	h.Set(echo.HeaderContentDisposition, fmt.Sprintf("attachment; filename=%q", name))
 	h.Set("Cache-Control", "no-store")
+	if c.Request().Method == http.MethodHead {
+		return c.NoContent(http.StatusOK) // no copy made, none logged
+	}
 	// The first Write commits status 200; a failure before it is answered
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())

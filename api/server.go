@@ -195,7 +195,7 @@ func New(o Options) *Server {
 	s.uploads = &uploadBudget{avail: s.limits.UploadMemoryBytes}
 	s.inflight = &keyInflight{n: map[string]int{}}
 	s.reg = prometheus.NewRegistry()
-	s.metrics = newMetrics(s.reg, s.health)
+	s.metrics = newMetrics(s.reg, s.health, s.version)
 
 	var err error
 	if s.clientMD, err = renderDoc("client.md", clientMDTemplate, s.docData()); err != nil {
@@ -223,18 +223,21 @@ func New(o Options) *Server {
 }
 
 // routes registers every route. The OpenAPI test walks e.Routes() and checks
-// that each one is documented.
+// that each one is documented. Every GET route also answers HEAD (get), and
+// no route group carries middleware: Echo answers a wrong method on a group
+// with middleware 404 through the group's catch-all, while a route's own
+// middleware keeps the router's 405 with Allow.
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
-	e.GET("/healthz", s.handleHealthz)
-	e.GET("/client.md", s.handleClientMD)
-	e.GET("/openapi.yaml", s.handleOpenAPI)
-	e.GET("/", s.handleRoot)
-	e.GET("/admin", s.handleRoot)
-	e.GET("/admin/*", s.handleAdminPage)
-	e.GET("/app", s.handleAppRedirect)
-	e.GET("/app/*", s.handleAppPage)
-	e.GET("/tls/ca.pem", s.handleCACert)
-	e.GET("/tls/cert.pem", s.handleServerCert)
+	get(e, "/healthz", s.handleHealthz)
+	get(e, "/client.md", s.handleClientMD)
+	get(e, "/openapi.yaml", s.handleOpenAPI)
+	get(e, "/", s.handleRoot)
+	get(e, "/admin", s.handleRoot)
+	get(e, "/admin/*", s.handleAdminPage)
+	get(e, "/app", s.handleAppRedirect)
+	get(e, "/app/*", s.handleAppPage)
+	get(e, "/tls/ca.pem", s.handleCACert)
+	get(e, "/tls/cert.pem", s.handleServerCert)
 
 	// The routes a tablet calls; browser clients on the origins listed in
 	// REPLYD_CORS_ORIGINS may call them too.
@@ -246,29 +249,36 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
 	e.POST("/v1/admin/otp/verify", s.handleOTPVerify)
 
-	a := e.Group("/v1/admin", s.adminAuth)
-	a.DELETE("/session", s.handleLogout)
-	a.GET("/status", s.handleStatus)
-	a.GET("/stats", s.handleStats)
-	a.GET("/logs", s.handleLogs)
-	a.GET("/keys", s.handleListKeys)
-	a.POST("/keys", s.handleCreateKey)
-	a.DELETE("/keys/:api_key_hash", s.handleRevokeKey)
-	a.POST("/pairings", s.handleCreatePairing)
-	a.GET("/system-prompt", s.handleGetPrompt)
-	a.POST("/system-prompt", s.handleSetPrompt)
-	a.GET("/system-prompt/history", s.handlePromptHistory)
-	a.GET("/backup", s.handleBackup)
-	a.GET("/outcomes", s.handleOutcomesExport)
-	a.GET("/users", s.handleListUsers)
-	a.GET("/users/:user/pairs", s.handleUserPairs)
-	a.DELETE("/users/:user", s.handleDeleteUser)
-	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
-	a.POST("/totp/enroll", s.handleTOTPEnroll)
+	const a = "/v1/admin"
+	e.DELETE(a+"/session", s.handleLogout, s.adminAuth)
+	get(e, a+"/status", s.handleStatus, s.adminAuth)
+	get(e, a+"/stats", s.handleStats, s.adminAuth)
+	get(e, a+"/logs", s.handleLogs, s.adminAuth)
+	get(e, a+"/keys", s.handleListKeys, s.adminAuth)
+	e.POST(a+"/keys", s.handleCreateKey, s.adminAuth)
+	e.DELETE(a+"/keys/:api_key_hash", s.handleRevokeKey, s.adminAuth)
+	e.POST(a+"/pairings", s.handleCreatePairing, s.adminAuth)
+	get(e, a+"/system-prompt", s.handleGetPrompt, s.adminAuth)
+	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
+	get(e, a+"/system-prompt/history", s.handlePromptHistory, s.adminAuth)
+	get(e, a+"/backup", s.handleBackup, s.adminAuth)
+	get(e, a+"/outcomes", s.handleOutcomesExport, s.adminAuth)
+	get(e, a+"/users", s.handleListUsers, s.adminAuth)
+	get(e, a+"/users/:user/pairs", s.handleUserPairs, s.adminAuth)
+	e.DELETE(a+"/users/:user", s.handleDeleteUser, s.adminAuth)
+	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
+	e.POST(a+"/totp/enroll", s.handleTOTPEnroll, s.adminAuth)
 
 	if !metricsPublic {
-		e.GET("/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
+		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)
 	}
+}
+
+// get registers h for GET and HEAD. net/http sends no body for HEAD, so
+// the handler answers both alike.
+func get(e *echo.Echo, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	e.GET(path, h, m...)
+	e.HEAD(path, h, m...)
 }
 
 // Handler returns the http.Handler serving every route (the Echo instance).

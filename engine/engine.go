@@ -65,12 +65,18 @@ type Request struct {
 	AudioContentType string
 }
 
+// LanguageUnknown is a candidate's Language when neither the payload nor
+// the recording told the reply's language: BCP 47's "und" (undetermined).
+const LanguageUnknown = "und"
+
 // Candidate is one suggested reply: the spec's AnswerCandidate plus the score
 // it was ranked by.
 type Candidate struct {
-	Text     string
-	Rank     int // 1 = best
-	Length   int // tokens generated
+	Text   string
+	Rank   int // 1 = best
+	Length int // tokens generated
+	// Language is the language the reply was asked in; the pipeline sets
+	// it (see Pipeline.Infer), engines leave it empty.
 	Language string
 	// MeanLogProb is the mean token log-probability the ranking used.
 	MeanLogProb float64

@@ -145,12 +145,15 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		return res, wrapEngineErr(err, KindLLM, "reply generation failed")
 	}
 	res.Candidates = gen.Candidates
-	// A candidate's language is the one the reply was asked in: the payload's
-	// language, else the language the recording was transcribed in.
+	// This is the one place a candidate's language is set: the language the
+	// reply was asked in, that is the payload's language, else the language
+	// the recording was transcribed in, else LanguageUnknown.
+	lang := profile.Language
+	if lang == "" {
+		lang = LanguageUnknown
+	}
 	for i := range res.Candidates {
-		if res.Candidates[i].Language == "" {
-			res.Candidates[i].Language = profile.Language
-		}
+		res.Candidates[i].Language = lang
 	}
 	return res, nil
 }

@@ -33,7 +33,8 @@ const (
 	ChannelGotify   = "gotify"
 )
 
-// Environment variables FromEnv reads; errors from Validate name them.
+// The environment variables of the settings: cmd/replyd reads them (its
+// option table uses these names), errors from Validate name them.
 const (
 	EnvChannel        = "REPLYD_OTP_CHANNEL"
 	EnvWebhookURL     = "REPLYD_OTP_WEBHOOK_URL"
@@ -69,7 +70,7 @@ type Notifier interface {
 }
 
 // Config selects and configures the channel. cmd/replyd fills it from flags
-// and the REPLYD_* variables (FromEnv reads the latter).
+// and the REPLYD_* variables named by the Env… constants.
 type Config struct {
 	// Channel is one of the Channel… names; empty means console.
 	Channel string
@@ -99,22 +100,6 @@ type Config struct {
 	// does not follow redirects (a redirect is reported as an error, so a
 	// token never travels to a host that was not configured).
 	HTTPClient *http.Client
-}
-
-// FromEnv returns the Config described by the REPLYD_* variables that
-// getenv (os.Getenv in production) reports. It does not validate.
-func FromEnv(getenv func(string) string) Config {
-	return Config{
-		Channel:        getenv(EnvChannel),
-		WebhookURL:     getenv(EnvWebhookURL),
-		TelegramToken:  getenv(EnvTelegramToken),
-		TelegramChatID: getenv(EnvTelegramChatID),
-		TelegramAPIURL: getenv(EnvTelegramAPIURL),
-		NtfyURL:        getenv(EnvNtfyURL),
-		NtfyToken:      getenv(EnvNtfyToken),
-		GotifyURL:      getenv(EnvGotifyURL),
-		GotifyToken:    getenv(EnvGotifyToken),
-	}
 }
 
 // Validate reports, wrapping ErrConfig, an unknown channel or a missing or

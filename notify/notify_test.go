@@ -344,19 +344,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestFromEnv(t *testing.T) {
-	env := map[string]string{
-		EnvChannel: "gotify", EnvWebhookURL: "w", EnvTelegramToken: "tt", EnvTelegramChatID: "tc",
-		EnvTelegramAPIURL: "ta", EnvNtfyURL: "nu", EnvNtfyToken: "nt", EnvGotifyURL: "gu", EnvGotifyToken: "gt",
-	}
-	got := FromEnv(func(k string) string { return env[k] })
-	want := Config{Channel: "gotify", WebhookURL: "w", TelegramToken: "tt", TelegramChatID: "tc", TelegramAPIURL: "ta",
-		NtfyURL: "nu", NtfyToken: "nt", GotifyURL: "gu", GotifyToken: "gt"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("FromEnv (-want +got):\n%s", diff)
-	}
-}
-
 func TestConsoleFile(t *testing.T) {
 	var buf bytes.Buffer
 	file := filepath.Join(t.TempDir(), "otp-code.txt")

@@ -4,6 +4,9 @@
 #   sudo scripts/install.sh [--bin bin/replyd] [--models DIR] [--addr :8080] [--no-start] [--dry-run]
 #
 # What it does, every step safe to repeat:
+#   0. installs ffmpeg with apt-get when it is missing (replyd decodes M4A/AAC
+#      recordings, what iPads send, through it); when it cannot, it says at
+#      the end that M4A uploads are unavailable (415) until ffmpeg is there;
 #   1. creates the system user and group `replyd` (no login, no home);
 #   2. installs the binary to /usr/local/bin/replyd;
 #   3. creates /var/lib/replyd (0750, replyd:replyd) for the bbolt file and
@@ -74,7 +77,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -155,6 +158,23 @@ fi
 existing_addr="$(env_value REPLYD_ADDR)"
 addr="${addr:-${existing_addr:-:8080}}"
 port="$(port_of "$addr")"
+
+# ---- 0. ffmpeg (M4A/AAC uploads) -------------------------------------------------
+m4a_note=""
+if command -v ffmpeg >/dev/null 2>&1; then
+	say "ffmpeg found: M4A/AAC uploads are decoded"
+elif command -v apt-get >/dev/null 2>&1; then
+	say "ffmpeg is missing: installing it for M4A/AAC uploads (iPads)"
+	if ! run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; then
+		# Stale package lists are the usual cause; without a reachable
+		# package source both fail and the install goes on without it.
+		if ! { run apt-get update -qq && run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; }; then
+			m4a_note="apt-get could not install ffmpeg (no package source reachable?)"
+		fi
+	fi
+else
+	m4a_note="ffmpeg is not installed and this system has no apt-get"
+fi
 
 # ---- 1. user ----------------------------------------------------------------
 if getent passwd replyd >/dev/null 2>&1; then
@@ -283,8 +303,17 @@ elif [ -f "$DROPIN" ] || [ "$dry_run" -eq 1 ]; then
 fi
 run systemctl daemon-reload
 
+# m4a_report: the end of every run says whether M4A uploads work.
+m4a_report() {
+	if [ -n "$m4a_note" ]; then
+		echo "  M4A/AAC uploads (iPads) are UNAVAILABLE: $m4a_note."
+		echo "  They are answered 415 until ffmpeg is installed (apt-get install ffmpeg); other formats work."
+	fi
+}
+
 if [ "$start" -eq 0 ]; then
 	say "installed; not started (--no-start). Start with: systemctl enable --now replyd"
+	m4a_report
 	exit 0
 fi
 
@@ -301,6 +330,7 @@ if [ "$dry_run" -eq 1 ]; then
 	echo "+ wait up to ${HEALTH_WAIT_S}s for GET /healthz on 127.0.0.1:$port (https, then http)"
 	echo "+ journalctl -u replyd | grep 'REPLYD ADMIN KEY:'  # printed once, at first start"
 	echo "+ print https://<this machine's address>:$port/admin/"
+	m4a_report
 	exit 0
 fi
 
@@ -348,3 +378,4 @@ else
 	echo "  Admin key:  not in the journal any more (it is printed once, at first start)."
 	echo "  Reset it:   systemctl stop replyd && sudo -u replyd REPLYD_DATA_DIR=$DATA_DIR $BIN_DST admin-key --reset && systemctl start replyd"
 fi
+m4a_report

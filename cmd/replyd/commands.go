@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	model := fs.String("model", DefaultWhisperModel, "ggml Whisper model file")
 	lang := fs.String("language", "", "language code (e.g. en, de); empty: detect (multilingual models)")
-	threads := fs.Int("threads", defaultThreads()+1, "CPU threads")
+	threads := fs.Int("threads", runtime.NumCPU(), "CPU threads")
 	asJSON := fs.Bool("json", false, "print JSON with token ids and stage timings")
 	maxAudio := fs.Duration("max-audio", 30*time.Minute, "longest accepted recording")
 	vadModel := fs.String("vad-model", DefaultVADModel, "Silero VAD v5 ONNX file: transcribe only the speech")

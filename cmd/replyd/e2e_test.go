@@ -46,7 +46,7 @@ func startReplyd(t *testing.T, env map[string]string) *testutil.Replyd {
 func inferRequest(apiKey, payload string, wav []byte) replydproc.Request {
 	ct, body := replydproc.InferForm([]byte(payload), wav)
 	return replydproc.Request{Method: "POST", Path: "/v1/infer", Header: map[string]string{"X-API-KEY": apiKey},
-		Body: body, ContentType: ct, Timeout: 2 * time.Minute}
+		Body: body, ContentType: ct, Timeout: 6 * time.Minute}
 }
 
 // testWAV returns a recording: the jfk clip of the shared data when present,
@@ -78,6 +78,10 @@ func demoEnv(t *testing.T, adminKey string) (string, map[string]string) {
 		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
 		"REPLYD_THREADS":       "1",
 		"REPLYD_LLM_CONTEXT":   "2048",
+		// Functional tests, not speed tests: under the race detector on a
+		// busy machine an 11 s recording can take longer than the 30 s
+		// default deadline.
+		"REPLYD_INFER_TIMEOUT": "5m",
 	}
 }
 
@@ -102,6 +106,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if r := p.Call(replydproc.Request{Method: "GET", Path: "/client.md"}); r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/markdown") || !bytes.Contains(r.Body, []byte("/v1/infer")) {
 		t.Fatalf("client.md: %d %q", r.Status, r.Header.Get("Content-Type"))
+	} else if !bytes.Contains(r.Body, []byte("1999 tokens")) { // 2048 context - 48 reply tokens - 1
+		t.Errorf("client.md does not state the prompt budget of this configuration (1999 tokens)")
+	}
+	if r := p.Call(replydproc.Request{Method: "HEAD", Path: "/healthz"}); r.Status != 200 || len(r.Body) != 0 {
+		t.Fatalf("HEAD /healthz: %d, %d bytes", r.Status, len(r.Body))
 	}
 
 	// A key, shown once.
@@ -154,11 +163,29 @@ func TestEndToEnd(t *testing.T) {
 	}
 	session := map[string]string{"X-ADMIN-SESSION": token}
 
+	// The built-in prompt is version "1", as the OpenAPI file says.
+	if pr := p.JSON("GET", "/v1/admin/system-prompt", session, nil, 200); pr["version"] != "1" {
+		t.Fatalf("built-in prompt: %v", pr)
+	}
+	if r := p.Call(replydproc.Request{Path: "/openapi.yaml"}); !bytes.Contains(r.Body, []byte(`built-in prompt as version "1"`)) {
+		t.Errorf("openapi.yaml does not say the built-in prompt is version \"1\"")
+	}
+
+	// Fields each within their limit but together too long for the model:
+	// a permanent 400 naming them, not a 502 to retry.
+	long := strings.Repeat("Retired teacher who loves gardening. ", 200)[:7000]
+	payload, _ := json.Marshal(map[string]any{"disabled_person_biography": long, "persona": long, "user_profile": long,
+		"messages": []map[string]string{{"role": "speaker", "content": "Tea?"}}})
+	if r := p.Call(inferRequest(apiKey, string(payload), nil)); r.Status != 400 || !bytes.Contains(r.Body, []byte(`"error":"prompt_too_long"`)) ||
+		!bytes.Contains(r.Body, []byte("persona")) || bytes.Contains(r.Body, []byte("gardening")) {
+		t.Fatalf("texts over the combined budget: %d %s", r.Status, r.Body)
+	}
+
 	// A new prompt version.
 	p.JSON("POST", "/v1/admin/system-prompt", session, map[string]string{"prompt": "Reply as me, briefly and warmly."}, 200)
 	logs := p.JSON("GET", "/v1/admin/logs?window=1h", session, nil, 200)
 	nLogs := int(logs["count"].(float64))
-	if nLogs < 5 { // key created, 2 infers, login ok, prompt changed
+	if nLogs < 6 { // key created, 3 infers, login ok, prompt changed
 		t.Fatalf("logs before restart: %v", logs)
 	}
 
@@ -179,7 +206,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("logs after restart: %d < %d", int(logs2["count"].(float64)), nLogs)
 	}
 	stats := p.JSON("GET", "/v1/admin/stats?window=1h", admin, nil, 200)
-	if stats["total_requests"] != float64(2) || stats["active_users"] != float64(1) {
+	if stats["total_requests"] != float64(3) || stats["active_users"] != float64(1) {
 		t.Fatalf("stats after restart: %v", stats)
 	}
 	if r := p.Call(inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Still there?"}]}`, nil)); r.Status != 200 {

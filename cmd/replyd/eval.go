@@ -86,7 +86,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	n := fs.Int("n", 4, "candidates per dialog (1 to 8)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	model := fs.String("llm-model", envOr("REPLYD_LLM_MODEL", DefaultLLMModel), "GGUF language model (env REPLYD_LLM_MODEL; default: the demo model)")
-	threads := fs.Int("threads", defaultThreads(), "language-model threads")
+	threads := fs.Int("threads", llm.DefaultThreads(), "language-model threads")
 	contextTokens := fs.Int("context", 2048, "context tokens per sequence")
 	seed := fs.Uint("seed", 1, "base sampling seed (dialog i uses seed+i): runs are repeatable")
 	temperature := fs.Float64("temperature", api.DefaultLimits().DefaultTemperature, "sampling temperature")

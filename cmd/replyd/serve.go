@@ -14,11 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/mattn/go-isatty"
 
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
@@ -63,14 +65,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
 	}
-	if _, ok, err := db.CurrentPrompt(); err != nil {
-		return fmt.Errorf("reading the system prompt: %w", err)
-	} else if !ok {
-		// ErrExists: another box starting on the same database saved it.
-		err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()})
-		if err != nil && !errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("saving the default system prompt: %w", err)
-		}
+	if _, err := api.SeedDefaultPrompt(db, time.Now()); err != nil {
+		return fmt.Errorf("saving the built-in system prompt: %w", err)
 	}
 
 	s.warnIfNearlyFull()
@@ -133,6 +129,7 @@ func (s *Server) Run(ctx context.Context) error {
 	limits.MaxAudio = cfg.MaxAudio
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
+	limits.PromptBudgetTokens = llm.PromptBudget(cfg.ContextPerSeq, cfg.MaxReplyTokens)
 	limits.OTPTTL = cfg.OTPTTL
 	limits.OTPResendInterval = cfg.OTPResendInterval
 	limits.MinFreeBytes = int64(cfg.MinFreeMB) << 20
@@ -214,14 +211,26 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(s.bg)
 		s.housekeeping(bgctx)
 	}()
+	notifySystemd(s.log, "STATUS=loading the models")
 	go func() {
 		if err := s.eng.load(cfg, s.log); err != nil {
 			s.fatal <- err
 			return
 		}
 		s.log.Info("replyd ready")
+		// Under systemd (Type=notify) the unit becomes active only now,
+		// when /healthz answers 200.
+		notifySystemd(s.log, daemon.SdNotifyReady+"\nSTATUS=serving")
 	}()
 	return nil
+}
+
+// notifySystemd sends state to the service manager when replyd runs under
+// systemd with Type=notify ($NOTIFY_SOCKET set); elsewhere it does nothing.
+func notifySystemd(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("notifying systemd failed", "error", err.Error())
+	}
 }
 
 // Wait blocks until ctx ends (a signal) or a fatal error happens.
@@ -238,6 +247,7 @@ func (s *Server) Wait(ctx context.Context) error {
 // within the grace period, stop the background jobs, release the engines and
 // close the store (which flushes batched log writes).
 func (s *Server) Close() error {
+	notifySystemd(s.log, daemon.SdNotifyStopping)
 	var errs []error
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)

@@ -26,6 +26,10 @@ import (
 	"github.com/replyd/replyd/engine"
 )
 
+// DefaultThreads is Options.Threads when zero: cores-1, at least 1, so one
+// core stays free for the HTTP server and speech-to-text.
+func DefaultThreads() int { return max(runtime.NumCPU()-1, 1) }
+
 // Defaults applied by Open to zero Options fields.
 const (
 	DefaultContextPerSeq  = 4096
@@ -56,7 +60,7 @@ const (
 type Options struct {
 	ModelPath      string
 	ContextPerSeq  int    // tokens per sequence, default 4096
-	Threads        int    // default runtime.NumCPU()-1, min 1
+	Threads        int    // default DefaultThreads()
 	GPULayers      int    // -1 = all layers when a GPU backend is present; 0 on CPU
 	Seed           uint32 // base seed; 0 = random per request unless the request has a seed
 	QueueSize      int    // default 16
@@ -137,7 +141,7 @@ func Open(opts Options) (*Engine, error) {
 		opts.ContextPerSeq = DefaultContextPerSeq
 	}
 	if opts.Threads <= 0 {
-		opts.Threads = max(runtime.NumCPU()-1, 1)
+		opts.Threads = DefaultThreads()
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
@@ -528,7 +532,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	rankCandidates(out)
 	for i, c := range out {
 		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, Language: req.Profile.Language, MeanLogProb: c.mean(),
+			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
 		})
 	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
@@ -544,7 +548,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 // examples). Then it adds as many of the examples as fit in that budget
 // (see exampleFits), recording how many and their tokens in gen.
 func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation) ([]int, error) {
-	budget := e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1
+	budget := PromptBudget(e.opts.ContextPerSeq, e.opts.MaxReplyTokens)
 	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
 	if len(examples) > 0 {
 		budget -= ExampleTokenBudget
@@ -564,9 +568,11 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 	})
 	if err != nil {
 		if errors.Is(err, errPromptTooLong) {
-			return nil, engine.Errorf(engine.KindLLM, err, "the prompt does not fit in %d tokens", budget)
+			return nil, promptTooLong(req, len(tokens), budget, e.countTokens)
 		}
-		return nil, engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
+		// The model's chat template cannot be rendered: no request will
+		// succeed, so this is not advertised as retryable.
+		return nil, engine.Errorf(engine.KindInternal, err, "cannot render the prompt with the model's chat template")
 	}
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
@@ -585,6 +591,19 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 		}
 	}
 	return tokens, nil
+}
+
+// countTokens returns how many tokens text is (0 when it cannot be
+// tokenized), for the sizes promptTooLong reports.
+func (e *Engine) countTokens(text string) int {
+	if strings.TrimSpace(text) == "" {
+		return 0
+	}
+	toks, err := e.model.Tokenize(text, false, true)
+	if err != nil {
+		return 0
+	}
+	return len(toks)
 }
 
 // evalPrompt makes sequence seq hold tokens, keeping its first reuse

@@ -311,8 +311,8 @@ func TestGenerateDistinctCandidates(t *testing.T) {
 			t.Errorf("candidate %d %q is empty or a duplicate", i, c.Text)
 		}
 		seen[k] = true
-		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "en" {
-			t.Errorf("candidate %d: rank %d length %d language %q", i, c.Rank, c.Length, c.Language)
+		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "" {
+			t.Errorf("candidate %d: rank %d length %d language %q (the pipeline sets the language)", i, c.Rank, c.Length, c.Language)
 		}
 		if math.IsNaN(c.MeanLogProb) || c.MeanLogProb > 0 {
 			t.Errorf("candidate %d: mean log-probability %v", i, c.MeanLogProb)
@@ -477,9 +477,11 @@ func TestQueueOverflowAndLeaving(t *testing.T) {
 	waitCtx, leave := context.WithCancel(context.Background())
 	second := make(chan error, 1)
 	go func() { _, err := e.Generate(waitCtx, request(2, 1)); second <- err }()
-	for e.QueueDepth() != 2 {
+	for deadline := time.Now().Add(time.Minute); e.QueueDepth() != 2; waitForOwner() {
 		// Wait until the second request is queued.
-		waitForOwner()
+		if time.Now().After(deadline) {
+			t.Fatalf("the second request was not queued within a minute (queue depth %d)", e.QueueDepth())
+		}
 	}
 	if _, err := e.Generate(context.Background(), request(2, 1)); !errors.Is(err, engine.ErrOverloaded) {
 		t.Fatalf("third request: err = %v, want ErrOverloaded", err)
@@ -553,9 +555,52 @@ func TestLongDialogDropsOldestTurns(t *testing.T) {
 		t.Errorf("prompt %d tokens (budget %d), %d candidates", g.PromptTokens, budget, len(g.Candidates))
 	}
 	req.SystemPrompt = strings.Repeat("Be kind. ", 100)
-	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindLLM {
-		t.Errorf("a system prompt longer than the context: err = %v, want KindLLM", err)
+	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindPromptTooLong {
+		t.Errorf("a system prompt longer than the context: err = %v, want KindPromptTooLong", err)
 	}
+}
+
+// TestPromptTooLongNamesFields: profile fields that together (not each)
+// overflow the context give KindPromptTooLong, a permanent client error
+// whose message names the fields with their sizes in tokens, largest first,
+// and quotes none of their text.
+func TestPromptTooLongNamesFields(t *testing.T) {
+	const ctxPerSeq, replyTokens = 256, 8
+	e := openDemo(t, Options{ContextPerSeq: ctxPerSeq, MaxReplyTokens: replyTokens, PrefixCacheMiB: 1})
+	req := request(2, 4)
+	req.Profile.Biography = strings.Repeat("Sam taught chemistry for thirty years. ", 4)
+	req.Profile.Persona = strings.Repeat("Dry humour, short answers, loves puns. ", 8)
+	req.Profile.UserProfile = ""
+	_, err := e.Generate(context.Background(), req)
+	if engine.KindOf(err) != engine.KindPromptTooLong {
+		t.Fatalf("err = %v, want KindPromptTooLong", err)
+	}
+	var ee *engine.Error
+	if !errors.As(err, &ee) {
+		t.Fatalf("%T is not an *engine.Error", err)
+	}
+	budget := PromptBudget(ctxPerSeq, replyTokens)
+	msg := ee.Message
+	t.Log(msg)
+	for _, want := range []string{fmt.Sprintf("fits %d:", budget), "persona ", "disabled_person_biography ", "the last speaker message ", "the system prompt (set by the administrator) "} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "user_profile") {
+		t.Errorf("message names the empty user_profile: %s", msg)
+	}
+	if strings.Index(msg, "persona ") > strings.Index(msg, "disabled_person_biography ") {
+		t.Errorf("the larger persona is not named first: %s", msg)
+	}
+	for _, text := range []string{"chemistry", "puns", "Sam"} {
+		if strings.Contains(msg, text) {
+			t.Errorf("message quotes the request's text %q: %s", text, msg)
+		}
+	}
+	// A shorter persona fits: the sizes were the cause.
+	req.Profile.Persona = "dry humour"
+	mustGenerate(t, e, req)
 }
 
 func TestCloseRejects(t *testing.T) {

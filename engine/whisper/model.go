@@ -7,6 +7,20 @@
 // token through an int8 copy of an F16 or F32 token embedding with proven
 // error bounds, exactly as the full product would (shadow.go). A *Model
 // implements engine.Transcriber.
+//
+// Why replyd carries its own Whisper instead of linking whisper.cpp:
+// whisper.cpp's Go binding (github.com/ggerganov/whisper.cpp/bindings/go)
+// only wraps libwhisper, libggml, libggml-base and libggml-cpu, which must be
+// built separately from whisper.cpp's C++ sources (its module zip holds the
+// binding alone), so `go build` could no longer make replyd from a clone and
+// the Go module proxy; and those libraries bring a ggml of their own, while
+// llama.cpp, compiled in from the ollama module, brings another version of
+// the same ggml symbols: two in one binary collide at link time or, worse,
+// silently at run time. Whisper's inference is small (a mel spectrogram, a
+// transformer encoder and decoder, greedy search), so this package
+// implements it on OpenBLAS, reads whisper.cpp's model files unchanged, and
+// is held to whisper.cpp's own numbers by the conformance tests
+// (../shared/testdata/whisper, computed by whisper.cpp).
 package whisper
 
 import (

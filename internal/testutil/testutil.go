@@ -3,8 +3,11 @@ package testutil
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +86,27 @@ func (in *OTPInbox) Next(t testing.TB, n int) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no OTP code #%d reached the webhook", n)
+	return ""
+}
+
+// Tool returns the path of an external program a test needs (a linter, an
+// analyzer): the first of paths that exists, else name on $PATH. Without it
+// the test skips, saying so, or fails when REPLYD_REQUIRE_TOOLS=1 (`make
+// test`, after scripts/deps.sh test installed it).
+func Tool(t testing.TB, name, why string, paths ...string) string {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	msg := fmt.Sprintf("%s is not installed (scripts/deps.sh test installs it): %s is NOT checked", name, why)
+	if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIP: " + msg)
 	return ""
 }

@@ -159,6 +159,19 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	if res.HasTranscript || res.Transcript != "" || len(res.Candidates) == 0 || res.Candidates[0].Language != "de" {
 		t.Fatalf("result %+v", res)
 	}
+	// Text only and no language: the reply's language is unknown, and says so.
+	res, err = p.Infer(context.Background(), engine.Request{
+		Messages:      []engine.Message{{Role: engine.RoleSpeaker, Content: "Tea?"}},
+		MaxCandidates: 2, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Candidates {
+		if c.Language != engine.LanguageUnknown {
+			t.Errorf("candidate language %q without a language, want %q", c.Language, engine.LanguageUnknown)
+		}
+	}
 	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens != 0 {
 		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
 	}

@@ -3,6 +3,12 @@ import { h, fmtShort } from './util.js';
 
 const HEIGHT = 180;
 const PAD = { top: 12, right: 8, bottom: 26, left: 40 };
+// An upper bound of a 12px axis label's width per character, and the least
+// gap between two labels: labels that would come closer are left out, so
+// they never run together on a phone.
+const CHAR_W = 7;
+const GAP = 10;
+const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
 
 function niceMax(v) {
   if (v <= 4) return 4;
@@ -51,12 +57,28 @@ export function barChart(figure, points, label, opts = {}) {
       h('title', { svg: true, text: `${name(p)}: ${p.v}${unit}` })));
   });
   if (n) {
+    // Labels go only where they do not touch one already placed, so they
+    // never run together on a phone: each category in order, or for times
+    // the first, the last and then the middle (the clock alone within a day).
     const categories = points[0].name !== undefined && n <= 8;
-    const marks = categories ? points.map((_, i) => i) : n === 1 ? [0] : [0, Math.floor((n - 1) / 2), n - 1];
-    for (const i of new Set(marks)) {
-      const x = PAD.left + i * slot + slot / 2;
-      const anchor = categories ? 'middle' : i === 0 ? 'start' : i === n - 1 ? 'end' : 'middle';
-      svg.append(h('text', { svg: true, class: 'tick', x: anchor === 'start' ? PAD.left : anchor === 'end' ? width - PAD.right : x, y: HEIGHT - 8, 'text-anchor': anchor, text: name(points[i]) }));
+    const timeFmt = n > 1 && points[0].t && points[n - 1].t - points[0].t < 20 * 3600e3 ? (d) => clockFmt.format(d) : fmtShort;
+    const text = (p) => (p.name !== undefined ? p.name : timeFmt(p.t));
+    const placed = [];
+    const label = (i, anchor) => {
+      const s = text(points[i]);
+      const w = s.length * CHAR_W;
+      const x = anchor === 'start' ? PAD.left : anchor === 'end' ? width - PAD.right : PAD.left + i * slot + slot / 2;
+      const x0 = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
+      if (x0 < 0 || x0 + w > width || placed.some(([l, r]) => x0 < r + GAP && l < x0 + w + GAP)) return;
+      placed.push([x0, x0 + w]);
+      svg.append(h('text', { svg: true, class: 'tick x', x, y: HEIGHT - 8, 'text-anchor': anchor, text: s }));
+    };
+    if (categories) {
+      points.forEach((_, i) => label(i, 'middle'));
+    } else {
+      label(0, 'start');
+      if (n > 1) label(n - 1, 'end');
+      if (n > 2) label(Math.floor((n - 1) / 2), 'middle');
     }
   } else {
     svg.append(h('text', { svg: true, class: 'tick', x: width / 2, y: HEIGHT / 2, 'text-anchor': 'middle', text: 'No data' }));

@@ -1,4 +1,5 @@
-// Keys view: list (optionally with revoked keys), create (shown once), revoke.
+// Keys view: list (optionally with revoked keys) with when each key was last
+// used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
 import { $, h, showError, timeEl, shortHash } from './util.js';
 import tablets from './tablets.js';
@@ -9,6 +10,7 @@ function hideCreated() {
   $('#key-created-value').value = '';
   $('#key-created-client').textContent = '';
   $('#key-copy-msg').textContent = '';
+  $('#key-created-warnings').replaceChildren();
   $('#key-created').hidden = true;
 }
 
@@ -45,6 +47,8 @@ function render(items) {
       h('td', { 'data-label': 'Scopes', text: (k.Scopes || []).join(', ') || '–' }),
       h('td', { 'data-label': 'Per minute', class: 'num', text: k.RateLimitPerMinute === 0 ? 'no limit' : k.RateLimitPerMinute ?? '–' }),
       h('td', { 'data-label': 'Created' }, timeEl(k.CreatedAt)),
+      // LastUsedAt is written at most once a minute per key.
+      h('td', { 'data-label': 'Last used' }, timeEl(k.LastUsedAt) || 'never'),
       h('td', { 'data-label': 'Key hash', class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
       h('td', { class: 'actions' }, active
         ? h('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke key ${k.ClientID}`, text: 'Revoke', onclick: () => revoke(k) })
@@ -88,6 +92,7 @@ async function create(ev) {
     $('#keys-msg').textContent = '';
     $('#key-created-client').textContent = r.client_id || body.client_id;
     $('#key-created-value').value = r.api_key;
+    $('#key-created-warnings').replaceChildren(...(r.warnings || []).map((w) => h('p', { text: `Note: ${w}.` })));
     $('#key-created').hidden = false;
     $('#key-created').focus();
     $('#kc-client').value = '';
@@ -119,6 +124,7 @@ export default {
     ctx = c;
     $('#key-create-form').addEventListener('submit', create);
     $('#keys-revoked').addEventListener('change', load);
+    $('#keys-refresh').addEventListener('click', load);
     $('#key-copy').addEventListener('click', copy);
     $('#key-created-done').addEventListener('click', () => {
       hideCreated();

@@ -53,10 +53,11 @@ function render(items) {
     h('td', { 'data-label': 'Stream', text: e.stream_name || '' }),
     h('td', { 'data-label': 'Message', class: 'wrap' }, e.message || '',
       e.status || e.node ? h('span', { class: 'hint block', text: detail(e) }) : ''),
+    h('td', { 'data-label': 'Client', class: 'wrap', text: e.client_id == null ? '–' : e.client_id || '(none)' }),
     h('td', { 'data-label': 'Resource', class: 'mono', title: e.resource_id || '' },
       e.resource_type ? `${e.resource_type} ${shortHash(e.resource_id)}` : ''),
   ));
-  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 5, text: 'No entries match.' })));
+  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 6, text: 'No entries match.' })));
   $('#logs-table tbody').replaceChildren(...rows);
 }
 

@@ -1,4 +1,5 @@
-// System prompt view: edit and save as a new version, history, restore.
+// System prompt view: edit and save as a new version, history (each version
+// readable before it is restored), restore.
 import { api } from './api.js';
 import { $, h, showError, timeEl, fmtRate, fmtInt } from './util.js';
 
@@ -49,7 +50,8 @@ function renderHistory(items, currentVersion) {
           h('span', { class: 'ver', text: `Version ${p.version}` }),
           isCurrent ? h('span', { class: 'badge ok', text: 'current' }) : '',
           ' ', timeEl(p.created_at), ' ',
-          h('span', { class: 'acceptance', 'data-version': p.version, text: acceptanceText(p.version) })),
+          h('span', { class: 'acceptance', 'data-version': p.version, text: acceptanceText(p.version) }),
+          h('span', { class: 'preview', text: preview(p.prompt) })),
         h('pre', { class: 'prompt-text', text: p.prompt })),
       isCurrent ? '' : h('button', {
         type: 'button', class: 'small', text: 'Restore',
@@ -76,9 +78,17 @@ async function save(text, message) {
   }
 }
 
+/** The first words of a prompt, for the history list. */
+function preview(text) {
+  const line = (text || '').replace(/\s+/g, ' ').trim();
+  return line.length > 120 ? `${line.slice(0, 119)}…` : line;
+}
+
 async function restore(p) {
-  if (dirty() && !(await ctx.confirm('Discard your edits?',
-    `Restoring version ${p.version} replaces the text you have not saved.`, 'Restore'))) return;
+  // The admin reads what they restore before anything changes.
+  const edits = dirty() ? ' Your unsaved edits in the editor are discarded.' : '';
+  if (!(await ctx.confirm(`Restore version ${p.version}?`,
+    `It is saved as a new version and used for every request from then on.${edits} Its text:`, 'Restore', p.prompt))) return;
   await save(p.prompt, (v) => `Version ${p.version} restored as version ${v}.`);
   $('#prompt-text').focus();
 }

@@ -55,12 +55,15 @@ function render() {
   $('#stats-table tbody').replaceChildren(...series.map((b) => h('tr', {},
     h('td', {}, timeEl(b.start)), h('td', { class: 'num', text: b.req }), h('td', { class: 'num', text: b.users }))));
   $('#stats-versions tbody').replaceChildren(...(r.by_prompt_version || []).map((v) => h('tr', { 'data-version': v.version },
-    h('td', { text: v.version }), h('td', { class: 'num', text: fmtInt(v.inferences) }), h('td', { class: 'num', text: fmtInt(v.outcomes) }),
-    h('td', { class: 'num', text: fmtInt(v.accepted) }), h('td', { class: 'num', text: fmtRate(v.acceptance_rate) }))));
+    // Labelled cells: on a phone each row is a card (table.cards-sm).
+    h('th', { scope: 'row', text: v.version }), h('td', { class: 'num', 'data-label': 'Inferences', text: fmtInt(v.inferences) }),
+    h('td', { class: 'num', 'data-label': 'Outcomes', text: fmtInt(v.outcomes) }),
+    h('td', { class: 'num', 'data-label': 'Spoken', text: fmtInt(v.accepted) }), h('td', { class: 'num', 'data-label': 'Acceptance', text: fmtRate(v.acceptance_rate) }))));
   $('#stats-keys tbody').replaceChildren(...(r.by_key || []).map((k) => h('tr', {},
-    h('td', { title: k.api_key_hash }, k.client_id || shortHash(k.api_key_hash)), h('td', { class: 'num', text: fmtInt(k.requests) }),
-    h('td', { class: 'num', text: fmtInt(k.errors) }), h('td', { class: 'num', text: fmtInt(k.outcomes) }),
-    h('td', { class: 'num', text: fmtRate(k.acceptance_rate) }), h('td', { class: 'num', text: fmtInt(k.keystrokes_saved) }))));
+    h('th', { scope: 'row', title: k.api_key_hash }, k.client_id || shortHash(k.api_key_hash)),
+    h('td', { class: 'num', 'data-label': 'Requests', text: fmtInt(k.requests) }), h('td', { class: 'num', 'data-label': 'Errors', text: fmtInt(k.errors) }),
+    h('td', { class: 'num', 'data-label': 'Outcomes', text: fmtInt(k.outcomes) }), h('td', { class: 'num', 'data-label': 'Acceptance', text: fmtRate(k.acceptance_rate) }),
+    h('td', { class: 'num', 'data-label': 'Keystrokes saved', text: fmtInt(k.keystrokes_saved) }))));
 }
 
 export default {

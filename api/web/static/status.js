@@ -1,4 +1,5 @@
-// Status view: version, uptime, queue, data file, and the model files.
+// Status view: version, uptime, queue, data file, the model files, and the
+// backup download.
 import { api } from './api.js';
 import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
 import signin from './signin.js';
@@ -54,9 +55,9 @@ async function load() {
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
-      h('td', {}, engineState(e)),
-      h('td', { class: 'mono wrap', text: e.model || '–' }),
-      h('td', { text: e.backend || '–' }),
+      h('td', { 'data-label': 'State' }, engineState(e)),
+      h('td', { 'data-label': 'Model file', class: 'mono wrap', text: e.model || '–' }),
+      h('td', { 'data-label': 'Backend', text: e.backend || '–' }),
     ));
     const l = s.limits || {};
     const limits = [
@@ -76,11 +77,37 @@ async function load() {
   }
 }
 
+/** Downloads GET /v1/admin/backup (it needs the admin header, so no plain link). */
+async function backup() {
+  const btn = $('#backup-download');
+  btn.disabled = true;
+  $('#backup-msg').textContent = 'Preparing the backup…';
+  try {
+    const res = await api('GET', '/v1/admin/backup', { raw: true });
+    const blob = await res.blob();
+    const name = (res.headers.get('Content-Disposition') || '').match(/filename="?([^";]+)"?/)?.[1] || 'replyd-backup.db';
+    const url = URL.createObjectURL(blob);
+    const a = h('a', { href: url, download: name, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    showError($('#backup-error'), null);
+    $('#backup-msg').textContent = `Downloaded ${name} (${fmtBytes(blob.size)}).`;
+  } catch (e) {
+    $('#backup-msg').textContent = '';
+    showError($('#backup-error'), e);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
 export default {
   init(c) {
     ctx = c;
     signin.init(c);
     $('#status-refresh').addEventListener('click', load);
+    $('#backup-download').addEventListener('click', backup);
   },
   enter: load,
   leave: signin.hide,
