@@ -244,7 +244,11 @@ type Store interface {
 	// stay; the user's inferences can no longer be reported on), or returns
 	// ErrNotFound when nothing is stored for the user. When it returns, no
 	// readable copy is left: bbolt overwrites its free pages
-	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted.
+	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted, and
+	// rewrites the table of keys (VACUUM FULL), vacuums the texts and runs a
+	// CHECKPOINT, so that no relation file holds the key (what it could not
+	// do is in UserDeletion.ScrubProblem; its write-ahead log keeps the rows
+	// until the segment goes).
 	DeleteUser(subject string) (UserDeletion, error)
 	// PruneMemory deletes the pairs of inferences made before pairsBefore
 	// (the zero Time keeps them all), the texts awaiting feedback of
