@@ -373,6 +373,18 @@ func TestOTPErrors(t *testing.T) {
 	}
 }
 
+// TestTOTPEnrollQRCodeScans: the enrolment's QR code reads as its
+// otpauth:// URL.
+func TestTOTPEnrollQRCodeScans(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(adminReq("POST", "/v1/admin/totp/enroll", ""))
+	var en totpEnrollResponse
+	decode(t, rec, &en)
+	if got := scanQR(t, en.QRSVG); got != en.OTPAuthURL {
+		t.Errorf("the QR code reads %q, want %q", got, en.OTPAuthURL)
+	}
+}
+
 func TestTOTP(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.TOTPOnly = true; o.Notifier = nil })
 	wantJSON(t, otpSend(e), 200, `{"sent":false,"channel":"totp"}`)
@@ -384,10 +396,12 @@ func TestTOTP(t *testing.T) {
 	var en struct {
 		Secret     string `json:"secret"`
 		OTPAuthURL string `json:"otpauth_url"`
+		QRSVG      string `json:"qr_svg"`
 	}
 	decode(t, rec, &en)
 	if rec.Code != 200 || len(en.Secret) != 32 || !strings.HasPrefix(en.OTPAuthURL, "otpauth://totp/replyd:admin?") ||
-		!strings.Contains(en.OTPAuthURL, "secret="+en.Secret) || rec.Header().Get("Cache-Control") != "no-store" {
+		!strings.Contains(en.OTPAuthURL, "secret="+en.Secret) || rec.Header().Get("Cache-Control") != "no-store" ||
+		!strings.HasPrefix(en.QRSVG, `<svg xmlns="http://www.w3.org/2000/svg"`) || strings.Contains(en.QRSVG, "style=") {
 		t.Fatalf("enroll: %d %s", rec.Code, rec.Body)
 	}
 	if v, ok, _ := e.st.Secret(store.SecretTOTP); !ok || string(v) != en.Secret {

@@ -19,9 +19,10 @@ import (
 
 // Kinds of failed authentication, as the aggregated log entry names them.
 const (
-	failAPIKey    = "api key"
-	failAdmin     = "admin credential"
-	failLoginCode = "login code"
+	failAPIKey      = "api key"
+	failAdmin       = "admin credential"
+	failLoginCode   = "login code"
+	failPairingCode = "pairing code"
 )
 
 // authFailWindow is the counting window of failed authentication.

@@ -39,6 +39,9 @@ type memStore struct {
 	backup    []byte
 	secrets   map[string][]byte
 	failWith  error // returned by every method when set
+	// scrubProblem is DeleteUser's ScrubProblem (a PostgreSQL VACUUM or
+	// CHECKPOINT refused).
+	scrubProblem string
 }
 
 type memOTP struct {
@@ -196,6 +199,16 @@ func (m *memStore) SetAdminKeyHash(hash string) error {
 	defer m.mu.Unlock()
 	m.adminHash = hash
 	return nil
+}
+
+func (m *memStore) SetAdminKeyHashIfAbsent(hash string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.adminHash != "" {
+		return false, nil
+	}
+	m.adminHash = hash
+	return true, nil
 }
 
 func (m *memStore) CurrentPrompt() (store.PromptVersion, bool, error) {
@@ -521,6 +534,7 @@ func (m *memStore) DeleteUser(subject string) (store.UserDeletion, error) {
 	if !d.Key && d.Outcomes == 0 {
 		return d, store.ErrNotFound
 	}
+	d.ScrubProblem = m.scrubProblem
 	return d, nil
 }
 

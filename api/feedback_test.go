@@ -319,6 +319,23 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	}
 }
 
+// TestDeleteUserReportsAnIncompleteScrub: when the store could not clear
+// the space a deleted user's rows took (PostgreSQL refused a VACUUM or
+// CHECKPOINT), the deletion answers 200 (it is committed) and the admin log
+// says what is incomplete, at warn level.
+func TestDeleteUserReportsAnIncompleteScrub(t *testing.T) {
+	e := newEnv(t)
+	e.st.revs[e.subject("kim")] = 1
+	e.st.scrubProblem = "CHECKPOINT is not permitted to this database user (grant it pg_checkpoint)"
+	if rec := e.do(adminReq("DELETE", "/v1/admin/users/kim", "")); rec.Code != 200 {
+		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
+	}
+	rec := e.do(adminReq("GET", "/v1/admin/logs?stream=admin&level=warn", ""))
+	if want := "clearing the space its rows took is incomplete: " + e.st.scrubProblem; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("admin log at warn lacks %q: %s", want, rec.Body)
+	}
+}
+
 // TestStatsWithOutcomes: the outcome fields, per key and per prompt version
 // after a prompt change, and the series.
 func TestStatsWithOutcomes(t *testing.T) {

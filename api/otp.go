@@ -400,12 +400,14 @@ func (s *Server) checkTOTP(code string, now time.Time) (bool, error) {
 type totpEnrollResponse struct {
 	Secret     string `json:"secret"`
 	OTPAuthURL string `json:"otpauth_url"`
+	QRSVG      string `json:"qr_svg"`
 }
 
 // handleTOTPEnroll serves POST /v1/admin/totp/enroll: a new 160-bit TOTP
 // secret, stored as an installation secret (replacing any earlier one, whose
 // authenticator entry then stops working) and shown once, with the
-// otpauth:// URL an authenticator app scans.
+// otpauth:// URL an authenticator app scans and that URL's QR code (an
+// inline SVG, as pairing's).
 func (s *Server) handleTOTPEnroll(c echo.Context) error {
 	key, err := totp.Generate(totp.GenerateOpts{
 		Issuer:      "replyd",
@@ -418,10 +420,14 @@ func (s *Server) handleTOTPEnroll(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("generating the TOTP secret: %w", err)
 	}
+	svg, err := qrSVG(key.URL(), "QR code of the authenticator app's secret")
+	if err != nil {
+		return err
+	}
 	if err := s.store.SetSecret(store.SecretTOTP, []byte(key.Secret())); err != nil {
 		return err
 	}
 	s.adminLog(c, store.LevelInfo, "totp", "authenticator app enrolled (any earlier enrolment no longer works)")
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, totpEnrollResponse{Secret: key.Secret(), OTPAuthURL: key.URL()})
+	return c.JSON(http.StatusOK, totpEnrollResponse{Secret: key.Secret(), OTPAuthURL: key.URL(), QRSVG: svg})
 }

@@ -29,9 +29,10 @@ const pairingCodeLen = 8
 // pairingCodeSpace is the number of possible pairing codes.
 var pairingCodeSpace = math.Pow(float64(len(pairingAlphabet)), pairingCodeLen)
 
-// The pairing throttle's keys in the rate limiter: one per client address
-// and one for all addresses together. API keys are counted under their
-// 64-hex-digit hashes, so these never meet one.
+// The pairing throttle's keys: one per client address (in the box's own
+// memory, Server.pairAddrs) and one for all addresses together (in the
+// server's rate limiter, where API keys are counted under their
+// 64-hex-digit hashes, so it never meets one).
 const (
 	pairAddrKeyPrefix = "pair:addr:"
 	pairGlobalKey     = "pair:all"
@@ -167,6 +168,10 @@ func (s *Server) handlePair(c echo.Context) error {
 	k, err := s.store.RedeemPairing(secret.Hash(code), hash, now.UTC())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		// A wrong code is a failed authentication of the address (counted
+		// in memory, logged once a minute); an expired or used one was a
+		// real code.
+		s.countFailure(ClientAddr(c), failPairingCode)
 		return errorf(CodeUnauthorized, "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
 	case errors.Is(err, store.ErrExpired):
 		return errorf(CodeUnauthorized, "the pairing code has expired (codes work for %s): make a new one on the admin page", formatWindow(s.limits.PairingTTL))
@@ -180,29 +185,37 @@ func (s *Server) handlePair(c echo.Context) error {
 	return c.JSON(http.StatusOK, toKeyCreateResponse(key, k))
 }
 
-// pairThrottle admits one POST /v1/pair attempt per the limits: first per
-// client address, then across all addresses. It counts in the server's rate
-// limiter: in memory on one box (a flood of guesses writes nothing to disk),
-// or the one boxes sharing a PostgreSQL store share, so that the global
-// bound holds however many boxes answer.
+// pairThrottle admits one POST /v1/pair attempt per the limits. An address
+// past its failed authentications (wrong pairing codes count among them) is
+// refused first; then the address's attempts are counted in this box's
+// memory, so that a flood from one address is refused without touching the
+// store; only the attempts that pass are counted in the server's rate
+// limiter against the bound of all addresses together: in memory on one
+// box, or the one boxes sharing a PostgreSQL store share, so that the
+// global bound, on which client.md's arithmetic rests, holds however many
+// boxes answer. (The per-address bound is thus per box: see README's
+// cluster section.)
 func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
-	for _, b := range []struct {
-		key   string
-		limit int
-		what  string
-	}{
-		{pairAddrKeyPrefix + addrBucket(ClientAddr(c)), s.limits.PairAttemptsPerAddress, "from this address"},
-		{pairGlobalKey, s.limits.PairAttemptsTotal, "on this server (from all addresses)"},
-	} {
-		ok, retry, err := s.limiter.Allow(b.key, b.limit, now)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			s.metrics.rateLimited.Inc()
-			return &Error{Code: CodeRateLimited, RetryAfter: retry,
-				Message: fmt.Sprintf("too many pairing attempts %s (%d a minute); retry in %d s", b.what, b.limit, retryAfterSeconds(retry))}
-		}
+	if e := s.throttledAddr(c); e != nil {
+		return e
+	}
+	refuse := func(limit int, retry time.Duration, what string) error {
+		s.metrics.rateLimited.Inc()
+		quietAccessLog(c)
+		return &Error{Code: CodeRateLimited, RetryAfter: retry,
+			Message: fmt.Sprintf("too many pairing attempts %s (%d a minute); retry in %d s", what, limit, retryAfterSeconds(retry))}
+	}
+	addrLimit := s.limits.PairAttemptsPerAddress
+	if ok, retry, _ := s.pairAddrs.Allow(pairAddrKeyPrefix+addrBucket(ClientAddr(c)), addrLimit, now); !ok {
+		return refuse(addrLimit, retry, "from this address")
+	}
+	total := s.limits.PairAttemptsTotal
+	ok, retry, err := s.limiter.Allow(pairGlobalKey, total, now)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return refuse(total, retry, "on this server (from all addresses)")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,10 +14,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/store"
 )
 
 // pairReq is POST /v1/pair with body from addr.
@@ -211,18 +214,128 @@ func TestPairingBruteForceIsThrottled(t *testing.T) {
 	}
 }
 
+// countingLimiter is the rate limiter boxes share (store.RateLimiter; on
+// PostgreSQL each call is a statement) that counts the calls per key.
+type countingLimiter struct {
+	store.RateLimiter
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (l *countingLimiter) Allow(key string, limit int, now time.Time) (bool, time.Duration, error) {
+	l.mu.Lock()
+	l.calls[key]++
+	l.mu.Unlock()
+	return l.RateLimiter.Allow(key, limit, now)
+}
+
+// guess is the i-th well-formed pairing code (no pairing exists in these
+// tests, so every one is wrong).
+func guess(i int) string {
+	b := []byte(strings.Repeat(pairingAlphabet[:1], pairingCodeLen))
+	for j := len(b) - 1; i > 0; j-- {
+		b[j] = pairingAlphabet[i%len(pairingAlphabet)]
+		i /= len(pairingAlphabet)
+	}
+	return string(b)
+}
+
+// TestPairingFloodFromOneAddressSparesTheSharedLimiter: two boxes share one
+// rate limiter (as through PostgreSQL). 1,000 wrong codes from one address
+// are refused per address in each box's memory: only the attempts that
+// reach the code check (PairAttemptsPerAddress per box) are counted in the
+// shared limiter, whose bound of all addresses still holds across both
+// boxes.
+func TestPairingFloodFromOneAddressSparesTheSharedLimiter(t *testing.T) {
+	shared := &countingLimiter{RateLimiter: newMemoryLimiter(), calls: map[string]int{}}
+	clock := &fakeClock{t: t0}
+	boxes := []*env{}
+	for range 2 {
+		e := newEnv(t, func(o *Options) { o.Limiter = shared; o.Now = clock.Now })
+		e.clock = clock
+		boxes = append(boxes, e)
+	}
+	l := DefaultLimits()
+	count := map[int]int{}
+	for i := 0; i < 1000; i++ {
+		rec := boxes[i%2].do(pairReq(`{"code":"`+guess(i)+`"}`, "198.51.100.7:5000"))
+		count[rec.Code]++
+	}
+	if want := 2 * l.PairAttemptsPerAddress; count[401] != want || count[429] != 1000-want {
+		t.Errorf("one address, 1,000 wrong codes on two boxes: statuses %v, want %d×401 (%d per box) and the rest 429", count, want, l.PairAttemptsPerAddress)
+	}
+	if want := map[string]int{pairGlobalKey: 2 * l.PairAttemptsPerAddress}; !maps.Equal(shared.calls, want) {
+		t.Errorf("shared limiter calls %v, want %v: a refused attempt must not reach it", shared.calls, want)
+	}
+
+	// Many addresses, both boxes: the bound of all addresses is shared.
+	clock.Advance(time.Minute)
+	answered := 0
+	for i := 0; i < 200; i++ {
+		if rec := boxes[i%2].do(pairReq(`{"code":"`+guess(i)+`"}`, fmt.Sprintf("10.0.%d.%d:4000", i/256, i%256))); rec.Code == 401 {
+			answered++
+		}
+	}
+	if answered != l.PairAttemptsTotal {
+		t.Errorf("200 addresses on two boxes in one minute: %d attempts reached the code check, want %d", answered, l.PairAttemptsTotal)
+	}
+}
+
+// TestWrongPairingCodesAreFailedAuthentications: a wrong pairing code counts
+// as a failed authentication of its address, so guessing codes and keys
+// from one address share the AuthFailuresPerMinute throttle; a throttled
+// address is refused pairing before any limiter is asked.
+func TestWrongPairingCodesAreFailedAuthentications(t *testing.T) {
+	shared := &countingLimiter{RateLimiter: newMemoryLimiter(), calls: map[string]int{}}
+	e := newEnv(t, func(o *Options) { o.Limiter = shared })
+	l := DefaultLimits()
+	for i := 0; i < l.PairAttemptsPerAddress; i++ {
+		if rec := e.do(pairReq(`{"code":"`+guess(i)+`"}`, "")); rec.Code != 401 {
+			t.Fatalf("wrong code %d: %d %s", i+1, rec.Code, rec.Body.String())
+		}
+	}
+	for i := l.PairAttemptsPerAddress; i < l.AuthFailuresPerMinute; i++ {
+		if rec := e.do(inferReq(t, "rpd_wrong", payloadPart(`{"messages":[]}`))); rec.Code != 401 {
+			t.Fatalf("bad key after %d failures: %d %s", i, rec.Code, rec.Body.String())
+		}
+	}
+	rec := e.do(inferReq(t, "rpd_wrong", payloadPart(`{"messages":[]}`)))
+	if rec.Code != 429 || !strings.Contains(rec.Body.String(), "failed authentications") {
+		t.Errorf("after %d wrong pairing codes and %d bad keys: %d %s; want 429 for too many failed authentications",
+			l.PairAttemptsPerAddress, l.AuthFailuresPerMinute-l.PairAttemptsPerAddress, rec.Code, rec.Body.String())
+	}
+	before := maps.Clone(shared.calls)
+	e.clock.Advance(59 * time.Second) // the pairing window is over, the failures' window is not
+	if rec := e.do(pairReq(`{"code":"`+guess(99)+`"}`, "")); rec.Code != 429 || !strings.Contains(rec.Body.String(), "failed authentications") {
+		t.Errorf("pairing from the throttled address: %d %s", rec.Code, rec.Body.String())
+	}
+	if !maps.Equal(shared.calls, before) {
+		t.Errorf("the throttled address's attempt reached the shared limiter: %v -> %v", before, shared.calls)
+	}
+}
+
 // TestPairingQRCodeScans renders qr_svg's modules to a PNG and reads it back
 // with zbarimg (Debian's zbar-tools, installed by scripts/deps.sh).
 func TestPairingQRCodeScans(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.PublicURL = "https://replyd.local:8080" })
+	p := e.mustPairing("")
+	if got := scanQR(t, p.QRSVG); got != p.PairURL {
+		t.Errorf("the QR code reads %q, want %q", got, p.PairURL)
+	}
+}
+
+// scanQR draws the modules of an SVG from qrSVG into a PNG and returns what
+// zbarimg (Debian's zbar-tools, installed by scripts/deps.sh) reads in it.
+// Without zbarimg it skips t.
+func scanQR(t *testing.T, svg string) string {
+	t.Helper()
 	zbar, err := exec.LookPath("zbarimg")
 	if err != nil {
 		t.Skip("zbarimg is not installed (scripts/deps.sh installs zbar-tools): the QR code is not decoded")
 	}
-	e := newEnv(t, func(o *Options) { o.PublicURL = "https://replyd.local:8080" })
-	p := e.mustPairing("")
-	m := regexp.MustCompile(`viewBox="0 0 (\d+) (\d+)"`).FindStringSubmatch(p.QRSVG)
+	m := regexp.MustCompile(`viewBox="0 0 (\d+) (\d+)"`).FindStringSubmatch(svg)
 	if m == nil {
-		t.Fatalf("no viewBox in %.200q", p.QRSVG)
+		t.Fatalf("no viewBox in %.200q", svg)
 	}
 	size, _ := strconv.Atoi(m[1])
 	const scale = 6
@@ -230,7 +343,7 @@ func TestPairingQRCodeScans(t *testing.T) {
 	for i := range img.Pix {
 		img.Pix[i] = 255
 	}
-	runs := regexp.MustCompile(`M(\d+) (\d+)h(\d+)v1h-(\d+)z`).FindAllStringSubmatch(p.QRSVG, -1)
+	runs := regexp.MustCompile(`M(\d+) (\d+)h(\d+)v1h-(\d+)z`).FindAllStringSubmatch(svg, -1)
 	if len(runs) == 0 {
 		t.Fatal("no modules in the path")
 	}
@@ -257,9 +370,7 @@ func TestPairingQRCodeScans(t *testing.T) {
 	if err != nil {
 		t.Fatalf("zbarimg: %v", err)
 	}
-	if got := strings.TrimSpace(string(out)); got != p.PairURL {
-		t.Errorf("the QR code reads %q, want %q", got, p.PairURL)
-	}
+	return strings.TrimSpace(string(out))
 }
 
 func TestNormalizePairingCode(t *testing.T) {
@@ -296,6 +407,7 @@ func TestClientMDPairingArithmetic(t *testing.T) {
 	for _, want := range []string{
 		"Codes are 8 symbols from an\nalphabet of 32 (no 0, 1, I, O): 1.1 × 10¹²",
 		"at most 5 attempts a minute",
+		"up to\n5 a minute on each",
 		"at most 30 a minute from all addresses together",
 		"30 × (10 + 1) = 330",
 		"330 × 10 / (1.1 × 10¹²)\n= 3.0 × 10⁻⁹",

@@ -106,14 +106,15 @@ type Server struct {
 
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter  store.RateLimiter // per-key rate limits and the pairing throttle
-	refusals refusalLog        // rate-limit refusals logged, one a window per key
-	recent   *recentInferences
-	rand     io.Reader
-	touches  store.TouchThrottle
-	otpMu    sync.Mutex // serialises OTP sends
-	otp      *otpGuard
-	totpOnly bool
+	limiter   store.RateLimiter // per-key rate limits and the pairing throttle of all addresses
+	pairAddrs *memoryLimiter    // the pairing throttle per client address, this box's own
+	refusals  refusalLog        // rate-limit refusals logged, one a window per key
+	recent    *recentInferences
+	rand      io.Reader
+	touches   store.TouchThrottle
+	otpMu     sync.Mutex // serialises OTP sends
+	otp       *otpGuard
+	totpOnly  bool
 
 	failures  *authFailures
 	failMu    sync.Mutex
@@ -184,6 +185,7 @@ func New(o Options) *Server {
 	if s.limiter == nil {
 		s.limiter = newMemoryLimiter()
 	}
+	s.pairAddrs = newMemoryLimiter()
 	s.recent = newRecentInferences(recentMax)
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly

@@ -193,6 +193,9 @@ func (s *Server) handleDeleteUser(c echo.Context) error {
 	}
 	s.adminLog(c, store.LevelInfo, "user:"+pseudo, "deleted user %s: %d pairs, %d pending texts, %d outcomes, key destroyed: %t; %d free pages overwritten in %d ms",
 		pseudo, d.Pairs, d.Pending, d.Outcomes, d.Key, d.ScrubbedPages, d.Scrub.Milliseconds())
+	if d.ScrubProblem != "" {
+		s.adminLog(c, store.LevelWarn, "user:"+pseudo, "deleted user %s, but clearing the space its rows took is incomplete: %s", pseudo, d.ScrubProblem)
+	}
 	return c.JSON(http.StatusOK, userDeletionJSON{
 		User: pseudo, Pairs: d.Pairs, Pending: d.Pending, Outcomes: d.Outcomes, KeyDestroyed: d.Key,
 		ScrubbedPages: d.ScrubbedPages, ScrubMS: d.Scrub.Milliseconds(),

@@ -32,6 +32,23 @@ func (db *DB) SetAdminKeyHash(hash string) error {
 	})
 }
 
+// SetAdminKeyHashIfAbsent stores hash when no admin key hash is stored, in
+// one transaction, and reports whether it did.
+func (db *DB) SetAdminKeyHashIfAbsent(hash string) (bool, error) {
+	if hash == "" {
+		return false, invalid("empty admin key hash")
+	}
+	var stored bool
+	err := db.update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if stored = meta.Get(metaAdminKeyHash) == nil; !stored {
+			return nil
+		}
+		return meta.Put(metaAdminKeyHash, []byte(hash))
+	})
+	return stored && err == nil, err
+}
+
 // CreateSession stores an admin session under the SHA-256 hex of its token.
 // It returns ErrExists when the hash is already stored.
 func (db *DB) CreateSession(tokenHash string, expiresAt time.Time) error {

@@ -243,9 +243,14 @@ type UserDeletion struct {
 	Outcomes int  // reported outcomes
 	Key      bool // the user's encryption key existed and was destroyed
 	// ScrubbedPages is the number of free pages of the file overwritten
-	// with zeros afterwards; Scrub how long that took, writers waiting.
+	// with zeros afterwards (bbolt); Scrub how long the clearing took,
+	// writers waiting (bbolt), or VACUUM and CHECKPOINT (PostgreSQL).
 	ScrubbedPages int
 	Scrub         time.Duration
+	// ScrubProblem, when not empty, says what of the clearing could not be
+	// done (PostgreSQL: a VACUUM or CHECKPOINT refused); the deletion itself
+	// is committed.
+	ScrubProblem string
 }
 
 // MemoryPrune says what PruneMemory removed.

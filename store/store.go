@@ -67,6 +67,12 @@ type Store interface {
 	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
 	// disables X-ADMIN-KEY authentication.
 	SetAdminKeyHash(hash string) error
+	// SetAdminKeyHashIfAbsent stores hash as the admin key hash only when
+	// none is stored, in one atomic step, and reports whether it did: of
+	// boxes that start together on one database, each with a key of its
+	// own, exactly one stores its hash and the others keep the stored one.
+	// An empty hash is ErrInvalid.
+	SetAdminKeyHashIfAbsent(hash string) (bool, error)
 
 	// CurrentPrompt returns the most recently saved prompt version and true,
 	// or false when no prompt was ever saved.
@@ -238,7 +244,11 @@ type Store interface {
 	// stay; the user's inferences can no longer be reported on), or returns
 	// ErrNotFound when nothing is stored for the user. When it returns, no
 	// readable copy is left: bbolt overwrites its free pages
-	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted.
+	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted, and
+	// rewrites the table of keys (VACUUM FULL), vacuums the texts and runs a
+	// CHECKPOINT, so that no relation file holds the key (what it could not
+	// do is in UserDeletion.ScrubProblem; its write-ahead log keeps the rows
+	// until the segment goes).
 	DeleteUser(subject string) (UserDeletion, error)
 	// PruneMemory deletes the pairs of inferences made before pairsBefore
 	// (the zero Time keeps them all), the texts awaiting feedback of

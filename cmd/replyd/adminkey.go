@@ -17,6 +17,7 @@ const adminKeyPrefix = "rdadm_"
 type adminKeyStore interface {
 	AdminKeyHash() (string, error)
 	SetAdminKeyHash(hash string) error
+	SetAdminKeyHashIfAbsent(hash string) (bool, error)
 }
 
 // ensureAdminKey makes sure the store holds an admin key hash (Argon2id,
@@ -24,7 +25,9 @@ type adminKeyStore interface {
 // whose strength Config.Validate checked) wins and is never printed; it is
 // hashed again only when the stored hash does not match it. Without one, a
 // key is generated on first start and printed once on stderr; later starts
-// keep the stored hash.
+// keep the stored hash. The first key is stored only where none is, in one
+// atomic step: of boxes that start together on one PostgreSQL database, one
+// prints its key and the others keep (and print nothing but a log line).
 func ensureAdminKey(db adminKeyStore, configured string, stderr io.Writer, log *slog.Logger) error {
 	cur, err := db.AdminKeyHash()
 	if err != nil {
@@ -49,17 +52,36 @@ func ensureAdminKey(db adminKeyStore, configured string, stderr io.Writer, log *
 	if cur != "" {
 		return nil
 	}
-	return resetAdminKey(db, stderr)
+	key, h, err := newAdminKey()
+	if err != nil {
+		return err
+	}
+	stored, err := db.SetAdminKeyHashIfAbsent(h)
+	if err != nil {
+		return fmt.Errorf("storing the admin key hash: %w", err)
+	}
+	if !stored {
+		log.Info("admin key made by another box sharing this store at the same moment; it printed the key")
+		return nil
+	}
+	printAdminKey(stderr, key)
+	return nil
+}
+
+// newAdminKey generates an admin key (256 random bits) and its Argon2id hash.
+func newAdminKey() (key, hash string, err error) {
+	key, err = secret.Token(adminKeyPrefix)
+	if err != nil {
+		return "", "", fmt.Errorf("generating the admin key: %w", err)
+	}
+	hash, err = secret.HashAdminKey(key)
+	return key, hash, err
 }
 
 // resetAdminKey generates a new admin key (256 random bits), stores its
 // Argon2id hash and prints the key once.
 func resetAdminKey(db adminKeyStore, stderr io.Writer) error {
-	key, err := secret.Token(adminKeyPrefix)
-	if err != nil {
-		return fmt.Errorf("generating the admin key: %w", err)
-	}
-	h, err := secret.HashAdminKey(key)
+	key, h, err := newAdminKey()
 	if err != nil {
 		return err
 	}

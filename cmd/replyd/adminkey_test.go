@@ -14,6 +14,50 @@ type memKeyStore struct{ hash string }
 
 func (m *memKeyStore) AdminKeyHash() (string, error)  { return m.hash, nil }
 func (m *memKeyStore) SetAdminKeyHash(h string) error { m.hash = h; return nil }
+func (m *memKeyStore) SetAdminKeyHashIfAbsent(h string) (bool, error) {
+	if m.hash != "" {
+		return false, nil
+	}
+	m.hash = h
+	return true, nil
+}
+
+// racedKeyStore is a store on which another box stores its admin key
+// between this box's read (empty) and its write.
+type racedKeyStore struct {
+	memKeyStore
+	other string // the other box's hash, stored at the first write
+}
+
+func (r *racedKeyStore) AdminKeyHash() (string, error) { return "", nil }
+func (r *racedKeyStore) SetAdminKeyHash(h string) error {
+	r.hash = r.other // lost: the other box overwrites it
+	return nil
+}
+func (r *racedKeyStore) SetAdminKeyHashIfAbsent(h string) (bool, error) {
+	r.hash = r.other
+	return false, nil
+}
+
+// TestEnsureAdminKeyLosesTheRaceQuietly: when another box stored the first
+// admin key after this one read none, this box prints no key (it would not
+// work) and keeps the other box's.
+func TestEnsureAdminKeyLosesTheRaceQuietly(t *testing.T) {
+	db := &racedKeyStore{other: "the other box's hash"}
+	var out, logs bytes.Buffer
+	if err := ensureAdminKey(db, "", &out, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed %q; want nothing: the key would not work", out.String())
+	}
+	if db.hash != db.other {
+		t.Errorf("stored %q, want the other box's hash kept", db.hash)
+	}
+	if !strings.Contains(logs.String(), "another box") {
+		t.Errorf("log %q does not say another box made the key", logs.String())
+	}
+}
 
 // mustMatch fails unless the stored hash is an Argon2id hash of key.
 func mustMatch(t *testing.T, stored, key string) {

@@ -280,6 +280,11 @@ func (s *Server) url(db string) string {
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", s.addr(), db)
 }
 
+// DataDir is the cluster's data directory (PGDATA): a test may read the
+// relation files under base/ (pg_relation_filepath names them) and the
+// write-ahead log under pg_wal/.
+func (s *Server) DataDir() string { return s.dataDir() }
+
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return s.addr() }
 

@@ -45,6 +45,22 @@ func (s *Store) SetAdminKeyHash(hash string) error {
 	})
 }
 
+// SetAdminKeyHashIfAbsent stores hash when no admin key hash is stored, in
+// one atomic statement (INSERT … ON CONFLICT DO NOTHING), so that of boxes
+// starting together exactly one stores its hash; see store.Store.
+func (s *Store) SetAdminKeyHashIfAbsent(hash string) (bool, error) {
+	if hash == "" {
+		return false, invalid("empty admin key hash")
+	}
+	var stored bool
+	err := s.run("store admin key", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, settingAdminKeyHash, hash)
+		stored = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return stored, err
+}
+
 // SaveOTP makes codeHash scope's code, replacing only that scope's earlier
 // one, in one atomic statement that also refuses a code issued less than
 // resend after the scope's last (shared by every box); see store.Store.

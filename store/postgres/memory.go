@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/replyd/replyd/store"
 )
@@ -384,7 +385,47 @@ func (s *Store) DeleteUser(subject string) (store.UserDeletion, error) {
 		}
 		return nil
 	})
-	return d, err
+	if err != nil || !d.Key {
+		return d, err
+	}
+	start := time.Now()
+	d.ScrubProblem = s.scrubMemory()
+	d.Scrub = time.Since(start)
+	return d, nil
+}
+
+// scrubTimeout bounds each step of the clearing after a user's deletion.
+const scrubTimeout = 2 * time.Minute
+
+// scrubMemory clears what a deleted user's rows leave in the relation files,
+// outside the deletion's transaction (VACUUM cannot run in one).
+// memory_users is rewritten with VACUUM FULL: a plain VACUUM leaves the
+// bytes of dead rows (the deleted one and every older version of it that an
+// update left) in the pages' free space, and the table holds one small row
+// per remembering user, so its exclusive lock lasts a moment. The sealed
+// texts' space is reclaimed by a plain VACUUM (they were readable only with
+// the key). A CHECKPOINT then writes the cleared pages out at once instead
+// of at the next scheduled checkpoint. It returns what it could not do (""
+// when all went well); the deletion itself stands either way. The
+// write-ahead log keeps the old rows until its segments are recycled
+// (README).
+func (s *Store) scrubMemory() string {
+	var problems []string
+	for _, stmt := range []string{"VACUUM (FULL) memory_users", "VACUUM memory_pairs, memory_texts", "CHECKPOINT"} {
+		ctx, cancel := context.WithTimeout(context.Background(), scrubTimeout)
+		_, err := s.pool.Exec(ctx, stmt)
+		cancel()
+		if err == nil {
+			continue
+		}
+		var pe *pgconn.PgError
+		if stmt == "CHECKPOINT" && errors.As(err, &pe) && pe.Code == "42501" {
+			problems = append(problems, "CHECKPOINT is not permitted to this database user (grant it pg_checkpoint), so the cleared pages reach the disk at the next scheduled checkpoint")
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("%s failed: %v", stmt, s.wrap("scrub", err)))
+	}
+	return strings.Join(problems, "; ")
 }
 
 // PruneMemory deletes old pairs, old texts and emptied users; see

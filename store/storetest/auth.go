@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -23,6 +24,50 @@ func adminKeyHash(t *testing.T, e Env) {
 		t.Errorf("after clearing: %q", h)
 	}
 	Must(t, s.SetAdminKeyHash(""))
+}
+
+// adminKeyIfAbsent: the first admin key is set only where none is, and of
+// concurrent first starts (goroutines here, boxes in a cluster) exactly one
+// wins; every caller then reads the winner's hash.
+func adminKeyIfAbsent(t *testing.T, e Env) {
+	s := e.S
+	if _, err := s.SetAdminKeyHashIfAbsent(""); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("empty hash: %v, want ErrInvalid", err)
+	}
+	won := make([]bool, 16)
+	errs := concurrently(len(won), func(i int) error {
+		var err error
+		won[i], err = s.SetAdminKeyHashIfAbsent(fmt.Sprintf("first-%d", i))
+		return err
+	})
+	winner := -1
+	for i, err := range errs {
+		Must(t, err)
+		if won[i] {
+			if winner >= 0 {
+				t.Fatalf("callers %d and %d both stored their hash", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no caller stored its hash")
+	}
+	if h, err := s.AdminKeyHash(); err != nil || h != fmt.Sprintf("first-%d", winner) {
+		t.Fatalf("AdminKeyHash = %q, %v; want the winner's first-%d", h, err, winner)
+	}
+	// Set already: nothing changes.
+	if ok, err := s.SetAdminKeyHashIfAbsent("later"); err != nil || ok {
+		t.Errorf("over a stored hash: %v, %v; want false", ok, err)
+	}
+	// SetAdminKeyHash still replaces; after a removal the next first key wins.
+	Must(t, s.SetAdminKeyHash(""))
+	if ok, err := s.SetAdminKeyHashIfAbsent("again"); err != nil || !ok {
+		t.Errorf("after removal: %v, %v; want true", ok, err)
+	}
+	if h, _ := s.AdminKeyHash(); h != "again" {
+		t.Errorf("AdminKeyHash = %q, want again", h)
+	}
 }
 
 func otpLifecycle(t *testing.T, e Env) {

@@ -59,6 +59,7 @@ var scenarios = []scenario{
 
 	// Admin key, OTP, sessions (auth.go).
 	{"admin-key/set-replace-clear", adminKeyHash},
+	{"admin-key/set-if-absent-one-wins", adminKeyIfAbsent},
 	{"otp/per-scope-single-use-never-burned-expiry", otpLifecycle},
 	{"otp/delete-prune", otpDeletePrune},
 	{"otp/resend-interval-shared", otpResend},

@@ -331,6 +331,23 @@ async function tryBody(action) {
   return posted.toString('latin1');
 }
 
+/** The RFC 6238 code (HMAC-SHA-1, 6 digits, 30 s steps) of a base32 secret at time t: what an authenticator app shows. */
+function totpCode(secret, t = Date.now()) {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+  let bits = '';
+  for (const ch of secret.replace(/[\s=]/g, '').toUpperCase()) {
+    const v = alphabet.indexOf(ch);
+    check(v >= 0, `"${ch}" is not base32`);
+    bits += v.toString(2).padStart(5, '0');
+  }
+  const key = Buffer.from(bits.match(/.{8}/g).map((b) => parseInt(b, 2)));
+  const counter = Buffer.alloc(8);
+  counter.writeBigUInt64BE(BigInt(Math.floor(t / 30000)));
+  const mac = crypto.createHmac('sha1', key).update(counter).digest();
+  const off = mac[mac.length - 1] & 0xf;
+  return String((mac.readUInt32BE(off) & 0x7fffffff) % 1000000).padStart(6, '0');
+}
+
 /** A text-only inference with a client key, straight to /v1/infer. */
 async function inferStatus(base, key) {
   const fd = new FormData();
@@ -525,6 +542,50 @@ async function main() {
       // bbolt's meta page: the magic 0xED0CDAED at offset 16, little-endian.
       check(b.length >= 8192 && b.readUInt32LE(16) === 0xED0CDAED, `the download (${b.length} bytes) is not a bbolt file`);
       await until(async () => /Downloaded/.test(await page.textContent('#backup-msg')), 'the "downloaded" note');
+    });
+
+    await step('sign-in methods: an authenticator app is set up once from Status, its QR code and secret shown only then, and its code signs in', async () => {
+      const methods = async () => page.$$eval('#signin-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
+      equal((await methods())['Authenticator app'], 'not set up', 'before enrolment');
+      equal((await methods())['Codes sent'], 'through webhook', 'the code channel');
+      await answered('/v1/admin/totp/enroll', null, () => page.click('#totp-enroll'));
+      await until(() => page.isVisible('#totp-new'), 'the new secret panel');
+      equal(await page.evaluate(() => document.activeElement.id), 'totp-new', 'focus after enrolment');
+      check(/will not be shown again/.test(await page.textContent('#totp-new')), 'no "will not be shown again" warning');
+      const secret = (await page.textContent('#totp-secret')).trim();
+      check(/^([A-Z2-7]{4} ){7}[A-Z2-7]{4}$/.test(secret), `secret "${secret}"`);
+      // The QR code is an inline <svg> (no image request, no CSP exception) with a name.
+      const qr = await page.$eval('#totp-qr > svg', (svg) => ({ label: svg.getAttribute('aria-label'), role: svg.getAttribute('role'),
+        modules: (svg.querySelector('path')?.getAttribute('d') || '').length, width: svg.getBoundingClientRect().width }));
+      check(qr.role === 'img' && /QR code/.test(qr.label || '') && qr.modules > 100 && qr.width >= 200, `QR code ${JSON.stringify(qr)}`);
+      equal((await methods())['Authenticator app'], 'set up', 'after enrolment');
+      await checkLabels('status with a new authenticator secret');
+      await checkContrast('status with a new authenticator secret');
+      await checkAxe('status with a new authenticator secret');
+      await shot('03-signin-methods-totp-desktop');
+
+      // Leaving the view removes the secret; back on Status it is not shown again.
+      await go('keys');
+      await go('status');
+      check(await page.isHidden('#totp-new'), 'the secret panel is shown again');
+      equal((await page.textContent('#totp-secret')).trim(), '', 'secret left in the page');
+      check((await page.$$('#totp-qr svg')).length === 0, 'QR code left in the page');
+      equal((await page.textContent('#totp-enroll')).trim(), 'Replace authenticator app', 'the button once enrolled');
+      // Replacing asks first; Escape keeps the app that is set up.
+      await page.click('#totp-enroll');
+      await until(() => page.isVisible('#confirm'), 'the replace question');
+      await page.keyboard.press('Escape');
+      await until(() => page.isHidden('#confirm'), 'the dialog to close');
+      check(await page.isHidden('#totp-new'), 'a cancelled replacement enrolled anyway');
+
+      // The app's code (computed here from the secret shown) signs in.
+      await page.click('#logout');
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      await page.fill('#otp-code', totpCode(secret));
+      await page.keyboard.press('Enter');
+      await until(() => page.isVisible('#view-status'), 'the status view after signing in with the app\'s code');
+      token = (await session())['replyd.session'];
+      check(token && token.length >= 16, 'no session token after the authenticator sign-in');
     });
 
     await step('keyboard: the navigation opens a view and moves focus to its heading; the skip link works', async () => {

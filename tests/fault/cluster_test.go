@@ -241,3 +241,40 @@ func TestTwoBoxesOnePostgres(t *testing.T) {
 		}
 	})
 }
+
+// TestBoxesStartingTogetherMakeOneAdminKey starts two boxes at the same
+// moment on an empty PostgreSQL database without REPLYD_ADMIN_KEY: exactly
+// one of them prints an admin key (stored with an atomic set-if-absent), and
+// that key works on both; the other prints none, so no printed key is one
+// that was overwritten and no longer works.
+func TestBoxesStartingTogetherMakeOneAdminKey(t *testing.T) {
+	pg := pgtest.Start(t)
+	url := pg.NewDatabase(t)
+	box := func(name string) *testutil.Replyd {
+		return startProc(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{
+			"REPLYD_STORE_URL": url, "REPLYD_NODE_NAME": name, "REPLYD_ADMIN_KEY": "",
+		}})
+	}
+	a, b := box("box-a"), box("box-b")
+	a.WaitReady()
+	b.WaitReady()
+	const marker = "REPLYD ADMIN KEY: "
+	var keys []string
+	for _, p := range []*testutil.Replyd{a, b} {
+		out := p.Output()
+		for i := strings.Index(out, marker); i >= 0; {
+			keys = append(keys, strings.Fields(out[i+len(marker):])[0])
+			out = out[i+len(marker):]
+			i = strings.Index(out, marker)
+		}
+	}
+	if len(keys) != 1 {
+		t.Fatalf("%d admin keys printed by two boxes starting together, want exactly 1", len(keys))
+	}
+	for _, p := range []*testutil.Replyd{a, b} {
+		p.Must(replydproc.Request{Path: "/v1/admin/keys", Header: map[string]string{"X-ADMIN-KEY": keys[0]}}, 200)
+	}
+	if strings.Contains(a.Output()+b.Output(), "another box") {
+		t.Log("the boxes raced for the first admin key; the loser printed none")
+	}
+}

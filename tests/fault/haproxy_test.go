@@ -36,7 +36,8 @@ const haproxyCheck = 3 * time.Second
 type lb struct {
 	t      *testing.T
 	url    string
-	client *http.Client
+	client *http.Client // the tablet at 127.0.0.2
+	pool   *x509.CertPool
 	out    *testutil.SyncBuffer
 }
 
@@ -87,12 +88,8 @@ func startHAProxy(t *testing.T, c *cluster) *lb {
 			t.Logf("haproxy output:\n%s", replydproc.Tail(l.out.String(), 40))
 		}
 	})
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
-	l.client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
-		DialContext:       dialer.DialContext,
-		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2: true,
-	}}
+	l.pool = pool
+	l.client = l.clientFrom("127.0.0.2")
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
@@ -110,8 +107,24 @@ func startHAProxy(t *testing.T, c *cluster) *lb {
 	}
 }
 
-// do sends one request through HAProxy.
+// clientFrom returns a client that trusts HAProxy's certificate and
+// connects from the loopback address ip: a tablet of its own.
+func (l *lb) clientFrom(ip string) *http.Client {
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		DialContext:       dialer.DialContext,
+		TLSClientConfig:   &tls.Config{RootCAs: l.pool, ServerName: "localhost", MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+	}}
+}
+
+// do sends one request through HAProxy from the tablet at 127.0.0.2.
 func (l *lb) do(method, path string, header map[string]string, ctype string, body []byte) (replydproc.Response, error) {
+	return l.doFrom(l.client, method, path, header, ctype, body)
+}
+
+// doFrom sends one request through HAProxy with client.
+func (l *lb) doFrom(client *http.Client, method, path string, header map[string]string, ctype string, body []byte) (replydproc.Response, error) {
 	req, err := http.NewRequest(method, l.url+path, bytes.NewReader(body))
 	if err != nil {
 		return replydproc.Response{}, err
@@ -122,7 +135,7 @@ func (l *lb) do(method, path string, header map[string]string, ctype string, bod
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := l.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return replydproc.Response{}, err
 	}
@@ -314,5 +327,79 @@ func TestHAProxyRoutesByKey(t *testing.T) {
 	// Requests without X-API-KEY (admin) are served too.
 	if resp, err := l.do(http.MethodGet, "/v1/admin/keys", c.a.AdminHeader(), "", nil); err != nil || resp.Status != 200 {
 		t.Errorf("admin through HAProxy after the move: %d %v", resp.Status, err)
+	}
+}
+
+// TestHAProxyPerAddressLimitsSeeTheTablet: two tablets (127.0.0.2 and
+// 127.0.0.3) reach two boxes through HAProxy. With HAProxy's address in
+// REPLYD_TRUSTED_PROXIES the per-address limits count each tablet on its
+// own: one tablet's failed authentications (in a box's memory) and its
+// login-code request (the store's per-address interval, shared by the
+// boxes) do not hold the other back. Without it both tablets are HAProxy's
+// address and share those limits. Either way, an X-Forwarded-For that a
+// client sends straight to a box is ignored: it cannot pose as many
+// addresses.
+func TestHAProxyPerAddressLimitsSeeTheTablet(t *testing.T) {
+	for _, trusted := range []bool{true, false} {
+		name := map[bool]string{true: "HAProxy trusted: each tablet on its own", false: "HAProxy not trusted: the tablets share its address"}[trusted]
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{}
+			if trusted {
+				env["REPLYD_TRUSTED_PROXIES"] = "127.0.0.1"
+			}
+			c := startCluster(t, env)
+			l := startHAProxy(t, c)
+			x, y := l.clientFrom("127.0.0.2"), l.clientFrom("127.0.0.3")
+			// One made-up key: HAProxy hashes it to one box every time, so
+			// both tablets' failures are counted by the same box.
+			bad := map[string]string{"X-API-KEY": "rpd_made-up-" + replydproc.RandHex(8)}
+			infer := func(client *http.Client, header map[string]string) replydproc.Response {
+				t.Helper()
+				ct, body := replydproc.InferForm([]byte(`{"messages":[]}`), nil)
+				resp, err := l.doFrom(client, http.MethodPost, "/v1/infer", header, ct, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			for i := range 10 {
+				wantError(t, fmt.Sprintf("tablet 127.0.0.2, bad key %d", i+1), infer(x, bad), 401, "unauthorized")
+			}
+			wantError(t, "tablet 127.0.0.2, bad key 11", infer(x, bad), 429, "rate_limited")
+			if trusted {
+				wantError(t, "tablet 127.0.0.3, its first bad key", infer(y, bad), 401, "unauthorized")
+			} else {
+				wantError(t, "tablet 127.0.0.3, its first bad key (HAProxy's address used up)", infer(y, bad), 429, "rate_limited")
+			}
+
+			send := func(client *http.Client) replydproc.Response {
+				t.Helper()
+				resp, err := l.doFrom(client, http.MethodPost, "/v1/admin/otp/send", nil, "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			if resp := send(x); resp.Status != 200 {
+				t.Fatalf("login code for 127.0.0.2: %d %s", resp.Status, resp.Body)
+			}
+			if resp := send(y); trusted && resp.Status != 200 {
+				t.Errorf("login code for 127.0.0.3 after 127.0.0.2's: %d %s; want 200 (another address)", resp.Status, resp.Body)
+			} else if !trusted {
+				wantError(t, "login code for 127.0.0.3 right after 127.0.0.2's (one address to replyd)", resp, 429, "rate_limited")
+			}
+
+			// Straight to a box, a forged X-Forwarded-For changes nothing:
+			// 127.0.0.4 is not a trusted proxy.
+			for i := range 11 {
+				resp := c.a.Call(replydproc.Request{Path: "/v1/admin/keys", From: "127.0.0.4",
+					Header: map[string]string{"X-ADMIN-SESSION": "forged", "X-Forwarded-For": fmt.Sprintf("203.0.113.%d", i+1)}})
+				want, code := 401, "unauthorized"
+				if i == 10 {
+					want, code = 429, "rate_limited"
+				}
+				wantError(t, fmt.Sprintf("direct request %d from 127.0.0.4 posing as 203.0.113.%d", i+1, i+1), resp, want, code)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@
 // backup download.
 import { api } from './api.js';
 import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
+import signin from './signin.js';
 
 const engineNames = { llm: 'Language model', stt: 'Speech to text', whisper: 'Speech to text' };
 let ctx;
@@ -50,6 +51,7 @@ async function load() {
     const fp = $('#status-ca');
     fp.hidden = !s.tls_ca_fingerprint;
     $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
+    signin.render(s);
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
@@ -103,8 +105,10 @@ async function backup() {
 export default {
   init(c) {
     ctx = c;
+    signin.init(c);
     $('#status-refresh').addEventListener('click', load);
     $('#backup-download').addEventListener('click', backup);
   },
   enter: load,
+  leave: signin.hide,
 };
