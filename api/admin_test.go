@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pquerna/otp/totp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -25,12 +29,17 @@ func TestAdminAuth(t *testing.T) {
 	e := newEnv(t)
 	apiKey := e.addKey("client-key", 60)
 	adminRoutes := []struct{ method, path string }{
-		{"GET", "/v1/admin/keys"}, {"POST", "/v1/admin/keys"}, {"DELETE", "/v1/admin/keys/" + hashHex("x")},
+		{"GET", "/v1/admin/keys"}, {"POST", "/v1/admin/keys"}, {"DELETE", "/v1/admin/keys/" + secret.Hash("x")},
 		{"GET", "/v1/admin/system-prompt"}, {"POST", "/v1/admin/system-prompt"}, {"GET", "/v1/admin/system-prompt/history"},
 		{"GET", "/v1/admin/logs"}, {"GET", "/v1/admin/stats"}, {"GET", "/v1/admin/status"}, {"GET", "/v1/admin/backup"},
-		{"POST", "/v1/admin/try"}, {"DELETE", "/v1/admin/session"}, {"GET", "/metrics"}, {"GET", "/v1/admin/no-such-route"},
+		{"POST", "/v1/admin/try"}, {"DELETE", "/v1/admin/session"}, {"GET", "/metrics"},
 	}
-	for _, r := range adminRoutes {
+	// An unknown admin path is 404 with or without a credential (a route
+	// group's catch-all used to answer it, and wrong methods, after auth).
+	for _, req := range []*http.Request{httptest.NewRequest("GET", "/v1/admin/no-such-route", nil), adminReq("GET", "/v1/admin/no-such-route", "")} {
+		wantJSON(t, e.do(req), 404, errJSON("not_found", "no such route"))
+	}
+	for i, r := range adminRoutes {
 		t.Run(r.method+" "+r.path, func(t *testing.T) {
 			cases := []struct {
 				name   string
@@ -42,10 +51,13 @@ func TestAdminAuth(t *testing.T) {
 				{"api key as admin key", map[string]string{HeaderAdminKey: apiKey}, msgBadAdminCred},
 				{"api key header", map[string]string{HeaderAPIKey: apiKey}, msgNoAdminCred},
 				{"api key as session", map[string]string{HeaderAdminSession: apiKey}, msgBadAdminCred},
-				{"admin key hash as key", map[string]string{HeaderAdminKey: hashHex(testAdminKey)}, msgBadAdminCred},
+				{"admin key hash as key", map[string]string{HeaderAdminKey: secret.Hash(testAdminKey)}, msgBadAdminCred},
 			}
 			for _, c := range cases {
 				req := httptest.NewRequest(r.method, r.path, nil)
+				// An address per route, so that the failures stay under
+				// the per-address throttle.
+				req.RemoteAddr = fmt.Sprintf("198.51.100.%d:4000", i)
 				for k, v := range c.header {
 					req.Header.Set(k, v)
 				}
@@ -71,13 +83,23 @@ func TestAdminAuth(t *testing.T) {
 	wantJSON(t, e.do(req), 401, errJSON("unauthorized", msgBadAdminCred))
 }
 
-func otpSend(e *env) *httptest.ResponseRecorder {
-	return e.do(httptest.NewRequest("POST", "/v1/admin/otp/send", nil))
+// otpSend asks for a code from the harness's default address (192.0.2.1)
+// or from the address given.
+func otpSend(e *env, from ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", "/v1/admin/otp/send", nil)
+	if len(from) > 0 {
+		req.RemoteAddr = from[0] + ":5000"
+	}
+	return e.do(req)
 }
 
-func otpVerify(e *env, code string) *httptest.ResponseRecorder {
+// otpVerify tries code from the default address or the one given.
+func otpVerify(e *env, code string, from ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", "/v1/admin/otp/verify", strings.NewReader(`{"code":"`+code+`"}`))
 	req.Header.Set("Content-Type", "application/json")
+	if len(from) > 0 {
+		req.RemoteAddr = from[0] + ":5000"
+	}
 	return e.do(req)
 }
 
@@ -87,30 +109,37 @@ func sessionReq(method, target, token string) *http.Request {
 	return req
 }
 
+// msgWrongCode is the one answer to a code that does not log in.
+var msgWrongCode = errJSON("unauthorized", wrongCodeMessage)
+
+// otherCode returns an 8-digit code that is not code.
+func otherCode(code string, delta int) string {
+	return fmt.Sprintf("%08d", (atoi(code)+delta)%100000000)
+}
+
 func TestOTPFullFlow(t *testing.T) {
 	e := newEnv(t)
 	wantJSON(t, otpSend(e), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:09:05Z"}`)
 	code := e.notifier.lastCode()
-	if !regexp.MustCompile(`^[0-9]{6}$`).MatchString(code) {
-		t.Fatalf("code %q is not 6 digits", code)
+	if !regexp.MustCompile(`^[0-9]{8}$`).MatchString(code) {
+		t.Fatalf("code %q is not 8 digits", code)
 	}
 	if !strings.Contains(e.notifier.texts[0], code) {
 		t.Errorf("message text does not carry the code")
 	}
-	if e.st.otp.hash != hashHex(code) {
-		t.Errorf("the store does not hold the code's hash")
+	if e.st.otps["192.0.2.1"].hash != secret.Hash(code) || len(e.st.otps) != 1 {
+		t.Errorf("the store does not hold the code's hash under the client address: %+v", e.st.otps)
 	}
 
-	// One send per 30 s.
+	// One send per 30 s from an address.
 	e.clock.Advance(10 * time.Second)
 	rec := otpSend(e)
-	wantJSON(t, rec, 429, errJSON("rate_limited", "a code was sent less than 30s ago; retry in 20 s"))
+	wantJSON(t, rec, 429, errJSON("rate_limited", "this address asked for a code less than 30s ago; retry in 20 s"))
 	if rec.Header().Get("Retry-After") != "20" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
-	wrong := fmt.Sprintf("%06d", (atoi(code)+1)%1000000)
-	wantJSON(t, otpVerify(e, wrong), 401, errJSON("unauthorized", "code is wrong"))
+	wantJSON(t, otpVerify(e, otherCode(code, 1)), 401, msgWrongCode)
 
 	rec = otpVerify(e, code)
 	var v struct {
@@ -122,12 +151,12 @@ func TestOTPFullFlow(t *testing.T) {
 	if len(v.SessionToken) != 43 {
 		t.Errorf("session token %q is not 32 bytes in base64url", v.SessionToken)
 	}
-	if _, ok := e.st.sessions[hashHex(v.SessionToken)]; !ok || len(e.st.sessions) != 1 {
+	if _, ok := e.st.sessions[secret.Hash(v.SessionToken)]; !ok || len(e.st.sessions) != 1 {
 		t.Errorf("the store does not hold exactly the token's hash")
 	}
 
-	// The code is single use.
-	wantJSON(t, otpVerify(e, code), 401, errJSON("unauthorized", "code is not valid: no code is outstanding; request one with /v1/admin/otp/send"))
+	// The code is single use; the answer is the same as for a wrong one.
+	wantJSON(t, otpVerify(e, code), 401, msgWrongCode)
 
 	// The session works, then logout ends it.
 	if rec := e.do(sessionReq("GET", "/v1/admin/keys", v.SessionToken)); rec.Code != 200 {
@@ -139,7 +168,8 @@ func TestOTPFullFlow(t *testing.T) {
 	// Logging out needs a session, not the admin key.
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/session", "")), 400, errJSON("invalid_request", "X-ADMIN-SESSION is required to log out (an admin key has no session)"))
 
-	// Login events are in the admin log, without the code.
+	// Login events are in the admin log, without the code; wrong codes
+	// are not, one by one (they are counted, see TestFailedAuthIsAggregated).
 	var msgs []string
 	for _, l := range e.st.logsCopy() {
 		if l.StreamName != store.StreamAdmin || l.ResourceType != store.ResourceAdmin {
@@ -152,9 +182,7 @@ func TestOTPFullFlow(t *testing.T) {
 	}
 	want := []string{
 		"info otp sent via console",
-		"warn login failed: code is wrong",
-		"info login ok: session valid for 12h0m0s",
-		"warn login failed: code is not valid: no code is outstanding; request one with /v1/admin/otp/send",
+		"info login ok (sent code): session valid for 12h0m0s",
 		"info logout",
 	}
 	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
@@ -170,17 +198,105 @@ func atoi(s string) int {
 	return n
 }
 
-func TestOTPLockoutAfterFiveWrongTries(t *testing.T) {
+// TestOTPAttackerCannotBurnOrReplaceTheCode: wrong guesses and sends from
+// other addresses leave the administrator's code working.
+func TestOTPAttackerCannotBurnOrReplaceTheCode(t *testing.T) {
 	e := newEnv(t)
-	otpSend(e)
+	const admin, attacker = "10.0.0.5", "10.0.0.66"
+	wantJSON(t, otpSend(e, admin), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:09:05Z"}`)
 	code := e.notifier.lastCode()
-	wrong := fmt.Sprintf("%06d", (atoi(code)+7)%1000000)
-	for i := 0; i < 4; i++ {
-		wantJSON(t, otpVerify(e, wrong), 401, errJSON("unauthorized", "code is wrong"))
+	// The attacker asks for a code of its own: the admin's is not replaced.
+	if rec := otpSend(e, attacker); rec.Code != 200 {
+		t.Fatalf("attacker's send: %d %s", rec.Code, rec.Body)
 	}
-	wantJSON(t, otpVerify(e, wrong), 401, errJSON("unauthorized", "code is wrong; after 5 wrong codes it is no longer valid: request a new one"))
-	// Burned: even the right code fails now.
-	wantJSON(t, otpVerify(e, code), 401, errJSON("unauthorized", "code is not valid: no code is outstanding; request one with /v1/admin/otp/send"))
+	// The attacker guesses, the admin's code among its guesses: from the
+	// wrong address it does not work and is not spent.
+	for i := 0; i < 2; i++ {
+		wantJSON(t, otpVerify(e, otherCode(code, 1+i), attacker), 401, msgWrongCode)
+	}
+	wantJSON(t, otpVerify(e, code, attacker), 401, msgWrongCode)
+	// Three wrong codes paused the code login for a minute; after it the
+	// admin's code still works from the admin's address.
+	wantJSON(t, otpVerify(e, code, admin), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 60 s (the admin key still works)"))
+	e.clock.Advance(time.Minute)
+	if rec := otpVerify(e, code, admin); rec.Code != 200 {
+		t.Fatalf("the admin's code after the attacker's guesses: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestOTPPerAddressLimit(t *testing.T) {
+	e := newEnv(t)
+	const a, b = "10.0.0.7", "10.0.0.8"
+	otpSend(e, a)
+	code := e.notifier.lastCode()
+	for i := 1; i <= 3; i++ {
+		wantJSON(t, otpVerify(e, otherCode(code, i), a), 401, msgWrongCode)
+	}
+	e.clock.Advance(time.Minute) // the first global lock
+	for i := 4; i <= 5; i++ {
+		wantJSON(t, otpVerify(e, otherCode(code, i), a), 401, msgWrongCode)
+	}
+	// Five wrong codes from a in 15 minutes: a is refused, even the right
+	// code, until its window closes.
+	wantJSON(t, otpVerify(e, code, a), 429, errJSON("rate_limited", "5 wrong codes from this address: retry in 840 s"))
+	// Not a global lock: another address is still checked.
+	wantJSON(t, otpVerify(e, otherCode(code, 77), b), 401, msgWrongCode)
+	e.clock.Advance(14 * time.Minute)
+	otpSend(e, a)
+	if rec := otpVerify(e, e.notifier.lastCode(), a); rec.Code != 200 {
+		t.Fatalf("a new code after the window: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestOTPGlobalLock checks the back-off: every otpGlobalFailures wrong codes
+// from any addresses pause the code login, each time twice as long, the
+// administrator is told, and the admin key keeps working throughout.
+func TestOTPGlobalLock(t *testing.T) {
+	e := newEnv(t)
+	guess := 0
+	wrong := func() *httptest.ResponseRecorder {
+		guess++
+		return otpVerify(e, fmt.Sprintf("%08d", guess), fmt.Sprintf("10.1.%d.%d", guess/200, guess%200))
+	}
+	for round, lock := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute} {
+		for i := 0; i < otpGlobalFailures; i++ {
+			wantJSON(t, wrong(), 401, msgWrongCode)
+		}
+		rec := wrong()
+		wantJSON(t, rec, 429, errJSON("rate_limited", fmt.Sprintf("too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", int(lock/time.Second))))
+		if got := rec.Header().Get("Retry-After"); got != fmt.Sprint(int(lock/time.Second)) {
+			t.Errorf("round %d: Retry-After %s", round, got)
+		}
+		if rec := e.do(adminReq("GET", "/v1/admin/keys", "")); rec.Code != 200 {
+			t.Fatalf("round %d: the admin key during the lock: %d", round, rec.Code)
+		}
+		e.clock.Advance(lock - time.Second)
+		wantJSON(t, wrong(), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 1 s (the admin key still works)"))
+		e.clock.Advance(time.Second)
+	}
+	// The administrator was told each time, without a code.
+	waitFor(t, func() bool { return len(e.notifier.textsCopy()) == 4 })
+	for _, txt := range e.notifier.textsCopy() {
+		if !strings.Contains(txt, "login by code is paused until") {
+			t.Errorf("alert %q", txt)
+		}
+	}
+	for _, c := range e.notifier.codesCopy() {
+		if c != "" {
+			t.Errorf("an alert carried code %q", c)
+		}
+	}
+	// The level decays by one a quiet day: after two quiet days the next
+	// lock is back to 4 minutes (level 4 - 2 = 2).
+	e.clock.Advance(48 * time.Hour)
+	for i := 0; i < otpGlobalFailures; i++ {
+		wantJSON(t, wrong(), 401, msgWrongCode)
+	}
+	wantJSON(t, wrong(), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 240 s (the admin key still works)"))
+	// The lock never exceeds a day.
+	if otpRule.Length(40) != otpLockMax || otpRule.Length(0) != otpLockBase {
+		t.Errorf("lock lengths %s, %s", otpRule.Length(0), otpRule.Length(40))
+	}
 }
 
 func TestOTPExpiry(t *testing.T) {
@@ -188,9 +304,9 @@ func TestOTPExpiry(t *testing.T) {
 	otpSend(e)
 	code := e.notifier.lastCode()
 	e.clock.Advance(5 * time.Minute)
-	wantJSON(t, otpVerify(e, code), 401, errJSON("unauthorized", "code has expired: request a new one"))
+	wantJSON(t, otpVerify(e, code), 401, msgWrongCode)
 
-	// A new code after the throttle works, and its session expires after 12 h.
+	// A new code works, and its session expires after 12 h.
 	wantJSON(t, otpSend(e), 200, `{"sent":true,"channel":"console","expires_at":"2026-01-02T03:14:05Z"}`)
 	rec := otpVerify(e, e.notifier.lastCode())
 	var v struct {
@@ -205,10 +321,40 @@ func TestOTPExpiry(t *testing.T) {
 	wantJSON(t, e.do(sessionReq("GET", "/v1/admin/status", v.SessionToken)), 401, errJSON("unauthorized", msgBadAdminCred))
 }
 
+func TestOTPSendGlobalThrottle(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < otpSendBurst; i++ {
+		if rec := otpSend(e, fmt.Sprintf("10.2.0.%d", i)); rec.Code != 200 {
+			t.Fatalf("send %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	wantJSON(t, otpSend(e, "10.2.0.99"), 429, errJSON("rate_limited", "too many codes were asked for from all addresses; retry in 600 s"))
+	e.clock.Advance(otpSendRefill)
+	if rec := otpSend(e, "10.2.0.99"); rec.Code != 200 {
+		t.Fatalf("after the refill: %d %s", rec.Code, rec.Body)
+	}
+	if n := len(e.notifier.codesCopy()); n != otpSendBurst+1 {
+		t.Errorf("%d codes delivered, want %d", n, otpSendBurst+1)
+	}
+}
+
 func TestOTPErrors(t *testing.T) {
 	e := newEnv(t)
 	e.notifier.err = errors.New("telegram: 401 bad token https://api.telegram.org/botSECRET")
 	wantJSON(t, otpSend(e), 502, errJSON("otp_delivery_failed", "the code could not be delivered through the console channel; check its configuration"))
+	// A failed delivery is counted apart and does not hold the next try
+	// back; the undelivered code is gone.
+	if len(e.st.otps) != 0 {
+		t.Errorf("an undelivered code stayed stored")
+	}
+	wantJSON(t, otpSend(e), 502, errJSON("otp_delivery_failed", "the code could not be delivered through the console channel; check its configuration"))
+	if got := testutil.ToFloat64(e.srv.metrics.otpDeliveryFailures); got != 2 {
+		t.Errorf("replyd_otp_delivery_failures_total = %v, want 2", got)
+	}
+	e.notifier.err = nil
+	if rec := otpSend(e); rec.Code != 200 {
+		t.Errorf("the send after two failed deliveries: %d %s", rec.Code, rec.Body)
+	}
 
 	e2 := newEnv(t, func(o *Options) { o.Notifier = nil })
 	wantJSON(t, otpSend(e2), 502, errJSON("otp_delivery_failed", "no OTP channel is configured; use X-ADMIN-KEY or configure a channel"))
@@ -219,9 +365,77 @@ func TestOTPErrors(t *testing.T) {
 		{`{"code":"  "}`, "code is required"},
 		{`{"code":123456}`, "code has the wrong type: expected a string"},
 		{`{"code":`, "the request body is not valid JSON (unexpected end)"},
+		{`{"code":"1234567"}`, "code must be the 8 digits of a sent code or the 6 digits of an authenticator app"},
+		{`{"code":"12a45678"}`, "code must be the 8 digits of a sent code or the 6 digits of an authenticator app"},
 	} {
 		req := httptest.NewRequest("POST", "/v1/admin/otp/verify", strings.NewReader(c.body))
 		wantJSON(t, e.do(req), 400, errJSON("invalid_request", c.msg))
+	}
+}
+
+// TestTOTPEnrollQRCodeScans: the enrolment's QR code reads as its
+// otpauth:// URL.
+func TestTOTPEnrollQRCodeScans(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(adminReq("POST", "/v1/admin/totp/enroll", ""))
+	var en totpEnrollResponse
+	decode(t, rec, &en)
+	if got := scanQR(t, en.QRSVG); got != en.OTPAuthURL {
+		t.Errorf("the QR code reads %q, want %q", got, en.OTPAuthURL)
+	}
+}
+
+func TestTOTP(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.TOTPOnly = true; o.Notifier = nil })
+	wantJSON(t, otpSend(e), 200, `{"sent":false,"channel":"totp"}`)
+	// Not enrolled yet: no 6-digit code works.
+	wantJSON(t, otpVerify(e, "123456"), 401, msgWrongCode)
+
+	wantJSON(t, e.do(httptest.NewRequest("POST", "/v1/admin/totp/enroll", nil)), 401, errJSON("unauthorized", msgNoAdminCred))
+	rec := e.do(adminReq("POST", "/v1/admin/totp/enroll", ""))
+	var en struct {
+		Secret     string `json:"secret"`
+		OTPAuthURL string `json:"otpauth_url"`
+		QRSVG      string `json:"qr_svg"`
+	}
+	decode(t, rec, &en)
+	if rec.Code != 200 || len(en.Secret) != 32 || !strings.HasPrefix(en.OTPAuthURL, "otpauth://totp/replyd:admin?") ||
+		!strings.Contains(en.OTPAuthURL, "secret="+en.Secret) || rec.Header().Get("Cache-Control") != "no-store" ||
+		!strings.HasPrefix(en.QRSVG, `<svg xmlns="http://www.w3.org/2000/svg"`) || strings.Contains(en.QRSVG, "style=") {
+		t.Fatalf("enroll: %d %s", rec.Code, rec.Body)
+	}
+	if v, ok, _ := e.st.Secret(store.SecretTOTP); !ok || string(v) != en.Secret {
+		t.Fatal("the secret is not the installation's TOTP secret")
+	}
+	codeAt := func(at time.Time) string {
+		c, err := totp.GenerateCodeCustom(en.Secret, at, totpOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The current code logs in once; then neither it nor the previous
+	// step's code works (their steps are not later than the one used).
+	now := e.clock.Now()
+	if rec := otpVerify(e, codeAt(now)); rec.Code != 200 {
+		t.Fatalf("current code: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, otpVerify(e, codeAt(now)), 401, msgWrongCode)
+	wantJSON(t, otpVerify(e, codeAt(now.Add(-totpPeriod))), 401, msgWrongCode)
+	// Three wrong codes: wait out the one-minute lock. Two steps later,
+	// the previous step's code (still unused) works: ±1 step.
+	e.clock.Advance(time.Minute + time.Second)
+	now = e.clock.Now()
+	if rec := otpVerify(e, codeAt(now.Add(-totpPeriod))); rec.Code != 200 {
+		t.Fatalf("previous step's code: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, otpVerify(e, codeAt(now.Add(2*totpPeriod))), 401, msgWrongCode)
+	if rec := otpVerify(e, codeAt(now)); rec.Code != 200 {
+		t.Fatalf("current code after the previous step's: %d %s", rec.Code, rec.Body)
+	}
+	// Status shows the channel and the enrolment.
+	if body := e.do(adminReq("GET", "/v1/admin/status", "")).Body.String(); !strings.Contains(body, `"otp_channel":"totp","totp_enrolled":true`) {
+		t.Errorf("status: %s", body)
 	}
 }
 
@@ -237,11 +451,12 @@ func TestKeysLifecycle(t *testing.T) {
 	if !strings.HasPrefix(created.APIKey, APIKeyPrefix) || len(created.APIKey) != len(APIKeyPrefix)+43 {
 		t.Errorf("api_key %q has the wrong form", created.APIKey)
 	}
-	if created.APIKeyHash != hashHex(created.APIKey) {
+	if created.APIKeyHash != secret.Hash(created.APIKey) {
 		t.Errorf("api_key_hash is not the hex SHA-256 of api_key")
 	}
 	wantJSON(t, rec, 200, `{"api_key":"`+created.APIKey+`","api_key_hash":"`+created.APIKeyHash+`","client_id":"","status":"active",
-	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z"}`)
+	  "scopes":["infer"],"rate_limit_per_minute":60,"created_at":"2026-01-02T03:04:05Z",
+	  "warnings":["client_id is empty: the key list, the logs and the statistics cannot tell this tablet from others; name it (e.g. tablet-ward-3) in a new key"]}`)
 	// Only the hash is stored.
 	k, err := e.st.GetKey(created.APIKeyHash)
 	if err != nil || k.Hash != created.APIKeyHash {
@@ -299,7 +514,7 @@ func TestKeysLifecycle(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+rec3+`,`+revoked2+`,`+rec1+`],"count":3}`)
 	wantJSON(t, e.do(inferReq(t, second.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))
 
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+hashHex("unknown"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+secret.Hash("unknown"), "")), 404, errJSON("not_found", "no API key has this api_key_hash"))
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/not-a-hash", "")), 404, errJSON("not_found", "no API key has this api_key_hash (it is 64 hex characters)"))
 
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=-1"} {
@@ -345,9 +560,13 @@ func TestKeyCreatedRevoked(t *testing.T) {
 func TestSystemPrompt(t *testing.T) {
 	e := newEnv(t)
 	def, _ := json.Marshal(DefaultSystemPrompt)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"0","created_at":null}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt", "")), 200, `{"prompt":`+string(def)+`,"version":"1","created_at":null}`)
 
-	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"1","created_at":"2026-01-02T03:04:05Z"}`)
+	// The first save keeps the built-in prompt as version 1 and takes 2.
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be brief."}`)), 200, `{"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/system-prompt/history", "")), 200, `{"items":[
+	  {"prompt":"Be brief.","version":"2","created_at":"2026-01-02T03:04:05Z"},
+	  {"prompt":`+string(def)+`,"version":"1","created_at":"2026-01-02T03:04:05Z"}],"count":2}`)
 	e.clock.Advance(time.Second)
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"Be kind.","version":"v2"}`)), 200, `{"prompt":"Be kind.","version":"v2","created_at":"2026-01-02T03:04:06Z"}`)
 	e.clock.Advance(time.Second)
@@ -436,9 +655,9 @@ func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
-	for _, secret := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
-		if strings.Contains(out, secret) {
-			t.Errorf("info log contains %q", secret)
+	for _, leak := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
+		if strings.Contains(out, leak) {
+			t.Errorf("info log contains %q", leak)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -474,5 +693,48 @@ func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
 	}
 	if n[200] != 1 || n[429] != 9 {
 		t.Errorf("statuses %v, want one 200 and nine 429", n)
+	}
+}
+
+// TestKeyCreateWarnings: an empty client_id, or one an active key already
+// has (ignoring case and spaces), is created with a warning; a revoked
+// key's name may be reused quietly.
+func TestKeyCreateWarnings(t *testing.T) {
+	e := newEnv(t)
+	warnings := func(body string) []string {
+		t.Helper()
+		rec := e.do(adminReq("POST", "/v1/admin/keys", body))
+		var r struct {
+			Warnings []string `json:"warnings"`
+		}
+		decode(t, rec, &r)
+		return r.Warnings
+	}
+	if w := warnings(`{"client_id":"ward-1"}`); len(w) != 0 {
+		t.Errorf("first ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":" Ward-1 "}`); len(w) != 1 || !strings.Contains(w[0], `client_id "Ward-1" is already the name of another active key (created 2026-01-02T03:04:05Z)`) {
+		t.Errorf("second ward-1: %q", w)
+	}
+	if w := warnings(`{"client_id":"  "}`); len(w) != 1 || !strings.HasPrefix(w[0], "client_id is empty") {
+		t.Errorf("blank client_id: %q", w)
+	}
+	if w := warnings(`{"client_id":"old","status":"revoked"}`); len(w) != 0 {
+		t.Errorf("old: %q", w)
+	}
+	if w := warnings(`{"client_id":"old"}`); len(w) != 0 {
+		t.Errorf("the name of a revoked key: %q", w)
+	}
+}
+
+// TestOTPAttackBound: the arithmetic client.md states keeps a sent code's
+// chance under 0.1% a year.
+func TestOTPAttackBound(t *testing.T) {
+	b := otpAttackBound()
+	if b.Levels != 11 || b.Guesses != 2235 || b.SentPercent >= 0.1 {
+		t.Errorf("bound %+v", b)
+	}
+	if md := string(newEnv(t).srv.clientMD); !strings.Contains(md, "2,235") && !strings.Contains(md, "2235") {
+		t.Error("client.md does not state the bound")
 	}
 }

@@ -1,17 +1,20 @@
 package api
 
 // Who is calling: the credential headers, the API key vocabulary and the two
-// admission checks (a tablet's key on /v1/infer, an administrator on /v1/admin).
+// admission checks (a tablet's key on /v1/infer, an administrator on
+// /v1/admin).
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -33,34 +36,118 @@ var knownScopes = []string{ScopeInfer}
 // without being hashed.
 const maxSecretHeader = 512
 
-// hashHex returns the lowercase hex SHA-256 of s: how keys, codes and
-// session tokens are stored and how api_key_hash is formed.
-func hashHex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
+// apiKey authenticates the X-API-KEY header: missing, unknown or revoked is
+// 401, or 429 once the client address has failed too often this minute.
+// Either way the failure is only counted in memory (see authFailed and
+// isAuthFailure); a valid key is served whatever its address's failures.
+// It returns the key's hash even when it fails.
+func (s *Server) apiKey(c echo.Context) (store.APIKey, string, error) {
+	raw := c.Request().Header.Get(HeaderAPIKey)
+	fail := func(hash, format string, args ...any) (store.APIKey, string, error) {
+		if e := s.authFailed(c, failAPIKey); e != nil {
+			return store.APIKey{}, hash, e
+		}
+		return store.APIKey{}, hash, errorf(CodeUnauthorized, format, args...)
+	}
+	if raw == "" {
+		return fail("", "the %s header is required", HeaderAPIKey)
+	}
+	if len(raw) > maxSecretHeader {
+		return fail("", "%s is not a valid API key", HeaderAPIKey)
+	}
+	hash := secret.Hash(raw)
+	key, err := s.store.GetKey(hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return fail(hash, "%s is not a valid API key", HeaderAPIKey)
+	}
+	if err != nil {
+		return key, hash, err
+	}
+	if key.Status != store.StatusActive {
+		return fail(hash, "%s has been revoked", HeaderAPIKey)
+	}
+	return key, hash, nil
 }
 
-// admit checks the key's scope and rate limit, and records its use (at most
-// once a minute per key).
-func (s *Server) admit(c echo.Context, key store.APIKey) error {
+// isAuthFailure reports whether err is apiKey's refusal of a credential (as
+// opposed to a store failure).
+func isAuthFailure(err error) bool {
+	var ae *Error
+	return errors.As(err, &ae) && (ae.Code == CodeUnauthorized || ae.Code == CodeRateLimited)
+}
+
+// Rate-limit budgets: each key has one of rate_limit_per_minute requests
+// for inferences and another, as large, for feedback, so that reporting an
+// outcome never costs an inference.
+const (
+	budgetInfer    = ""
+	budgetFeedback = "#feedback"
+)
+
+// budgetExceeded is the message of a 429 per budget.
+var budgetExceeded = map[string]string{
+	budgetInfer:    "rate limit of %d requests per minute exceeded for this API key; retry in %d s",
+	budgetFeedback: "feedback rate limit of %d reports per minute exceeded for this API key; retry in %d s",
+}
+
+// admit checks the key's scope and its rate limit in budget (the box's own,
+// or the one shared through PostgreSQL), and records its use (at most once a
+// minute per key). A request of budgetInfer that ends shed (503) is given
+// back (refundIfShed).
+func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
 	now := s.now()
-	if ok, retry := s.limiter.allow(key.Hash, key.RateLimitPerMinute, now); !ok {
+	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		s.metrics.rateLimited.Inc()
 		return &Error{
 			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("rate limit of %d requests per minute exceeded for this API key; retry in %d s", key.RateLimitPerMinute, retryAfterSeconds(retry)),
+			Message:    fmt.Sprintf(budgetExceeded[budget], key.RateLimitPerMinute, retryAfterSeconds(retry)),
 			RetryAfter: retry,
 		}
 	}
-	if s.limiter.shouldTouch(key.Hash, now) {
+	// The store persists "last used" at most once a minute; this spares
+	// even the call in between.
+	if s.touches.Begin(key.Hash, now) {
 		if err := s.store.TouchKey(key.Hash, now); err != nil {
+			s.touches.Failed(key.Hash, now)
 			s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
 		}
 	}
 	return nil
+}
+
+// enterInflight admits one more inference of key unless MaxInflightPerKey
+// are in progress (429). On success the caller must call release when the
+// request ends.
+func (s *Server) enterInflight(key store.APIKey) (release func(), err error) {
+	if !s.inflight.enter(key.Hash, s.limits.MaxInflightPerKey) {
+		s.metrics.rateLimited.Inc()
+		return nil, &Error{
+			Code:       CodeRateLimited,
+			Message:    fmt.Sprintf("this API key already has %d requests in progress; retry when one has finished", s.limits.MaxInflightPerKey),
+			RetryAfter: time.Second,
+		}
+	}
+	return func() { s.inflight.leave(key.Hash) }, nil
+}
+
+// refundIfShed gives the request back to the key's inference budget when it
+// ended in a 503 (overloaded, not ready, timeout): the client is told to
+// retry, and the retry must not find the limit used up by requests replyd
+// refused.
+func (s *Server) refundIfShed(keyHash string, errp *error) {
+	if *errp == nil || toAPIError(*errp).Status() != http.StatusServiceUnavailable {
+		return
+	}
+	if err := s.limiter.Refund(keyHash+budgetInfer, s.now()); err != nil {
+		s.log.Warn("giving a shed request back to the rate limit failed", "error", err.Error())
+	}
 }
 
 // isKeyHash reports whether h looks like an api_key_hash.
@@ -77,10 +164,11 @@ func isKeyHash(h string) bool {
 	return true
 }
 
-// adminAuth admits a request carrying a valid X-ADMIN-KEY (its SHA-256
-// compared in constant time with the stored admin key hash) or a valid,
-// unexpired X-ADMIN-SESSION. Neither, or an invalid one, is 401. An API key
-// is never an admin credential.
+// adminAuth admits a request carrying a valid X-ADMIN-KEY or a valid,
+// unexpired X-ADMIN-SESSION. Neither is 401; an invalid one is 401, counted
+// as a failed authentication of the client address, and 429 (before the
+// admin key's KDF runs) once the address has failed too often this minute.
+// An API key is never an admin credential.
 func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header
@@ -89,18 +177,17 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
 		}
 		if key != "" && len(key) <= maxSecretHeader {
-			want, err := s.store.AdminKeyHash()
+			ok, err := s.checkAdminKey(c, key)
 			if err != nil {
 				return err
 			}
-			got := hashHex(key)
-			if want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			if ok {
 				c.Set(adminViaKey, true)
 				return next(c)
 			}
 		}
 		if session != "" && len(session) <= maxSecretHeader {
-			ok, err := s.store.SessionValid(hashHex(session), s.now())
+			ok, err := s.store.SessionValid(secret.Hash(session), s.now())
 			if err != nil {
 				return err
 			}
@@ -108,8 +195,81 @@ func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 				return next(c)
 			}
 		}
+		if e := s.authFailed(c, failAdmin); e != nil {
+			return e
+		}
 		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
 	}
 }
 
 const adminViaKey = "replyd.admin_via_key"
+
+// verifiedAdminKey remembers the SHA-256 of the admin key last verified
+// against a stored hash, so that scrapes and the admin page pay the KDF
+// once. A different stored hash (a reset, another box's change) forgets it.
+type verifiedAdminKey struct {
+	mu     sync.Mutex
+	stored string // the stored hash it was verified against
+	digest string // secret.Hash of the key
+}
+
+func (v *verifiedAdminKey) known(stored, digest string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stored != "" && v.stored == stored && secret.Equal(v.digest, digest)
+}
+
+func (v *verifiedAdminKey) remember(stored, digest string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stored, v.digest = stored, digest
+}
+
+// checkAdminKey reports whether key is the admin key. A key verified before
+// is recognised by its SHA-256 alone. Otherwise the address's failures are
+// checked first (429 without running the KDF), then the KDF runs, one at a
+// time. A match against a legacy SHA-256 hash upgrades the stored hash to
+// Argon2id.
+func (s *Server) checkAdminKey(c echo.Context, key string) (bool, error) {
+	stored, err := s.store.AdminKeyHash()
+	if err != nil || stored == "" {
+		return false, err
+	}
+	digest := secret.Hash(key)
+	if s.adminKey.known(stored, digest) {
+		return true, nil
+	}
+	if e := s.throttledAddr(c); e != nil {
+		return false, e
+	}
+	select {
+	case s.kdfSlot <- struct{}{}:
+		defer func() { <-s.kdfSlot }()
+	case <-c.Request().Context().Done():
+		return false, &Error{Code: CodeCanceled, Message: "the client closed the request", Err: c.Request().Context().Err()}
+	}
+	// While this request waited, another may have verified the key, or
+	// this address may have run out of failures.
+	if s.adminKey.known(stored, digest) {
+		return true, nil
+	}
+	if e := s.throttledAddr(c); e != nil {
+		return false, e
+	}
+	ok, err := secret.CheckAdminKey(key, stored)
+	if err != nil || !ok {
+		return false, err
+	}
+	if secret.IsLegacyAdminKeyHash(stored) {
+		if upgraded, err := secret.HashAdminKey(key); err != nil {
+			s.reqLogger(c).Warn("hashing the admin key with Argon2id failed", "error", err.Error())
+		} else if err := s.store.SetAdminKeyHash(upgraded); err != nil {
+			s.reqLogger(c).Warn("storing the admin key's Argon2id hash failed", "error", err.Error())
+		} else {
+			stored = upgraded
+			s.reqLogger(c).Info("the admin key's stored hash was upgraded from SHA-256 to Argon2id")
+		}
+	}
+	s.adminKey.remember(stored, digest)
+	return true, nil
+}

@@ -75,3 +75,18 @@ func canonicalAddr(s string) string {
 	}
 	return a.Unmap().WithZone("").String()
 }
+
+// addrBucket is the unit a per-address throttle counts: an IPv4 address, or
+// the /64 network of an IPv6 address (one host commonly holds a whole /64).
+// Anything unparsable shares one bucket.
+func addrBucket(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return "unknown"
+	}
+	if a.Is4() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}

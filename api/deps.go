@@ -12,13 +12,7 @@ import (
 // store.Store, documented there and kept by the bbolt and the PostgreSQL
 // stores alike (store/storetest runs both). api tests use the real bbolt
 // store on a temp file or the in-memory fake in fakes_test.go.
-type Store interface {
-	store.Store
-	// InstallationSecret gets or creates a named installation secret
-	// (store.SecretPseudonym, store.SecretTOTP). It is not yet part of
-	// store.Store because the PostgreSQL store does not keep it yet.
-	InstallationSecret(name string) ([]byte, error)
-}
+type Store = store.Store
 
 // Inferer runs one inference. *engine.Pipeline implements it.
 type Inferer interface {
@@ -37,6 +31,20 @@ type Notifier interface {
 type HealthSource interface {
 	Engines() []engine.EngineStatus
 	QueueDepth() int
+}
+
+// CertSource is replyd's own certificate authority (REPLYD_TLS=auto) as the
+// API shows it: GET /tls/ca.pem, GET /tls/cert.pem and the fingerprint on
+// the admin status.
+type CertSource interface {
+	// CACertPEM is the root certificate tablets install; nil when replyd
+	// runs no CA of its own (TLS off, or a certificate from elsewhere).
+	CACertPEM() []byte
+	// CAFingerprint is the SHA-256 fingerprint of the root, colon-separated
+	// upper-case hex; "" without a CA.
+	CAFingerprint() string
+	// ServerCertPEM is the certificate (chain) the server presents now.
+	ServerCertPEM() []byte
 }
 
 // VADSource is implemented by a HealthSource that knows whether voice

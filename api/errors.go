@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/store"
 )
 
 // Error codes sent in the "error" field of every error body. Each code has
 // exactly one HTTP status, given by codeStatus.
 const (
 	CodeInvalidRequest       = "invalid_request"
+	CodePromptTooLong        = "prompt_too_long"
 	CodeUnauthorized         = "unauthorized"
 	CodeForbidden            = "forbidden"
 	CodeNotFound             = "not_found"
@@ -30,7 +33,15 @@ const (
 	CodeOverloaded           = "overloaded"
 	CodeNotReady             = "not_ready"
 	CodeTimeout              = "timeout"
+	CodeInsufficientStorage  = "insufficient_storage"
+	CodeRequestTimeout       = "request_timeout"
+	CodeStoreUnavailable     = "store_unavailable"
+	CodeNotSupported         = "not_supported"
 )
+
+// storeRetryAfter is the Retry-After sent with store_unavailable: about the
+// time PostgreSQL takes to restart or fail over.
+const storeRetryAfter = 5 * time.Second
 
 // StatusClientClosedRequest is the status logged (and, if the connection is
 // somehow still open, sent) when the client went away before the answer was
@@ -40,6 +51,7 @@ const StatusClientClosedRequest = 499
 // codeStatus is the one table from error code to HTTP status.
 var codeStatus = map[string]int{
 	CodeInvalidRequest:       http.StatusBadRequest,
+	CodePromptTooLong:        http.StatusBadRequest,
 	CodeUnauthorized:         http.StatusUnauthorized,
 	CodeForbidden:            http.StatusForbidden,
 	CodeNotFound:             http.StatusNotFound,
@@ -56,10 +68,17 @@ var codeStatus = map[string]int{
 	CodeOverloaded:           http.StatusServiceUnavailable,
 	CodeNotReady:             http.StatusServiceUnavailable,
 	CodeTimeout:              http.StatusServiceUnavailable,
+	CodeInsufficientStorage:  http.StatusInsufficientStorage,
+	CodeRequestTimeout:       http.StatusRequestTimeout,
+	CodeStoreUnavailable:     http.StatusServiceUnavailable,
+	CodeNotSupported:         http.StatusNotImplemented,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.
 const internalMessage = "Internal error."
+
+// insufficientStorageMessage answers a write that failed for lack of space.
+const insufficientStorageMessage = "the appliance's data disk is full, so the change was not saved; free space on it (the admin page's Status view shows how much is left) and retry"
 
 // Error is the typed error every handler returns. The HTTPErrorHandler sends
 // it as {"error": Code, "message": Message} with the status codeStatus gives
@@ -114,9 +133,15 @@ func toAPIError(err error) *Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return &Error{Code: CodeStoreUnavailable, Message: "the database is unreachable; retry shortly", RetryAfter: storeRetryAfter, Err: err}
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return errorf(CodePayloadTooLarge, "the request body exceeds the limit of %s", formatBytes(mbe.Limit))
+	}
+	if errors.Is(err, store.ErrNoSpace) {
+		return &Error{Code: CodeInsufficientStorage, Message: insufficientStorageMessage, Err: err}
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

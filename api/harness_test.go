@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -9,10 +10,12 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -44,7 +47,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		health:   &fakeHealth{engines: []engine.EngineStatus{{Name: "llm", Ready: true}, {Name: "stt", Ready: true}}},
 		clock:    &fakeClock{t: t0},
 	}
-	if err := e.st.SetAdminKeyHash(hashHex(testAdminKey)); err != nil {
+	if err := e.st.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)
 	}
 	o := Options{
@@ -55,6 +58,8 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		Now:      e.clock.Now,
 		Version:  "1.2.3",
 		DataFile: "/var/lib/replyd/replyd.db",
+		Rand:     &countingReader{},
+		Node:     "box-test",
 	}
 	for _, m := range mod {
 		m(&o)
@@ -86,19 +91,19 @@ func adminReq(method, target, body string) *http.Request {
 }
 
 // addKey stores an API key directly and returns its secret.
-func (e *env) addKey(secret string, limit int, scopes ...string) string {
+func (e *env) addKey(key string, limit int, scopes ...string) string {
 	e.t.Helper()
 	if scopes == nil {
 		scopes = []string{ScopeInfer}
 	}
 	err := e.st.CreateKey(store.APIKey{
-		Hash: hashHex(secret), ClientID: "tablet-" + secret, Status: store.StatusActive,
+		Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
 		Scopes: scopes, RateLimitPerMinute: limit, CreatedAt: e.clock.Now(),
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return secret
+	return key
 }
 
 // part is one multipart part of an inference body.
@@ -196,4 +201,26 @@ func decode(t testing.TB, rec *httptest.ResponseRecorder, v any) {
 	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
 		t.Fatalf("decoding %q: %v", rec.Body.String(), err)
 	}
+}
+
+// countingReader is a deterministic Options.Rand: read number n (from 1)
+// of 16 bytes is n big-endian, so the n-th inference id is testID(n).
+type countingReader struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	clear(p)
+	binary.BigEndian.PutUint64(p[len(p)-8:], r.n)
+	return len(p), nil
+}
+
+// testID is the n-th inference id a Server with a countingReader makes.
+func testID(n uint64) string {
+	id, _ := newInferenceID(&countingReader{n: n - 1})
+	return id
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/store"
 )
 
@@ -18,6 +19,7 @@ import (
 type inferState struct {
 	start        time.Time
 	try          bool
+	authFailed   bool // no valid key: counted in memory, never logged per request
 	keyHash      string
 	subject      string
 	audio        bool
@@ -26,6 +28,10 @@ type inferState struct {
 	// streamed is set once an event stream has started: a later error is
 	// an error event, and the log records its code.
 	streamed bool
+	// inference is set once the inference is answered: its id, prompt
+	// version, candidate lengths and, for remember: true, its texts (which
+	// the store keeps only encrypted).
+	inference *store.InferenceInfo
 }
 
 const inferStateKey = "replyd.infer_state"
@@ -39,9 +45,13 @@ func inferStateOf(c echo.Context) *inferState {
 
 // inferLog wraps /v1/infer and /v1/admin/try: it answers the request (errors
 // through the error handler), flushes the answer to the client, and then
-// appends exactly one log entry for the call, whatever its outcome: level
-// info on 2xx, warn on 4xx, error on 5xx. The entry names counts and times,
-// never dialog text or transcripts.
+// appends one log entry for the call: level info on 2xx, warn on 4xx, error
+// on 5xx. Two outcomes write no entry of their own, so that a client cannot
+// grow the log faster than the key's rate limit lets it: a failed
+// authentication (counted in memory and aggregated per client address, see
+// authFailed) and a request refused by the key's rate limit after the
+// first one in its window. The entry names counts and times, never dialog
+// text or transcripts.
 func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		st := &inferState{start: s.now(), try: c.Path() == "/v1/admin/try"}
@@ -80,6 +90,14 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if subject == "" {
 			subject = st.keyHash
 		}
+		errCode := ""
+		if err != nil {
+			errCode = code
+		}
+		var inf *store.InferenceInfo
+		if status < 300 {
+			inf = st.inference
+		}
 		entry := store.LogEntry{
 			Timestamp:    s.now(),
 			Level:        level,
@@ -90,40 +108,59 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Subject:      subject,
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
+			Node:         s.node,
+			ErrorCode:    errCode,
+			Inference:    inf,
 		}
-		if err := s.store.AppendLog(entry); err != nil {
-			s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+		if s.keepInferLog(st, code) {
+			if err := s.store.AppendLog(entry); err != nil {
+				s.reqLogger(c).Error("appending the infer log entry failed", "error", err.Error())
+			}
+		}
+		if st.inference != nil {
+			s.recent.markWritten(st.inference.ID)
 		}
 		s.metrics.inferences.WithLabelValues(code).Inc()
 		return nil
 	}
 }
 
+// keepInferLog reports whether the outcome of an infer call gets its own
+// log entry (see inferLog).
+func (s *Server) keepInferLog(st *inferState, code string) bool {
+	switch {
+	case st.authFailed:
+		return false
+	case code == CodeRateLimited && st.keyHash != "":
+		return s.refusals.first(st.keyHash, s.now())
+	}
+	return true
+}
+
 // handleInfer serves POST /v1/infer: authenticate the key, apply its rate
 // limit, and only then read and decode the body.
-func (s *Server) handleInfer(c echo.Context) error {
+func (s *Server) handleInfer(c echo.Context) (err error) {
 	st := inferStateOf(c)
-	raw := c.Request().Header.Get(HeaderAPIKey)
-	if raw == "" {
-		return errorf(CodeUnauthorized, "the %s header is required", HeaderAPIKey)
+	key, hash, err := s.apiKey(c)
+	st.keyHash = hash
+	if err != nil {
+		st.authFailed = isAuthFailure(err)
+		return err
 	}
-	if len(raw) > maxSecretHeader {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
-	st.keyHash = hashHex(raw)
-	key, err := s.store.GetKey(st.keyHash)
-	if errors.Is(err, store.ErrNotFound) {
-		return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
-	}
+	release, err := s.enterInflight(key)
 	if err != nil {
 		return err
 	}
-	if key.Status != store.StatusActive {
-		return errorf(CodeUnauthorized, "%s has been revoked", HeaderAPIKey)
-	}
-	if err := s.admit(c, key); err != nil {
+	defer release()
+	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
+	defer s.refundIfShed(key.Hash, &err)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), false)
 	if err != nil {
 		return err
@@ -136,8 +173,13 @@ func (s *Server) handleInfer(c echo.Context) error {
 // with that key's scope, status and rate limit, and logs it against that key.
 // A revoked key gives 403 here rather than 401, so that the page does not
 // take it for an expired admin session.
-func (s *Server) handleTry(c echo.Context) error {
+func (s *Server) handleTry(c echo.Context) (err error) {
 	st := inferStateOf(c)
+	freeUpload, err := s.reserveUpload(c.Request())
+	if err != nil {
+		return err
+	}
+	defer freeUpload()
 	form, err := s.readInferForm(c.Request(), true)
 	if err != nil {
 		return err
@@ -163,9 +205,15 @@ func (s *Server) handleTry(c echo.Context) error {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
-	if err := s.admit(c, key); err != nil {
+	release, err := s.enterInflight(key)
+	if err != nil {
 		return err
 	}
+	defer release()
+	if err := s.admit(c, key, budgetInfer); err != nil {
+		return err
+	}
+	defer s.refundIfShed(key.Hash, &err)
 	return s.runInfer(c, st, form)
 }
 
@@ -188,16 +236,18 @@ type timingsMS struct {
 }
 
 // inferResponse is InferResponse: transcript is present exactly when an audio
-// part was sent (possibly ""); candidates and timings_ms are additive.
+// part was sent (possibly ""); candidates, timings_ms and inference_id are
+// additive.
 type inferResponse struct {
 	Transcript *string `json:"transcript,omitempty"`
 	// NoSpeech is present exactly when an audio part was sent: true when
 	// the recording held no speech (then transcript is "" and response is
 	// empty: the tablet shows "didn't catch that").
-	NoSpeech   *bool             `json:"no_speech,omitempty"`
-	Response   []string          `json:"response"`
-	Candidates []answerCandidate `json:"candidates"`
-	TimingsMS  timingsMS         `json:"timings_ms"`
+	NoSpeech    *bool             `json:"no_speech,omitempty"`
+	Response    []string          `json:"response"`
+	Candidates  []answerCandidate `json:"candidates"`
+	TimingsMS   timingsMS         `json:"timings_ms"`
+	InferenceID string            `json:"inference_id"`
 }
 
 // runInfer validates the payload against the audio part, runs the inference
@@ -221,6 +271,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 			return err
 		}
 	}
+	if req.MemoryUser != "" {
+		// parsePayload left the user_id there: the memory is the pseudonym's.
+		req.MemoryUser = st.subject
+	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)
 	}
@@ -239,9 +293,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if err != nil {
 		return err
 	}
+	version := DefaultPromptVersion
 	req.SystemPrompt = DefaultSystemPrompt
 	if ok && p.Prompt != "" {
-		req.SystemPrompt = p.Prompt
+		req.SystemPrompt, version = p.Prompt, p.Version
 	}
 
 	var events *eventStream
@@ -258,6 +313,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithTimeout(reqCtx, s.limits.InferTimeout)
 	defer cancel()
+	ctx = engine.WithRequestID(ctx, c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err := s.inferer.Infer(ctx, req)
 	st.audioSeconds = res.AudioSeconds
 	if err != nil {
@@ -270,6 +326,14 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return err
 	}
 	s.metrics.observeInference(res)
+	if req.MemoryUser != "" {
+		log := s.reqLogger(c)
+		if res.RecallErr != nil {
+			log.Warn("reading the user's remembered replies failed; answered without them", "error", res.RecallErr.Error())
+		}
+		// Counts only: the examples are the user's words.
+		log.Debug("remembered replies in the prompt", "examples", res.Examples, "example_tokens", res.ExampleTokens, "prompt_tokens", res.PromptTokens)
+	}
 
 	out := inferResponse{
 		Response:   make([]string, 0, len(res.Candidates)),
@@ -288,18 +352,29 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		if rank <= 0 {
 			rank = i + 1
 		}
-		lang := cand.Language
-		if lang == "" {
-			lang = req.Profile.Language
-		}
 		out.Response = append(out.Response, cand.Text)
-		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: lang})
+		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
 	}
 	if f.hasAudio {
 		t, ns := res.Transcript, res.NoSpeech
 		out.Transcript, out.NoSpeech = &t, &ns
 	}
 	st.candidates = len(out.Response)
+	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
+		return err
+	}
+	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
+	for i, text := range out.Response {
+		inf.CandidateChars[i] = score.Chars(text)
+	}
+	if req.MemoryUser != "" && res.PartnerTurn != "" {
+		// Nothing to pair a reply with when the partner said nothing.
+		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
+	}
+	st.inference = inf
+	// Feedback may arrive before the log entry is written: until it is, it
+	// waits for it through recent.
+	s.recent.add(out.InferenceID, st.keyHash, s.now(), out.Response)
 	if events != nil {
 		if err := events.send("candidates", out); err != nil {
 			// The client went away; the answer was computed.
@@ -336,6 +411,8 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 		return &Error{Code: CodeSTTFailed, Message: "audio: speech-to-text failed", Err: err}
 	case engine.KindLLM:
 		return &Error{Code: CodeLLMFailed, Message: "reply generation failed", Err: err}
+	case engine.KindPromptTooLong:
+		return &Error{Code: CodePromptTooLong, Message: or("the texts of the request do not fit the language model's context"), Err: err}
 	case engine.KindOverloaded:
 		return &Error{Code: CodeOverloaded, Message: "the inference queue is full; retry shortly", RetryAfter: s.limits.OverloadedRetryAfter, Err: err}
 	case engine.KindNotReady:

@@ -17,11 +17,11 @@ import (
 
 const okTextOnly = `{"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
- "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0}}`
+ "timings_ms":{"decode":0,"stt":0,"prompt":5,"generation":20,"queue":1,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`
 
 const okAudio = `{"transcript":"transcript of 5 bytes","no_speech":false,"response":["reply 1","reply 2","reply 3"],
  "candidates":[{"text":"reply 1","rank":1,"length":2,"language":"en"},{"text":"reply 2","rank":2,"length":2,"language":"en"},{"text":"reply 3","rank":3,"length":2,"language":"en"}],
- "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0}}`
+ "timings_ms":{"decode":3,"stt":40,"prompt":5,"generation":20,"queue":1,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`
 
 const simplePayload = `{"messages":[{"role":"speaker","content":"Tea?"}]}`
 
@@ -77,6 +77,8 @@ func TestInferScenarios(t *testing.T) {
 		{"temperature too high", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":2.01}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"temperature negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"options":{"temperature":-0.1}}`)}, 400, errJSON("invalid_request", "options.temperature must be between 0 and 2")},
 		{"time_window_sec negative", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"time_window_sec":-1}`)}, 400, errJSON("invalid_request", "time_window_sec must be between 0 and 31622400")},
+		{"language not BCP 47", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"English please; DROP TABLE"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
+		{"language with unknown subtags", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"language":"qq-ZZZZ"}`)}, 400, errJSON("invalid_request", "language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")},
 		{"user_id too long", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"user_id":"` + strings.Repeat("u", 201) + `"}`)}, 400, errJSON("invalid_request", "user_id has 201 characters; the limit is 200")},
 		{"payload part too large", "valid", []part{payloadPart(`{"messages":[{"role":"speaker"}],"pad":"` + strings.Repeat("p", 1<<20) + `"}`)}, 413, errJSON("payload_too_large", "payload: the part exceeds the limit of 1 MiB")},
 	}
@@ -89,8 +91,16 @@ func TestInferScenarios(t *testing.T) {
 			rec := e.do(inferReq(t, tc.key, tc.parts...))
 			wantJSON(t, rec, tc.status, tc.body)
 
-			// Exactly one log entry for the call, at the level of its status.
+			// A failed authentication writes nothing (it is counted in
+			// memory); any other call, exactly one log entry at the level
+			// of its status.
 			logs := e.st.logsCopy()
+			if tc.status == 401 {
+				if len(logs) != 0 {
+					t.Fatalf("a failed authentication wrote %d log entries: %+v", len(logs), logs)
+				}
+				return
+			}
 			if len(logs) != 1 {
 				t.Fatalf("%d log entries, want 1: %+v", len(logs), logs)
 			}
@@ -99,7 +109,7 @@ func TestInferScenarios(t *testing.T) {
 			if l.Level != wantLevel || l.StreamName != store.StreamInfer || l.ResourceType != store.ResourceAPIKey || l.Status != tc.status {
 				t.Errorf("log entry = %+v, want level %s, stream infer, type api_key, status %d", l, wantLevel, tc.status)
 			}
-			if tc.key != "" && l.ResourceID != hashHex(tc.key) {
+			if tc.key != "" && l.ResourceID != secret.Hash(tc.key) {
 				t.Errorf("resource_id = %q, want the key hash", l.ResourceID)
 			}
 			if strings.Contains(l.Message, "Tea") || strings.Contains(l.Message, "transcript") {
@@ -169,7 +179,7 @@ func TestInferDefaultsAndAppendedAudioMessage(t *testing.T) {
 		t.Errorf("messages = %+v, want %+v", got.Messages, wantMsgs)
 	}
 	logs := e.st.logsCopy()
-	if logs[0].Subject != hashHex("valid") {
+	if logs[0].Subject != secret.Hash("valid") {
 		t.Errorf("subject without user_id = %q, want the key hash", logs[0].Subject)
 	}
 }
@@ -178,11 +188,11 @@ func TestInferEmptyTranscriptIsPresent(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
-		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2}}}, nil
+		return engine.Result{HasTranscript: true, Candidates: []engine.Candidate{{Text: "Sorry?", Rank: 1, Length: 2, Language: "fr"}}}, nil
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"language":"fr","messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","no_speech":false,"response":["Sorry?"],"candidates":[{"text":"Sorry?","rank":1,"length":2,"language":"fr"}],
-	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`)
 }
 
 // TestInferNoSpeech: a recording without speech answers 200 with an empty
@@ -195,7 +205,7 @@ func TestInferNoSpeech(t *testing.T) {
 	}
 	rec := e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"speaker","audio":true}]}`), audioPart([]byte("RIFF"))))
 	wantJSON(t, rec, 200, `{"transcript":"","no_speech":true,"response":[],"candidates":[],
-	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0}}`)
+	  "timings_ms":{"decode":0,"stt":0,"prompt":0,"generation":0,"queue":0,"total":0},"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ"}`)
 }
 
 func TestInferEngineErrors(t *testing.T) {
@@ -213,6 +223,8 @@ func TestInferEngineErrors(t *testing.T) {
 		{"audio too long", engine.Errorf(engine.KindAudioTooLong, nil, "audio too long"), 413, errJSON("payload_too_large", "audio: the recording is longer than the limit of 2m0s"), "", "warn"},
 		{"stt", engine.Errorf(engine.KindSTT, fmt.Errorf("whisper: -3"), "speech-to-text failed"), 502, errJSON("stt_failed", "audio: speech-to-text failed"), "", "error"},
 		{"llm", engine.Errorf(engine.KindLLM, fmt.Errorf("llama: decode -1"), "reply generation failed"), 502, errJSON("llm_failed", "reply generation failed"), "", "error"},
+		{"prompt too long", engine.Errorf(engine.KindPromptTooLong, nil, "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), 400,
+			errJSON("prompt_too_long", "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), "", "warn"},
 		{"overloaded", engine.ErrOverloaded, 503, errJSON("overloaded", "the inference queue is full; retry shortly"), "2", "error"},
 		{"not ready", engine.Errorf(engine.KindNotReady, nil, "loading"), 503, errJSON("not_ready", "models are loading; retry shortly"), "5", "error"},
 		{"deadline", context.DeadlineExceeded, 503, errJSON("timeout", "the inference did not finish within 30s"), "2", "error"},
@@ -274,7 +286,7 @@ func TestInferRevokedKeyRefusedAtOnce(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
-	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+hashHex("valid"), ""))
+	rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+secret.Hash("valid"), ""))
 	if rec.Code != 200 {
 		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
 	}
@@ -349,16 +361,18 @@ func TestRateLimitExactUnderConcurrency(t *testing.T) {
 	if e.inf.count() != 10 {
 		t.Errorf("engine ran %d times, want 10", e.inf.count())
 	}
-	if got := len(e.st.logsCopy()); got != n {
-		t.Errorf("%d log entries, want %d", got, n)
+	// One entry per admitted call, and one for the first refusal of the
+	// window: refused calls cannot grow the log faster than the limit.
+	if got := len(e.st.logsCopy()); got != 11 {
+		t.Errorf("%d log entries, want 11", got)
 	}
 }
 
 func TestRateLimitWindow(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 2)
-	for i := 0; i < 2; i++ {
-		wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+	for i := uint64(1); i <= 2; i++ {
+		wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(i), 1))
 	}
 	e.clock.Advance(45 * time.Second)
 	rec := e.do(inferReq(t, "valid", payloadPart(`not even json`)))
@@ -367,7 +381,7 @@ func TestRateLimitWindow(t *testing.T) {
 		t.Errorf("Retry-After = %q, want 15", got)
 	}
 	e.clock.Advance(15 * time.Second)
-	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(3), 1))
 
 	// 0 means unlimited.
 	e.addKey("free", 0)
@@ -378,16 +392,24 @@ func TestRateLimitWindow(t *testing.T) {
 	}
 }
 
+// TestTouchKeyThrottled: every admitted call records its key's use through
+// Store.TouchKey, and the store (the one place the rule lives) writes
+// LastUsedAt at most once a minute: calls inside the minute leave it at the
+// first one's time.
 func TestTouchKeyThrottled(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
+	e, db := newBoltEnv(t)
+	key := e.addKeyTo(db, "valid", 0)
 	for i := 0; i < 5; i++ {
-		e.do(inferReq(t, "valid", payloadPart(simplePayload)))
+		e.do(inferReq(t, key, payloadPart(simplePayload)))
+		e.clock.Advance(time.Second)
+	}
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(t0) {
+		t.Errorf("LastUsedAt after 5 calls in a minute = %v, want the first call's %v", k.LastUsedAt, t0)
 	}
 	e.clock.Advance(time.Minute)
-	e.do(inferReq(t, "valid", payloadPart(simplePayload)))
-	if e.st.touches != 2 {
-		t.Errorf("TouchKey called %d times, want 2 (once a minute)", e.st.touches)
+	e.do(inferReq(t, key, payloadPart(simplePayload)))
+	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(e.clock.Now()) {
+		t.Errorf("LastUsedAt a minute later = %v, want %v", k.LastUsedAt, e.clock.Now())
 	}
 }
 
@@ -402,4 +424,18 @@ func TestInferPanicIsAnswered(t *testing.T) {
 	// The server still serves.
 	e.inf.fn = echoInferer
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
+}
+
+func TestParseLanguage(t *testing.T) {
+	for in, want := range map[string]string{"": "", "auto": "auto", "en": "en", " DE ": "de", "pt-br": "pt-BR", "zh-hant-TW": "zh-Hant-TW", "sr-Latn": "sr-Latn"} {
+		got, err := parseLanguage(in)
+		if err != nil || got != want {
+			t.Errorf("parseLanguage(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"english", "e", "en_US!", "123", "en-", "x", "qq-ZZZZ"} {
+		if _, err := parseLanguage(bad); err == nil {
+			t.Errorf("parseLanguage(%q) accepted", bad)
+		}
+	}
 }

@@ -106,8 +106,14 @@ func partError(name string, err error, max int64) error {
 	return multipartError(err)
 }
 
-// multipartError classifies a failure while reading the multipart body.
+// multipartError classifies a failure while reading the multipart body. Our
+// own readers' errors (a body cut for arriving too slowly, the upload budget
+// spent) pass through.
 func multipartError(err error) error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return &Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("the request body exceeds the limit of %s", formatBytes(mbe.Limit)), Err: err}

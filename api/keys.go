@@ -1,9 +1,8 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -40,6 +40,10 @@ type keyCreateResponse struct {
 	Scopes             []string  `json:"scopes"`
 	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
 	CreatedAt          time.Time `json:"created_at"`
+	// Warnings are additive: things the administrator should know about
+	// the key just created (an empty or duplicate client_id). The key is
+	// created either way.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // keyRecord is APIKeyRecord with its capitalised field names. RevokedAt and
@@ -89,19 +93,50 @@ func toKeyRecord(k store.APIKey) keyRecord {
 // rate_limit_per_minute DefaultRateLimit, status active. rate_limit_per_minute
 // 0 means unlimited. A key created with status revoked is revoked at once.
 func (s *Server) handleCreateKey(c echo.Context) error {
-	var req keyCreateRequest
-	if err := s.readJSON(c, &req, true); err != nil {
+	k, err := s.readKeySettings(c)
+	if err != nil {
 		return err
 	}
+	warnings, err := s.clientIDWarnings(k.ClientID)
+	if err != nil {
+		return err
+	}
+	key, hash, err := newAPIKey()
+	if err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	k.Hash, k.CreatedAt = hash, now
+	if k.Status == store.StatusRevoked {
+		k.RevokedAt = now
+	}
+	if err := s.store.CreateKey(k); err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
+		k.Status, strings.Join(k.Scopes, ","), k.RateLimitPerMinute)
+	resp := toKeyCreateResponse(key, k)
+	resp.Warnings = warnings
+	return c.JSON(http.StatusOK, resp)
+}
+
+// readKeySettings reads the optional APIKeyCreateRequest body of
+// POST /v1/admin/keys and POST /v1/admin/pairings and returns the key it
+// describes, without Hash and CreatedAt.
+func (s *Server) readKeySettings(c echo.Context) (store.APIKey, error) {
+	var req keyCreateRequest
+	if err := s.readJSON(c, &req, true); err != nil {
+		return store.APIKey{}, err
+	}
 	if n := utf8.RuneCountInString(req.ClientID); n > maxClientIDChars {
-		return badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
+		return store.APIKey{}, badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
 	}
 	scopes := []string{ScopeInfer}
 	if req.Scopes != nil {
 		scopes = []string{}
 		for i, sc := range *req.Scopes {
 			if !slices.Contains(knownScopes, sc) {
-				return badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
+				return store.APIKey{}, badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
 			}
 			if !slices.Contains(scopes, sc) {
 				scopes = append(scopes, sc)
@@ -112,47 +147,64 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	if req.RateLimitPerMinute != nil {
 		limit = *req.RateLimitPerMinute
 		if limit < 0 || limit > s.limits.MaxRateLimit {
-			return badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
+			return store.APIKey{}, badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
 		}
 	}
 	status := store.StatusActive
 	if req.Status != nil {
 		status = *req.Status
 		if status != store.StatusActive && status != store.StatusRevoked {
-			return badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
+			return store.APIKey{}, badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
 		}
 	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return err
+	return store.APIKey{ClientID: req.ClientID, Status: status, Scopes: scopes, RateLimitPerMinute: limit}, nil
+}
+
+// newAPIKey mints a key and returns it with its hash.
+func newAPIKey() (key, hash string, err error) {
+	key, err = secret.Token(APIKeyPrefix)
+	if err != nil {
+		return "", "", err
 	}
-	secret := APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	now := s.now().UTC()
-	k := store.APIKey{
-		Hash:               hashHex(secret),
-		ClientID:           req.ClientID,
-		Status:             status,
-		Scopes:             scopes,
-		RateLimitPerMinute: limit,
-		CreatedAt:          now,
+	return key, secret.Hash(key), nil
+}
+
+// toKeyCreateResponse is the APIKeyCreateResponse for the new key k whose
+// value is key.
+func toKeyCreateResponse(key string, k store.APIKey) keyCreateResponse {
+	scopes := k.Scopes
+	if scopes == nil {
+		scopes = []string{}
 	}
-	if status == store.StatusRevoked {
-		k.RevokedAt = now
-	}
-	if err := s.store.CreateKey(k); err != nil {
-		return err
-	}
-	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
-		status, strings.Join(scopes, ","), limit)
-	return c.JSON(http.StatusOK, keyCreateResponse{
-		APIKey:             secret,
+	return keyCreateResponse{
+		APIKey:             key,
 		APIKeyHash:         k.Hash,
 		ClientID:           k.ClientID,
 		Status:             k.Status,
 		Scopes:             scopes,
-		RateLimitPerMinute: limit,
-		CreatedAt:          now,
-	})
+		RateLimitPerMinute: k.RateLimitPerMinute,
+		CreatedAt:          k.CreatedAt.UTC(),
+	}
+}
+
+// clientIDWarnings says what is wrong with a new key's client_id without
+// refusing it: empty, or already the name of an active key (the logs and
+// statistics name keys by it, so two tablets would look like one).
+func (s *Server) clientIDWarnings(clientID string) ([]string, error) {
+	name := strings.TrimSpace(clientID)
+	if name == "" {
+		return []string{"client_id is empty: the key list, the logs and the statistics cannot tell this tablet from others; name it (e.g. tablet-ward-3) in a new key"}, nil
+	}
+	active, err := s.store.ListKeys(0, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range active {
+		if strings.EqualFold(strings.TrimSpace(k.ClientID), name) {
+			return []string{fmt.Sprintf("client_id %q is already the name of another active key (created %s): the logs and statistics will not tell the two apart", name, k.CreatedAt.UTC().Format(time.RFC3339))}, nil
+		}
+	}
+	return nil, nil
 }
 
 // handleListKeys serves GET /v1/admin/keys: newest first, limit

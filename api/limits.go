@@ -29,6 +29,12 @@ type Limits struct {
 	MaxProfileChars int
 	// MaxIDChars bounds user_id, dialog_id, step_id and language.
 	MaxIDChars int
+	// PromptBudgetTokens is how many tokens the system prompt, the profile
+	// fields and the last speaker message may take together in the language
+	// model's context (llm.PromptBudget of the configured context and reply
+	// cap). The guide states it; 0 means unknown (the guide then says so in
+	// words). The language model enforces it: 400 prompt_too_long.
+	PromptBudgetTokens int
 	// MaxCandidates is the largest accepted options.max_candidates;
 	// DefaultCandidates is used when it is omitted.
 	MaxCandidates     int
@@ -42,10 +48,16 @@ type Limits struct {
 	// SessionTTL is the lifetime of an admin session.
 	SessionTTL time.Duration
 	// OTPTTL is the lifetime of a one-time code; OTPResendInterval the least
-	// time between two sends; OTPMaxAttempts the wrong tries that burn a code.
+	// time between two sends from one client address; OTPMaxAttempts the
+	// wrong codes one address may try in 15 minutes (a wrong code never
+	// burns the code: see otp.go for the global lock).
 	OTPTTL            time.Duration
 	OTPResendInterval time.Duration
 	OTPMaxAttempts    int
+	// AuthFailuresPerMinute is how many failed authentications (API key,
+	// admin credential) one client address may make in a minute; further
+	// ones get 429 while valid credentials are still served.
+	AuthFailuresPerMinute int
 	// DefaultRateLimit is a new key's rate_limit_per_minute when the create
 	// request omits it; MaxRateLimit is the largest accepted value.
 	DefaultRateLimit int
@@ -62,6 +74,28 @@ type Limits struct {
 	MaxSeriesBuckets int
 	// MaxPromptChars bounds the system prompt, in code points.
 	MaxPromptChars int
+	// UploadMemoryBytes bounds the request bodies held in memory at once;
+	// a body that does not fit is refused with 503 before it is read.
+	UploadMemoryBytes int64
+	// MaxInflightPerKey bounds the requests one API key has in progress;
+	// MaxConnsPerAddr the connections one client address holds (Listener).
+	MaxInflightPerKey int
+	MaxConnsPerAddr   int
+	// MinBodyRate (bytes/s) is the slowest a request body may arrive once
+	// BodyRateGrace has passed; slower bodies are cut with 408.
+	MinBodyRate   int64
+	BodyRateGrace time.Duration
+	// MinFreeBytes is the free space of the data disk under which /healthz
+	// and the Status view say "degraded".
+	MinFreeBytes int64
+	// PairingTTL is how long a tablet pairing code works. At most
+	// PairAttemptsPerAddress POST /v1/pair calls per client address (IPv6:
+	// per /64) and PairAttemptsTotal across all addresses are answered in
+	// each one-minute window; MaxPendingPairings bounds the unused codes.
+	PairingTTL             time.Duration
+	PairAttemptsPerAddress int
+	PairAttemptsTotal      int
+	MaxPendingPairings     int
 	// OverloadedRetryAfter and NotReadyRetryAfter are the Retry-After values
 	// of 503 overloaded and 503 not_ready.
 	OverloadedRetryAfter time.Duration
@@ -71,33 +105,44 @@ type Limits struct {
 // DefaultLimits returns the limits replyd ships with.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxBodyBytes:         25 << 20,
-		MaxPayloadBytes:      1 << 20,
-		MaxJSONBodyBytes:     1 << 20,
-		MaxAudio:             120 * time.Second,
-		MaxMessages:          200,
-		MaxContentChars:      4000,
-		MaxProfileChars:      8000,
-		MaxIDChars:           200,
-		MaxCandidates:        8,
-		DefaultCandidates:    3,
-		DefaultTemperature:   0.7,
-		MaxTemperature:       2,
-		InferTimeout:         30 * time.Second,
-		SessionTTL:           12 * time.Hour,
-		OTPTTL:               5 * time.Minute,
-		OTPResendInterval:    30 * time.Second,
-		OTPMaxAttempts:       5,
-		DefaultRateLimit:     60,
-		MaxRateLimit:         100000,
-		DefaultListLimit:     100,
-		MaxListLimit:         1000,
-		DefaultWindow:        24 * time.Hour,
-		MaxWindow:            366 * 24 * time.Hour,
-		MaxSeriesBuckets:     1000,
-		MaxPromptChars:       32000,
-		OverloadedRetryAfter: 2 * time.Second,
-		NotReadyRetryAfter:   5 * time.Second,
+		MaxBodyBytes:          25 << 20,
+		MaxPayloadBytes:       1 << 20,
+		MaxJSONBodyBytes:      1 << 20,
+		MaxAudio:              120 * time.Second,
+		MaxMessages:           200,
+		MaxContentChars:       4000,
+		MaxProfileChars:       8000,
+		MaxIDChars:            200,
+		MaxCandidates:         8,
+		DefaultCandidates:     3,
+		DefaultTemperature:    0.7,
+		MaxTemperature:        2,
+		InferTimeout:          30 * time.Second,
+		SessionTTL:            12 * time.Hour,
+		OTPTTL:                5 * time.Minute,
+		OTPResendInterval:     30 * time.Second,
+		OTPMaxAttempts:        5,
+		AuthFailuresPerMinute: 10,
+		DefaultRateLimit:      60,
+		MaxRateLimit:          100000,
+		DefaultListLimit:      100,
+		MaxListLimit:          1000,
+		DefaultWindow:         24 * time.Hour,
+		MaxWindow:             366 * 24 * time.Hour,
+		MaxSeriesBuckets:      1000,
+		MaxPromptChars:        32000,
+		MinFreeBytes:          512 << 20,
+		MaxInflightPerKey:     8,
+		MaxConnsPerAddr:       32,
+		MinBodyRate:           64 << 10,
+		BodyRateGrace:         10 * time.Second,
+		OverloadedRetryAfter:  2 * time.Second,
+		NotReadyRetryAfter:    5 * time.Second,
+
+		PairingTTL:             10 * time.Minute,
+		PairAttemptsPerAddress: 5,
+		PairAttemptsTotal:      30,
+		MaxPendingPairings:     10,
 	}
 }
 
@@ -146,6 +191,7 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.OTPTTL, d.OTPTTL)
 	setDur(&l.OTPResendInterval, d.OTPResendInterval)
 	setInt(&l.OTPMaxAttempts, d.OTPMaxAttempts)
+	setInt(&l.AuthFailuresPerMinute, d.AuthFailuresPerMinute)
 	setInt(&l.DefaultRateLimit, d.DefaultRateLimit)
 	setInt(&l.MaxRateLimit, d.MaxRateLimit)
 	setInt(&l.DefaultListLimit, d.DefaultListLimit)
@@ -154,8 +200,21 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.MaxWindow, d.MaxWindow)
 	setInt(&l.MaxSeriesBuckets, d.MaxSeriesBuckets)
 	setInt(&l.MaxPromptChars, d.MaxPromptChars)
+	set64(&l.MinFreeBytes, d.MinFreeBytes)
+	if l.UploadMemoryBytes <= 0 {
+		// Four largest bodies: what the speech-to-text stage can use.
+		l.UploadMemoryBytes = 4 * l.MaxBodyBytes
+	}
+	setInt(&l.MaxInflightPerKey, d.MaxInflightPerKey)
+	setInt(&l.MaxConnsPerAddr, d.MaxConnsPerAddr)
+	set64(&l.MinBodyRate, d.MinBodyRate)
+	setDur(&l.BodyRateGrace, d.BodyRateGrace)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
+	setDur(&l.PairingTTL, d.PairingTTL)
+	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
+	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)
+	setInt(&l.MaxPendingPairings, d.MaxPendingPairings)
 	return l
 }
 

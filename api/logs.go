@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,17 +12,23 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// logEntry is AdminLogEntry; status and latency_ms are additive and omitted
-// for admin actions.
+// logEntry is AdminLogEntry; status, latency_ms, client_id and node are
+// additive; status and latency_ms are omitted for admin actions; client_id is
+// present when resource_id is the hash of an API key (the key's ClientID,
+// possibly "").
 type logEntry struct {
 	Timestamp    time.Time `json:"timestamp"`
 	Level        string    `json:"level"`
 	Message      string    `json:"message"`
 	ResourceType string    `json:"resource_type"`
 	ResourceID   string    `json:"resource_id"`
+	ClientID     *string   `json:"client_id,omitempty"`
 	StreamName   string    `json:"stream_name"`
 	Status       int       `json:"status,omitempty"`
 	LatencyMS    int64     `json:"latency_ms,omitempty"`
+	// Node is the replyd box that wrote the entry ("" for entries written
+	// before boxes had names).
+	Node string `json:"node"`
 }
 
 type logsResponse struct {
@@ -29,21 +36,6 @@ type logsResponse struct {
 	Count         int        `json:"count"`
 	Since         time.Time  `json:"since"`
 	WindowSeconds int64      `json:"window_seconds"`
-}
-
-type statsBucket struct {
-	Start         time.Time `json:"start"`
-	TotalRequests int       `json:"total_requests"`
-	ActiveUsers   int       `json:"active_users"`
-}
-
-type statsResponse struct {
-	Since         time.Time `json:"since"`
-	WindowSeconds int64     `json:"window_seconds"`
-	TotalRequests int       `json:"total_requests"`
-	ActiveUsers   int       `json:"active_users"`
-	// Series is present (possibly empty) exactly when bucket was given.
-	Series *[]statsBucket `json:"series,omitempty"`
 }
 
 // parseDuration accepts a Go duration ("15m", "1h30m", "24h") or a whole
@@ -64,19 +56,26 @@ func parseDuration(v string) (time.Duration, bool) {
 	return d, err == nil
 }
 
-// window resolves the since and window query parameters: since (RFC 3339,
-// not in the future) wins over window; window is a duration between 1 s and
-// MaxWindow; DefaultWindow when both are absent. It returns the start and the
-// window length in whole seconds.
+// window resolves the since and window query parameters: since (RFC 3339)
+// wins over window; window is a duration between 1 s and MaxWindow;
+// DefaultWindow when both are absent. It returns the start and the window
+// length in whole seconds. A since in the future is a window of 0 seconds
+// that holds nothing (tablets' and boxes' clocks disagree): not an error.
 func (s *Server) window(c echo.Context) (time.Time, int64, error) {
-	now := s.now().UTC()
+	return s.windowAt(c, s.now().UTC())
+}
+
+// windowAt is window ending at now: callers that count up to "now" pass the
+// same instant as their end, so that a series has no bucket starting at
+// the end.
+func (s *Server) windowAt(c echo.Context, now time.Time) (time.Time, int64, error) {
 	if v := c.QueryParam("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
 			return time.Time{}, 0, badRequest("since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		}
 		if t.After(now) {
-			return time.Time{}, 0, badRequest("since is in the future")
+			return t.UTC(), 0, nil
 		}
 		return t.UTC(), int64(now.Sub(t) / time.Second), nil
 	}
@@ -102,7 +101,7 @@ func formatDays(d time.Duration) string {
 
 var (
 	logLevels  = []string{store.LevelInfo, store.LevelWarn, store.LevelError}
-	logStreams = []string{store.StreamInfer, store.StreamAdmin}
+	logStreams = []string{store.StreamInfer, store.StreamAdmin, store.StreamAuth}
 )
 
 func oneOf(v string, allowed []string) bool {
@@ -138,6 +137,10 @@ func (s *Server) handleLogs(c echo.Context) error {
 		return err
 	}
 	out := logsResponse{Items: make([]logEntry, 0, len(entries)), Since: since, WindowSeconds: secs}
+	clients, err := s.clientIDs(entries)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
 		out.Items = append(out.Items, logEntry{
 			Timestamp:    e.Timestamp.UTC(),
@@ -145,47 +148,38 @@ func (s *Server) handleLogs(c echo.Context) error {
 			Message:      e.Message,
 			ResourceType: e.ResourceType,
 			ResourceID:   e.ResourceID,
+			ClientID:     clients[e.ResourceID],
 			StreamName:   e.StreamName,
 			Status:       e.Status,
 			LatencyMS:    e.LatencyMS,
+			Node:         e.Node,
 		})
 	}
 	out.Count = len(out.Items)
 	return c.JSON(http.StatusOK, out)
 }
 
-// handleStats serves GET /v1/admin/stats: total_requests counts /v1/infer
-// calls (and admin "Try it" runs) in the window whatever their outcome;
-// active_users counts distinct user_id hashes, or key hashes for calls
-// without user_id. With bucket (a duration), series splits the window.
-func (s *Server) handleStats(c echo.Context) error {
-	since, secs, err := s.window(c)
-	if err != nil {
-		return err
-	}
-	until := s.now().UTC()
-	st, err := s.store.Stats(since, until)
-	if err != nil {
-		return err
-	}
-	out := statsResponse{Since: since, WindowSeconds: secs, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers}
-	if v := c.QueryParam("bucket"); v != "" {
-		b, ok := parseDuration(v)
-		if !ok || b < time.Minute {
-			return badRequest("bucket must be a duration of at least 1m, such as 1h or 1d")
+// clientIDs looks up the ClientID of every API key the entries name by hash
+// (one store read per distinct key). Keys are never deleted, so each hash a
+// log entry names resolves; a hash that does not is left without client_id.
+func (s *Server) clientIDs(entries []store.LogEntry) (map[string]*string, error) {
+	out := map[string]*string{}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		h := e.ResourceID
+		if seen[h] || !isKeyHash(h) {
+			continue
 		}
-		if n := until.Sub(since) / b; n >= time.Duration(s.limits.MaxSeriesBuckets) {
-			return badRequest("bucket is too small for the window: at most %d buckets", s.limits.MaxSeriesBuckets)
+		seen[h] = true
+		k, err := s.store.GetKey(h)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
 		}
-		series, err := s.store.StatsSeries(since, until, b)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		list := make([]statsBucket, 0, len(series))
-		for _, sb := range series {
-			list = append(list, statsBucket{Start: sb.Start.UTC(), TotalRequests: sb.TotalRequests, ActiveUsers: sb.ActiveUsers})
-		}
-		out.Series = &list
+		id := k.ClientID
+		out[h] = &id
 	}
-	return c.JSON(http.StatusOK, out)
+	return out, nil
 }

@@ -1,9 +1,14 @@
 package api
 
 import (
+	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/secret"
 )
 
 // seedTraffic makes four inference calls and one admin action at known
@@ -31,12 +36,12 @@ func seedTraffic(t *testing.T, e *env) {
 func TestLogs(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
-	hv, ho := hashHex("valid"), hashHex("other")
-	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin"}`
-	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","stream_name":"infer","status":200}`
-	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","stream_name":"infer","status":200}`
-	bad := `{"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"` + hv + `","stream_name":"infer","status":400}`
-	alice1 := `{"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + hv + `","stream_name":"infer","status":200}`
+	hv, ho := secret.Hash("valid"), secret.Hash("other")
+	admin := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"system prompt changed to version a","resource_type":"admin","resource_id":"system-prompt:a","stream_name":"admin","node":"box-test"}`
+	alice2 := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
+	bob := `{"timestamp":"2026-01-02T04:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + ho + `","client_id":"tablet-other","stream_name":"infer","status":200,"node":"box-test"}`
+	bad := `{"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: invalid_request","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":400,"node":"box-test"}`
+	alice1 := `{"timestamp":"2026-01-02T03:04:05Z","level":"info","message":"infer ok: 3 candidates in 0 ms","resource_type":"api_key","resource_id":"` + hv + `","client_id":"tablet-valid","stream_name":"infer","status":200,"node":"box-test"}`
 
 	tests := []struct {
 		query  string
@@ -52,6 +57,7 @@ func TestLogs(t *testing.T) {
 		{"since=2026-01-02T05:04:05%2B01:00", 200, `{"items":[` + admin + `,` + alice2 + `,` + bob + `],"count":3,"since":"2026-01-02T04:04:05Z","window_seconds":3600}`},
 		{"level=warn", 200, `{"items":[` + bad + `],"count":1,"since":"2026-01-01T05:04:05Z","window_seconds":86400}`},
 		{"stream=admin", 200, `{"items":[` + admin + `],"count":1,"since":"2026-01-01T05:04:05Z","window_seconds":86400}`},
+		{"since=2026-01-03T00:00:00Z", 200, `{"items":[],"count":0,"since":"2026-01-03T00:00:00Z","window_seconds":0}`},
 		{"stream=infer&level=info&limit=1", 200, `{"items":[` + alice2 + `],"count":1,"since":"2026-01-01T05:04:05Z","window_seconds":86400}`},
 
 		{"window=abc", 400, errJSON("invalid_request", "window must be a duration such as 15m, 24h or 7d, between 1s and 366d")},
@@ -60,11 +66,10 @@ func TestLogs(t *testing.T) {
 		{"window=400d", 400, errJSON("invalid_request", "window must be a duration such as 15m, 24h or 7d, between 1s and 366d")},
 		{"since=yesterday", 400, errJSON("invalid_request", "since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")},
 		{"since=2026-01-02", 400, errJSON("invalid_request", "since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")},
-		{"since=2026-01-03T00:00:00Z", 400, errJSON("invalid_request", "since is in the future")},
 		{"limit=0", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"limit=1001", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"level=debug", 400, errJSON("invalid_request", "level must be one of info, warn, error")},
-		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin")},
+		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin, auth")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
@@ -73,21 +78,50 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// noOutcomes is the outcome fields of a set without feedback.
+const noOutcomes = `"outcomes":0,"accepted":0,"acceptance_rate":null,"rank_counts":{},"none_fit":0,"time_to_choice_ms":{"p50":null,"p95":null},"keystrokes_saved":0`
+
+// byKey renders by_key entries without outcomes, ordered as the API orders
+// them: most requests first, then by hash.
+func byKey(entries ...keyStatsJSON) string {
+	slices.SortFunc(entries, func(a, b keyStatsJSON) int {
+		if a.Requests != b.Requests {
+			return b.Requests - a.Requests
+		}
+		return strings.Compare(a.APIKeyHash, b.APIKeyHash)
+	})
+	var parts []string
+	for _, k := range entries {
+		parts = append(parts, fmt.Sprintf(`{"api_key_hash":%q,"client_id":%q,"requests":%d,"errors":%d,%s}`, k.APIKeyHash, k.ClientID, k.Requests, k.Errors, noOutcomes))
+	}
+	return `"by_key":[` + strings.Join(parts, ",") + `]`
+}
+
 func TestStats(t *testing.T) {
 	e := newEnv(t)
 	seedTraffic(t, e)
+	hv, ho := secret.Hash("valid"), secret.Hash("other")
+	all := `"errors":{"invalid_request":1},"latency_ms":{"p50":0,"p95":0},` + noOutcomes + `,` +
+		byKey(keyStatsJSON{APIKeyHash: hv, ClientID: "tablet-valid", Requests: 2, Errors: 1}, keyStatsJSON{APIKeyHash: ho, ClientID: "tablet-other", Requests: 2}) +
+		`,"by_prompt_version":[{"version":"1","inferences":3,"outcomes":0,"accepted":0,"acceptance_rate":null}]`
+	late := `"errors":{},"latency_ms":{"p50":0,"p95":0},` + noOutcomes + `,` + byKey(keyStatsJSON{APIKeyHash: ho, ClientID: "tablet-other", Requests: 2}) +
+		`,"by_prompt_version":[{"version":"1","inferences":2,"outcomes":0,"accepted":0,"acceptance_rate":null}]`
+	none := `"errors":{},"latency_ms":{"p50":null,"p95":null},` + noOutcomes + `,"by_key":[],"by_prompt_version":[]`
 	tests := []struct {
 		query  string
 		status int
 		body   string
 	}{
 		// alice (hashed), the key hash of the failed call, bob: 3 users in 4 calls.
-		{"", 200, `{"since":"2026-01-01T05:04:05Z","window_seconds":86400,"total_requests":4,"active_users":3}`},
-		{"window=90m", 200, `{"since":"2026-01-02T03:34:05Z","window_seconds":5400,"total_requests":2,"active_users":2}`},
-		{"since=" + url.QueryEscape("2026-01-02T03:04:05Z") + "&window=1m", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3}`},
-		{"window=2h&bucket=1h", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3,
-		  "series":[{"start":"2026-01-02T03:04:05Z","total_requests":2,"active_users":2},{"start":"2026-01-02T04:04:05Z","total_requests":2,"active_users":2}]}`},
-		{"window=5m", 200, `{"since":"2026-01-02T04:59:05Z","window_seconds":300,"total_requests":0,"active_users":0}`},
+		{"", 200, `{"since":"2026-01-01T05:04:05Z","window_seconds":86400,"total_requests":4,"active_users":3,` + all + `}`},
+		{"window=90m", 200, `{"since":"2026-01-02T03:34:05Z","window_seconds":5400,"total_requests":2,"active_users":2,` + late + `}`},
+		{"since=" + url.QueryEscape("2026-01-02T03:04:05Z") + "&window=1m", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3,` + all + `}`},
+		{"window=2h&bucket=1h", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3,` + all + `,
+		  "series":[{"start":"2026-01-02T03:04:05Z","total_requests":2,"active_users":2,"outcomes":0,"accepted":0},{"start":"2026-01-02T04:04:05Z","total_requests":2,"active_users":2,"outcomes":0,"accepted":0}]}`},
+		{"window=5m", 200, `{"since":"2026-01-02T04:59:05Z","window_seconds":300,"total_requests":0,"active_users":0,` + none + `}`},
+		// A clock ahead of the box's: an empty window, not an error.
+		{"since=2026-01-03T00:00:00Z", 200, `{"since":"2026-01-03T00:00:00Z","window_seconds":0,"total_requests":0,"active_users":0,` + none + `}`},
+		{"since=2026-01-03T00:00:00Z&bucket=1h", 200, `{"since":"2026-01-03T00:00:00Z","window_seconds":0,"total_requests":0,"active_users":0,` + none + `,"series":[]}`},
 
 		{"window=1x", 400, errJSON("invalid_request", "window must be a duration such as 15m, 24h or 7d, between 1s and 366d")},
 		{"since=2026-13-01T00:00:00Z", 400, errJSON("invalid_request", "since must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")},

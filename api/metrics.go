@@ -2,14 +2,19 @@ package api
 
 import (
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/store"
 )
 
 // metrics are the Prometheus collectors of one Server, registered on the
@@ -23,9 +28,17 @@ type metrics struct {
 	audio       prometheus.Histogram
 	tokens      *prometheus.CounterVec
 	tokensPerS  *prometheus.HistogramVec
+
+	authFailures        *prometheus.CounterVec
+	otpDeliveryFailures prometheus.Counter
+	otpLocks            prometheus.Counter
+	outcomes            *prometheus.CounterVec
+	keystrokes          prometheus.Counter
+	timeToChoice        prometheus.Histogram
+	examples            prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
+func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "replyd_http_requests_total",
@@ -64,15 +77,90 @@ func newMetrics(reg *prometheus.Registry, health HealthSource) *metrics {
 		Help:    "Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
 	}, []string{"phase"})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_auth_failures_total",
+		Help: "Failed authentications by kind: api key, admin credential, login code (429s from the per-address throttle included).",
+	}, []string{"kind"})
+	m.otpDeliveryFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_otp_delivery_failures_total",
+		Help: "Login codes (and login alerts) the OTP channel failed to deliver.",
+	})
+	m.otpLocks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_otp_login_locks_total",
+		Help: "Times login by code was paused after wrong codes from any addresses.",
+	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_outcomes_total",
+		Help: "Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
+	}, []string{"outcome", "prompt_version"})
+	m.keystrokes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_keystrokes_saved_total",
+		Help: "Keystrokes the reported outcomes saved (a suggestion's length minus one, less the edits).",
+	})
+	m.timeToChoice = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "replyd_time_to_choice_seconds",
+		Help:    "Time from the answer to the user's choice, as tablets report it.",
+		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
+	})
+	m.examples = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "replyd_memory_examples_total",
+		Help: "Remembered replies put into prompts as examples (users with remember: true).",
+	})
+	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
+		m.authFailures, m.otpDeliveryFailures, m.otpLocks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if health != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replyd_inference_queue_depth",
 			Help: "Requests waiting for the language model.",
-		}, func() float64 { return float64(health.QueueDepth()) }))
+		}, func() float64 { return float64(health.QueueDepth()) }), engineCollector{health: health, version: version})
 	}
 	return m
+}
+
+// engineCollector reads the engines' state at every scrape: readiness, the
+// speech queue's depth and the build_info series.
+type engineCollector struct {
+	health  HealthSource
+	version string
+}
+
+var (
+	engineReadyDesc = prometheus.NewDesc("replyd_engine_ready",
+		"1 when the engine's model is loaded and serving, 0 while it loads or after it failed.", []string{"engine"}, nil)
+	speechQueueDesc = prometheus.NewDesc("replyd_speech_queue_depth",
+		"Recordings waiting for or in speech-to-text.", nil, nil)
+	buildInfoDesc = prometheus.NewDesc("replyd_build_info",
+		"Always 1: replyd's version, the model files in use (names, not paths) and whether a generated demo model is one of them.",
+		[]string{"version", "llm_model", "whisper_model", "demo"}, nil)
+)
+
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- engineReadyDesc
+	ch <- speechQueueDesc
+	ch <- buildInfoDesc
+}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	var llmModel, sttModel string
+	demo, sttDepth := false, 0
+	for _, e := range c.health.Engines() {
+		ready := 0.0
+		if e.Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(engineReadyDesc, prometheus.GaugeValue, ready, e.Name)
+		demo = demo || e.Demo
+		switch e.Name {
+		case "llm":
+			llmModel = filepath.Base(e.Model)
+		case "stt":
+			sttModel, sttDepth = filepath.Base(e.Model), e.QueueSize
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(speechQueueDesc, prometheus.GaugeValue, float64(sttDepth))
+	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1, c.version, llmModel, sttModel, strconv.FormatBool(demo))
 }
 
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
@@ -95,6 +183,7 @@ func (m *metrics) observeInference(res engine.Result) {
 	if res.AudioSeconds > 0 {
 		m.audio.Observe(res.AudioSeconds)
 	}
+	m.examples.Add(float64(res.Examples))
 	evaluated := res.PromptTokens - res.CachedTokens
 	if evaluated < 0 {
 		evaluated = 0
@@ -107,6 +196,31 @@ func (m *metrics) observeInference(res engine.Result) {
 	}
 	if res.GenTokens > 0 && t.Generation > 0 {
 		m.tokensPerS.WithLabelValues("generation").Observe(float64(res.GenTokens) / t.Generation.Seconds())
+	}
+}
+
+// metricsBearer lets Prometheus authenticate its scrapes the standard way,
+// Authorization: Bearer <admin key>: on /metrics only, and only when no
+// admin header is sent, the bearer token is checked as X-ADMIN-KEY by
+// adminAuth (which runs next).
+func metricsBearer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		if h.Get(HeaderAdminKey) == "" && h.Get(HeaderAdminSession) == "" {
+			if tok, ok := strings.CutPrefix(h.Get(echo.HeaderAuthorization), "Bearer "); ok && strings.TrimSpace(tok) != "" {
+				h.Set(HeaderAdminKey, strings.TrimSpace(tok))
+			}
+		}
+		return next(c)
+	}
+}
+
+// observeOutcome counts one accepted feedback report.
+func (m *metrics) observeOutcome(o store.Outcome, promptVersion string) {
+	m.outcomes.WithLabelValues(o.Kind, promptVersion).Inc()
+	m.keystrokes.Add(float64(o.KeystrokesSaved))
+	if o.TimeToChoiceMS >= 0 {
+		m.timeToChoice.Observe(float64(o.TimeToChoiceMS) / 1000)
 	}
 }
 

@@ -73,6 +73,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if route == "/healthz" || route == "/metrics" {
 			level = slog.LevelDebug // polled by monitors
 		}
+		if quiet, _ := c.Get(quietKey).(bool); quiet {
+			level = slog.LevelDebug // refused by a throttle: counted, not logged one by one
+		}
 		s.reqLogger(c).Log(c.Request().Context(), level, "http request",
 			"method", c.Request().Method,
 			"route", route,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/language"
+
 	"github.com/replyd/replyd/engine"
 )
 
@@ -25,6 +27,7 @@ type wirePayload struct {
 	StepID        string        `json:"step_id"`
 	TimeWindowSec *int64        `json:"time_window_sec"`
 	Options       *wireOptions  `json:"options"`
+	Remember      bool          `json:"remember"`
 }
 
 type wireMessage struct {
@@ -109,6 +112,13 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
 		}
 	}
+	lang, err := parseLanguage(p.Language)
+	if err != nil {
+		return req, -1, err
+	}
+	if p.Remember && strings.TrimSpace(p.UserID) == "" {
+		return req, -1, badRequest("remember requires user_id: replies are remembered per user")
+	}
 	if p.TimeWindowSec != nil && (*p.TimeWindowSec < 0 || *p.TimeWindowSec > maxTimeWindowSec) {
 		return req, -1, badRequest("time_window_sec must be between 0 and %d", maxTimeWindowSec)
 	}
@@ -133,15 +143,36 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		Biography:   p.Biography,
 		Persona:     p.Persona,
 		UserProfile: p.UserProfile,
-		Language:    strings.TrimSpace(p.Language),
+		Language:    lang,
 	}
 	req.UserID = p.UserID
+	if p.Remember {
+		// The caller replaces it with the user's pseudonym (Server.pseudonym).
+		req.MemoryUser = p.UserID
+	}
 	req.DialogID = p.DialogID
 	req.StepID = p.StepID
 	if p.TimeWindowSec != nil {
 		req.TimeWindowSec = int(*p.TimeWindowSec)
 	}
 	return req, audioIdx, nil
+}
+
+// parseLanguage checks the payload's language: empty or "auto" (detect
+// it), or a well-formed BCP 47 tag with registered subtags ("en", "pt-BR",
+// "zh-Hant"), returned in canonical form. Anything else is a 400 that never
+// quotes the value: the value is free text from the network and is never
+// logged either.
+func parseLanguage(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "auto" {
+		return v, nil
+	}
+	tag, err := language.Parse(v)
+	if err != nil {
+		return "", badRequest("language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")
+	}
+	return tag.String(), nil
 }
 
 // jsonError turns a decoding error of the JSON document called what into a
@@ -185,4 +216,20 @@ func jsonTypeName(kind string) string {
 		return "an object"
 	}
 	return kind
+}
+
+// ParseDialog validates one dialog of `replyd eval`: an InferPayload (its
+// messages, the profile fields and options) under the limits lim, with
+// the same messages as /v1/infer. It refuses audio: eval replays text.
+// Its error is an *Error whose Message names the field.
+func ParseDialog(data []byte, lim Limits) (engine.Request, error) {
+	req, audioIdx, err := parsePayload(data, lim.withDefaults())
+	if err != nil {
+		return req, err
+	}
+	if audioIdx >= 0 {
+		return req, badRequest("messages[%d].audio: replyd eval replays text only; put the transcript in content", audioIdx)
+	}
+	req.MemoryUser = "" // eval has no memory
+	return req, nil
 }

@@ -42,9 +42,25 @@ type promptHistoryResponse struct {
 	Count int            `json:"count"`
 }
 
-// defaultPromptVersion is the version reported when the store holds no
-// prompt and DefaultSystemPrompt is in use.
-const defaultPromptVersion = "0"
+// DefaultPromptVersion is DefaultSystemPrompt's version: replyd saves the
+// built-in prompt as this version on first start (SeedDefaultPrompt), so the
+// versions an administrator saves come after it.
+const DefaultPromptVersion = "1"
+
+// SeedDefaultPrompt saves DefaultSystemPrompt as DefaultPromptVersion when
+// st holds no system prompt yet, and reports whether it did. cmd calls it at
+// start; saving a prompt into an empty store calls it first too, so that the
+// history always begins with the built-in prompt.
+func SeedDefaultPrompt(st Store, now time.Time) (bool, error) {
+	if _, ok, err := st.CurrentPrompt(); err != nil || ok {
+		return false, err
+	}
+	err := st.SavePrompt(store.PromptVersion{Prompt: DefaultSystemPrompt, Version: DefaultPromptVersion, CreatedAt: now.UTC()})
+	if errors.Is(err, store.ErrExists) {
+		return false, nil // a concurrent save seeded it
+	}
+	return err == nil, err
+}
 
 // maxVersionChars bounds a prompt version string.
 const maxVersionChars = 64
@@ -56,7 +72,7 @@ func (s *Server) handleGetPrompt(c echo.Context) error {
 		return err
 	}
 	if !ok {
-		return c.JSON(http.StatusOK, promptObject{Prompt: DefaultSystemPrompt, Version: defaultPromptVersion})
+		return c.JSON(http.StatusOK, promptObject{Prompt: DefaultSystemPrompt, Version: DefaultPromptVersion})
 	}
 	return c.JSON(http.StatusOK, promptObject{Prompt: p.Prompt, Version: p.Version, CreatedAt: optTime(p.CreatedAt)})
 }
@@ -83,6 +99,9 @@ func (s *Server) handleSetPrompt(c echo.Context) error {
 	}
 	version, err := parseVersion(req.Version)
 	if err != nil {
+		return err
+	}
+	if _, err := SeedDefaultPrompt(s.store, s.now()); err != nil {
 		return err
 	}
 	if version == "" {

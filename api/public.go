@@ -2,8 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store"
 )
@@ -28,24 +29,40 @@ type engineReadiness struct {
 }
 
 type healthResponse struct {
+	// Status is ok, degraded (answering, but the store is unreachable:
+	// requests that need it get 503 store_unavailable), loading or error.
 	Status string `json:"status"`
+	// Reason says why the status is not ok, without internals.
+	Reason string `json:"reason,omitempty"`
+	// Node names this box, so that a load balancer's checks and a person
+	// reading them tell the boxes apart.
+	Node string `json:"node"`
 	// DemoModels is true when a generated random-weight demo model is in
 	// use: the service works, but its replies and transcripts are gibberish.
 	DemoModels bool              `json:"demo_models"`
 	Engines    []engineReadiness `json:"engines"`
+	// M4A is true when M4A/AAC uploads (iOS recordings) can be decoded:
+	// that needs the ffmpeg executable on the box.
+	M4A bool `json:"m4a"`
 	// VAD is "on" when voice activity detection runs before speech-to-text,
 	// "off" when its model is missing (whole recordings are transcribed);
 	// absent when the engines do not report it. It never makes the status
 	// anything but "ok".
-	VAD string `json:"vad,omitempty"`
+	VAD     string      `json:"vad,omitempty"`
+	Storage storageView `json:"storage"`
 }
 
 // handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
-// is ready, 503 {"status":"loading"} with Retry-After while one is loading,
-// 503 {"status":"error"} when one failed to load. engines lists each
-// engine's readiness.
+// is ready and the store takes writes; 200 {"status":"degraded","reason":…}
+// when the engines are ready but the store cannot be reached (requests that
+// need it get 503 store_unavailable until it is back), writes to it fail (a
+// full disk: 507), or the data disk is nearly full; a load balancer keeps the
+// box, inference still works. 503 {"status":"loading"} with Retry-After while
+// an engine is loading; 503 {"status":"error"} when one failed to load.
+// engines lists each engine's readiness, storage the store's and the data
+// disk's state, node names the box.
 func (s *Server) handleHealthz(c echo.Context) error {
-	out := healthResponse{Status: "ok", Engines: []engineReadiness{}}
+	out := healthResponse{Status: "ok", Node: s.node, Engines: []engineReadiness{}, M4A: s.m4aAvailable()}
 	if s.health != nil {
 		if v, ok := s.health.(VADSource); ok {
 			if st := v.VAD(); st.Name != "" {
@@ -60,13 +77,15 @@ func (s *Server) handleHealthz(c echo.Context) error {
 			out.DemoModels = out.DemoModels || e.Demo
 			if !e.Ready {
 				if e.Error != "" {
-					out.Status = "error"
+					out.Status, out.Reason = "error", "a model failed to load"
 				} else if out.Status == "ok" {
-					out.Status = "loading"
+					out.Status, out.Reason = "loading", "the models are loading"
 				}
 			}
 		}
 	}
+	var degraded bool
+	degraded, out.Storage = s.storageState(c)
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if out.Status != "ok" {
 		if out.Status == "loading" {
@@ -74,8 +93,40 @@ func (s *Server) handleHealthz(c echo.Context) error {
 		}
 		return c.JSON(http.StatusServiceUnavailable, out)
 	}
+	if degraded {
+		out.Status, out.Reason = "degraded", out.Storage.Problem
+	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// storeHealth pings the store (bounded by healthPingTimeout) and returns ""
+// when it answers and takes writes, else a reason fit for the public
+// /healthz. The real error is logged when the store goes down and again when
+// it is back, not on every check.
+func (s *Server) storeHealth(c echo.Context) string {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), healthPingTimeout)
+	defer cancel()
+	err := s.store.Ping(ctx)
+	if err == nil {
+		if s.storeDown.Swap(false) {
+			s.log.Info("the store answers again", "store", s.dataFile)
+		}
+		return ""
+	}
+	if !s.storeDown.Swap(true) {
+		s.log.Error("the store does not answer or take writes: requests that need it fail", "store", s.dataFile, "error", err.Error())
+	}
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return "writes fail: the data disk is full"
+	case errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
+		return "the store (database) cannot be reached"
+	}
+	return "the store failed its health check"
+}
+
+// healthPingTimeout bounds the store check of one /healthz.
+const healthPingTimeout = 2 * time.Second
 
 // handleClientMD serves the integration guide rendered with the limits.
 func (s *Server) handleClientMD(c echo.Context) error {
@@ -89,12 +140,23 @@ func (s *Server) handleOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml; charset=utf-8", s.openAPIYAML)
 }
 
+// handleAppRedirect redirects /app to the conversation page, keeping the
+// query (a pairing link carries its code in the fragment, which the browser
+// keeps across the redirect).
+func (s *Server) handleAppRedirect(c echo.Context) error {
+	target := "/app/"
+	if q := c.Request().URL.RawQuery; q != "" {
+		target += "?" + q
+	}
+	return c.Redirect(http.StatusFound, target)
+}
+
 // handleRoot redirects / and /admin to the admin page.
 func (s *Server) handleRoot(c echo.Context) error {
 	return c.Redirect(http.StatusFound, "/admin/")
 }
 
-// staticFiles is the admin page held in memory with an ETag per file.
+// staticFiles is one embedded page held in memory with an ETag per file.
 type staticFiles struct {
 	files map[string]staticFile
 }
@@ -105,19 +167,29 @@ type staticFile struct {
 	ctype string
 }
 
-// newStaticFiles loads every file of web.FS into memory.
-func newStaticFiles() (*staticFiles, error) {
+// staticTypes are content types mime does not know everywhere.
+var staticTypes = map[string]string{
+	".webmanifest": "application/manifest+json",
+	".js":          "text/javascript; charset=utf-8",
+	".svg":         "image/svg+xml",
+}
+
+// newStaticFiles loads every file of fsys into memory.
+func newStaticFiles(fsys fs.FS) (*staticFiles, error) {
 	sf := &staticFiles{files: map[string]staticFile{}}
-	err := fs.WalkDir(web.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := fs.ReadFile(web.FS(), p)
+		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
 		sum := sha256.Sum256(data)
-		ctype := mime.TypeByExtension(path.Ext(p))
+		ctype := staticTypes[path.Ext(p)]
+		if ctype == "" {
+			ctype = mime.TypeByExtension(path.Ext(p))
+		}
 		if ctype == "" {
 			ctype = http.DetectContentType(data)
 		}
@@ -127,11 +199,17 @@ func newStaticFiles() (*staticFiles, error) {
 	return sf, err
 }
 
-// handleAdminPage serves the admin page's files under /admin/. Only names
-// that are valid fs paths of files in web.FS are served ("..", absolute and
-// encoded traversal are 404); a directory serves its index.html. Every file
-// is revalidated (Cache-Control: no-cache) against its ETag.
-func (s *Server) handleAdminPage(c echo.Context) error {
+// handleAdminPage serves the admin page's files under /admin/.
+func (s *Server) handleAdminPage(c echo.Context) error { return serveStatic(c, s.static) }
+
+// handleAppPage serves the conversation page's files under /app/.
+func (s *Server) handleAppPage(c echo.Context) error { return serveStatic(c, s.appStatic) }
+
+// serveStatic serves the file of sf named by the route's wildcard. Only
+// names that are valid fs paths of files in sf are served ("..", absolute
+// and encoded traversal are 404); a directory serves its index.html. Every
+// file is revalidated (Cache-Control: no-cache) against its ETag.
+func serveStatic(c echo.Context, sf *staticFiles) error {
 	name := c.Param("*")
 	if name == "" || strings.HasSuffix(name, "/") {
 		name += "index.html"
@@ -139,9 +217,9 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 	if !fs.ValidPath(name) || strings.Contains(name, `\`) {
 		return errorf(CodeNotFound, "no such file")
 	}
-	f, ok := s.static.files[name]
+	f, ok := sf.files[name]
 	if !ok {
-		if idx, ok2 := s.static.files[path.Join(name, "index.html")]; ok2 {
+		if idx, ok2 := sf.files[path.Join(name, "index.html")]; ok2 {
 			f, ok = idx, true
 		}
 	}
@@ -151,6 +229,7 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-cache")
 	h.Set("ETag", f.etag)
+	h.Set(echo.HeaderContentType, f.ctype)
 	if match := c.Request().Header.Get("If-None-Match"); match != "" && strings.Contains(match, f.etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
@@ -160,7 +239,11 @@ func (s *Server) handleAdminPage(c echo.Context) error {
 
 // statusResponse is GET /v1/admin/status, the admin page's overview.
 type statusResponse struct {
+	// Status is "ok", or "degraded" when storage is (see Storage).
+	Status        string                `json:"status"`
+	Storage       storageView           `json:"storage"`
 	Version       string                `json:"version"`
+	Node          string                `json:"node"`
 	UptimeSeconds int64                 `json:"uptime_seconds"`
 	Engines       []engine.EngineStatus `json:"engines"`
 	// VAD is voice activity detection's state: ready, or an error saying
@@ -170,8 +253,16 @@ type statusResponse struct {
 	DataFile      string               `json:"data_file"`
 	DataFileBytes int64                `json:"data_file_bytes"`
 	OTPChannel    string               `json:"otp_channel"`
+	TOTPEnrolled  bool                 `json:"totp_enrolled"`
 	TLS           bool                 `json:"tls"`
-	Limits        limitsView           `json:"limits"`
+	// TLSCAFingerprint is the SHA-256 fingerprint of replyd's own
+	// certificate authority (REPLYD_TLS=auto), "" otherwise.
+	TLSCAFingerprint string `json:"tls_ca_fingerprint"`
+	// M4A tells whether M4A/AAC uploads can be decoded (ffmpeg installed).
+	M4A bool `json:"m4a"`
+	// CORSOrigins are the origins allowed to call the tablet routes.
+	CORSOrigins []string   `json:"cors_origins"`
+	Limits      limitsView `json:"limits"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -195,11 +286,14 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	out := statusResponse{
 		Version:       s.version,
+		Node:          s.node,
 		UptimeSeconds: s.uptime(),
 		Engines:       []engine.EngineStatus{},
 		DataFile:      s.dataFile,
 		DataFileBytes: size,
 		TLS:           s.tls,
+		M4A:           s.m4aAvailable(),
+		CORSOrigins:   append([]string{}, s.corsOrigins...),
 		Limits: limitsView{
 			MaxBodyBytes:      s.limits.MaxBodyBytes,
 			MaxPayloadBytes:   s.limits.MaxPayloadBytes,
@@ -212,6 +306,9 @@ func (s *Server) handleStatus(c echo.Context) error {
 			SessionTTLSeconds: int64(s.limits.SessionTTL / time.Second),
 		},
 	}
+	if s.certs != nil {
+		out.TLSCAFingerprint = s.certs.CAFingerprint()
+	}
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)
 		out.QueueDepth = s.health.QueueDepth()
@@ -223,6 +320,18 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	if s.notifier != nil {
 		out.OTPChannel = s.notifier.Channel()
+	}
+	if s.totpOnly {
+		out.OTPChannel = ChannelTOTP
+	}
+	if _, enrolled, err := s.store.Secret(store.SecretTOTP); err == nil {
+		out.TOTPEnrolled = enrolled
+	}
+	var degraded bool
+	degraded, out.Storage = s.storageState(c)
+	out.Status = "ok"
+	if degraded {
+		out.Status = "degraded"
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -237,9 +346,15 @@ func (s *Server) handleBackup(c echo.Context) error {
 	h.Set(echo.HeaderContentType, "application/octet-stream")
 	h.Set(echo.HeaderContentDisposition, fmt.Sprintf("attachment; filename=%q", name))
 	h.Set("Cache-Control", "no-store")
+	if c.Request().Method == http.MethodHead {
+		return c.NoContent(http.StatusOK) // no copy made, none logged
+	}
 	// The first Write commits status 200; a failure before it is answered
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())
+	if errors.Is(err, store.ErrNotSupported) {
+		return &Error{Code: CodeNotSupported, Message: "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)", Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("backup after %d bytes: %w", n, err)
 	}

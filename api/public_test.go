@@ -15,28 +15,30 @@ import (
 
 	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/store"
 )
 
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)
 	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 200, `{"status":"ok","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
 	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
-	wantJSON(t, rec, 503, `{"status":"loading","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}]}`)
+	wantJSON(t, rec, 503, `{"status":"loading","reason":"the models are loading","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 	if rec.Header().Get("Retry-After") != "5" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
 	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}]}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
-	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[]}`)
+	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[],"m4a":false,"storage":{"writable":true}}`)
 
 	// Voice activity detection is reported as "vad": on, or off when its
 	// model is missing; off never makes the service unhealthy.
@@ -45,11 +47,49 @@ func TestHealthz(t *testing.T) {
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Ready: true}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"on"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"on","storage":{"writable":true}}`)
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Error: "open models/silero_vad_v5.onnx: no such file"}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"vad":"off"}`)
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"off","storage":{"writable":true}}`)
+}
+
+// TestHealthzDegraded: failing writes or a nearly full data disk make
+// /healthz and the Status view say "degraded" (still 200: inference works)
+// with the reason; a write that succeeds again clears it.
+func TestHealthzDegraded(t *testing.T) {
+	free := int64(600 << 20)
+	e := newEnv(t, func(o *Options) {
+		o.DiskFree = func() (int64, error) { return free, nil }
+		o.Limits.MinFreeBytes = 512 << 20
+	})
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true,"free_bytes":629145600}}`)
+	free = 100 << 20
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"degraded","reason":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
+	  "storage":{"writable":true,"free_bytes":104857600,"problem":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)"}}`)
+	free = 0
+	e.st.mu.Lock()
+	e.st.writeFail = fmt.Errorf("store x: %w: no space left on device", store.ErrNoSpace)
+	e.st.mu.Unlock()
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"degraded","reason":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
+	  "storage":{"writable":false,"free_bytes":0,"problem":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)"}}`)
+	rec := e.do(adminReq("GET", "/v1/admin/status", ""))
+	if !strings.Contains(rec.Body.String(), `"status":"degraded","storage":{"writable":false,"free_bytes":0,"problem":"writes fail: the data disk is full`) {
+		t.Errorf("status view: %s", rec.Body)
+	}
+	// Loading still wins over degraded.
+	e.health.set(engine.EngineStatus{Name: "llm"}, engine.EngineStatus{Name: "stt", Ready: true})
+	if rec := e.do(httptest.NewRequest("GET", "/healthz", nil)); rec.Code != 503 || !strings.Contains(rec.Body.String(), `"status":"loading"`) {
+		t.Errorf("loading and degraded: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestInsufficientStorage: a write that fails for lack of space is 507
+// insufficient_storage with a message that names the cause.
+func TestInsufficientStorage(t *testing.T) {
+	e := newEnv(t)
+	e.st.failWith = fmt.Errorf("store /d/replyd.db: %w: write /d/replyd.db: no space left on device", store.ErrNoSpace)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"c"}`)), 507, errJSON("insufficient_storage", insufficientStorageMessage))
 }
 
 func TestStatus(t *testing.T) {
@@ -59,10 +99,11 @@ func TestStatus(t *testing.T) {
 		engine.EngineStatus{Name: "stt", Model: "/models/w.bin", Error: "no such file"})
 	e.health.depth = 2
 	e.clock.Advance(90 * time.Second)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"version":"1.2.3","uptime_seconds":90,
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"status":"ok","storage":{"writable":true},"version":"1.2.3","node":"box-test","uptime_seconds":90,
 	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
 	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
-	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","tls":false,
+	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","totp_enrolled":false,"tls":false,
+	  "tls_ca_fingerprint":"","m4a":false,"cors_origins":[],
 	  "limits":{"max_body_bytes":26214400,"max_payload_bytes":1048576,"max_audio_seconds":120,"max_messages":200,"max_content_chars":4000,
 	            "max_candidates":8,"default_candidates":3,"infer_timeout_seconds":30,"session_ttl_seconds":43200}}`)
 }
@@ -129,7 +170,10 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatalf("%d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	var doc struct {
-		OpenAPI    string                               `yaml:"openapi"`
+		OpenAPI string `yaml:"openapi"`
+		Info    struct {
+			Description string `yaml:"description"`
+		} `yaml:"info"`
 		Paths      map[string]map[string]map[string]any `yaml:"paths"`
 		Components struct {
 			Schemas map[string]map[string]any `yaml:"schemas"`
@@ -137,6 +181,9 @@ func TestOpenAPI(t *testing.T) {
 	}
 	if err := yaml.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
 		t.Fatalf("openapi.yaml is not YAML: %v", err)
+	}
+	if !strings.Contains(doc.Info.Description, "Every GET operation also answers HEAD") || !strings.Contains(doc.Info.Description, "405 `method_not_allowed` with an `Allow` header") {
+		t.Errorf("the info description does not state HEAD and 405 with Allow: %s", doc.Info.Description)
 	}
 	if doc.OpenAPI != "3.1.0" {
 		t.Errorf("openapi = %q", doc.OpenAPI)
@@ -149,6 +196,14 @@ func TestOpenAPI(t *testing.T) {
 		}
 		p := param.ReplaceAllString(r.Path, "{$1}")
 		p = strings.Replace(p, "/*", "/{path}", 1)
+		if r.Method == "HEAD" {
+			// Every GET route answers HEAD too; the info description says
+			// so once instead of 14 head operations.
+			if _, ok := doc.Paths[p]["get"]; !ok {
+				t.Errorf("route HEAD %s has no documented GET", p)
+			}
+			continue
+		}
 		routed[strings.ToLower(r.Method)+" "+p] = true
 		if _, ok := doc.Paths[p][strings.ToLower(r.Method)]; !ok {
 			t.Errorf("route %s %s is not in openapi.yaml", r.Method, p)
@@ -348,7 +403,7 @@ func TestBackup(t *testing.T) {
 func TestTry(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 1)
-	hash := hashHex("valid")
+	hash := secret.Hash("valid")
 	tryReq := func(query string, parts ...part) *http.Request {
 		body, ct := multipartBody(t, parts...)
 		req := httptest.NewRequest("POST", "/v1/admin/try"+query, body)
@@ -362,7 +417,7 @@ func TestTry(t *testing.T) {
 	wantJSON(t, e.do(tryReq("?api_key_hash="+hash, payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 1 requests per minute exceeded for this API key; retry in 60 s"))
 	wantJSON(t, e.do(tryReq("", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash is required (query parameter or form field)"))
 	wantJSON(t, e.do(tryReq("?api_key_hash=abc", payloadPart(simplePayload))), 400, errJSON("invalid_request", "api_key_hash must be 64 lowercase hex characters"))
-	wantJSON(t, e.do(tryReq("?api_key_hash="+hashHex("other"), payloadPart(simplePayload))), 404, errJSON("not_found", "no API key has this api_key_hash"))
+	wantJSON(t, e.do(tryReq("?api_key_hash="+secret.Hash("other"), payloadPart(simplePayload))), 404, errJSON("not_found", "no API key has this api_key_hash"))
 	e.do(adminReq("DELETE", "/v1/admin/keys/"+hash, ""))
 	wantJSON(t, e.do(tryReq("", hashField, payloadPart(simplePayload))), 403, errJSON("forbidden", "the API key is revoked; /v1/infer would answer 401"))
 
@@ -378,7 +433,7 @@ func TestTry(t *testing.T) {
 		"warn " + h8 + " infer (admin try) failed: rate_limited",
 		"warn  infer (admin try) failed: invalid_request",
 		"warn  infer (admin try) failed: invalid_request",
-		"warn " + hashHex("other")[:8] + " infer (admin try) failed: not_found",
+		"warn " + secret.Hash("other")[:8] + " infer (admin try) failed: not_found",
 		"warn " + h8 + " infer (admin try) failed: forbidden",
 	}
 	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {

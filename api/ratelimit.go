@@ -3,16 +3,15 @@ package api
 import (
 	"sync"
 	"time"
+
+	"github.com/replyd/replyd/store"
 )
 
-// rateWindow is the length of the rate-limit window.
-const rateWindow = time.Minute
-
-// rateLimiter admits at most limit requests per key in each fixed one-minute
-// window. A window opens with the first request after the previous one
-// closed. All state is in memory behind one mutex, so admission is exact
-// under any concurrency; nothing is written to the store per request.
-type rateLimiter struct {
+// memoryLimiter is the store.RateLimiter of a single box: all state is in
+// memory behind one mutex, so admission is exact under any concurrency and
+// nothing is written per request. Boxes that share a PostgreSQL store use
+// its limiter instead (Options.Limiter), so that the limit is global.
+type memoryLimiter struct {
 	mu      sync.Mutex
 	buckets map[string]*rateBucket
 	sweepAt time.Time
@@ -21,18 +20,17 @@ type rateLimiter struct {
 type rateBucket struct {
 	start time.Time // when the current window opened
 	count int       // requests admitted in it
-	// touched is when the key's "last used" time was last written.
-	touched time.Time
 }
 
-func newRateLimiter() *rateLimiter {
-	return &rateLimiter{buckets: make(map[string]*rateBucket)}
+func newMemoryLimiter() *memoryLimiter {
+	return &memoryLimiter{buckets: make(map[string]*rateBucket)}
 }
 
-// allow admits one request for key at now when fewer than limit were admitted
-// in the current window. A limit of 0 or less means unlimited. When refused,
-// retry is the time until the window closes.
-func (l *rateLimiter) allow(key string, limit int, now time.Time) (ok bool, retry time.Duration) {
+// Allow implements store.RateLimiter; it never fails.
+func (l *memoryLimiter) Allow(key string, limit int, now time.Time) (bool, time.Duration, error) {
+	if limit <= 0 {
+		return true, 0, nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sweep(now)
@@ -41,46 +39,60 @@ func (l *rateLimiter) allow(key string, limit int, now time.Time) (ok bool, retr
 		b = &rateBucket{start: now}
 		l.buckets[key] = b
 	}
-	if now.Sub(b.start) >= rateWindow || now.Before(b.start) {
+	if store.RateWindowOver(b.start, now) {
 		b.start, b.count = now, 0
 	}
-	if limit <= 0 {
-		return true, 0
-	}
 	if b.count >= limit {
-		return false, b.start.Add(rateWindow).Sub(now)
+		return false, b.start.Add(store.RateWindow).Sub(now), nil
 	}
 	b.count++
-	return true, 0
+	return true, 0, nil
 }
 
-// shouldTouch reports whether the key's last-used time should be written now
-// (at most once a minute per key) and records that it is.
-func (l *rateLimiter) shouldTouch(key string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[key]
-	if b == nil {
-		b = &rateBucket{start: now}
-		l.buckets[key] = b
-	}
-	if !b.touched.IsZero() && now.Sub(b.touched) < time.Minute && !now.Before(b.touched) {
-		return false
-	}
-	b.touched = now
-	return true
-}
-
-// sweep drops buckets idle for more than two windows, at most once a minute.
-// The caller holds l.mu.
-func (l *rateLimiter) sweep(now time.Time) {
+// sweep drops buckets whose window closed more than a window ago, at most
+// once a window. The caller holds l.mu.
+func (l *memoryLimiter) sweep(now time.Time) {
 	if now.Before(l.sweepAt) {
 		return
 	}
-	l.sweepAt = now.Add(rateWindow)
+	l.sweepAt = now.Add(store.RateWindow)
 	for k, b := range l.buckets {
-		if now.Sub(b.start) > 2*rateWindow && now.Sub(b.touched) > 2*rateWindow {
+		if now.Sub(b.start) > 2*store.RateWindow {
 			delete(l.buckets, k)
 		}
 	}
+}
+
+// Refund implements store.RateLimiter: it gives back one request admitted
+// in key's current window.
+func (l *memoryLimiter) Refund(key string, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.buckets[key]; b != nil && b.count > 0 && !store.RateWindowOver(b.start, now) {
+		b.count--
+	}
+	return nil
+}
+
+// refusalLog remembers, per key, when a refusal by its rate limit was last
+// logged, so that a key holder flooding past its limit adds at most one log
+// entry a window (the refusals are still counted in the metrics).
+type refusalLog struct {
+	mu     sync.Mutex
+	logged map[string]time.Time
+}
+
+// first reports whether a refusal of key at now is the first to be logged
+// in a window, and records it if so.
+func (r *refusalLog) first(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last, ok := r.logged[key]; ok && !store.RateWindowOver(last, now) {
+		return false
+	}
+	if r.logged == nil || len(r.logged) >= maxTrackedAddrs {
+		r.logged = make(map[string]time.Time) // forgetting only logs one more
+	}
+	r.logged[key] = now
+	return true
 }

@@ -6,14 +6,20 @@
 package api
 
 import (
+	"crypto/rand"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/api/web"
+	"github.com/replyd/replyd/store"
 )
 
 // Options configure a Server. Store and Inferer are required; the others
@@ -38,11 +44,41 @@ type Options struct {
 	MetricsPublic bool
 	// TLS tells /v1/admin/status whether the listener uses TLS.
 	TLS bool
-	// DataFile is the path of the store's file, shown on the admin page.
+	// DataFile names where the data lives on the admin page; empty means
+	// the store's Describe (a file path, or a database URL without its
+	// password).
 	DataFile string
+	// PublicURL is the base URL tablets reach replyd at (e.g.
+	// https://replyd.local:8080); pairing links are made under it. Empty:
+	// from the request's Host and this server's scheme.
+	PublicURL string
+	// CORSOrigins are the exact origins (ParseCORSOrigins) whose pages may
+	// call /v1/infer, /v1/pair and /v1/feedback; none when empty.
+	CORSOrigins []string
+	// Certs is replyd's own certificate authority and server certificate;
+	// nil when TLS is off.
+	Certs CertSource
+	// M4A reports whether M4A/AAC uploads can be decoded now (ffmpeg is
+	// installed); nil means they cannot.
+	M4A func() bool
+	// Rand is the source of inference ids; nil means crypto/rand.
+	Rand io.Reader
+	// Node names this box in the log entries it writes and in /healthz and
+	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
+	Node string
+	// Limiter enforces the per-key rate limits; nil means this box's own
+	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
+	// so that a key's limit holds across all of them.
+	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
+	// DiskFree reports the free bytes of the data directory's file system
+	// for /healthz and the Status view; nil leaves them unknown.
+	DiskFree func() (int64, error)
+	// TOTPOnly is REPLYD_OTP_CHANNEL=totp: nothing is sent; the admin logs
+	// in with an authenticator app's code (POST /v1/admin/totp/enroll).
+	TOTPOnly bool
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -59,10 +95,38 @@ type Server struct {
 	limits   Limits
 	tls      bool
 	dataFile string
+	diskFree func() (int64, error)
+	node     string
 	started  time.Time
 
-	limiter *rateLimiter
-	otpMu   sync.Mutex // serialises OTP sends
+	publicURL   string
+	corsOrigins []string
+	certs       CertSource
+	m4a         func() bool
+
+	storeDown atomic.Bool // the last health check found the store unreachable
+
+	limiter   store.RateLimiter // per-key rate limits and the pairing throttle of all addresses
+	pairAddrs *memoryLimiter    // the pairing throttle per client address, this box's own
+	refusals  refusalLog        // rate-limit refusals logged, one a window per key
+	recent    *recentInferences
+	rand      io.Reader
+	touches   store.TouchThrottle
+	otpMu     sync.Mutex // serialises OTP sends
+	otp       *otpGuard
+	totpOnly  bool
+
+	failures  *authFailures
+	failMu    sync.Mutex
+	failTimer *time.Timer // logs the failure windows once they close
+	closed    bool
+
+	adminKey verifiedAdminKey
+	kdfSlot  chan struct{} // one admin-key KDF at a time
+
+	trusted  []*net.IPNet
+	uploads  *uploadBudget
+	inflight *keyInflight
 
 	pseudoMu  sync.Mutex
 	pseudoKey []byte // the installation's pseudonym key, read once
@@ -71,7 +135,8 @@ type Server struct {
 
 	clientMD    []byte
 	openAPIYAML []byte
-	static      *staticFiles
+	static      *staticFiles // the admin page
+	appStatic   *staticFiles // the conversation page
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -91,6 +156,20 @@ func New(o Options) *Server {
 		limits:   o.Limits.withDefaults(),
 		tls:      o.TLS,
 		dataFile: o.DataFile,
+		diskFree: o.DiskFree,
+
+		publicURL:   o.PublicURL,
+		corsOrigins: o.CORSOrigins,
+		certs:       o.Certs,
+		m4a:         o.M4A,
+		node:        o.Node,
+		rand:        o.Rand,
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
+	}
+	if s.dataFile == "" {
+		s.dataFile = o.Store.Describe()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -102,9 +181,21 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = newRateLimiter()
+	s.limiter = o.Limiter
+	if s.limiter == nil {
+		s.limiter = newMemoryLimiter()
+	}
+	s.pairAddrs = newMemoryLimiter()
+	s.recent = newRecentInferences(recentMax)
+	s.otp = newOTPGuard(s.limits)
+	s.totpOnly = o.TOTPOnly
+	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
+	s.kdfSlot = make(chan struct{}, 1)
+	s.trusted = o.TrustedProxies
+	s.uploads = &uploadBudget{avail: s.limits.UploadMemoryBytes}
+	s.inflight = &keyInflight{n: map[string]int{}}
 	s.reg = prometheus.NewRegistry()
-	s.metrics = newMetrics(s.reg, s.health)
+	s.metrics = newMetrics(s.reg, s.health, s.version)
 
 	var err error
 	if s.clientMD, err = renderDoc("client.md", clientMDTemplate, s.docData()); err != nil {
@@ -113,7 +204,10 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(); err != nil {
+	if s.static, err = newStaticFiles(web.FS()); err != nil {
+		panic(err)
+	}
+	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {
 		panic(err)
 	}
 
@@ -122,45 +216,69 @@ func New(o Options) *Server {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = ipExtractor(o.TrustedProxies)
-	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic)
+	e.Use(s.requestID, s.securityHeaders, s.observe, s.recoverPanic, s.slowBody)
 	s.routes(e, o.MetricsPublic)
 	s.e = e
 	return s
 }
 
 // routes registers every route. The OpenAPI test walks e.Routes() and checks
-// that each one is documented.
+// that each one is documented. Every GET route also answers HEAD (get), and
+// no route group carries middleware: Echo answers a wrong method on a group
+// with middleware 404 through the group's catch-all, while a route's own
+// middleware keeps the router's 405 with Allow.
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
-	e.GET("/healthz", s.handleHealthz)
-	e.GET("/client.md", s.handleClientMD)
-	e.GET("/openapi.yaml", s.handleOpenAPI)
-	e.GET("/", s.handleRoot)
-	e.GET("/admin", s.handleRoot)
-	e.GET("/admin/*", s.handleAdminPage)
+	get(e, "/healthz", s.handleHealthz)
+	get(e, "/client.md", s.handleClientMD)
+	get(e, "/openapi.yaml", s.handleOpenAPI)
+	get(e, "/", s.handleRoot)
+	get(e, "/admin", s.handleRoot)
+	get(e, "/admin/*", s.handleAdminPage)
+	get(e, "/app", s.handleAppRedirect)
+	get(e, "/app/*", s.handleAppPage)
+	get(e, "/tls/ca.pem", s.handleCACert)
+	get(e, "/tls/cert.pem", s.handleServerCert)
 
-	e.POST("/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	// The routes a tablet calls; browser clients on the origins listed in
+	// REPLYD_CORS_ORIGINS may call them too.
+	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
+	s.corsRoute(e, "/v1/pair", s.handlePair)
+	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
 	e.POST("/v1/admin/otp/verify", s.handleOTPVerify)
 
-	a := e.Group("/v1/admin", s.adminAuth)
-	a.DELETE("/session", s.handleLogout)
-	a.GET("/status", s.handleStatus)
-	a.GET("/stats", s.handleStats)
-	a.GET("/logs", s.handleLogs)
-	a.GET("/keys", s.handleListKeys)
-	a.POST("/keys", s.handleCreateKey)
-	a.DELETE("/keys/:api_key_hash", s.handleRevokeKey)
-	a.GET("/system-prompt", s.handleGetPrompt)
-	a.POST("/system-prompt", s.handleSetPrompt)
-	a.GET("/system-prompt/history", s.handlePromptHistory)
-	a.GET("/backup", s.handleBackup)
-	a.POST("/try", s.handleTry, s.inferLog, s.bodyLimit)
+	const a = "/v1/admin"
+	e.DELETE(a+"/session", s.handleLogout, s.adminAuth)
+	get(e, a+"/status", s.handleStatus, s.adminAuth)
+	get(e, a+"/stats", s.handleStats, s.adminAuth)
+	get(e, a+"/logs", s.handleLogs, s.adminAuth)
+	get(e, a+"/keys", s.handleListKeys, s.adminAuth)
+	e.POST(a+"/keys", s.handleCreateKey, s.adminAuth)
+	e.DELETE(a+"/keys/:api_key_hash", s.handleRevokeKey, s.adminAuth)
+	e.POST(a+"/pairings", s.handleCreatePairing, s.adminAuth)
+	get(e, a+"/system-prompt", s.handleGetPrompt, s.adminAuth)
+	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
+	get(e, a+"/system-prompt/history", s.handlePromptHistory, s.adminAuth)
+	get(e, a+"/backup", s.handleBackup, s.adminAuth)
+	get(e, a+"/outcomes", s.handleOutcomesExport, s.adminAuth)
+	get(e, a+"/users", s.handleListUsers, s.adminAuth)
+	get(e, a+"/users/:user/pairs", s.handleUserPairs, s.adminAuth)
+	e.DELETE(a+"/users/:user", s.handleDeleteUser, s.adminAuth)
+	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
+	e.POST(a+"/totp/enroll", s.handleTOTPEnroll, s.adminAuth)
 
 	if !metricsPublic {
-		e.GET("/metrics", echo.WrapHandler(s.MetricsHandler()), s.adminAuth)
+		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)
 	}
+}
+
+// get registers h for GET and HEAD. net/http sends no body for HEAD, so
+// the handler answers both alike.
+func get(e *echo.Echo, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	e.GET(path, h, m...)
+	e.HEAD(path, h, m...)
 }
 
 // Handler returns the http.Handler serving every route (the Echo instance).
@@ -168,20 +286,25 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 // HTTPServer returns an *http.Server for addr serving Handler with timeouts
 // suited to uploads from tablets on a clinic LAN: headers within 10 s and at
-// most 64 KiB of them, the whole request within 2 minutes, the answer within
-// the inference timeout plus a minute.
+// most 64 KiB of them, the body at MinBodyRate after BodyRateGrace (see
+// slowBody) and the whole request within 2 minutes, the answer within the
+// inference timeout plus two minutes. Serve it on Listener(ln) to bound the
+// connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
+		ReadTimeout:       requestReadTimeout,
 		WriteTimeout:      2*time.Minute + s.limits.InferTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// m4aAvailable reports whether M4A/AAC uploads can be decoded now.
+func (s *Server) m4aAvailable() bool { return s.m4a != nil && s.m4a() }
 
 // uptime returns whole seconds since New.
 func (s *Server) uptime() int64 {

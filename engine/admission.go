@@ -116,3 +116,29 @@ func (w *Workload) Outstanding() time.Duration {
 	defer w.mu.Unlock()
 	return w.outstanding
 }
+
+// Slots bounds how many requests do one step at once; the others wait for a
+// slot until their context ends. Max 0 (the zero value) admits everyone. A
+// Slots is safe for concurrent use and must not be copied after first use.
+type Slots struct {
+	Max int
+
+	once sync.Once
+	ch   chan struct{}
+}
+
+// Acquire waits for a slot. On success the caller must call release exactly
+// once; when ctx ends first it returns a KindCanceled error.
+func (s *Slots) Acquire(ctx context.Context) (release func(), err error) {
+	if s.Max <= 0 {
+		return func() {}, nil
+	}
+	s.once.Do(func() { s.ch = make(chan struct{}, s.Max) })
+	select {
+	case s.ch <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-s.ch }) }, nil
+	case <-ctx.Done():
+		return nil, &Error{Kind: KindCanceled, Message: "the request was canceled or timed out", Err: ctx.Err()}
+	}
+}

@@ -130,3 +130,101 @@ func TestWorkloadBoundsTheWait(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// stubSTT and stubLLM are the smallest engines for admission tests.
+type stubSTT struct{}
+
+func (stubSTT) Transcribe(context.Context, []float32, TranscribeOptions) (Transcript, error) {
+	return Transcript{Text: "hi", Language: "en"}, nil
+}
+
+type stubLLM struct{}
+
+func (stubLLM) Generate(context.Context, GenerateRequest) (Generation, error) {
+	return Generation{Candidates: []Candidate{{Text: "ok"}}}, nil
+}
+
+// TestAdmissionBeforeDecode: a recording the speech-to-text stage refuses
+// is never decoded, and decodes run within the Decodes bound.
+func TestAdmissionBeforeDecode(t *testing.T) {
+	var mu sync.Mutex
+	decoded, running, peak := 0, 0, 0
+	gate := make(chan struct{})
+	p := &Pipeline{
+		Decode: func([]byte, time.Duration) ([]float32, error) {
+			mu.Lock()
+			decoded++
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			<-gate
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return make([]float32, 16000), nil
+		},
+		STT:      stubSTT{},
+		LLM:      stubLLM{},
+		MaxAudio: time.Minute,
+	}
+	p.STTStage.Max = 3
+	p.Decodes.Max = 2
+	req := Request{Messages: []Message{{Role: RoleSpeaker, Audio: true}}, Audio: []byte("RIFF")}
+
+	errs := make(chan error, 5)
+	for i := 0; i < 3; i++ {
+		go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
+	}
+	// Wait until the stage is full (two decoding, one waiting for a slot).
+	for deadline := time.Now().Add(5 * time.Second); p.STTStage.InFlight() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stage did not fill")
+		}
+	}
+	// A fourth is refused at admission, undecoded.
+	if _, err := p.Infer(context.Background(), req); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("fourth request: %v, want ErrOverloaded", err)
+	}
+	mu.Lock()
+	if decoded != 2 || peak != 2 {
+		t.Errorf("decoded %d (peak %d at once) while the stage was full; want 2 and 2", decoded, peak)
+	}
+	mu.Unlock()
+	close(gate)
+	for i := 0; i < 3; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("admitted request: %v", err)
+		}
+	}
+	if p.STTStage.InFlight() != 0 {
+		t.Errorf("%d left in the stage", p.STTStage.InFlight())
+	}
+	// A decode error leaves the stage too.
+	p.Decode = func([]byte, time.Duration) ([]float32, error) { return nil, errors.New("bad") }
+	if _, err := p.Infer(context.Background(), req); KindOf(err) != KindUnsupportedAudio {
+		t.Errorf("decode error: %v", err)
+	}
+	if p.STTStage.InFlight() != 0 {
+		t.Errorf("a failed decode left %d in the stage", p.STTStage.InFlight())
+	}
+}
+
+func TestSlotsCanceled(t *testing.T) {
+	s := &Slots{Max: 1}
+	release, err := s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(ctx); KindOf(err) != KindCanceled {
+		t.Errorf("waiting past the deadline: %v", err)
+	}
+	release()
+	release() // twice is harmless
+	r2, err := s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2()
+}

@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -44,6 +45,11 @@ type Request struct {
 	StepID        string
 	TimeWindowSec int
 
+	// MemoryUser names the user whose remembered replies may go into the
+	// prompt as examples (the payload's remember: true); "" for none. It is
+	// a pseudonym, never the user_id itself.
+	MemoryUser string
+
 	MaxCandidates int     // 1..MaxCandidatesLimit, already defaulted by the API
 	Temperature   float64 // 0..2, already defaulted by the API
 	// Seed makes sampling repeatable when non-zero.
@@ -65,12 +71,18 @@ type Request struct {
 	OnTranscript func(transcript string)
 }
 
+// LanguageUnknown is a candidate's Language when neither the payload nor
+// the recording told the reply's language: BCP 47's "und" (undetermined).
+const LanguageUnknown = "und"
+
 // Candidate is one suggested reply: the spec's AnswerCandidate plus the score
 // it was ranked by.
 type Candidate struct {
-	Text     string
-	Rank     int // 1 = best
-	Length   int // tokens generated
+	Text   string
+	Rank   int // 1 = best
+	Length int // tokens generated
+	// Language is the language the reply was asked in; the pipeline sets
+	// it (see Pipeline.Infer), engines leave it empty.
 	Language string
 	// MeanLogProb is the mean token log-probability the ranking used.
 	MeanLogProb float64
@@ -104,6 +116,45 @@ type Result struct {
 	// Language-model token counts: the prompt, the part of it reused from
 	// the dialog prefix cache, and every token sampled.
 	PromptTokens, CachedTokens, GenTokens int
+
+	// PartnerTurn is the partner's turn the candidates answer (the last
+	// speaker message, transcript included): what a remembered pair keeps.
+	PartnerTurn string
+	// Examples is the number of the user's remembered replies that went into
+	// the prompt, and ExampleTokens the prompt tokens they took.
+	Examples, ExampleTokens int
+	// RecallErr is why the remembered replies could not be read, if they
+	// could not; the inference went on without them.
+	RecallErr error
+}
+
+// Example is one remembered exchange of the AAC user: what the partner said
+// and what the user really answered.
+type Example struct {
+	Partner string
+	Reply   string
+}
+
+// MaxExamples is the most remembered replies one prompt receives.
+const MaxExamples = 3
+
+// Recaller finds a user's remembered replies most similar to the partner's
+// current turn. Implementations must be safe for concurrent use.
+type Recaller interface {
+	// Recall returns at most k examples for user, most similar first; none
+	// when the user has no memory.
+	Recall(ctx context.Context, user, partnerTurn string, k int) ([]Example, error)
+}
+
+// PartnerTurn returns the content of the last speaker message: the
+// partner's turn a reply answers ("" when there is none).
+func PartnerTurn(msgs []Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleSpeaker {
+			return strings.TrimSpace(msgs[i].Content)
+		}
+	}
+	return ""
 }
 
 // TranscribeOptions tunes one transcription.
@@ -135,6 +186,11 @@ type GenerateRequest struct {
 	Profile      Profile
 	Messages     []Message
 	DialogID     string
+	// Examples are the user's remembered replies most similar to the
+	// partner's current turn. The prompt shows them after the dialog's
+	// earlier turns and just before the partner's current turn (so the
+	// dialog prefix cache stays valid), within a fixed token budget.
+	Examples []Example
 
 	N           int
 	Temperature float64
@@ -157,6 +213,8 @@ type Generation struct {
 	Prompt       time.Duration
 	Generation   time.Duration
 	GenTokens    int
+	// Examples went into the prompt, taking ExampleTokens of it.
+	Examples, ExampleTokens int
 }
 
 // Generator produces candidate replies. Implementations must be safe for

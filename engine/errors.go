@@ -19,6 +19,11 @@ const (
 	KindOverloaded            // 503 overloaded
 	KindNotReady              // 503 not_ready: models still loading or failed to load
 	KindCanceled              // the client went away or the deadline passed
+	// KindPromptTooLong: the request's own texts (with the system prompt)
+	// do not fit the model's context even after dropping every older turn:
+	// 400 prompt_too_long. The message names the fields and their sizes in
+	// tokens, never their text. Retrying the same request fails again.
+	KindPromptTooLong
 )
 
 // Error is the typed error the pipeline and the engines return.

@@ -26,9 +26,14 @@ type Pipeline struct {
 	VAD      SpeechFilter
 	MaxAudio time.Duration // longest accepted recording
 	Now      func() time.Time
+	// Memory, when set, supplies a remembering user's earlier replies as
+	// examples for the prompt (Request.MemoryUser).
+	Memory Recaller
 
 	// STTStage and LLMStage admit requests into the two serial steps; see
-	// Stage. Their zero values admit everything.
+	// Stage. Their zero values admit everything. A recording is admitted
+	// into STTStage before it is decoded, so that a request the stage would
+	// refuse costs no decoding.
 	STTStage Stage
 	LLMStage Stage
 	// Workload admits a request only when the work admitted before it is
@@ -53,6 +58,9 @@ type Pipeline struct {
 	// Prefill renders the prompt with when the payload names none, since
 	// the prompt names the language the transcript turns out to be in.
 	lastLanguage atomic.Value
+	// Decodes bounds the recordings decoded at once (decoding is the step
+	// whose memory grows with the upload); its zero value does not.
+	Decodes Slots
 }
 
 func (p *Pipeline) now() time.Time {
@@ -83,29 +91,34 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 
 	if req.Audio != nil {
 		res.HasTranscript = true
+		// Admitted before decoding: a request the stage would refuse
+		// costs no decoding.
+		done, err := p.STTStage.Enter(ctx)
+		if err != nil {
+			return res, err
+		}
 		t0 := p.now()
 		pcm, err := p.decode(ctx, req.Audio)
 		res.Timings.Decode = p.now().Sub(t0)
 		if err != nil {
-			return res, classifyAudioErr(err)
+			done(0)
+			return res, err
 		}
 		res.AudioSeconds = float64(len(pcm)) / 16000
 		if p.VAD != nil {
 			sp, err := p.keepSpeech(ctx, pcm)
 			if err != nil {
+				done(0)
 				return res, wrapEngineErr(err, KindSTT, "voice activity detection failed")
 			}
 			if len(sp.PCM) == 0 {
 				// No speech: Whisper never runs and nobody is answered.
+				done(0)
 				res.NoSpeech = true
 				res.Timings.Total = p.now().Sub(start)
 				return res, nil
 			}
 			pcm = sp.PCM
-		}
-		done, err := p.STTStage.Enter(ctx)
-		if err != nil {
-			return res, err
 		}
 		reserve := TranscriptReserve(time.Duration(len(pcm)) * time.Second / 16000)
 		ahead := func() {}
@@ -123,7 +136,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 			if l, ok := p.lastLanguage.Load().(string); ok && profile.Language == "" {
 				profile.Language = l
 			}
-			ahead = func() { pf.Prefill(ctx, p.generateRequest(req, profile, head, reserve)) }
+			ahead = func() { pf.Prefill(ctx, p.generateRequest(req, profile, head, nil, reserve)) }
 		}
 		t1 := p.now()
 		tr, err := p.transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language}, ahead)
@@ -156,6 +169,13 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		greqReserve = reserve
 	}
 
+	res.PartnerTurn = PartnerTurn(msgs)
+	var examples []Example
+	if req.MemoryUser != "" && p.Memory != nil && res.PartnerTurn != "" {
+		// After speech-to-text: the partner's turn is what they are matched on.
+		examples, res.RecallErr = p.Memory.Recall(ctx, req.MemoryUser, res.PartnerTurn, MaxExamples)
+	}
+
 	profile := req.Profile
 	if profile.Language == "" {
 		// Reply in the language the partner spoke when the payload does not say.
@@ -166,9 +186,10 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		res.Timings.Total = p.now().Sub(start)
 		return res, err
 	}
-	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, profile, msgs, greqReserve))
+	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, profile, msgs, examples, greqReserve))
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
+	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation
@@ -177,23 +198,27 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 		return res, wrapEngineErr(err, KindLLM, "reply generation failed")
 	}
 	res.Candidates = gen.Candidates
-	// A candidate's language is the one the reply was asked in: the payload's
-	// language, else the language the recording was transcribed in.
+	// This is the one place a candidate's language is set: the language the
+	// reply was asked in, that is the payload's language, else the language
+	// the recording was transcribed in, else LanguageUnknown.
+	lang := profile.Language
+	if lang == "" {
+		lang = LanguageUnknown
+	}
 	for i := range res.Candidates {
-		if res.Candidates[i].Language == "" {
-			res.Candidates[i].Language = profile.Language
-		}
+		res.Candidates[i].Language = lang
 	}
 	return res, nil
 }
 
 // generateRequest is what the language model gets for req with msgs.
-func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message, reserve int) GenerateRequest {
+func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message, examples []Example, reserve int) GenerateRequest {
 	return GenerateRequest{
 		SystemPrompt:      req.SystemPrompt,
 		Profile:           profile,
 		Messages:          msgs,
 		DialogID:          req.DialogID,
+		Examples:          examples,
 		N:                 req.MaxCandidates,
 		Temperature:       req.Temperature,
 		Seed:              req.Seed,
@@ -201,14 +226,24 @@ func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message,
 	}
 }
 
-// decode decodes the recording on one core of the CPU budget.
+// decode decodes the recording within the Decodes bound (its memory grows
+// with the upload), on one core of the CPU budget.
 func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
-	n, err := p.CPU.Acquire(ctx, 1, 1)
+	release, err := p.Decodes.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
+	n, err := p.CPU.Acquire(ctx, 1, 1)
+	if err != nil {
+		return nil, classifyAudioErr(err)
+	}
 	defer p.CPU.Release(n)
-	return p.Decode(data, p.MaxAudio)
+	pcm, err := p.Decode(data, p.MaxAudio)
+	if err != nil {
+		return nil, classifyAudioErr(err)
+	}
+	return pcm, nil
 }
 
 // keepSpeech runs voice activity detection on one core of the CPU budget.

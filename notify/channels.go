@@ -3,21 +3,30 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 )
 
-// Console writes the message as one line to a writer (stderr by default, so
-// that the admin at the box reads it with journalctl). This is the one place
-// where the code is deliberately written out; it bypasses slog.
+// Console shows the message to the administrator at the box. It never
+// writes a code where the journal would keep it: with a terminal attached
+// (Config.Console is one) it writes the line there; otherwise (under
+// systemd, stderr goes to the journal) it writes it to Config.ConsoleFile,
+// readable only by replyd's user, and tells the console only where to look.
+// A login code replaces the file's content; an alert (empty code) is
+// appended to it. This is the one place where the code is deliberately
+// written out; it bypasses slog.
 type Console struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	file string
 }
 
 // Channel returns "console".
@@ -27,10 +36,66 @@ func (c *Console) Channel() string { return ChannelConsole }
 func (c *Console) Send(_ context.Context, code, text string, expiresAt time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := fmt.Fprintln(c.w, textOr(code, text, expiresAt)); err != nil {
-		return fmt.Errorf("notify: console: write failed")
+	line := textOr(code, text, expiresAt) + "\n"
+	if c.file == "" {
+		if _, err := io.WriteString(c.w, line); err != nil {
+			return fmt.Errorf("notify: console: write failed")
+		}
+		return nil
 	}
+	var err error
+	what := "an alert was added to"
+	if code == "" {
+		err = appendPrivate(c.file, line)
+	} else {
+		what = "a login code was written to"
+		err = replacePrivate(c.file, line)
+	}
+	if err != nil {
+		// The path is the operator's own configuration, not a secret.
+		return fmt.Errorf("notify: console: writing %s failed: %w", c.file, errors.Unwrap(err))
+	}
+	_, _ = fmt.Fprintf(c.w, "replyd: %s %s (readable only by replyd's user)\n", what, c.file)
 	return nil
+}
+
+// replacePrivate makes path hold exactly data, mode 0600, by writing a
+// temporary file beside it and renaming it over path.
+func replacePrivate(path, data string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// appendPrivate appends data to path, creating it with mode 0600.
+func appendPrivate(path, data string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.WriteString(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Webhook POSTs {"code","text","expires_at"} as application/json to a URL.

@@ -1,6 +1,8 @@
-// Package notify delivers the admin's one-time login code through one
-// channel: the console (stderr, read with journalctl at the box), a generic
-// JSON webhook, Telegram's Bot API, ntfy or Gotify. It does not import api;
+// Package notify delivers the admin's one-time login code (and alerts such
+// as "login by code is paused", sent with an empty code) through one
+// channel: the console (a terminal when one is attached, otherwise a file
+// in the data directory readable only by replyd's user: never the journal),
+// a generic JSON webhook, Telegram's Bot API, ntfy or Gotify. It does not import api;
 // every type it returns has the method set of api.Notifier, and cmd/replyd
 // wires them together.
 //
@@ -31,7 +33,8 @@ const (
 	ChannelGotify   = "gotify"
 )
 
-// Environment variables FromEnv reads; errors from Validate name them.
+// The environment variables of the settings: cmd/replyd reads them (its
+// option table uses these names), errors from Validate name them.
 const (
 	EnvChannel        = "REPLYD_OTP_CHANNEL"
 	EnvWebhookURL     = "REPLYD_OTP_WEBHOOK_URL"
@@ -67,12 +70,17 @@ type Notifier interface {
 }
 
 // Config selects and configures the channel. cmd/replyd fills it from flags
-// and the REPLYD_* variables (FromEnv reads the latter).
+// and the REPLYD_* variables named by the Env… constants.
 type Config struct {
 	// Channel is one of the Channel… names; empty means console.
 	Channel string
 	// Console receives the console channel's lines; nil means os.Stderr.
+	// When ConsoleFile is set, Console only learns where the code went.
 	Console io.Writer
+	// ConsoleFile, when set, is where the console channel writes codes
+	// (mode 0600) instead of Console: cmd sets it when stderr is not a
+	// terminal, so that no code reaches the journal.
+	ConsoleFile string
 
 	WebhookURL string // webhook: where the JSON is POSTed
 
@@ -92,22 +100,6 @@ type Config struct {
 	// does not follow redirects (a redirect is reported as an error, so a
 	// token never travels to a host that was not configured).
 	HTTPClient *http.Client
-}
-
-// FromEnv returns the Config described by the REPLYD_* variables that
-// getenv (os.Getenv in production) reports. It does not validate.
-func FromEnv(getenv func(string) string) Config {
-	return Config{
-		Channel:        getenv(EnvChannel),
-		WebhookURL:     getenv(EnvWebhookURL),
-		TelegramToken:  getenv(EnvTelegramToken),
-		TelegramChatID: getenv(EnvTelegramChatID),
-		TelegramAPIURL: getenv(EnvTelegramAPIURL),
-		NtfyURL:        getenv(EnvNtfyURL),
-		NtfyToken:      getenv(EnvNtfyToken),
-		GotifyURL:      getenv(EnvGotifyURL),
-		GotifyToken:    getenv(EnvGotifyToken),
-	}
 }
 
 // Validate reports, wrapping ErrConfig, an unknown channel or a missing or
@@ -205,7 +197,7 @@ func New(cfg Config) (Notifier, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	return &Console{w: w}, nil
+	return &Console{w: w, file: cfg.ConsoleFile}, nil
 }
 
 // DefaultText is the message sent when the caller passes an empty text.

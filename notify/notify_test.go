@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -342,15 +344,36 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestFromEnv(t *testing.T) {
-	env := map[string]string{
-		EnvChannel: "gotify", EnvWebhookURL: "w", EnvTelegramToken: "tt", EnvTelegramChatID: "tc",
-		EnvTelegramAPIURL: "ta", EnvNtfyURL: "nu", EnvNtfyToken: "nt", EnvGotifyURL: "gu", EnvGotifyToken: "gt",
+func TestConsoleFile(t *testing.T) {
+	var buf bytes.Buffer
+	file := filepath.Join(t.TempDir(), "otp-code.txt")
+	n := MustNew(t, Config{Console: &buf, ConsoleFile: file})
+	for _, c := range []string{"11111111", code} {
+		if err := n.Send(context.Background(), c, "the code is "+c, expires); err != nil {
+			t.Fatal(err)
+		}
 	}
-	got := FromEnv(func(k string) string { return env[k] })
-	want := Config{Channel: "gotify", WebhookURL: "w", TelegramToken: "tt", TelegramChatID: "tc", TelegramAPIURL: "ta",
-		NtfyURL: "nu", NtfyToken: "nt", GotifyURL: "gu", GotifyToken: "gt"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("FromEnv (-want +got):\n%s", diff)
+	if err := n.Send(context.Background(), "", "login paused", expires); err != nil {
+		t.Fatal(err)
 	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "the code is " + code + "\nlogin paused\n"; string(got) != want {
+		t.Errorf("file holds %q, want %q", got, want)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
+		t.Errorf("file mode %v, want 0600", fi.Mode().Perm())
+	}
+	if strings.Contains(buf.String(), code) || strings.Contains(buf.String(), "11111111") || !strings.Contains(buf.String(), file) {
+		t.Errorf("console output %q: it must name the file and hold no code", buf.String())
+	}
+	// A file that cannot be written is an error naming no code.
+	bad := MustNew(t, Config{Console: &buf, ConsoleFile: filepath.Join(t.TempDir(), "missing", "otp-code.txt")})
+	err = bad.Send(context.Background(), code, "the code is "+code, expires)
+	if err == nil {
+		t.Fatal("writing into a missing directory did not fail")
+	}
+	assertNoSecrets(t, err)
 }

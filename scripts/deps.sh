@@ -1,41 +1,92 @@
 #!/usr/bin/env bash
-# Installs what replyd needs to build and test on Debian: a C toolchain for
-# cgo (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the Go
-# module zip leaves out, ffmpeg for M4A/AAC uploads, espeak-ng and sox to make
-# test speech, shellcheck for the scripts, Chromium for the admin page's
-# browser tests, and the npm packages of those tests; for the tests only (not with --run, which `make run`
-# passes), PostgreSQL (the store's contract suite and the two-box tests start their own server in a temp dir)
-# and HAProxy (the routing test). Runs apt-get (through sudo when not root) only for
-# packages that are missing, so a second run is quick.
+# deps.sh [run|test] [--list]: installs what replyd needs on Debian, through
+# apt-get (with sudo when not root), only the packages that are missing, so a
+# second run is quick.
+#
+#   run   what building and running need (`make run`): a C toolchain for cgo
+#         (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the
+#         Go module zip leaves out, ffmpeg for M4A/AAC uploads, and Silero
+#         VAD's weights (scripts/vad-model.sh).
+#   test  run's packages plus what the tests need (`make test`, the default):
+#         espeak-ng and sox to make test speech, shellcheck for the scripts,
+#         PostgreSQL (the store's contract suite and the two-box tests start
+#         their own server in a temporary folder), HAProxy (the routing test),
+#         zbar-tools (reading back the pairing QR codes), Chromium and Node.js
+#         for the browser tests of the admin and conversation pages and the
+#         OpenAPI lint (their npm packages too), systemd-analyze (systemd) to
+#         rate the unit file, and promtool to lint /metrics: taken out of
+#         Debian's prometheus package into tests/.tools (installing the
+#         package would also start a Prometheus server); ONNX Runtime (npm,
+#         tests/vadref) for the VAD reference tests.
+#
+# --list prints the Debian packages of the mode and installs nothing.
 set -euo pipefail
 
-pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg espeak-ng sox chromium shellcheck nodejs npm)
-# Needed by the tests only: `scripts/deps.sh --run` leaves them out.
-test_pkgs=(postgresql haproxy)
-if [ "${1:-}" != "--run" ]; then pkgs+=("${test_pkgs[@]}"); fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mode="test"
+list=0
+for a in "$@"; do
+	case "$a" in
+	run | --run) mode="run" ;;
+	test) mode="$a" ;;
+	--list) list=1 ;;
+	*)
+		echo "usage: $0 [run|test] [--list]" >&2
+		exit 2
+		;;
+	esac
+done
+
+run_pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg)
+test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy zbar-tools systemd nodejs npm)
+pkgs=("${run_pkgs[@]}")
+if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
+
+if [ "$list" -eq 1 ]; then
+	printf '%s\n' "${pkgs[@]}"
+	exit 0
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # npm may come from a non-Debian Node.js install: accept any working npm.
 if command -v npm >/dev/null 2>&1; then
-	tmp=(); for p in "${missing[@]}"; do [[ "$p" == npm || "$p" == nodejs ]] || tmp+=("$p"); done; missing=("${tmp[@]+"${tmp[@]}"}")
+	tmp=()
+	for p in "${missing[@]+"${missing[@]}"}"; do [[ "$p" == npm || "$p" == nodejs ]] || tmp+=("$p"); done
+	missing=("${tmp[@]+"${tmp[@]}"}")
 fi
 
 if [ "${#missing[@]}" -gt 0 ]; then
-	echo "deps: installing ${missing[*]}" >&2
+	echo "deps ($mode): installing ${missing[*]}" >&2
 	SUDO=""
 	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The admin page's browser tests (playwright-core; it drives Debian's
-# chromium and downloads no browser of its own). Needs Node.js 18.19 or newer.
-root="$(cd "$(dirname "$0")/.." && pwd)"
-if [ "${1:-}" != "--run" ] && [ -f "$root/tests/browser/package-lock.json" ] && [ ! -d "$root/tests/browser/node_modules/playwright-core" ]; then
-	echo "deps: installing the browser tests' npm packages" >&2
-	(cd "$root/tests/browser" && npm ci --no-audit --no-fund --silent)
+if [ "$mode" = test ]; then
+	tools="$root/tests/.tools"
+	if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$tools/promtool" ]; then
+		echo "deps: extracting promtool from Debian's prometheus package into $tools" >&2
+		dl="$(mktemp -d)"
+		(cd "$dl" && apt-get download prometheus >/dev/null 2>&1) ||
+			{ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo; $SUDO apt-get update -qq && (cd "$dl" && apt-get download prometheus >/dev/null); }
+		dpkg-deb -x "$dl"/prometheus_*.deb "$dl/x"
+		install -D -m 0755 "$dl/x/usr/bin/promtool" "$tools/promtool"
+		rm -rf "$dl"
+	fi
+	# The browser tests (playwright-core drives Debian's chromium and
+	# downloads no browser), axe-core for their accessibility check, and
+	# @redocly/cli for the OpenAPI lint, pinned in tests/browser's lock file.
+	# Needs Node.js 20.19 or newer.
+	nm="$root/tests/browser/node_modules"
+	if [ -f "$root/tests/browser/package-lock.json" ] &&
+		{ [ ! -d "$nm/playwright-core" ] || [ ! -d "$nm/axe-core" ] || [ ! -d "$nm/@redocly/cli" ]; }; then
+		echo "deps: installing the browser tests' npm packages" >&2
+		(cd "$root/tests/browser" && npm ci --no-audit --no-fund --silent)
+	fi
 fi
 
 # Silero VAD's weights (a running dependency too: `make run` fetches them
@@ -44,7 +95,7 @@ fi
 # install script (skipped) would only fetch optional GPU providers from a host
 # outside the npm registry.
 "$root/scripts/vad-model.sh"
-if [ "${1:-}" != "--run" ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
+if [ "$mode" = test ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
 	echo "deps: installing ONNX Runtime for the VAD reference tests" >&2
 	(cd "$root/tests/vadref" && npm ci --ignore-scripts --no-audit --no-fund --silent)
 fi

@@ -4,6 +4,9 @@
 #   sudo scripts/install.sh [--bin bin/replyd] [--models DIR] [--addr :8080] [--no-start] [--dry-run]
 #
 # What it does, every step safe to repeat:
+#   0. installs ffmpeg with apt-get when it is missing (replyd decodes M4A/AAC
+#      recordings, what iPads send, through it); when it cannot, it says at
+#      the end that M4A uploads are unavailable (415) until ffmpeg is there;
 #   1. creates the system user and group `replyd` (no login, no home);
 #   2. installs the binary to /usr/local/bin/replyd;
 #   3. creates /var/lib/replyd (0750, replyd:replyd) for the bbolt file and
@@ -74,7 +77,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -156,6 +159,23 @@ existing_addr="$(env_value REPLYD_ADDR)"
 addr="${addr:-${existing_addr:-:8080}}"
 port="$(port_of "$addr")"
 
+# ---- 0. ffmpeg (M4A/AAC uploads) -------------------------------------------------
+m4a_note=""
+if command -v ffmpeg >/dev/null 2>&1; then
+	say "ffmpeg found: M4A/AAC uploads are decoded"
+elif command -v apt-get >/dev/null 2>&1; then
+	say "ffmpeg is missing: installing it for M4A/AAC uploads (iPads)"
+	if ! run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; then
+		# Stale package lists are the usual cause; without a reachable
+		# package source both fail and the install goes on without it.
+		if ! { run apt-get update -qq && run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg; }; then
+			m4a_note="apt-get could not install ffmpeg (no package source reachable?)"
+		fi
+	fi
+else
+	m4a_note="ffmpeg is not installed and this system has no apt-get"
+fi
+
 # ---- 1. user ----------------------------------------------------------------
 if getent passwd replyd >/dev/null 2>&1; then
 	say "user replyd exists"
@@ -227,19 +247,37 @@ REPLYD_WHISPER_MODEL=$MODELS_DIR/$whisper
 # Silero VAD (voice activity detection); without the file replyd runs with VAD off.
 REPLYD_VAD_MODEL=$MODELS_DIR/silero_vad_v5.onnx
 
-# TLS: off | auto (self-signed certificate kept in the data dir) | on (needs
-# REPLYD_TLS_CERT and REPLYD_TLS_KEY).
+# TLS: off | auto (replyd's own certificate authority, kept in the data dir,
+# signs the server certificate; tablets install its root from /tls/ca.pem) |
+# on (needs REPLYD_TLS_CERT and REPLYD_TLS_KEY).
 REPLYD_TLS=auto
 #REPLYD_TLS_CERT=/etc/replyd/tls.crt
 #REPLYD_TLS_KEY=/etc/replyd/tls.key
 
+# The address tablets use (pairing links and QR codes; its host is added to
+# the certificate), e.g. https://replyd.local:8080. Empty: the address the
+# admin page was opened with.
+#REPLYD_PUBLIC_URL=
+
+# Web pages on other origins that may call /v1/infer (exact origins,
+# comma-separated; * is refused).
+#REPLYD_CORS_ORIGINS=
+
 # How the admin's one-time login code is delivered:
-# console | webhook | telegram | ntfy | gotify (console prints it to the journal).
+# console | webhook | telegram | ntfy | gotify, or totp (an authenticator app,
+# enrolled with POST /v1/admin/totp/enroll; nothing is sent). console writes
+# the code to $DATA_DIR/otp-code.txt, readable only by replyd (never the journal).
 #REPLYD_OTP_CHANNEL=console
 #REPLYD_OTP_WEBHOOK_URL=http://127.0.0.1:9000/replyd-otp
 
 # How long inference logs are kept.
 #REPLYD_LOG_RETENTION=720h
+
+# Several boxes sharing one PostgreSQL (README: "Two boxes, one PostgreSQL,
+# HAProxy in front"): the database, this box's name, HAProxy's address.
+#REPLYD_STORE_URL=postgres://replyd:PASSWORD@db.lan:5432/replyd?sslmode=verify-full&sslrootcert=/etc/replyd/db-ca.pem
+#REPLYD_NODE_NAME=box-a
+#REPLYD_TRUSTED_PROXIES=10.0.0.2
 
 # The admin key. Leave unset: replyd generates one at first start and prints it
 # ONCE to the journal (install.sh shows it). Reset it with:
@@ -265,8 +303,17 @@ elif [ -f "$DROPIN" ] || [ "$dry_run" -eq 1 ]; then
 fi
 run systemctl daemon-reload
 
+# m4a_report: the end of every run says whether M4A uploads work.
+m4a_report() {
+	if [ -n "$m4a_note" ]; then
+		echo "  M4A/AAC uploads (iPads) are UNAVAILABLE: $m4a_note."
+		echo "  They are answered 415 until ffmpeg is installed (apt-get install ffmpeg); other formats work."
+	fi
+}
+
 if [ "$start" -eq 0 ]; then
 	say "installed; not started (--no-start). Start with: systemctl enable --now replyd"
+	m4a_report
 	exit 0
 fi
 
@@ -283,6 +330,7 @@ if [ "$dry_run" -eq 1 ]; then
 	echo "+ wait up to ${HEALTH_WAIT_S}s for GET /healthz on 127.0.0.1:$port (https, then http)"
 	echo "+ journalctl -u replyd | grep 'REPLYD ADMIN KEY:'  # printed once, at first start"
 	echo "+ print https://<this machine's address>:$port/admin/"
+	m4a_report
 	exit 0
 fi
 
@@ -314,9 +362,11 @@ key="$(journalctl -u replyd --no-pager -o cat 2>/dev/null | sed -n 's/.*REPLYD A
 
 echo
 echo "replyd is running."
-echo "  Admin page: $scheme://$host:$port/admin/"
+echo "  Admin page:        $scheme://$host:$port/admin/"
+echo "  Conversation page: $scheme://$host:$port/app/"
 if [ "$scheme" = https ]; then
-	echo "  (self-signed certificate when REPLYD_TLS=auto: the browser asks to accept it once)"
+	echo "  With REPLYD_TLS=auto, install replyd's root certificate on each tablet and"
+	echo "  browser once: $scheme://$host:$port/tls/ca.pem (the browser warns until then)."
 fi
 if [ -n "$key" ]; then
 	echo "  Admin key:  $key"
@@ -328,3 +378,4 @@ else
 	echo "  Admin key:  not in the journal any more (it is printed once, at first start)."
 	echo "  Reset it:   systemctl stop replyd && sudo -u replyd REPLYD_DATA_DIR=$DATA_DIR $BIN_DST admin-key --reset && systemctl start replyd"
 fi
+m4a_report

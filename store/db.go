@@ -24,7 +24,10 @@ import (
 //   - 1: the first layout.
 //   - 2: infer log subjects are keyed pseudonyms (migratePseudonyms); the
 //     secrets bucket holds the installation secrets.
-const SchemaVersion = 2
+//   - 3: the inferences and mem_* buckets (outcomes, the users' memory), and
+//     compact binary infer_index rows (older rows, the subject alone, are
+//     still read).
+const SchemaVersion = 3
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -35,8 +38,15 @@ var (
 	bucketPromptIdx = []byte("prompt_index") // version -> seq
 	bucketSessions  = []byte("sessions")     // token hash -> expiry nanos
 	bucketLogs      = []byte("logs")         // nanos ‖ seq -> JSON LogEntry
-	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> subject
+	bucketInferIdx  = []byte("infer_index")  // same key as logs, infer entries only -> inferRow
 	bucketSecrets   = []byte("secrets")      // name -> installation secret (schema 2)
+	bucketOTP       = []byte("otp")          // scope (client address) -> JSON otpRecord (created at any schema)
+	bucketPairings  = []byte("pairings")     // code hash -> JSON Pairing
+	// Schema 3.
+	bucketInferences = []byte("inferences") // inference_id -> log key
+	bucketMemUsers   = []byte("mem_users")  // subject -> JSON userRecord (the user's AES key)
+	bucketMemPairs   = []byte("mem_pairs")  // subject ‖ 0 ‖ log key -> sealed pair
+	bucketMemInfer   = []byte("mem_infer")  // subject ‖ 0 ‖ log key -> sealed texts awaiting feedback
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -45,7 +55,8 @@ var (
 	}
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
-	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets)
+	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's
@@ -59,8 +70,11 @@ var (
 	metaSchemaVersion = []byte("schema_version")
 	metaAdminKeyHash  = []byte("admin_key_hash")
 	metaPromptCurrent = []byte("prompt_current")
-	metaOTP           = []byte("otp")
-	metaOTPLastIssued = []byte("otp_last_issued")
+	metaTOTPLastStep  = []byte("totp_last_step")
+
+	// Schema 1 kept one global code here; Open deletes them.
+	metaV1OTP           = []byte("otp")
+	metaV1OTPLastIssued = []byte("otp_last_issued")
 )
 
 // DefaultTimeout is how long Open waits for the file lock when
@@ -97,9 +111,16 @@ type DB struct {
 	path string
 	now  func() time.Time
 
+	// gate admits every transaction; ScrubFreePages, which must run with
+	// no transaction open, takes it exclusively.
+	gate gate
+
 	touches TouchThrottle
 
 	closed atomic.Bool // set by Close
+
+	// writeFail is the last write's failure, nil after a write succeeds.
+	writeFail atomic.Pointer[error]
 }
 
 // Open opens (creating if needed, mode 0600) the bbolt file at path and makes
@@ -166,6 +187,13 @@ func initSchema(tx *bolt.Tx) error {
 			return err
 		}
 	}
+	for _, k := range [][]byte{metaV1OTP, metaV1OTPLastIssued} {
+		if meta.Get(k) != nil {
+			if err := meta.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -180,7 +208,8 @@ func checkSchema(tx *bolt.Tx) error {
 	if len(v) != 8 {
 		return errors.New("not a replyd data file: no schema version")
 	}
-	if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+	got := binary.BigEndian.Uint64(v)
+	if got > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this replyd understands (%d)", got, SchemaVersion)
 	}
 	for _, name := range v1Buckets {
@@ -214,7 +243,7 @@ func describeIOError(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("permission denied: the data directory must be writable by this user: %w", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("no space left on the data directory's device: %w", err)
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	return err
 }
@@ -234,8 +263,9 @@ func (db *DB) Path() string { return db.path }
 // Describe returns the file's path.
 func (db *DB) Describe() string { return db.path }
 
-// Ping reports whether the file is open: a bbolt store is in the process, so
-// it is available for as long as it is open.
+// Ping reports whether the store can serve requests now: an error when it is
+// closed, or when its last write failed (WriteFailure: a full or read-only
+// disk) until a write succeeds again.
 func (db *DB) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -243,29 +273,69 @@ func (db *DB) Ping(ctx context.Context) error {
 	if db.closed.Load() {
 		return fmt.Errorf("store %s: %w: closed", db.path, ErrUnavailable)
 	}
-	return nil
+	return db.WriteFailure()
 }
 
 // update runs fn in one read-write transaction and explains I/O errors.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
-	if err := db.bolt.Update(fn); err != nil {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
+	return db.noteWrite(db.bolt.Update(fn))
+}
+
+// noteWrite records the outcome of a write transaction for WriteFailure and
+// returns err explained. A caller's mistake (not found, exists, invalid)
+// says nothing about the disk and changes nothing.
+func (db *DB) noteWrite(err error) error {
+	if err == nil {
+		db.writeFail.Store(nil)
+		return nil
+	}
+	err = db.wrap(err)
+	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, ErrInvalid) {
+		db.writeFail.Store(&err)
+	}
+	return err
+}
+
+// WriteFailure returns the error of the last write transaction when it
+// failed (wrapping ErrNoSpace when the disk is full), or nil when the last
+// write succeeded or none was made since Open. Health checks report it.
+func (db *DB) WriteFailure() error {
+	if p := db.writeFail.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// batch runs fn through bbolt's Batch (see AppendLog); errors are bbolt's.
+func (db *DB) batch(fn func(*bolt.Tx) error) error {
+	db.gate.enter(false)
+	defer db.gate.leave(false)
+	return db.bolt.Batch(fn)
+}
+
+// view runs fn in one read-only transaction.
+func (db *DB) view(fn func(*bolt.Tx) error) error {
+	if err := db.rawView(fn, false); err != nil {
 		return db.wrap(err)
 	}
 	return nil
 }
 
-// view runs fn in one read-only transaction.
-func (db *DB) view(fn func(*bolt.Tx) error) error {
-	if err := db.bolt.View(fn); err != nil {
-		return db.wrap(err)
-	}
-	return nil
+// rawView runs fn in one read-only transaction and returns bbolt's error.
+// long marks a reader that may last (a backup streamed to a client).
+func (db *DB) rawView(fn func(*bolt.Tx) error, long bool) error {
+	db.gate.enter(long)
+	defer db.gate.leave(long)
+	return db.bolt.View(fn)
 }
 
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrExpired) || errors.Is(err, ErrUsed) || errors.Is(err, ErrLimit) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
@@ -274,6 +344,28 @@ func (db *DB) wrap(err error) error {
 // invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// deleteWhere deletes the entries of b for which dead is true and returns
+// how many. It collects the keys first: deleting under a moving cursor
+// skips keys.
+func deleteWhere(b *bolt.Bucket, dead func(k, v []byte) bool) (int, error) {
+	var keys [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		if dead(k, v) {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
 }
 
 // u64 encodes v big-endian so that byte order equals numeric order.

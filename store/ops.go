@@ -19,11 +19,11 @@ import (
 // large file may prefer to back up to a local file first.
 func (db *DB) Backup(w io.Writer) (int64, error) {
 	var n int64
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.rawView(func(tx *bolt.Tx) error {
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
-	})
+	}, true)
 	if err != nil {
 		return n, fmt.Errorf("store: backup %s: %w", db.path, err)
 	}
@@ -47,10 +47,10 @@ func (db *DB) Size() (int64, error) {
 // per request.
 func (db *DB) Check() error {
 	var first error
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.rawView(func(tx *bolt.Tx) error {
 		first = checkTx(tx)
 		return nil
-	})
+	}, true)
 	if err != nil {
 		return fmt.Errorf("store: check %s: %w", db.path, err)
 	}

@@ -1,11 +1,13 @@
 // Package store defines replyd's persistent state: the record types, the
 // Store contract (store.go) and its embedded implementation, *DB, which keeps
 // everything in one bbolt file: API keys, the admin key, system prompt
-// versions, OTP codes, admin sessions, logs and the counters behind the
-// statistics. Nothing else in replyd imports bbolt. The PostgreSQL
+// versions, OTP codes, admin sessions, logs, the counters behind the
+// statistics, the outcomes tablets report, and the remembered replies of
+// users who opted in. Nothing else in replyd imports bbolt. The PostgreSQL
 // implementation lives in store/postgres. Secrets are stored only as SHA-256
 // hashes, except the installation secrets (the user-id pseudonym key, the TOTP
-// secret), kept as they are because replyd must use them.
+// secret), kept as they are because replyd must use them; remembered dialog
+// text only encrypted with AES-GCM under a key of its own user (memory.go).
 package store
 
 import (
@@ -27,9 +29,13 @@ const (
 
 	ResourceAPIKey = "api_key"
 	ResourceAdmin  = "admin"
+	// ResourceClient names a client address (failed authentication).
+	ResourceClient = "client_address"
 
 	StreamInfer = "infer"
 	StreamAdmin = "admin"
+	// StreamAuth holds the aggregated failed-authentication entries.
+	StreamAuth = "auth"
 )
 
 // Errors returned by the store, tested with errors.Is.
@@ -44,8 +50,17 @@ var (
 	// ErrNotSupported: this implementation does not offer the operation
 	// (Backup on PostgreSQL); the error's text says what to do instead.
 	ErrNotSupported = errors.New("not supported by this store")
+	// ErrExpired: the record (a pairing code) has passed its expiry.
+	ErrExpired = errors.New("expired")
+	// ErrUsed: the single-use record (a pairing code) was already used.
+	ErrUsed = errors.New("already used")
+	// ErrLimit: a bound on the number of records (pending pairings) is reached.
+	ErrLimit = errors.New("limit reached")
 	// ErrLocked: another process holds the data file.
 	ErrLocked = errors.New("data file is locked by another replyd process")
+	// ErrNoSpace: a write failed because the data directory's file system
+	// is full (or the user's quota is used up).
+	ErrNoSpace = errors.New("no space left on the data directory's device")
 )
 
 // APIKey is a client key as stored: only its SHA-256 hash, never the key.
@@ -58,6 +73,24 @@ type APIKey struct {
 	CreatedAt          time.Time
 	RevokedAt          time.Time // zero while active
 	LastUsedAt         time.Time // updated at most once a minute
+}
+
+// Pairing is a pending tablet pairing: what the key minted by redeeming its
+// one-time code will be. Only the code's SHA-256 hash is stored; the key
+// does not exist until the code is redeemed.
+type Pairing struct {
+	CodeHash string // lowercase hex SHA-256 of the normalised code
+	// Key holds the minted key's ClientID, Status, Scopes and
+	// RateLimitPerMinute; its Hash and CreatedAt are set on redemption
+	// (and RevokedAt when Status is StatusRevoked).
+	Key       APIKey
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// UsedAt and KeyHash are set when the code is redeemed. A used pairing
+	// is kept until ExpiresAt, so that a second try can be told "already
+	// used", and then pruned like an unused one.
+	UsedAt  time.Time
+	KeyHash string
 }
 
 // PromptVersion is one saved version of the system prompt.
@@ -87,6 +120,142 @@ type LogEntry struct {
 	// Node names the replyd box that wrote the entry (REPLYD_NODE_NAME), so
 	// that logs shared by several boxes tell them apart.
 	Node string
+	// ErrorCode is the API error code of a failed infer request ("" when it
+	// was answered); Stats counts errors by it.
+	ErrorCode string `json:",omitempty"`
+	// Inference describes an answered inference (nil otherwise): its id,
+	// which feedback names, and what the statistics need.
+	Inference *InferenceInfo `json:",omitempty"`
+}
+
+// InferenceInfo is what the log entry of an answered inference records
+// beside the counts and times: never dialog text, except Remember, which
+// the store keeps only encrypted and never in the log.
+type InferenceInfo struct {
+	// ID is the inference_id the answer carried: opaque and unguessable.
+	ID string
+	// PromptVersion is the version of the system prompt the inference used.
+	PromptVersion string
+	// CandidateChars are the lengths in characters of the candidates, best
+	// first: what keystrokes saved are computed from.
+	CandidateChars []int
+	// Remember, for a user_id with remember: true, holds the partner's turn
+	// and the candidates so that feedback can pair the turn with what the
+	// user said. The store encrypts it under the user's key (Subject names
+	// the user) and keeps it only for FeedbackWindow + ReplaceWindow.
+	Remember *RememberedTexts `json:"-"`
+}
+
+// RememberedTexts is the dialog text an inference of a remembering user
+// keeps until its feedback arrives.
+type RememberedTexts struct {
+	Partner    string   // the partner's turn the candidates answer
+	Candidates []string // the candidate texts, best first
+}
+
+// Outcome kinds: what the AAC user did with an inference's candidates.
+const (
+	OutcomeSpoken  = "spoken"   // spoke candidate Rank as it was
+	OutcomeEdited  = "edited"   // edited candidate Rank, then spoke it
+	OutcomeTyped   = "typed"    // typed their own reply
+	OutcomeNoneFit = "none_fit" // said that no candidate fit
+)
+
+// Feedback windows: an outcome may be reported for FeedbackWindow after
+// its inference; a second report within ReplaceWindow of the first
+// replaces it, a later one is refused.
+const (
+	FeedbackWindow = 24 * time.Hour
+	ReplaceWindow  = 10 * time.Minute
+)
+
+// Outcome is what the AAC user did with one inference's candidates. It
+// holds lengths and times, never text.
+type Outcome struct {
+	Kind string // one of the Outcome* kinds
+	// Rank is the chosen candidate (1 = the first) for spoken and edited.
+	Rank int
+	// SpokenChars is the length in characters of what the user said (0
+	// when unknown, as for none_fit without a text).
+	SpokenChars int
+	// KeystrokesSaved follows issue 12's rule (package engine/score).
+	KeystrokesSaved int
+	// TimeToChoiceMS is the client's time from the answer to the choice; -1
+	// when the client did not report it.
+	TimeToChoiceMS int64
+	// FirstAt is when the first report for the inference arrived (the
+	// replace window runs from it); At is when this one did.
+	FirstAt, At time.Time
+}
+
+// Accepted reports whether the user spoke a suggestion, edited or not.
+func (o Outcome) Accepted() bool { return o.Kind == OutcomeSpoken || o.Kind == OutcomeEdited }
+
+// Inference is an answered inference as feedback sees it.
+type Inference struct {
+	ID             string
+	At             time.Time // when its log entry was written
+	KeyHash        string    // the API key that made it
+	Subject        string    // the user it was for (see LogEntry.Subject)
+	PromptVersion  string
+	CandidateChars []int
+	// Remembered is set when the inference was made with remember: true.
+	// Texts holds its partner turn and candidates while they are kept
+	// (FeedbackWindow + ReplaceWindow), decrypted; nil afterwards.
+	Remembered bool
+	Texts      *RememberedTexts
+	// Outcome is the reported outcome, nil while none was reported.
+	Outcome *Outcome
+}
+
+// Pair is one remembered exchange of a user: the partner's turn and what
+// the user really said to it.
+type Pair struct {
+	InferenceID string
+	At          time.Time // when the inference was made
+	Partner     string
+	Reply       string
+}
+
+// MemoryUser describes one user whose replies are remembered. Subject is
+// the same pseudonymous hash as LogEntry.Subject.
+type MemoryUser struct {
+	Subject   string
+	Pairs     int
+	CreatedAt time.Time
+	// LastAt is when a pair was last stored (zero when none was).
+	LastAt time.Time
+	// Rev changes whenever the user's pairs change (recall caches check it).
+	Rev uint64
+}
+
+// OutcomeRecord is one reported outcome for the export: the inference, its
+// outcome, and the remembered pair when the user opted in and it is kept.
+type OutcomeRecord struct {
+	Inference Inference // without Texts; Outcome is set
+	Pair      *Pair
+}
+
+// UserDeletion says what DeleteUser removed.
+type UserDeletion struct {
+	Pairs    int  // remembered pairs
+	Pending  int  // inferences whose texts awaited feedback
+	Outcomes int  // reported outcomes
+	Key      bool // the user's encryption key existed and was destroyed
+	// ScrubbedPages is the number of free pages of the file overwritten
+	// with zeros afterwards (bbolt); Scrub how long the clearing took,
+	// writers waiting (bbolt), or VACUUM and CHECKPOINT (PostgreSQL).
+	ScrubbedPages int
+	Scrub         time.Duration
+	// ScrubProblem, when not empty, says what of the clearing could not be
+	// done (PostgreSQL: a VACUUM or CHECKPOINT refused); the deletion itself
+	// is committed.
+	ScrubProblem string
+}
+
+// MemoryPrune says what PruneMemory removed.
+type MemoryPrune struct {
+	Pairs, Pending, Users int
 }
 
 // LogQuery selects log entries: newest first, Timestamp >= Since.
@@ -101,6 +270,51 @@ type LogQuery struct {
 type Stats struct {
 	TotalRequests int // infer calls, whatever their outcome
 	ActiveUsers   int // distinct subjects among them
+	// Errors counts the failed infer calls by ErrorCode.
+	Errors map[string]int
+	// Latency is over the answered (2xx) infer calls.
+	Latency Percentiles
+	// OutcomeStats are over the inferences of the window with an outcome.
+	OutcomeStats
+	// ByKey has one entry per API key with calls in the window, most
+	// requests first (entries written before keys were recorded lack one).
+	ByKey []KeyStats
+	// ByPromptVersion has one entry per system-prompt version that answered
+	// inferences in the window, in the order each was first used.
+	ByPromptVersion []VersionStats
+}
+
+// Percentiles of a set of durations in milliseconds, nearest-rank; N is
+// the number of values (P50 and P95 mean nothing when N is 0).
+type Percentiles struct {
+	N        int
+	P50, P95 int64
+}
+
+// OutcomeStats summarise the outcomes of a set of inferences.
+type OutcomeStats struct {
+	Outcomes        int         // inferences with an outcome
+	Accepted        int         // spoken or edited suggestions
+	NoneFit         int         // none_fit reports
+	RankCounts      map[int]int // chosen rank -> accepted outcomes
+	KeystrokesSaved int
+	TimeToChoice    Percentiles // over outcomes that reported it
+}
+
+// KeyStats are the counters of one API key.
+type KeyStats struct {
+	KeyHash  string
+	Requests int
+	Errors   int
+	OutcomeStats
+}
+
+// VersionStats are the counters of one system-prompt version.
+type VersionStats struct {
+	Version    string
+	Inferences int // answered inferences that used it
+	Outcomes   int
+	Accepted   int
 }
 
 // StatsBucket is one slice of a time series of Stats.
@@ -108,16 +322,6 @@ type StatsBucket struct {
 	Start         time.Time
 	TotalRequests int
 	ActiveUsers   int
+	Outcomes      int
+	Accepted      int
 }
-
-// OTPResult tells how a verification went.
-type OTPResult int
-
-// Results of VerifyOTP.
-const (
-	OTPOK      OTPResult = iota
-	OTPWrong             // wrong code; attempts remain
-	OTPBurned            // too many wrong tries: the code is gone
-	OTPExpired           // the code expired
-	OTPNone              // no code outstanding
-)

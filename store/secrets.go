@@ -152,7 +152,16 @@ func migratePseudonyms(tx *bolt.Tx) error {
 			if err != nil {
 				return err
 			}
-			batch = append(batch, change{k: append([]byte(nil), k...), entry: val, subject: []byte(e.Subject)})
+			row := []byte(e.Subject) // schema 1's index value: the subject alone
+			if len(subj) > 0 && subj[0] == rowFormat {
+				r, err := decodeRow(subj)
+				if err != nil {
+					return err
+				}
+				r.subject = e.Subject
+				row = r.encode()
+			}
+			batch = append(batch, change{k: append([]byte(nil), k...), entry: val, subject: row})
 		}
 		for _, ch := range batch {
 			if err := logs.Put(ch.k, ch.entry); err != nil {

@@ -11,7 +11,9 @@ import (
 // embedded default) and store/postgres (PostgreSQL, shared by several boxes).
 // Both run the one scenario suite in store/storetest; a behaviour that only
 // one of them has is a bug in the other. A new method goes into this
-// interface, into both implementations and into a storetest scenario.
+// interface, into both implementations and into a storetest scenario; a new
+// kind of data also goes into Snapshot, so that `replyd store migrate`
+// carries it.
 //
 // Rules that hold for every method:
 //   - It is safe for concurrent use, from many goroutines and (PostgreSQL)
@@ -20,10 +22,14 @@ import (
 //     logical write; nothing acknowledged is lost when the process dies.
 //   - Secrets (API keys, OTP codes, session tokens) arrive and are stored
 //     only as lowercase hex SHA-256; the store never sees them in clear.
+//     The installation secrets (InstallationSecret) are the exception:
+//     replyd must use them, so they are kept as they are, never logged.
 //   - Errors are tested with errors.Is: ErrNotFound, ErrExists, ErrInvalid
 //     (the caller's mistake: an empty hash, a bad range), ErrUnavailable (the
-//     database cannot be reached: retry later) and ErrNotSupported. Anything
-//     else is an internal failure.
+//     database cannot be reached: retry later), ErrNoSpace (a write failed
+//     because the disk is full), ErrNotSupported, and for pairings
+//     ErrExpired, ErrUsed and ErrLimit. Anything else is an
+//     internal failure.
 //   - Times are kept to the nanosecond and come back as the same instant;
 //     the zero Time stands for "never" (a key not revoked, not yet used).
 //   - Methods take no context: each bounds its own work (PostgreSQL: a
@@ -54,12 +60,19 @@ type Store interface {
 	// ErrNotFound and is not remembered. LastUsedAt never moves backwards.
 	TouchKey(hash string, at time.Time) error
 
-	// AdminKeyHash returns the stored SHA-256 hex of the admin key, or ""
-	// when none is set.
+	// AdminKeyHash returns the stored hash of the admin key (the Argon2id
+	// string of secret.HashAdminKey, or the hex SHA-256 older versions
+	// stored), or "" when none is set.
 	AdminKeyHash() (string, error)
 	// SetAdminKeyHash replaces the admin key hash; "" removes it, which
 	// disables X-ADMIN-KEY authentication.
 	SetAdminKeyHash(hash string) error
+	// SetAdminKeyHashIfAbsent stores hash as the admin key hash only when
+	// none is stored, in one atomic step, and reports whether it did: of
+	// boxes that start together on one database, each with a key of its
+	// own, exactly one stores its hash and the others keep the stored one.
+	// An empty hash is ErrInvalid.
+	SetAdminKeyHashIfAbsent(hash string) (bool, error)
 
 	// CurrentPrompt returns the most recently saved prompt version and true,
 	// or false when no prompt was ever saved.
@@ -78,26 +91,49 @@ type Store interface {
 	// reports ErrExists.
 	NextPromptVersion() (string, error)
 
-	// SaveOTP makes codeHash the one outstanding code, replacing any
-	// previous code and resetting the wrong-attempt count. An empty hash is
-	// ErrInvalid.
-	SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error
-	// LastOTPIssued returns when the most recent code was issued, even if
-	// it has since been used, burned or has expired, so that callers can
-	// throttle sending. It is the zero Time when no code was ever issued.
-	LastOTPIssued() (time.Time, error)
-	// VerifyOTP checks codeHash against the outstanding code in constant
-	// time:
-	//   - OTPNone: no code is outstanding;
-	//   - OTPExpired: now is at or past its expiry; the code is deleted;
-	//   - OTPOK: it matches; the code is deleted (single use: of concurrent
-	//     verifications of the right code, on any box, exactly one is OK);
-	//   - OTPWrong: it does not match; the wrong try is counted;
-	//   - OTPBurned: it does not match and this was wrong try number
-	//     maxAttempts; the code is deleted.
-	// The count of wrong tries is shared by every box. A maxAttempts below 1
-	// is treated as 1.
-	VerifyOTP(codeHash string, now time.Time, maxAttempts int) (OTPResult, error)
+	// SaveOTP makes codeHash the code outstanding for scope (the client
+	// address that asked for it), replacing only that scope's earlier code:
+	// a code asked for from one address is never replaced or spent from
+	// another. When the scope's code was issued less than resend before
+	// issuedAt, nothing is saved and retry is the time left (on every box:
+	// one atomic write). An empty scope or hash is ErrInvalid.
+	SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (retry time.Duration, err error)
+	// UseOTP spends scope's code when codeHash matches it (compared in
+	// constant time) and now is before its expiry, and reports whether it
+	// did: of concurrent uses of the right code, on any box, exactly one is
+	// true. A wrong, expired or missing code is false and writes nothing:
+	// wrong guesses never touch the code (the caller limits attempts).
+	UseOTP(scope, codeHash string, now time.Time) (bool, error)
+	// DeleteOTP removes scope's code, if any (a code that could not be
+	// delivered). Deleting a missing code is not an error.
+	DeleteOTP(scope string) error
+	// PruneOTPs deletes every code whose expiry is at or before now and
+	// returns how many it deleted.
+	PruneOTPs(now time.Time) (int, error)
+	// OTPLock returns the end of the current pause of login by code (see
+	// OTPLockRule), or the zero Time when there is none at now.
+	OTPLock(now time.Time) (time.Time, error)
+	// OTPFailed counts one wrong login code at now under rule, atomically
+	// for every box, and returns the end of the pause it started (the zero
+	// Time when it started none).
+	OTPFailed(now time.Time, rule OTPLockRule) (time.Time, error)
+	// UseTOTPStep records that a TOTP code of time step step (Unix time /
+	// 30 s) was accepted and reports whether it may be: true only when step
+	// is later than every step accepted before, so that each code works
+	// once, on any box. A negative step is ErrInvalid.
+	UseTOTPStep(step int64) (bool, error)
+
+	// InstallationSecret returns the secret stored under name (such as
+	// SecretPseudonym), creating it (32 bytes from crypto/rand) when there
+	// is none, so that concurrent callers, later starts and every box get
+	// the same value. An empty name is ErrInvalid.
+	InstallationSecret(name string) ([]byte, error)
+	// Secret returns the secret stored under name and whether there is
+	// one, without creating it.
+	Secret(name string) ([]byte, bool, error)
+	// SetSecret stores value under name, replacing any earlier value; an
+	// empty value deletes it. An empty name is ErrInvalid.
+	SetSecret(name string, value []byte) error
 
 	// CreateSession stores an admin session under the SHA-256 hex of its
 	// token. It returns ErrExists when the hash is already stored and
@@ -114,6 +150,26 @@ type Store interface {
 	// and returns how many it deleted.
 	PruneSessions(now time.Time) (int, error)
 
+	// CreatePairing stores a pending tablet pairing under p.CodeHash (the
+	// SHA-256 of its one-time code; p.Key holds the settings of the key to
+	// mint). In the same transaction it deletes every pairing whose
+	// ExpiresAt is at or before now. It returns ErrLimit when maxPending
+	// unused, unexpired pairings exist already (maxPending <= 0: no bound),
+	// ErrExists when the code hash is taken, and ErrInvalid for an empty
+	// hash or an ExpiresAt not after now.
+	CreatePairing(p Pairing, maxPending int, now time.Time) error
+	// RedeemPairing mints the key of the pairing stored under codeHash, with
+	// hash keyHash and CreatedAt now, and marks the pairing used, in one
+	// transaction; of concurrent redemptions of one code exactly one gets
+	// the key. It returns the key, or ErrNotFound (no such pairing; nothing
+	// is written, so guessing costs no disk), ErrExpired (the pairing
+	// expired and is deleted), ErrUsed (redeemed before) or ErrExists
+	// (keyHash is taken; nothing is written).
+	RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, error)
+	// PrunePairings deletes every pairing, used or not, whose ExpiresAt is
+	// at or before now, and returns how many it deleted.
+	PrunePairings(now time.Time) (int, error)
+
 	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
 	// is durable when AppendLog returns nil; concurrent calls may share one
 	// commit. Entries of stream StreamInfer count in Stats.
@@ -123,16 +179,21 @@ type Store interface {
 	// q.Limit of them (q.Limit <= 0: all), from every box. Entries with equal
 	// timestamps come last-appended first. The result is never nil.
 	Logs(q LogQuery) ([]LogEntry, error)
-	// Stats counts the StreamInfer entries with since <= Timestamp < until
-	// (TotalRequests) and the distinct non-empty Subjects among them
-	// (ActiveUsers). An empty or inverted window gives zero Stats.
+	// Stats counts the StreamInfer entries with since <= Timestamp < until:
+	// TotalRequests, the distinct non-empty Subjects among them
+	// (ActiveUsers), errors by ErrorCode, latency percentiles of the answered
+	// ones, the outcomes of the answered ones, and the same per key and per
+	// prompt version, all through a StatsBuilder so the arithmetic is the
+	// same everywhere. Its cost grows with the window, not the whole log. An
+	// empty or inverted window gives the zero counts (NewStatsBuilder().Stats()).
 	Stats(since, until time.Time) (Stats, error)
 	// StatsSeries splits [since, until) into consecutive buckets of the
 	// given width starting at since (the last one may reach past until but
-	// counts nothing at or after until) and returns the Stats of each,
-	// empty buckets included, oldest first. bucket must be positive and the
-	// series at most MaxSeriesBuckets long, else ErrInvalid. An empty or
-	// inverted window gives an empty, non-nil series.
+	// counts nothing at or after until) and returns the requests, active
+	// users, outcomes and accepted outcomes of each, empty buckets
+	// included, oldest first. bucket must be positive and the series at most
+	// MaxSeriesBuckets long, else ErrInvalid. An empty or inverted window
+	// gives an empty, non-nil series.
 	StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error)
 	// PruneLogs deletes up to batch of the oldest entries whose Timestamp is
 	// before before, in one short transaction so that writers are not held
@@ -140,6 +201,73 @@ type Store interface {
 	// Callers loop until it returns fewer than batch. A batch <= 0 means
 	// DefaultPruneBatch.
 	PruneLogs(before time.Time, batch int) (int, error)
+
+	// PruneLogsToSize deletes the oldest entries, in transactions of at
+	// most batch entries (<= 0: DefaultPruneBatch), until the entries take
+	// at most maxBytes as the store counts them (bbolt: the pages of the
+	// log and its index; PostgreSQL: the rows' stored size), and returns
+	// how many it deleted; they leave the statistics too.
+	PruneLogsToSize(maxBytes int64, batch int) (int, error)
+
+	// Inference returns the answered inference whose log entry carried this
+	// id (LogEntry.Inference.ID), with its remembered texts while they are
+	// kept, decrypted, or ErrNotFound (also once its entry was pruned or its
+	// user deleted). The feedback rules (which key, FeedbackWindow,
+	// ReplaceWindow) are the caller's.
+	Inference(id string) (Inference, error)
+	// SetOutcome records o as the inference's outcome, replacing any
+	// earlier one, in one transaction, or returns ErrNotFound. For an
+	// inference made with remember: true whose texts are still kept, reply
+	// and the partner's turn become the user's pair for that inference,
+	// encrypted under the user's key (an empty reply removes the pair), and
+	// the user's memory revision moves; it returns the new revision (0 when
+	// no pair changed).
+	SetOutcome(id string, o Outcome, reply string) (uint64, error)
+	// Outcomes calls fn for every reported outcome of an inference logged
+	// with since <= time < until, oldest first, with the remembered pair
+	// where one is kept. It reads in short transactions and calls fn outside
+	// them; fn's error stops the walk and is returned.
+	Outcomes(since, until time.Time, fn func(OutcomeRecord) error) error
+
+	// MemoryUsers returns every user with a memory (an encryption key), by
+	// subject, with the number of pairs kept. The result is never nil.
+	MemoryUsers() ([]MemoryUser, error)
+	// MemoryRev returns the revision of the user's pairs, which changes
+	// whenever they change; 0 when the user has no memory. It is cheap
+	// enough to call on every inference.
+	MemoryRev(subject string) (uint64, error)
+	// MemoryPairs returns the user's pairs, decrypted, oldest first, and
+	// their revision; none (and 0) for a user without memory.
+	MemoryPairs(subject string) ([]Pair, uint64, error)
+	// DeleteUser destroys the user's encryption key, pairs, texts awaiting
+	// feedback and reported outcomes (the log entries and their counts
+	// stay; the user's inferences can no longer be reported on), or returns
+	// ErrNotFound when nothing is stored for the user. When it returns, no
+	// readable copy is left: bbolt overwrites its free pages
+	// (ScrubFreePages); PostgreSQL only ever stored the texts encrypted, and
+	// rewrites the table of keys (VACUUM FULL), vacuums the texts and runs a
+	// CHECKPOINT, so that no relation file holds the key (what it could not
+	// do is in UserDeletion.ScrubProblem; its write-ahead log keeps the rows
+	// until the segment goes).
+	DeleteUser(subject string) (UserDeletion, error)
+	// PruneMemory deletes the pairs of inferences made before pairsBefore
+	// (the zero Time keeps them all), the texts awaiting feedback of
+	// inferences made before textsBefore, and the users, with their keys,
+	// left with neither that were created before both.
+	PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, error)
+
+	// Snapshot calls fn with a consistent view of everything the store
+	// holds, taken in one read transaction that lasts until fn returns;
+	// snap.Logs may be ranged over only during fn. It is how `replyd store
+	// migrate` reads a store.
+	Snapshot(fn func(snap Snapshot) error) error
+	// Import writes everything in snap, in one transaction: all of it or
+	// nothing. Into a store that holds anything (keys, prompts, logs,
+	// sessions, a code, the admin key, secrets) it refuses with ErrExists unless
+	// replace is set, in which case what the store held is gone afterwards.
+	// Importing a store's Snapshot into an empty store gives one that
+	// answers every method as the first does.
+	Import(snap Snapshot, replace bool) error
 
 	// Backup writes a consistent copy of everything to w and returns the
 	// bytes written. A store that cannot (PostgreSQL, whose backup is
@@ -149,8 +277,10 @@ type Store interface {
 	// Size returns the bytes the stored data takes.
 	Size() (int64, error)
 	// Ping reports whether the store can serve requests now: nil, or an
-	// error (wrapping ErrUnavailable when the database cannot be reached)
-	// that /healthz shows as the reason it is degraded.
+	// error that /healthz shows as the reason it is degraded: wrapping
+	// ErrUnavailable when the database cannot be reached, or (bbolt) the
+	// last write's failure until a write succeeds again, wrapping
+	// ErrNoSpace when the disk is full.
 	Ping(ctx context.Context) error
 	// Describe names where the data lives for the admin page and the logs:
 	// a file path, or a database URL without its password.
@@ -161,3 +291,35 @@ type Store interface {
 
 // The bbolt store keeps the contract.
 var _ Store = (*DB)(nil)
+
+// RateWindow is the length of a rate-limit window.
+const RateWindow = time.Minute
+
+// RateLimiter admits a key's requests under its rate_limit_per_minute, in
+// fixed windows of RateWindow: a window opens with the first request after
+// the previous one closed. One box uses an in-memory limiter (api's); boxes
+// that share a PostgreSQL store share its limiter (store/postgres), so that
+// the limit holds across all of them. storetest.RunLimiter states the
+// contract for both.
+type RateLimiter interface {
+	// Allow admits one request for key at now when fewer than limit were
+	// admitted in the key's current window, and counts it. A limit of 0 or
+	// less means unlimited. When refused, retry is the time until the
+	// window closes. A time slightly before the window's start (another
+	// box's clock) counts in the current window; one more than a window
+	// before it (a clock set back) opens a new window. An error (wrapping
+	// ErrUnavailable when the database cannot be reached) admits nothing.
+	Allow(key string, limit int, now time.Time) (ok bool, retry time.Duration, err error)
+	// Refund gives back one request admitted in key's current window (a
+	// request that was then shed with 503: its retry must not find the
+	// limit used up). It does nothing when the window is over or nothing
+	// was admitted in it.
+	Refund(key string, now time.Time) error
+}
+
+// RateWindowOver reports whether a window that opened at start is over at
+// now, so that a request at now opens a new one. Both limiters use it (the
+// PostgreSQL one in SQL of the same meaning).
+func RateWindowOver(start, now time.Time) bool {
+	return !now.Before(start.Add(RateWindow)) || now.Before(start.Add(-RateWindow))
+}

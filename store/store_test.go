@@ -255,7 +255,30 @@ func TestRestoreRejectsBadSources(t *testing.T) {
 
 func TestDescribeIOErrorFull(t *testing.T) {
 	err := describeIOError(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left") {
+	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("describeIOError(ENOSPC) = %v", err)
+	}
+}
+
+func TestWriteFailure(t *testing.T) {
+	db, _ := MustOpen(t)
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("fresh store: %v", err)
+	}
+	// A caller's mistake is not a write failure.
+	if _, err := db.RevokeKey("unknown", t0); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("after ErrNotFound: %v", err)
+	}
+	// A failed commit is, until the next write succeeds.
+	_ = db.noteWrite(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
+	if err := db.WriteFailure(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("after ENOSPC: %v", err)
+	}
+	Must(t, db.AppendLog(LogEntry{Message: "m"}))
+	if err := db.WriteFailure(); err != nil {
+		t.Fatalf("after a good write: %v", err)
 	}
 }

@@ -1,5 +1,6 @@
-// Package web embeds the admin page served at /admin/. It is plain
-// HTML/CSS/JS with no build step and no network dependency.
+// Package web embeds replyd's two pages: the admin page served at /admin/
+// and the conversation page served at /app/. Both are plain HTML/CSS/JS
+// with no build step and no network dependency.
 package web
 
 import (
@@ -10,11 +11,20 @@ import (
 //go:embed static
 var static embed.FS
 
+//go:embed app
+var app embed.FS
+
 // FS returns the admin page's files, rooted so that "index.html" is the page.
-func FS() fs.FS {
-	sub, err := fs.Sub(static, "static")
+func FS() fs.FS { return sub(static, "static") }
+
+// AppFS returns the conversation page's files, rooted so that "index.html"
+// is the page.
+func AppFS() fs.FS { return sub(app, "app") }
+
+func sub(f embed.FS, dir string) fs.FS {
+	s, err := fs.Sub(f, dir)
 	if err != nil {
-		panic(err) // the embedded tree always has static/
+		panic(err) // the embedded tree always has dir
 	}
-	return sub
+	return s
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -16,66 +13,79 @@ import (
 // recognisable.
 const adminKeyPrefix = "rdadm_"
 
-// newAdminKey returns a fresh admin key: 32 random bytes from crypto/rand.
-func newAdminKey() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generating the admin key: %w", err)
-	}
-	return adminKeyPrefix + base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-func sha256Hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
 // adminKeyStore is the part of the store the admin key needs.
 type adminKeyStore interface {
 	AdminKeyHash() (string, error)
 	SetAdminKeyHash(hash string) error
+	SetAdminKeyHashIfAbsent(hash string) (bool, error)
 }
 
-// ensureAdminKey makes sure the store holds an admin key hash. A key from the
-// configuration (REPLYD_ADMIN_KEY) wins and is never printed. Without one, a
+// ensureAdminKey makes sure the store holds an admin key hash (Argon2id,
+// secret.HashAdminKey). A key from the configuration (REPLYD_ADMIN_KEY,
+// whose strength Config.Validate checked) wins and is never printed; it is
+// hashed again only when the stored hash does not match it. Without one, a
 // key is generated on first start and printed once on stderr; later starts
-// keep the stored hash.
+// keep the stored hash. The first key is stored only where none is, in one
+// atomic step: of boxes that start together on one PostgreSQL database, one
+// prints its key and the others keep (and print nothing but a log line).
 func ensureAdminKey(db adminKeyStore, configured string, stderr io.Writer, log *slog.Logger) error {
-	if configured != "" {
-		if len(configured) < 16 {
-			return fmt.Errorf("REPLYD_ADMIN_KEY is too short: use at least 16 characters")
-		}
-		h := sha256Hex(configured)
-		cur, err := db.AdminKeyHash()
-		if err != nil {
-			return fmt.Errorf("reading the admin key: %w", err)
-		}
-		if cur != h {
-			if err := db.SetAdminKeyHash(h); err != nil {
-				return fmt.Errorf("storing the admin key hash: %w", err)
-			}
-			log.Info("admin key taken from the configuration")
-		}
-		return nil
-	}
 	cur, err := db.AdminKeyHash()
 	if err != nil {
 		return fmt.Errorf("reading the admin key: %w", err)
 	}
+	if configured != "" {
+		if cur != "" && !secret.IsLegacyAdminKeyHash(cur) {
+			if ok, err := secret.CheckAdminKey(configured, cur); err == nil && ok {
+				return nil
+			}
+		}
+		h, err := secret.HashAdminKey(configured)
+		if err != nil {
+			return err
+		}
+		if err := db.SetAdminKeyHash(h); err != nil {
+			return fmt.Errorf("storing the admin key hash: %w", err)
+		}
+		log.Info("admin key taken from the configuration")
+		return nil
+	}
 	if cur != "" {
 		return nil
 	}
-	return resetAdminKey(db, stderr)
-}
-
-// resetAdminKey generates a new admin key, stores its hash and prints the
-// key once.
-func resetAdminKey(db adminKeyStore, stderr io.Writer) error {
-	key, err := newAdminKey()
+	key, h, err := newAdminKey()
 	if err != nil {
 		return err
 	}
-	if err := db.SetAdminKeyHash(sha256Hex(key)); err != nil {
+	stored, err := db.SetAdminKeyHashIfAbsent(h)
+	if err != nil {
+		return fmt.Errorf("storing the admin key hash: %w", err)
+	}
+	if !stored {
+		log.Info("admin key made by another box sharing this store at the same moment; it printed the key")
+		return nil
+	}
+	printAdminKey(stderr, key)
+	return nil
+}
+
+// newAdminKey generates an admin key (256 random bits) and its Argon2id hash.
+func newAdminKey() (key, hash string, err error) {
+	key, err = secret.Token(adminKeyPrefix)
+	if err != nil {
+		return "", "", fmt.Errorf("generating the admin key: %w", err)
+	}
+	hash, err = secret.HashAdminKey(key)
+	return key, hash, err
+}
+
+// resetAdminKey generates a new admin key (256 random bits), stores its
+// Argon2id hash and prints the key once.
+func resetAdminKey(db adminKeyStore, stderr io.Writer) error {
+	key, h, err := newAdminKey()
+	if err != nil {
+		return err
+	}
+	if err := db.SetAdminKeyHash(h); err != nil {
 		return fmt.Errorf("storing the admin key hash: %w", err)
 	}
 	printAdminKey(stderr, key)
@@ -84,7 +94,7 @@ func resetAdminKey(db adminKeyStore, stderr io.Writer) error {
 
 func printAdminKey(w io.Writer, key string) {
 	line := "=========================================================================="
-	fmt.Fprintf(w, "\n%s\n REPLYD ADMIN KEY: %s\n\n It is shown only this once: keep it in a password manager. replyd stores\n only its SHA-256. Send it as the X-ADMIN-KEY header or paste it into the\n admin page. Lost it? Stop replyd and run `replyd admin-key --reset`.\n%s\n\n", line, key, line)
+	fmt.Fprintf(w, "\n%s\n REPLYD ADMIN KEY: %s\n\n It is shown only this once: keep it in a password manager. replyd stores\n only a slow hash of it. Send it as the X-ADMIN-KEY header or paste it into\n the admin page. Lost it? Stop replyd and run `replyd admin-key --reset`.\n%s\n\n", line, key, line)
 }
 
-var _ adminKeyStore = (*store.DB)(nil)
+var _ adminKeyStore = store.Store(nil)

@@ -6,12 +6,69 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/replyd/replyd/internal/secret"
 )
 
 type memKeyStore struct{ hash string }
 
 func (m *memKeyStore) AdminKeyHash() (string, error)  { return m.hash, nil }
 func (m *memKeyStore) SetAdminKeyHash(h string) error { m.hash = h; return nil }
+func (m *memKeyStore) SetAdminKeyHashIfAbsent(h string) (bool, error) {
+	if m.hash != "" {
+		return false, nil
+	}
+	m.hash = h
+	return true, nil
+}
+
+// racedKeyStore is a store on which another box stores its admin key
+// between this box's read (empty) and its write.
+type racedKeyStore struct {
+	memKeyStore
+	other string // the other box's hash, stored at the first write
+}
+
+func (r *racedKeyStore) AdminKeyHash() (string, error) { return "", nil }
+func (r *racedKeyStore) SetAdminKeyHash(h string) error {
+	r.hash = r.other // lost: the other box overwrites it
+	return nil
+}
+func (r *racedKeyStore) SetAdminKeyHashIfAbsent(h string) (bool, error) {
+	r.hash = r.other
+	return false, nil
+}
+
+// TestEnsureAdminKeyLosesTheRaceQuietly: when another box stored the first
+// admin key after this one read none, this box prints no key (it would not
+// work) and keeps the other box's.
+func TestEnsureAdminKeyLosesTheRaceQuietly(t *testing.T) {
+	db := &racedKeyStore{other: "the other box's hash"}
+	var out, logs bytes.Buffer
+	if err := ensureAdminKey(db, "", &out, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed %q; want nothing: the key would not work", out.String())
+	}
+	if db.hash != db.other {
+		t.Errorf("stored %q, want the other box's hash kept", db.hash)
+	}
+	if !strings.Contains(logs.String(), "another box") {
+		t.Errorf("log %q does not say another box made the key", logs.String())
+	}
+}
+
+// mustMatch fails unless the stored hash is an Argon2id hash of key.
+func mustMatch(t *testing.T, stored, key string) {
+	t.Helper()
+	if !strings.HasPrefix(stored, "$argon2id$") || strings.Contains(stored, key) {
+		t.Fatalf("stored %q is not an Argon2id hash", stored)
+	}
+	if ok, err := secret.CheckAdminKey(key, stored); err != nil || !ok {
+		t.Fatalf("the stored hash does not match the key: %v", err)
+	}
+}
 
 func TestEnsureAdminKeyGeneratesOnceAndPrints(t *testing.T) {
 	db := &memKeyStore{}
@@ -28,27 +85,39 @@ func TestEnsureAdminKeyGeneratesOnceAndPrints(t *testing.T) {
 	if !strings.HasPrefix(key, adminKeyPrefix) || len(key) < 40 {
 		t.Fatalf("key %q", key)
 	}
-	if db.hash != sha256Hex(key) || strings.Contains(db.hash, key) {
-		t.Fatal("the store must hold the SHA-256 of the key, not the key")
+	mustMatch(t, db.hash, key)
+	// A generated key passes the strength check a configured one must pass.
+	if err := secret.CheckAdminKeyStrength(key); err != nil {
+		t.Fatalf("a generated key is refused: %v", err)
 	}
 	// A second start keeps the key and prints nothing.
 	out.Reset()
-	if err := ensureAdminKey(db, "", &out, log); err != nil || out.Len() != 0 || db.hash != sha256Hex(key) {
+	before := db.hash
+	if err := ensureAdminKey(db, "", &out, log); err != nil || out.Len() != 0 || db.hash != before {
 		t.Fatalf("second start: err %v, printed %q", err, out.String())
 	}
 }
 
 func TestEnsureAdminKeyFromConfigIsNeverPrinted(t *testing.T) {
-	db := &memKeyStore{hash: "old"}
+	db := &memKeyStore{hash: secret.Hash("the old key")} // a legacy SHA-256 hash
 	var out bytes.Buffer
-	const k = "configured-admin-key-1234"
-	if err := ensureAdminKey(db, k, &out, slog.New(slog.NewTextHandler(&out, nil))); err != nil {
+	const k = "configured-admin-key-7f3a9c1e"
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	if err := ensureAdminKey(db, k, &out, log); err != nil {
 		t.Fatal(err)
 	}
-	if db.hash != sha256Hex(k) || strings.Contains(out.String(), k) {
-		t.Fatalf("hash %q, output %q", db.hash, out.String())
+	mustMatch(t, db.hash, k)
+	if strings.Contains(out.String(), k) {
+		t.Fatalf("output %q holds the key", out.String())
 	}
-	if err := ensureAdminKey(db, "short", io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
-		t.Fatal("a short configured key must be refused")
+	// The same key at the next start: the hash stays (no new salt).
+	before := db.hash
+	if err := ensureAdminKey(db, k, io.Discard, log); err != nil || db.hash != before {
+		t.Fatalf("restart with the same key changed the hash (%v)", err)
 	}
+	// Another configured key replaces it.
+	if err := ensureAdminKey(db, k+"-new", io.Discard, log); err != nil {
+		t.Fatal(err)
+	}
+	mustMatch(t, db.hash, k+"-new")
 }

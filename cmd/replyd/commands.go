@@ -157,6 +157,9 @@ func cmdBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
+	if cfg.StoreURL != "" {
+		return backupPostgres(ctx, cfg.StoreURL, out, stdout)
+	}
 	f, err := os.OpenFile(out+".partial", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -250,6 +253,9 @@ func cmdRestore(args []string, getenv func(string) string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	if cfg.StoreURL != "" {
+		return errPostgresManaged("restore", "stop every replyd box, then `pg_restore --clean --if-exists --dbname=… "+src+"` with a dump `replyd backup` (pg_dump) made")
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
@@ -278,6 +284,9 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	cfg, _, err := LoadConfig("check", args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.StoreURL != "" {
+		return errPostgresManaged("check", "check its indexes with pg_amcheck (Debian's postgresql package)")
 	}
 	db, err := store.Open(dbPath(cfg), store.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/notify"
 )
 
 // Default model paths: the demo models `replyd models demo` writes.
@@ -33,6 +37,8 @@ type Config struct {
 	DataDir     string
 	AdminKey    string
 	MetricsAddr string
+	StoreURL    string // "": the bbolt file in DataDir; postgres://…: a shared PostgreSQL
+	NodeName    string
 	// TrustedProxies is REPLYD_TRUSTED_PROXIES as given; Validate parses it
 	// into TrustedNets.
 	TrustedProxies string
@@ -51,6 +57,7 @@ type Config struct {
 	QueueSize      int
 	STTQueueSize   int
 	MaxWaitRatio   float64
+	MaxDecodes     int
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
@@ -69,24 +76,43 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	MaxBodyMiB    int
-	MaxAudio      time.Duration
-	InferTimeout  time.Duration
-	SessionTTL    time.Duration
-	LogRetention  time.Duration
-	LogLevel      string
-	LogFormat     string
-	ShutdownGrace time.Duration
+	OTPTTL            time.Duration
+	OTPResendInterval time.Duration
+	PublicURL         string
+	CORSOrigins       string
+
+	MaxBodyMiB   int
+	MaxAudio     time.Duration
+	InferTimeout time.Duration
+	SessionTTL   time.Duration
+	LogRetention time.Duration
+	LogMaxMB     int
+	MinFreeMB    int
+	// MemoryRetention is how long remembered pairs are kept; negative
+	// (unset) follows LogRetention. See MemoryKeep.
+	MemoryRetention time.Duration
+	LogLevel        string
+	LogFormat       string
+	ShutdownGrace   time.Duration
 }
 
 // option describes one configuration value: its flag, its environment
 // variable, its default and whether it is a secret (masked by `replyd config`).
+// Defaults that the engines or the API define are taken from there (llm.Default*,
+// api.DefaultLimits), never restated here. The README's configuration table
+// lists every option with its flag and documented default (TestOptionTable).
 type option struct {
-	flag   string
-	env    string
-	def    string
+	flag string
+	env  string
+	def  string
+	// doc is the default as documented when def depends on the machine
+	// (e.g. "cores-1"); empty means def.
+	doc    string
 	usage  string
 	secret bool
+	// redact, when set, is how `replyd config` shows the value (instead of
+	// masking all of it).
+	redact func(v string) string
 	set    func(c *Config, v string) error
 	get    func(c *Config) string
 }
@@ -141,11 +167,25 @@ func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) 
 // for the other.
 func defaultThreads() int { return runtime.NumCPU() }
 
+// documented returns the default as the README and --help state it.
+func (o option) documented() string {
+	if o.doc != "" {
+		return o.doc
+	}
+	return o.def
+}
+
+// withDoc sets the documented default of o.
+func withDoc(o option, doc string) option { o.doc = doc; return o }
+
 func options() []option {
+	lim := api.DefaultLimits()
 	return []option{
 		strOpt("addr", "REPLYD_ADDR", ":8080", "listen address", false, func(c *Config) *string { return &c.Addr }),
 		strOpt("data-dir", "REPLYD_DATA_DIR", "./data", "directory holding replyd.db (and the self-signed TLS certificate)", false, func(c *Config) *string { return &c.DataDir }),
 		strOpt("admin-key", "REPLYD_ADMIN_KEY", "", "the X-ADMIN-KEY value; generated and printed once on first start when empty", true, func(c *Config) *string { return &c.AdminKey }),
+		redacted(strOpt("store-url", "REPLYD_STORE_URL", "", "empty: the bbolt file replyd.db in the data dir; postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=…: a PostgreSQL database several replyd boxes share", true, func(c *Config) *string { return &c.StoreURL }), redactURL),
+		withDoc(strOpt("node-name", "REPLYD_NODE_NAME", defaultNodeName(), "this box's name in log entries, /healthz and the admin page", false, func(c *Config) *string { return &c.NodeName }), "the hostname"),
 		strOpt("trusted-proxies", "REPLYD_TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose X-Forwarded-For names the client (comma-separated); from anyone else the header is ignored", false, func(c *Config) *string { return &c.TrustedProxies }),
 		strOpt("metrics-addr", "REPLYD_METRICS_ADDR", "", "serve /metrics without auth on this separate address (e.g. 127.0.0.1:9090); empty: /metrics on the main address behind admin auth", false, func(c *Config) *string { return &c.MetricsAddr }),
 
@@ -153,38 +193,62 @@ func options() []option {
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
-		intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it (default: all)", func(c *Config) *int { return &c.CPUCores }),
-		intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores (default: all)", func(c *Config) *int { return &c.Threads }),
-		intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(defaultThreads()), "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (default: all)", func(c *Config) *int { return &c.STTThreads }),
+		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
+		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores", func(c *Config) *int { return &c.Threads }), "cores"),
+		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(defaultThreads()), "CPU threads of speech-to-text, taken from the shared cores for a whole transcription", func(c *Config) *int { return &c.STTThreads }), "cores"),
 		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),
 		strOpt("decoding", "REPLYD_DECODING", "auto", "auto (time batched against sequential candidate decoding at start-up and take the faster), batched, sequential", false, func(c *Config) *string { return &c.Decoding }),
-		intOpt("context", "REPLYD_LLM_CONTEXT", "4096", "language-model context tokens per sequence", func(c *Config) *int { return &c.ContextPerSeq }),
-		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
+		intOpt("context", "REPLYD_LLM_CONTEXT", strconv.Itoa(llm.DefaultContextPerSeq), "language-model context tokens of one dialog, prompt and reply", func(c *Config) *int { return &c.ContextPerSeq }),
+		intOpt("queue-size", "REPLYD_QUEUE_SIZE", strconv.Itoa(llm.DefaultQueueSize), "inference requests that may wait for the language model; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
+		intOpt("max-decodes", "REPLYD_MAX_DECODES", "2", "recordings decoded at once (each may take up to about 100 MB while it is decoded)", func(c *Config) *int { return &c.MaxDecodes }),
 		floatOpt("max-wait-ratio", "REPLYD_MAX_WAIT_RATIO", "1", "a request whose expected wait for the CPU is more than this many times its own expected work gets 503 overloaded at once (0: only the queue sizes bound the wait)", func(c *Config) *float64 { return &c.MaxWaitRatio }),
-		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", "20", "token cap of one candidate reply (a few words; a reply also ends at its first newline)", func(c *Config) *int { return &c.MaxReplyTokens }),
-		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", "256", "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
+		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", strconv.Itoa(llm.DefaultMaxReplyTokens), "token cap of one candidate reply (a few words; a reply also ends at its first newline)", func(c *Config) *int { return &c.MaxReplyTokens }),
+		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", strconv.Itoa(llm.DefaultPrefixCacheMiB), "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
 
-		strOpt("otp-channel", "REPLYD_OTP_CHANNEL", "console", "how admin login codes are delivered: console, webhook, telegram, ntfy, gotify", false, func(c *Config) *string { return &c.OTPChannel }),
-		strOpt("otp-webhook-url", "REPLYD_OTP_WEBHOOK_URL", "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
-		strOpt("telegram-bot-token", "REPLYD_TELEGRAM_BOT_TOKEN", "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
-		strOpt("telegram-chat-id", "REPLYD_TELEGRAM_CHAT_ID", "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
-		strOpt("telegram-api-url", "REPLYD_TELEGRAM_API_URL", "https://api.telegram.org", "telegram channel: Bot API base URL (a LAN relay)", false, func(c *Config) *string { return &c.TelegramAPIURL }),
-		strOpt("ntfy-url", "REPLYD_NTFY_URL", "", "ntfy channel: topic URL on the LAN", true, func(c *Config) *string { return &c.NtfyURL }),
-		strOpt("ntfy-token", "REPLYD_NTFY_TOKEN", "", "ntfy channel: access token (optional)", true, func(c *Config) *string { return &c.NtfyToken }),
-		strOpt("gotify-url", "REPLYD_GOTIFY_URL", "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
-		strOpt("gotify-token", "REPLYD_GOTIFY_TOKEN", "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
+		strOpt("otp-channel", notify.EnvChannel, "console", "how admin login codes are delivered: console (a terminal, else a 0600 file in the data dir), webhook, telegram, ntfy, gotify; or totp (an authenticator app, nothing is sent)", false, func(c *Config) *string { return &c.OTPChannel }),
+		durOpt("otp-ttl", "REPLYD_OTP_TTL", FormatDuration(lim.OTPTTL), "lifetime of a sent login code", func(c *Config) *time.Duration { return &c.OTPTTL }),
+		durOpt("otp-resend-interval", "REPLYD_OTP_RESEND_INTERVAL", FormatDuration(lim.OTPResendInterval), "least time between two login codes asked for from one address", func(c *Config) *time.Duration { return &c.OTPResendInterval }),
+		strOpt("otp-webhook-url", notify.EnvWebhookURL, "", "webhook channel: POST application/json {code,text,expires_at} here", true, func(c *Config) *string { return &c.OTPWebhookURL }),
+		strOpt("telegram-bot-token", notify.EnvTelegramToken, "", "telegram channel: bot token", true, func(c *Config) *string { return &c.TelegramBotToken }),
+		strOpt("telegram-chat-id", notify.EnvTelegramChatID, "", "telegram channel: chat id of the administrator", false, func(c *Config) *string { return &c.TelegramChatID }),
+		strOpt("telegram-api-url", notify.EnvTelegramAPIURL, notify.DefaultTelegramAPIURL, "telegram channel: Bot API base URL (a LAN relay)", false, func(c *Config) *string { return &c.TelegramAPIURL }),
+		strOpt("ntfy-url", notify.EnvNtfyURL, "", "ntfy channel: topic URL on the LAN", true, func(c *Config) *string { return &c.NtfyURL }),
+		strOpt("ntfy-token", notify.EnvNtfyToken, "", "ntfy channel: access token (optional)", true, func(c *Config) *string { return &c.NtfyToken }),
+		strOpt("gotify-url", notify.EnvGotifyURL, "", "gotify channel: server URL on the LAN", false, func(c *Config) *string { return &c.GotifyURL }),
+		strOpt("gotify-token", notify.EnvGotifyToken, "", "gotify channel: application token", true, func(c *Config) *string { return &c.GotifyToken }),
 
-		strOpt("tls", "REPLYD_TLS", "off", "off; auto (a self-signed certificate made on first start in the data dir); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
+		strOpt("tls", "REPLYD_TLS", "off", "off; auto (replyd's own certificate authority in the data dir signs the server certificate; tablets install GET /tls/ca.pem); on (needs --tls-cert and --tls-key)", false, func(c *Config) *string { return &c.TLS }),
 		strOpt("tls-cert", "REPLYD_TLS_CERT", "", "TLS certificate file (PEM); setting it and --tls-key turns TLS on", false, func(c *Config) *string { return &c.TLSCert }),
 		strOpt("tls-key", "REPLYD_TLS_KEY", "", "TLS private key file (PEM)", false, func(c *Config) *string { return &c.TLSKey }),
 
-		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", "25", "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
-		durOpt("max-audio", "REPLYD_MAX_AUDIO", "120s", "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
-		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", "30s", "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
-		durOpt("session-ttl", "REPLYD_SESSION_TTL", "12h", "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
+		strOpt("public-url", "REPLYD_PUBLIC_URL", "", "the base URL tablets reach replyd at (e.g. https://replyd.local:8080): pairing links and QR codes use it, and REPLYD_TLS=auto adds its host to the certificate; empty: the address the admin page was opened with", false, func(c *Config) *string { return &c.PublicURL }),
+		strOpt("cors-origins", "REPLYD_CORS_ORIGINS", "", "comma-separated exact origins (https://host[:port]) whose web pages may call /v1/infer, /v1/pair and /v1/feedback; empty: none; * is refused", false, func(c *Config) *string { return &c.CORSOrigins }),
+
+		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", strconv.FormatInt(lim.MaxBodyBytes>>20, 10), "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
+		durOpt("max-audio", "REPLYD_MAX_AUDIO", FormatDuration(lim.MaxAudio), "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
+		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", FormatDuration(lim.InferTimeout), "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
+		durOpt("session-ttl", "REPLYD_SESSION_TTL", FormatDuration(lim.SessionTTL), "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
+		intOpt("log-max-mb", "REPLYD_LOG_MAX_MB", "256", "most space the log may take in the data file, in MB; the oldest entries go first (0 = no bound)", func(c *Config) *int { return &c.LogMaxMB }),
+		intOpt("min-free-mb", "REPLYD_MIN_FREE_MB", "512", "free space on the data disk under which start-up warns and /healthz says degraded, in MB", func(c *Config) *int { return &c.MinFreeMB }),
+		{flag: "memory-retention", env: "REPLYD_MEMORY_RETENTION", def: "", doc: "(as log retention)", usage: "how long the remembered replies of users with remember: true are kept (0 = forever; empty: as --log-retention)",
+			set: func(c *Config, v string) error {
+				if strings.TrimSpace(v) == "" {
+					c.MemoryRetention = -1
+					return nil
+				}
+				d, err := ParseDuration(v)
+				c.MemoryRetention = d
+				return err
+			},
+			get: func(c *Config) string {
+				if c.MemoryRetention < 0 {
+					return ""
+				}
+				return FormatDuration(c.MemoryRetention)
+			}},
 		strOpt("log-level", "REPLYD_LOG_LEVEL", "info", "debug, info, warn, error", false, func(c *Config) *string { return &c.LogLevel }),
 		strOpt("log-format", "REPLYD_LOG_FORMAT", "text", "text or json", false, func(c *Config) *string { return &c.LogFormat }),
 		durOpt("shutdown-grace", "REPLYD_SHUTDOWN_GRACE", "30s", "how long in-flight requests may finish after SIGTERM", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
@@ -207,7 +271,11 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 			return nil, nil, fmt.Errorf("%s=%q: %w", o.env, v, err)
 		}
 		o := o
-		fs.Func(o.flag, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env, o.def), func(s string) error { return o.set(c, s) })
+		def := fmt.Sprintf("%q", o.documented())
+		if o.doc != "" && o.def != "" {
+			def += fmt.Sprintf(", here %s", o.def)
+		}
+		fs.Func(o.flag, fmt.Sprintf("%s (env %s, default %s)", o.usage, o.env, def), func(s string) error { return o.set(c, s) })
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: replyd %s [options]\n\nEvery option can also be set by its REPLYD_* environment variable; a flag wins over the environment.\n\n", name)
@@ -225,15 +293,26 @@ func LoadConfig(name string, args []string, getenv func(string) string, stderr i
 // Validate checks values that no single option can check alone.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdminKey != "" {
+		if err := secret.CheckAdminKeyStrength(c.AdminKey); err != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_ADMIN_KEY: %w", err))
+		}
+	}
 	if nets, err := api.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_TRUSTED_PROXIES: %w", err))
 	} else {
 		c.TrustedNets = nets
 	}
 	switch c.OTPChannel {
-	case "console", "webhook", "telegram", "ntfy", "gotify":
+	case "console", "webhook", "telegram", "ntfy", "gotify", api.ChannelTOTP:
 	default:
-		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify)", c.OTPChannel))
+		errs = append(errs, fmt.Errorf("REPLYD_OTP_CHANNEL: unknown channel %q (console, webhook, telegram, ntfy, gotify, totp)", c.OTPChannel))
+	}
+	if c.OTPTTL < time.Second || c.OTPResendInterval <= 0 {
+		errs = append(errs, errors.New("REPLYD_OTP_TTL (at least 1s) and REPLYD_OTP_RESEND_INTERVAL must be positive"))
+	}
+	if c.LogMaxMB < 0 || c.MinFreeMB < 0 {
+		errs = append(errs, errors.New("REPLYD_LOG_MAX_MB and REPLYD_MIN_FREE_MB must not be negative"))
 	}
 	switch c.TLS {
 	case "off", "auto", "on":
@@ -246,6 +325,15 @@ func (c *Config) Validate() error {
 	if c.TLS == "on" && c.TLSCert == "" {
 		errs = append(errs, errors.New("REPLYD_TLS=on needs REPLYD_TLS_CERT and REPLYD_TLS_KEY (or use REPLYD_TLS=auto for a self-signed certificate)"))
 	}
+	if _, err := api.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		errs = append(errs, fmt.Errorf("REPLYD_CORS_ORIGINS: %w", err))
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("REPLYD_PUBLIC_URL: %q is not a base URL such as https://replyd.local:8080", c.PublicURL))
+		}
+	}
 	if c.Threads < 1 || c.STTThreads < 1 || c.CPUCores < 1 {
 		errs = append(errs, errors.New("REPLYD_THREADS, REPLYD_STT_THREADS and REPLYD_CPU_CORES must be at least 1"))
 	}
@@ -257,8 +345,8 @@ func (c *Config) Validate() error {
 	if _, err := llm.ParseDecoding(c.Decoding); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_DECODING: %w", err))
 	}
-	if c.QueueSize < 1 || c.STTQueueSize < 1 {
-		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE and REPLYD_STT_QUEUE_SIZE must be at least 1"))
+	if c.QueueSize < 1 || c.STTQueueSize < 1 || c.MaxDecodes < 1 {
+		errs = append(errs, errors.New("REPLYD_QUEUE_SIZE, REPLYD_STT_QUEUE_SIZE and REPLYD_MAX_DECODES must be at least 1"))
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))
@@ -286,12 +374,27 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, errors.New("REPLYD_STORE_URL must be a postgres:// (or postgresql://) URL, or empty for the bbolt file in the data directory"))
+	}
+	if strings.TrimSpace(c.NodeName) == "" || len(c.NodeName) > 64 {
+		errs = append(errs, errors.New("REPLYD_NODE_NAME must be 1 to 64 characters"))
+	}
 	return errors.Join(errs...)
 }
 
 // SpeechThreads is the threads speech-to-text runs: REPLYD_STT_THREADS, at
 // most the shared cores (a transcription holds that many of them).
 func (c *Config) SpeechThreads() int { return min(c.STTThreads, c.CPUCores) }
+
+// MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
+// else REPLYD_LOG_RETENTION; 0 keeps them.
+func (c *Config) MemoryKeep() time.Duration {
+	if c.MemoryRetention >= 0 {
+		return c.MemoryRetention
+	}
+	return c.LogRetention
+}
 
 // TLSEnabled reports whether replyd serves HTTPS.
 func (c *Config) TLSEnabled() bool { return c.TLS != "off" || c.TLSCert != "" }
@@ -302,7 +405,9 @@ func (c *Config) Print(w io.Writer) {
 	lines := make([]string, 0, len(options()))
 	for _, o := range options() {
 		v := o.get(c)
-		if o.secret && v != "" {
+		if o.redact != nil {
+			v = o.redact(v)
+		} else if o.secret && v != "" {
 			v = mask(v)
 		}
 		lines = append(lines, fmt.Sprintf("%s=%s", o.env, v))
@@ -311,6 +416,38 @@ func (c *Config) Print(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// redacted gives o a redact function for `replyd config`.
+func redacted(o option, f func(string) string) option {
+	o.redact = f
+	return o
+}
+
+// redactURL shows a URL with its password (and any password= parameter)
+// masked, so that `replyd config` still tells where the database is.
+func redactURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		return mask(v)
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "REDACTED")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// defaultNodeName is the hostname, or "replyd" when it cannot be read.
+func defaultNodeName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "replyd"
 }
 
 // mask hides a secret, keeping only a hint of its length. URLs are secrets
@@ -343,10 +480,16 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// FormatDuration prints whole days as "Nd", anything else as Go does.
+// FormatDuration prints whole days as "Nd", whole hours as "Nh", whole
+// minutes as "Nm", anything else as Go does ("90s" is "1m30s").
 func FormatDuration(d time.Duration) string {
-	if d > 0 && d%(24*time.Hour) == 0 {
+	switch {
+	case d > 0 && d%(24*time.Hour) == 0:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d > 0 && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
 	}
 	return d.String()
 }

@@ -49,7 +49,17 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--threads", "0"}, "at least 1"},
 		{nil, []string{"--log-level", "loud"}, "REPLYD_LOG_LEVEL"},
 		{nil, []string{"--seed", "-3"}, "REPLYD_SEED"},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "*"}, nil, `REPLYD_CORS_ORIGINS: "*" is not allowed`},
+		{map[string]string{"REPLYD_CORS_ORIGINS": "https://a.example, aac.example"}, nil, `"aac.example" is not an origin`},
+		{nil, []string{"--public-url", "replyd.local:8080"}, "REPLYD_PUBLIC_URL"},
+		{nil, []string{"--public-url", "https://replyd.local/app/"}, "REPLYD_PUBLIC_URL"},
+		{map[string]string{"REPLYD_STORE_URL": "/var/lib/replyd/replyd.db"}, nil, "REPLYD_STORE_URL must be a postgres://"},
+		{map[string]string{"REPLYD_NODE_NAME": " "}, nil, "REPLYD_NODE_NAME"},
 		{map[string]string{"REPLYD_TRUSTED_PROXIES": "10.0.0.1, proxy.lan"}, nil, "REPLYD_TRUSTED_PROXIES"},
+		{map[string]string{"REPLYD_ADMIN_KEY": "aaaaaaaaaaaaaaaa"}, nil, "use at least 20"},
+		{nil, []string{"--admin-key", "abcdefghijklmnopqrstuvwxyz"}, "too easy to guess"},
+		{map[string]string{"REPLYD_OTP_TTL": "0"}, nil, "REPLYD_OTP_TTL"},
+		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
@@ -66,6 +76,7 @@ func TestConfigPrintMasksSecrets(t *testing.T) {
 		"REPLYD_TELEGRAM_BOT_TOKEN": "123:abc",
 		"REPLYD_GOTIFY_TOKEN":       "gotify-token-value",
 		"REPLYD_OTP_CHANNEL":        "webhook",
+		"REPLYD_STORE_URL":          "postgres://replyd:pg-pass-word@db.lan:5432/replyd?sslmode=verify-full",
 	})
 	cfg, _, err := LoadConfig("config", nil, env, io.Discard)
 	if err != nil {
@@ -74,7 +85,10 @@ func TestConfigPrintMasksSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	cfg.Print(&buf)
 	out := buf.String()
-	for _, secret := range []string{"super-secret-admin-key", "t0ken", "123:abc", "gotify-token-value"} {
+	if !strings.Contains(out, "REPLYD_STORE_URL=postgres://replyd:REDACTED@db.lan:5432/replyd?sslmode=verify-full\n") {
+		t.Errorf("the store URL is not shown with only its password hidden:\n%s", out)
+	}
+	for _, secret := range []string{"super-secret-admin-key", "t0ken", "123:abc", "gotify-token-value", "pg-pass-word"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config output shows secret %q:\n%s", secret, out)
 		}
@@ -133,5 +147,44 @@ func TestConfigTrustedProxies(t *testing.T) {
 	cfg, _, err = LoadConfig("serve", nil, envMap(nil), io.Discard)
 	if err != nil || cfg.TrustedNets != nil {
 		t.Errorf("default: %v %v", cfg.TrustedNets, err)
+	}
+}
+
+// TestMemoryRetention: REPLYD_MEMORY_RETENTION, else REPLYD_LOG_RETENTION;
+// texts awaiting feedback go once feedback can no longer come.
+func TestMemoryRetention(t *testing.T) {
+	load := func(env map[string]string) *Config {
+		t.Helper()
+		cfg, _, err := LoadConfig("serve", nil, func(k string) string { return env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if got := load(nil).MemoryKeep(); got != 30*24*time.Hour {
+		t.Errorf("default: %v, want the log retention 30d", got)
+	}
+	if got := load(map[string]string{"REPLYD_LOG_RETENTION": "7d"}).MemoryKeep(); got != 7*24*time.Hour {
+		t.Errorf("follows REPLYD_LOG_RETENTION: %v", got)
+	}
+	if got := load(map[string]string{"REPLYD_LOG_RETENTION": "7d", "REPLYD_MEMORY_RETENTION": "90d"}).MemoryKeep(); got != 90*24*time.Hour {
+		t.Errorf("REPLYD_MEMORY_RETENTION: %v", got)
+	}
+	if got := load(map[string]string{"REPLYD_MEMORY_RETENTION": "0"}).MemoryKeep(); got != 0 {
+		t.Errorf("0 keeps: %v", got)
+	}
+	if _, _, err := LoadConfig("serve", []string{"--memory-retention", "soon"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("a bad retention was accepted")
+	}
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	feedback := now.Add(-(24*time.Hour + 10*time.Minute))
+	if p, tx := memoryPruneTimes(0, now); !p.IsZero() || !tx.Equal(feedback) {
+		t.Errorf("keep forever: pairs before %v, texts before %v", p, tx)
+	}
+	if p, tx := memoryPruneTimes(30*24*time.Hour, now); !p.Equal(now.Add(-30*24*time.Hour)) || !tx.Equal(feedback) {
+		t.Errorf("30d: pairs before %v, texts before %v", p, tx)
+	}
+	if p, tx := memoryPruneTimes(time.Hour, now); !p.Equal(now.Add(-time.Hour)) || !tx.Equal(p) {
+		t.Errorf("1h: pairs before %v, texts before %v (the shorter retention wins)", p, tx)
 	}
 }

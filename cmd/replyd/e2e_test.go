@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/internal/testaudio"
 	"github.com/replyd/replyd/internal/testutil"
 )
@@ -45,7 +48,7 @@ func startReplyd(t *testing.T, env map[string]string) *testutil.Replyd {
 func inferRequest(apiKey, payload string, wav []byte) replydproc.Request {
 	ct, body := replydproc.InferForm([]byte(payload), wav)
 	return replydproc.Request{Method: "POST", Path: "/v1/infer", Header: map[string]string{"X-API-KEY": apiKey},
-		Body: body, ContentType: ct, Timeout: 2 * time.Minute}
+		Body: body, ContentType: ct, Timeout: 6 * time.Minute}
 }
 
 // testWAV returns a recording: the jfk clip of the shared data when present,
@@ -60,6 +63,30 @@ func testWAV(t *testing.T) []byte {
 	return testaudio.Mono16(16000, testaudio.Voiced(2, 16000))
 }
 
+// demoEnv writes the demo models into a temporary directory and returns it
+// with the environment of a replyd on them: its data directory there, the
+// admin key, one language-model thread and a short context.
+func demoEnv(t *testing.T, adminKey string) (string, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	modelDir := filepath.Join(dir, "models")
+	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
+		t.Fatalf("models demo exited %d", code)
+	}
+	return dir, map[string]string{
+		"REPLYD_DATA_DIR":      filepath.Join(dir, "data"),
+		"REPLYD_ADMIN_KEY":     adminKey,
+		"REPLYD_LLM_MODEL":     filepath.Join(modelDir, "llm-demo.gguf"),
+		"REPLYD_WHISPER_MODEL": filepath.Join(modelDir, "whisper-demo.bin"),
+		"REPLYD_THREADS":       "1",
+		"REPLYD_LLM_CONTEXT":   "2048",
+		// Functional tests, not speed tests: under the race detector on a
+		// busy machine an 11 s recording can take longer than the 30 s
+		// default deadline.
+		"REPLYD_INFER_TIMEOUT": "5m",
+	}
+}
+
 // TestEndToEnd runs the real program on demo models: it creates a key, calls
 // /v1/infer with and without audio, logs in by OTP through a webhook, then
 // restarts the process and finds keys, prompt, sessions and logs intact.
@@ -67,23 +94,11 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
 	rcv := testutil.NewOTPInbox(t)
 	const adminKey = "e2e-admin-key-0123456789abcdef"
-	env := map[string]string{
-		"REPLYD_DATA_DIR":        filepath.Join(dir, "data"),
-		"REPLYD_ADMIN_KEY":       adminKey,
-		"REPLYD_LLM_MODEL":       filepath.Join(modelDir, "llm-demo.gguf"),
-		"REPLYD_WHISPER_MODEL":   filepath.Join(modelDir, "whisper-demo.bin"),
-		"REPLYD_OTP_CHANNEL":     "webhook",
-		"REPLYD_OTP_WEBHOOK_URL": rcv.URL,
-		"REPLYD_THREADS":         "1",
-		"REPLYD_LLM_CONTEXT":     "2048",
-	}
+	dir, env := demoEnv(t, adminKey)
+	env["REPLYD_OTP_CHANNEL"] = "webhook"
+	env["REPLYD_OTP_WEBHOOK_URL"] = rcv.URL
 	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
 
@@ -93,13 +108,18 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if r := p.Call(replydproc.Request{Method: "GET", Path: "/client.md"}); r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/markdown") || !bytes.Contains(r.Body, []byte("/v1/infer")) {
 		t.Fatalf("client.md: %d %q", r.Status, r.Header.Get("Content-Type"))
+	} else if budget := fmt.Sprintf("%d tokens", llm.PromptBudget(2048, llm.DefaultMaxReplyTokens)); !bytes.Contains(r.Body, []byte(budget)) {
+		t.Errorf("client.md does not state the prompt budget of this configuration (%s)", budget)
+	}
+	if r := p.Call(replydproc.Request{Method: "HEAD", Path: "/healthz"}); r.Status != 200 || len(r.Body) != 0 {
+		t.Fatalf("HEAD /healthz: %d, %d bytes", r.Status, len(r.Body))
 	}
 
 	// A key, shown once.
 	created := p.JSON("POST", "/v1/admin/keys", admin, map[string]any{"client_id": "tablet-e2e"}, 200)
 	apiKey, _ := created["api_key"].(string)
 	keyHash, _ := created["api_key_hash"].(string)
-	if apiKey == "" || keyHash != sha256Hex(apiKey) {
+	if apiKey == "" || keyHash != secret.Hash(apiKey) {
 		t.Fatalf("create key: %v", created)
 	}
 
@@ -132,8 +152,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("otp send: %v", sent)
 	}
 	code := rcv.Next(t, 1)
-	if len(code) != 6 {
-		t.Fatalf("webhook got code %q", code)
+	if len(code) != 8 {
+		t.Fatalf("webhook got code %q, want 8 digits", code)
 	}
 	if strings.Contains(p.Output(), code) {
 		t.Fatalf("the OTP code appears in replyd's output")
@@ -145,11 +165,29 @@ func TestEndToEnd(t *testing.T) {
 	}
 	session := map[string]string{"X-ADMIN-SESSION": token}
 
+	// The built-in prompt is version "1", as the OpenAPI file says.
+	if pr := p.JSON("GET", "/v1/admin/system-prompt", session, nil, 200); pr["version"] != "1" {
+		t.Fatalf("built-in prompt: %v", pr)
+	}
+	if r := p.Call(replydproc.Request{Path: "/openapi.yaml"}); !bytes.Contains(r.Body, []byte(`built-in prompt as version "1"`)) {
+		t.Errorf("openapi.yaml does not say the built-in prompt is version \"1\"")
+	}
+
+	// Fields each within their limit but together too long for the model:
+	// a permanent 400 naming them, not a 502 to retry.
+	long := strings.Repeat("Retired teacher who loves gardening. ", 200)[:7000]
+	payload, _ := json.Marshal(map[string]any{"disabled_person_biography": long, "persona": long, "user_profile": long,
+		"messages": []map[string]string{{"role": "speaker", "content": "Tea?"}}})
+	if r := p.Call(inferRequest(apiKey, string(payload), nil)); r.Status != 400 || !bytes.Contains(r.Body, []byte(`"error":"prompt_too_long"`)) ||
+		!bytes.Contains(r.Body, []byte("persona")) || bytes.Contains(r.Body, []byte("gardening")) {
+		t.Fatalf("texts over the combined budget: %d %s", r.Status, r.Body)
+	}
+
 	// A new prompt version.
 	p.JSON("POST", "/v1/admin/system-prompt", session, map[string]string{"prompt": "Reply as me, briefly and warmly."}, 200)
 	logs := p.JSON("GET", "/v1/admin/logs?window=1h", session, nil, 200)
 	nLogs := int(logs["count"].(float64))
-	if nLogs < 5 { // key created, 2 infers, login ok, prompt changed
+	if nLogs < 6 { // key created, 3 infers, login ok, prompt changed
 		t.Fatalf("logs before restart: %v", logs)
 	}
 
@@ -170,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("logs after restart: %d < %d", int(logs2["count"].(float64)), nLogs)
 	}
 	stats := p.JSON("GET", "/v1/admin/stats?window=1h", admin, nil, 200)
-	if stats["total_requests"] != float64(2) || stats["active_users"] != float64(1) {
+	if stats["total_requests"] != float64(3) || stats["active_users"] != float64(1) {
 		t.Fatalf("stats after restart: %v", stats)
 	}
 	if r := p.Call(inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Still there?"}]}`, nil)); r.Status != 200 {

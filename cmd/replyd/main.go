@@ -11,6 +11,8 @@
 //	replyd backup --out FILE  hot, consistent copy of the data file
 //	replyd restore FILE       replace the data file with a backup (stopped)
 //	replyd check              bbolt consistency check of the data file
+//	replyd eval               score system prompts offline on recorded dialogs
+//	replyd store migrate      copy a bbolt data file into PostgreSQL
 //	replyd version
 package main
 
@@ -46,9 +48,13 @@ Usage:
                                         tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B; prints its path
   replyd models verify [--dir DIR]      check model files against models/manifest.json
   replyd transcribe --model PATH [--language xx] [--threads N] [--json] FILE
-  replyd backup --out FILE              hot, consistent copy of the data file
+  replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)
   replyd restore FILE                   replace the data file with a backup (stop replyd first)
   replyd check                          consistency check of the data file
+  replyd eval [--dialogs FILE.jsonl] [--prompt-file F | --prompt-version V --server URL] [-n 4] [--json]
+                                        score prompts offline on recorded dialogs (built-in set by default)
+  replyd store migrate --from FILE --to postgres://… [--force]
+                                        copy a bbolt data file into PostgreSQL (stop replyd first)
   replyd version
 `
 
@@ -76,6 +82,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = cmdRestore(args, getenv, stdout, stderr)
 	case "check":
 		err = cmdCheck(args, getenv, stdout, stderr)
+	case "eval":
+		err = cmdEval(ctx, args, getenv, stdout, stderr)
+	case "store":
+		err = cmdStore(ctx, args, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "replyd", version)
 	case "help", "-h", "--help":
@@ -159,7 +169,7 @@ func cmdAdminKey(args []string, getenv func(string) string, stderr io.Writer) er
 	if cfg.AdminKey != "" {
 		return errors.New("admin-key --reset: REPLYD_ADMIN_KEY is set, so the configured key would replace the new one at the next start; change it in the configuration instead")
 	}
-	db, err := openStore(cfg)
+	db, err := openStore(context.Background(), cfg, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
 		return err
 	}

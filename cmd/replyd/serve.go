@@ -14,10 +14,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/mattn/go-isatty"
+
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
+	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/notify"
+	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
 )
 
@@ -32,61 +37,53 @@ type Server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	db      *store.DB
+	db      store.Store
+	api     *api.Server
 	eng     *engines
 	http    *http.Server
 	metrics *http.Server
 	ln      net.Listener
-	tls     bool
+	tls     *tlsSetup // nil when TLS is off
 
 	fatal chan error // a model failed to load, or a listener died
 	stop  context.CancelFunc
 	bg    chan struct{}
 }
 
-// dbPath is where the bbolt file lives.
-func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db") }
-
-// openStore creates the data directory and opens the store, turning the
-// common failures into messages an admin can act on.
-func openStore(cfg *Config) (*store.DB, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
-	}
-	db, err := store.Open(dbPath(cfg), store.Options{})
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
-		}
-		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
-	}
-	return db, nil
-}
-
 // Run opens everything and starts serving. Models load in the background:
 // /healthz answers 503 {"status":"loading"} until both are ready.
 func (s *Server) Run(ctx context.Context) error {
 	cfg := s.cfg
-	db, err := openStore(cfg)
+	db, err := openStore(ctx, cfg, s.log)
 	if err != nil {
 		return err
 	}
 	s.db = db
+	// Boxes sharing PostgreSQL share its rate limiter; one box keeps its own.
+	limiter, _ := db.(store.RateLimiter)
 
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
 	}
-	if _, ok, err := db.CurrentPrompt(); err != nil {
-		return fmt.Errorf("reading the system prompt: %w", err)
-	} else if !ok {
-		if err := db.SavePrompt(store.PromptVersion{Prompt: api.DefaultSystemPrompt, Version: "1", CreatedAt: time.Now().UTC()}); err != nil {
-			return fmt.Errorf("saving the default system prompt: %w", err)
-		}
+	if _, err := api.SeedDefaultPrompt(db, time.Now()); err != nil {
+		return fmt.Errorf("saving the built-in system prompt: %w", err)
 	}
 
-	notifier, err := notify.New(notifyConfig(cfg, s.stderr))
-	if err != nil {
-		return fmt.Errorf("OTP channel: %w", err)
+	s.warnIfNearlyFull()
+	tempDir := filepath.Join(cfg.DataDir, "tmp")
+	if n, err := audio.PrepareTempDir(tempDir); err != nil {
+		return fmt.Errorf("temporary folder %s: %w", tempDir, err)
+	} else if n > 0 {
+		s.log.Info("removed temporary copies of recordings left by an earlier run", "count", n, "dir", tempDir)
+	}
+
+	var notifier api.Notifier
+	if cfg.OTPChannel != api.ChannelTOTP {
+		n, err := notify.New(notifyConfig(cfg, s.stderr))
+		if err != nil {
+			return fmt.Errorf("OTP channel: %w", err)
+		}
+		notifier = n
 	}
 
 	if err := ensureModels(cfg, s.log); err != nil {
@@ -95,18 +92,29 @@ func (s *Server) Run(ctx context.Context) error {
 	s.eng = newEngines(cfg)
 
 	var tlsCfg *tls.Config
+	var certs api.CertSource
 	if cfg.TLSEnabled() {
-		tlsCfg, err = loadTLS(cfg, s.stderr)
+		s.tls, err = loadTLS(cfg, s.log)
 		if err != nil {
 			return err
 		}
-		s.tls = true
+		tlsCfg, certs = s.tls.config, s.tls.certs
+	}
+	corsOrigins, err := api.ParseCORSOrigins(cfg.CORSOrigins)
+	if err != nil {
+		return fmt.Errorf("REPLYD_CORS_ORIGINS: %w", err)
+	}
+	if len(corsOrigins) > 0 {
+		s.log.Info("browser pages on other origins may call /v1/infer, /v1/pair and /v1/feedback", "cors_origins", strings.Join(corsOrigins, ","))
+	}
+	if !audio.M4AAvailable() {
+		s.log.Warn("ffmpeg is not installed: M4A/AAC recordings (what iOS records) are refused with 415; install ffmpeg (Debian package ffmpeg) to accept them")
 	}
 
 	// One CPU budget for both engines: their busy threads never exceed it.
 	cpu := engine.NewCores(cfg.CPUCores)
-	pipe := &engine.Pipeline{Decode: audio.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio,
-		CPU: cpu, STTThreads: cfg.SpeechThreads(), Overlap: cfg.Overlap == "on"}
+	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio,
+		Memory: recall.New(db, 0), CPU: cpu, STTThreads: cfg.SpeechThreads(), Overlap: cfg.Overlap == "on"}
 	det, vadStatus := loadVAD(cfg.VADModel, s.log)
 	if det != nil {
 		pipe.VAD = det
@@ -119,11 +127,16 @@ func (s *Server) Run(ctx context.Context) error {
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
 	pipe.LLMStage.Max = cfg.QueueSize + 1
 	pipe.Workload.MaxWaitRatio = cfg.MaxWaitRatio
+	pipe.Decodes.Max = cfg.MaxDecodes
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
 	limits.InferTimeout = cfg.InferTimeout
 	limits.SessionTTL = cfg.SessionTTL
+	limits.PromptBudgetTokens = llm.PromptBudget(cfg.ContextPerSeq, cfg.MaxReplyTokens)
+	limits.OTPTTL = cfg.OTPTTL
+	limits.OTPResendInterval = cfg.OTPResendInterval
+	limits.MinFreeBytes = int64(cfg.MinFreeMB) << 20
 	srv := api.New(api.Options{
 		Store:          db,
 		Inferer:        pipe,
@@ -133,15 +146,24 @@ func (s *Server) Run(ctx context.Context) error {
 		Version:        version,
 		Limits:         limits,
 		MetricsPublic:  cfg.MetricsAddr != "",
-		TLS:            s.tls,
-		DataFile:       dbPath(cfg),
+		TLS:            s.tls != nil,
+		Node:           cfg.NodeName,
+		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
+		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
+		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
+		PublicURL:      cfg.PublicURL,
+		CORSOrigins:    corsOrigins,
+		Certs:          certs,
+		M4A:            audio.M4AAvailable,
 	})
+	s.api = srv
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	ln = srv.Listener(ln) // at most MaxConnsPerAddr connections per client address
 	s.ln = ln
 	s.http = srv.HTTPServer(cfg.Addr)
 	s.http.TLSConfig = tlsCfg
@@ -158,11 +180,15 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	scheme := "http"
-	if s.tls {
+	if s.tls != nil {
 		scheme = "https"
 	}
-	s.log.Info("replyd listening", "addr", ln.Addr().String(), "admin_page", fmt.Sprintf("%s://%s/admin/", scheme, displayAddr(ln.Addr())), "version", version)
-	if !s.tls && !isLoopback(ln.Addr()) {
+	base := fmt.Sprintf("%s://%s", scheme, displayAddr(ln.Addr()))
+	if cfg.PublicURL != "" {
+		base = strings.TrimSuffix(cfg.PublicURL, "/")
+	}
+	s.log.Info("replyd listening", "node", cfg.NodeName, "store", db.Describe(), "addr", ln.Addr().String(), "admin_page", base+"/admin/", "conversation_page", base+"/app/", "version", version)
+	if s.tls == nil && !isLoopback(ln.Addr()) {
 		s.log.Warn("TLS is off: API keys, admin keys and dialog text cross the LAN in clear; set REPLYD_TLS=auto or REPLYD_TLS_CERT/REPLYD_TLS_KEY")
 	}
 
@@ -189,14 +215,26 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(s.bg)
 		s.housekeeping(bgctx)
 	}()
+	notifySystemd(s.log, "STATUS=loading the models")
 	go func() {
 		if err := s.eng.load(cfg, cpu, s.log); err != nil {
 			s.fatal <- err
 			return
 		}
 		s.log.Info("replyd ready")
+		// Under systemd (Type=notify) the unit becomes active only now,
+		// when /healthz answers 200.
+		notifySystemd(s.log, daemon.SdNotifyReady+"\nSTATUS=serving")
 	}()
 	return nil
+}
+
+// notifySystemd sends state to the service manager when replyd runs under
+// systemd with Type=notify ($NOTIFY_SOCKET set); elsewhere it does nothing.
+func notifySystemd(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("notifying systemd failed", "error", err.Error())
+	}
 }
 
 // Wait blocks until ctx ends (a signal) or a fatal error happens.
@@ -213,6 +251,7 @@ func (s *Server) Wait(ctx context.Context) error {
 // within the grace period, stop the background jobs, release the engines and
 // close the store (which flushes batched log writes).
 func (s *Server) Close() error {
+	notifySystemd(s.log, daemon.SdNotifyStopping)
 	var errs []error
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
@@ -228,6 +267,9 @@ func (s *Server) Close() error {
 		s.stop()
 		<-s.bg
 	}
+	if s.api != nil {
+		s.api.Close() // logs the failed authentications still being counted
+	}
 	if s.eng != nil {
 		s.eng.close()
 	}
@@ -239,18 +281,68 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// housekeeping prunes old log entries (in small transactions, so the data
-// file stays bounded without blocking writers) and expired sessions.
+// housekeeping keeps the data file bounded without blocking writers: every
+// minute it trims the log to REPLYD_LOG_MAX_MB (oldest first) and deletes
+// expired pairing codes (a read when there are none); every ten minutes it
+// prunes log entries past their retention, expired sessions and expired
+// login codes, all in small transactions, and renews the TLS server
+// certificate when due.
 func (s *Server) housekeeping(ctx context.Context) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
+	minute := time.NewTicker(time.Minute)
+	defer minute.Stop()
+	s.prune(ctx)
+	s.trimLog()
 	for {
-		s.prune(ctx)
 		select {
 		case <-ctx.Done():
 			return
+		case <-minute.C:
+			if _, err := s.db.PrunePairings(time.Now()); err != nil {
+				s.log.Warn("pruning pairing codes", "err", err)
+			}
+			s.trimLog()
 		case <-t.C:
+			s.prune(ctx)
+			s.renewCert()
 		}
+	}
+}
+
+// trimLog deletes the oldest log entries while the log takes more than
+// REPLYD_LOG_MAX_MB.
+func (s *Server) trimLog() {
+	if s.cfg.LogMaxMB <= 0 {
+		return
+	}
+	n, err := s.db.PruneLogsToSize(int64(s.cfg.LogMaxMB)*1000*1000, 500)
+	if err != nil {
+		s.log.Warn("trimming the log to its size bound", "err", err)
+	}
+	if n > 0 {
+		s.log.Info("deleted the oldest log entries to keep the log within its size bound", "count", n, "log_max_mb", s.cfg.LogMaxMB)
+	}
+}
+
+// warnIfNearlyFull warns at start when the data disk has less free space
+// than REPLYD_MIN_FREE_MB.
+func (s *Server) warnIfNearlyFull() {
+	free, err := diskFree(s.cfg.DataDir)
+	if err == nil && free < int64(s.cfg.MinFreeMB)<<20 {
+		s.log.Warn("the data directory's disk is nearly full: writes will fail when it is; free space on it",
+			"dir", s.cfg.DataDir, "free_mib", free>>20, "min_free_mb", s.cfg.MinFreeMB)
+	}
+}
+
+// renewCert replaces the server certificate of REPLYD_TLS=auto when it
+// nears its expiry or the box's names or addresses changed.
+func (s *Server) renewCert() {
+	if s.tls == nil || s.tls.ca == nil {
+		return
+	}
+	if _, err := s.tls.ca.renew(time.Now()); err != nil {
+		s.log.Error("renewing the TLS server certificate failed; the current one stays in use", "err", err, "expires", s.tls.certs.leafNotAfter().UTC().Format(time.RFC3339))
 	}
 }
 
@@ -259,6 +351,13 @@ func (s *Server) prune(ctx context.Context) {
 	if _, err := s.db.PruneSessions(now); err != nil {
 		s.log.Warn("pruning sessions", "err", err)
 	}
+	if _, err := s.db.PruneOTPs(now); err != nil {
+		s.log.Warn("pruning login codes", "err", err)
+	}
+	if _, err := s.db.PrunePairings(now); err != nil {
+		s.log.Warn("pruning pairing codes", "err", err)
+	}
+	s.pruneMemory(now)
 	if s.cfg.LogRetention <= 0 {
 		return
 	}
@@ -280,10 +379,46 @@ func (s *Server) prune(ctx context.Context) {
 	}
 }
 
+// otpCodeFile is where the console channel writes login codes when stderr is
+// not a terminal (under systemd it is the journal, which must never hold one).
+const otpCodeFile = "otp-code.txt"
+
+// memoryPruneTimes are the cut-offs of PruneMemory at now: pairs older than
+// the memory retention (never, when it is 0), and the texts that awaited
+// feedback once it can no longer come (or at the retention, if shorter).
+func memoryPruneTimes(keep time.Duration, now time.Time) (pairsBefore, textsBefore time.Time) {
+	textsBefore = now.Add(-(store.FeedbackWindow + store.ReplaceWindow))
+	if keep > 0 {
+		pairsBefore = now.Add(-keep)
+		if pairsBefore.After(textsBefore) {
+			textsBefore = pairsBefore
+		}
+	}
+	return pairsBefore, textsBefore
+}
+
+// pruneMemory applies the memory retention (see memoryPruneTimes).
+func (s *Server) pruneMemory(now time.Time) {
+	keep := s.cfg.MemoryKeep()
+	p, err := s.db.PruneMemory(memoryPruneTimes(keep, now))
+	if err != nil {
+		s.log.Warn("pruning remembered replies", "err", err)
+		return
+	}
+	if p != (store.MemoryPrune{}) {
+		s.log.Info("pruned remembered replies", "pairs", p.Pairs, "pending_texts", p.Pending, "users", p.Users, "retention", FormatDuration(keep))
+	}
+}
+
 func notifyConfig(cfg *Config, stderr io.Writer) notify.Config {
+	consoleFile := ""
+	if f, ok := stderr.(*os.File); !ok || !isatty.IsTerminal(f.Fd()) {
+		consoleFile = filepath.Join(cfg.DataDir, otpCodeFile)
+	}
 	return notify.Config{
 		Channel:        cfg.OTPChannel,
 		Console:        stderr,
+		ConsoleFile:    consoleFile,
 		WebhookURL:     cfg.OTPWebhookURL,
 		TelegramToken:  cfg.TelegramBotToken,
 		TelegramChatID: cfg.TelegramChatID,

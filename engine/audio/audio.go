@@ -55,6 +55,22 @@ func Detect(data []byte) Format {
 	return FormatUnknown
 }
 
+// Decoder decodes uploads. Its zero value is ready to use.
+type Decoder struct {
+	// TempDir is where an M4A file whose index comes last is written for
+	// ffmpeg, which cannot read such a file from a pipe; empty means
+	// os.TempDir(). replyd points it at a 0700 folder in its data
+	// directory (PrepareTempDir), so that no copy of a recording lands in
+	// a shared folder, and a crash's leftovers are removed at the next
+	// start.
+	TempDir string
+}
+
+// Decode is Decoder{}.Decode.
+func Decode(data []byte, max time.Duration) ([]float32, error) {
+	return Decoder{}.Decode(data, max)
+}
+
 // Decode detects the format of data, decodes it, mixes its channels down to
 // mono (the mean of the channels) and resamples it to 16 kHz (SampleRate).
 //
@@ -70,7 +86,12 @@ func Detect(data []byte) Format {
 // ErrEmpty, with a message that describes the problem in words safe to show a
 // client; it never quotes the uploaded bytes. Decode does not panic on any
 // input. It is safe for concurrent use.
-func Decode(data []byte, max time.Duration) ([]float32, error) {
+//
+// Recordings with more than MaxChannels channels or a sample rate above
+// MaxRate are refused with ErrUnsupported from their header, before anything
+// is allocated for their samples: no speech recording needs them, and they
+// only multiply the memory and CPU a request costs.
+func (d Decoder) Decode(data []byte, max time.Duration) ([]float32, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: the upload has no bytes", ErrEmpty)
 	}
@@ -91,7 +112,7 @@ func Decode(data []byte, max time.Duration) ([]float32, error) {
 	case FormatFLAC:
 		pcm, err = guard(f, func() ([]float32, error) { return decodeFLAC(data, max) })
 	case FormatM4A:
-		pcm, err = decodeM4A(data, max, lookFFmpeg())
+		pcm, err = decodeM4A(data, max, lookFFmpeg(), d.TempDir)
 	default:
 		if bytes.HasPrefix(data, []byte("OggS")) {
 			return nil, fmt.Errorf("%w: Ogg files are accepted only with the Opus codec (Vorbis and others are not supported)", ErrUnsupported)
@@ -155,12 +176,6 @@ func corrupt(f Format, format string, args ...any) error {
 // unsupported wraps ErrUnsupported with a message about format f.
 func unsupported(f Format, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrUnsupported, f, fmt.Sprintf(format, args...))
-}
-
-// toMono16k mixes interleaved samples of ch channels at rate down to mono
-// and resamples them to SampleRate. It reuses in's storage when it can.
-func toMono16k(in []float32, ch, rate int) []float32 {
-	return Resample(downmix(in, ch), rate, SampleRate)
 }
 
 // clamp1 clips v to [-1, 1].

@@ -229,7 +229,7 @@ func TestDecodeM4AWithoutFFmpeg(t *testing.T) {
 	if f := Detect(data); f != FormatM4A {
 		t.Fatalf("Detect = %q, want m4a", f)
 	}
-	_, err := decodeM4A(data, time.Minute, "")
+	_, err := decodeM4A(data, time.Minute, "", "")
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "M4A/AAC needs ffmpeg, which is not installed") {
 		t.Errorf("err = %v", err)
 	}
@@ -388,7 +388,53 @@ func TestDecodeM4AMoovPlacement(t *testing.T) {
 			if _, err := Decode(data, 10*time.Second); !errors.Is(err, ErrTooLong) {
 				t.Errorf("with a 10 s limit: err = %v, want ErrTooLong", err)
 			}
+			// The temporary copy goes to the Decoder's folder and is gone
+			// afterwards; a piped file needs none.
+			tmp := t.TempDir()
+			if _, err := (Decoder{TempDir: tmp}).Decode(data, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("%d files left in the temporary folder", len(left))
+			}
+			_, err = (Decoder{TempDir: filepath.Join(tmp, "missing")}).Decode(data, time.Minute)
+			if faststart != (err == nil) {
+				t.Errorf("with a missing temporary folder: err = %v (faststart %v)", err, faststart)
+			}
 		})
+	}
+}
+
+func TestPrepareTempDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tmp")
+	if n, err := PrepareTempDir(dir); err != nil || n != 0 {
+		t.Fatalf("fresh: %d, %v", n, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"replyd-upload-1.m4a", "replyd-upload-2.m4a"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("recording"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := filepath.Join(dir, "not-ours.txt")
+	if err := os.WriteFile(keep, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := PrepareTempDir(dir)
+	if err != nil || n != 2 {
+		t.Fatalf("removed %d, %v", n, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	if len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a file that is not an upload copy was removed: %v", err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v, want 0700", fi.Mode().Perm())
 	}
 }
 
@@ -528,4 +574,78 @@ func TestDecodeFLACDeclaredLength(t *testing.T) {
 	if _, err := Decode(data, time.Minute); err != nil {
 		t.Errorf("the unmodified file: %v", err)
 	}
+}
+
+// TestDecodeRefusesLayoutsNoSpeechNeeds: more than MaxChannels channels or
+// a rate above MaxRate is refused as unsupported (415) from the header,
+// before the samples are allocated; the limits themselves are accepted.
+func TestDecodeRefusesLayoutsNoSpeechNeeds(t *testing.T) {
+	tone := func(ch, n int) [][]float32 {
+		out := make([][]float32, ch)
+		for c := range out {
+			out[c] = testaudio.Sine(440, 48000, n, 0.5)
+		}
+		return out
+	}
+	for _, s := range []testaudio.Format{{Bits: 16, Rate: 16000, Channels: MaxChannels}, {Bits: 16, Rate: MaxRate, Channels: 2}} {
+		pcm, err := Decode(testaudio.WAV(s, tone(s.Channels, s.Rate/10)), time.Minute)
+		if err != nil || len(pcm) != 1600 {
+			t.Errorf("%s: %d samples, %v", s, len(pcm), err)
+		}
+	}
+	for _, s := range []testaudio.Format{{Bits: 8, Rate: 16000, Channels: MaxChannels + 1}, {Bits: 16, Rate: MaxRate + 1, Channels: 1}, {Bits: 8, Rate: 768000, Channels: 1}} {
+		_, err := Decode(testaudio.WAV(s, tone(s.Channels, 100)), time.Minute)
+		if !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: err = %v, want ErrUnsupported", s, err)
+		}
+	}
+	// The upload: 65,535 channels of 8-bit samples, 25 MB. Refused
+	// with next to no allocation (the file itself is the caller's).
+	hdr := testaudio.WAV(testaudio.Format{Bits: 8, Rate: 16000, Channels: 1}, tone(1, 1))
+	binary.LittleEndian.PutUint16(hdr[22:], 65535)
+	binary.LittleEndian.PutUint16(hdr[32:], 65535)
+	big := append(hdr, make([]byte, 25<<20)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Decode(big, 2*time.Minute)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("65,535 channels: err = %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("refusing it allocated %d bytes", alloc)
+	}
+	// A mono 8-bit file at the largest rate allocates the mono samples
+	// once, not one float per byte per channel.
+	stereo := testaudio.WAV(testaudio.Format{Bits: 8, Rate: MaxRate, Channels: MaxChannels}, tone(MaxChannels, MaxRate))
+	runtime.ReadMemStats(&before)
+	if _, err := Decode(stereo, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	// MaxRate mono floats (768 KB) and the 16 kHz result; the old decoder
+	// took 8 times the first.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*4*MaxRate {
+		t.Errorf("decoding one second of %d channels at %d Hz allocated %d bytes", MaxChannels, MaxRate, alloc)
+	}
+}
+func TestM4AAvailableFollowsPATH(t *testing.T) {
+	if lookFFmpeg() == "" {
+		t.Skip("ffmpeg is not installed here (scripts/deps.sh installs it)")
+	}
+	if !M4AAvailable() {
+		t.Fatal("ffmpeg is on PATH but M4AAvailable says no")
+	}
+	t.Setenv("PATH", t.TempDir())
+	if M4AAvailable() {
+		t.Error("ffmpeg is not on PATH but M4AAvailable says yes")
+	}
+	if _, err := Decode(m4aHeaderOnly(), time.Minute); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "ffmpeg") {
+		t.Errorf("Decode of M4A without ffmpeg: %v", err)
+	}
+}
+
+// m4aHeaderOnly is the start of an M4A file: enough for Detect.
+func m4aHeaderOnly() []byte {
+	return append([]byte{0, 0, 0, 24}, []byte("ftypM4A \x00\x00\x02\x00isomM4A ")...)
 }

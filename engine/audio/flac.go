@@ -24,8 +24,8 @@ func decodeFLAC(data []byte, max time.Duration) ([]float32, error) {
 	}
 	info := stream.Info
 	rate := int(info.SampleRate)
-	if rate < minRate || rate > maxRate {
-		return nil, unsupported(f, "sample rate %d Hz is outside %d-%d Hz", rate, minRate, maxRate)
+	if err := checkLayout(f, rate, int(info.NChannels)); err != nil {
+		return nil, err
 	}
 	limit := maxFrames(max, rate)
 	if info.NSamples > uint64(limit) {

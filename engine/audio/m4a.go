@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 )
 
@@ -25,6 +26,11 @@ func lookFFmpeg() string {
 	return p
 }
 
+// M4AAvailable reports whether M4A/AAC recordings (what iOS records) can be
+// decoded now: that needs the ffmpeg executable on PATH. It looks each time,
+// so installing ffmpeg takes effect without a restart.
+func M4AAvailable() bool { return lookFFmpeg() != "" }
+
 // decodeM4A decodes M4A/AAC (or anything else in an ISO-BMFF container that
 // ffmpeg reads) with the ffmpeg executable at path, which also downmixes and
 // resamples to 16 kHz; no pure-Go AAC decoder exists. ffmpeg runs without a
@@ -36,8 +42,9 @@ func lookFFmpeg() string {
 // stdin. Most recorders (iOS and Android included) write moov last, which
 // ffmpeg cannot read from a pipe once the media data outgrows its probe
 // buffer ("partial file"); those are written to a private temporary file
-// that is removed before decodeM4A returns.
-func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
+// in tempDir (os.TempDir() when empty) that is removed before decodeM4A
+// returns.
+func decodeM4A(data []byte, max time.Duration, path, tempDir string) ([]float32, error) {
 	const f = FormatM4A
 	if path == "" {
 		return nil, unsupported(f, "M4A/AAC needs ffmpeg, which is not installed")
@@ -46,7 +53,7 @@ func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
 	defer cancel()
 	input := "pipe:0"
 	if !moovFirst(data) {
-		tmp, err := os.CreateTemp("", "replyd-upload-*.m4a")
+		tmp, err := os.CreateTemp(tempDir, tempPattern)
 		if err != nil {
 			return nil, unsupported(f, "no temporary file could be created for ffmpeg")
 		}
@@ -92,6 +99,31 @@ func decodeM4A(data []byte, max time.Duration, path string) ([]float32, error) {
 		return nil, errEmptyFile(f)
 	}
 	return pcm, nil
+}
+
+// tempPattern names the temporary copies of M4A uploads.
+const tempPattern = "replyd-upload-*.m4a"
+
+// PrepareTempDir makes dir (a Decoder's TempDir) a folder only its owner can
+// enter, creating it when needed, and removes every upload copy a crash left
+// in it. It returns how many files it removed. (Copies that versions before
+// the private folder left in the shared temporary folder are not touched:
+// another process may be using a file of that name there.)
+func PrepareTempDir(dir string) (int, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return 0, err
+	}
+	removed := 0
+	old, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	for _, f := range old {
+		if os.Remove(f) == nil {
+			removed++
+		}
+	}
+	return removed, nil
 }
 
 // moovFirst reports whether the top-level moov box of an ISO-BMFF file comes

@@ -129,7 +129,7 @@ func decodeMP3(data []byte, max time.Duration) ([]float32, error) {
 		return nil, corrupt(f, "the MP3 stream is malformed")
 	}
 	rate := dec.SampleRate()
-	if rate < minRate || rate > maxRate {
+	if rate < minRate || rate > MaxRate {
 		return nil, corrupt(f, "the MP3 sample rate is invalid")
 	}
 	spf := 1152

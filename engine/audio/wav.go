@@ -7,11 +7,15 @@ import (
 	"time"
 )
 
-// Sample rates outside this range are refused for every format: no
-// recording device produces them, and extreme ratios only cost CPU.
+// Recordings outside these bounds are refused for every format, from the
+// header, before their samples are allocated: no speech recording needs
+// them, and they only multiply the memory and CPU one request costs.
 const (
 	minRate = 1000
-	maxRate = 768000
+	// MaxRate is the highest sample rate accepted, in Hz.
+	MaxRate = 192000
+	// MaxChannels is the most channels a recording may have.
+	MaxChannels = 8
 )
 
 // WAVE format tags understood by decodeWAV.
@@ -22,7 +26,9 @@ const (
 )
 
 // decodeWAV reads a RIFF/WAVE file: 8-bit unsigned, 16/24/32-bit signed or
-// 32/64-bit float PCM, any rate in [minRate, maxRate] and any channel count,
+// 32/64-bit float PCM, any rate in [minRate, MaxRate] and 1 to MaxChannels
+// channels (mixed down while converting, so only the mono samples are
+// allocated),
 // with a plain, 18-byte or WAVE_FORMAT_EXTENSIBLE fmt chunk. A data chunk
 // whose declared size is 0 or 0xFFFFFFFF (streaming writers) is read up to
 // the end of the file; one that declares more bytes than the file holds is a
@@ -94,8 +100,8 @@ func decodeWAV(data []byte, max time.Duration) ([]float32, error) {
 	if ch < 1 {
 		return nil, corrupt(f, "the fmt chunk declares no channels")
 	}
-	if rate < minRate || rate > maxRate {
-		return nil, unsupported(f, "sample rate %d Hz is outside %d-%d Hz", rate, minRate, maxRate)
+	if err := checkLayout(f, rate, ch); err != nil {
+		return nil, err
 	}
 	var conv func([]byte) float32
 	switch {
@@ -132,11 +138,29 @@ func decodeWAV(data []byte, max time.Duration) ([]float32, error) {
 	if int64(frames) > maxFrames(max, rate) {
 		return nil, tooLong(max)
 	}
-	out := make([]float32, frames*ch)
+	out := make([]float32, frames)
+	inv := 1 / float32(ch)
 	for i := range out {
-		out[i] = conv(pcm[i*width : i*width+width])
+		frame := pcm[i*blockAlign : i*blockAlign+blockAlign]
+		var sum float32
+		for c := 0; c < ch; c++ {
+			sum += conv(frame[c*width : c*width+width])
+		}
+		out[i] = sum * inv
 	}
-	return toMono16k(out, ch, rate), nil
+	return Resample(out, rate, SampleRate), nil
+}
+
+// checkLayout refuses a sample rate outside [minRate, MaxRate] or a channel
+// count over MaxChannels, as declared by a header.
+func checkLayout(f Format, rate, ch int) error {
+	if rate < minRate || rate > MaxRate {
+		return unsupported(f, "sample rate %d Hz is outside %d-%d Hz", rate, minRate, MaxRate)
+	}
+	if ch > MaxChannels {
+		return unsupported(f, "%d channels is more than the %d accepted; record mono or stereo", ch, MaxChannels)
+	}
+	return nil
 }
 
 // finite maps NaN and infinities, which a float WAV may hold, to silence.

@@ -7,7 +7,12 @@ package llm
 
 // Prototypes of llama.cpp functions that github.com/ollama/ollama/llama
 // compiles into the binary but does not wrap. They match llama.h of the
-// llama.cpp vendored by ollama v0.17.4.
+// llama.cpp vendored by ollama v0.17.4 (llama_token is int32_t; the log
+// callback's first argument is enum ggml_log_level, passed as an int).
+// UPGRADING ollama: TestPrototypesMatchLlamaH (prototypes_test.go) compares
+// these with llama.h of the module version in go.mod and names any function
+// whose return or parameter types changed; fix the prototype and its Go
+// caller before anything else, since C links by name and would not notice.
 struct llama_vocab;
 struct llama_chat_message { const char * role; const char * content; };
 typedef void (*replyd_log_callback)(int level, const char * text, void * user_data);

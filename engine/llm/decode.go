@@ -55,14 +55,22 @@ func (r *run) decode() error {
 	return nil
 }
 
-// serve handles one request on the owner goroutine.
-func (e *Engine) serve(j *job) (engine.Generation, error) {
-	var gen engine.Generation
+// serve handles one request on the owner goroutine. A request canceled
+// while it runs (the client went away, or its deadline passed) stops before
+// its next decode; the log says how far it got.
+func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.Queue = time.Since(j.queued)
 	r := &run{e: e, ctx: j.ctx}
+	reqID := engine.RequestID(j.ctx)
+	defer func() {
+		if engine.KindOf(err) == engine.KindCanceled {
+			e.log.Info("generation canceled: stopped sampling", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx))
+		}
+	}()
 	if err := j.ctx.Err(); err != nil {
 		return gen, canceled(err)
 	}
+	e.log.Debug("generating", "request_id", reqID, "candidates", j.req.N)
 	req := j.req
 	n := min(max(req.N, 1), e.opts.MaxCandidates)
 	temp := min(max(req.Temperature, 0), 2)
@@ -76,7 +84,7 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 	}
 
 	start := time.Now()
-	tokens, err := e.promptTokens(req)
+	tokens, err := e.promptTokens(req, &gen)
 	if err != nil {
 		return gen, err
 	}
@@ -164,11 +172,11 @@ func (e *Engine) serve(j *job) (engine.Generation, error) {
 	rankCandidates(out)
 	for i, c := range out {
 		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, Language: req.Profile.Language, MeanLogProb: c.mean(),
+			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
 		})
 	}
-	e.log.Debug("generated", "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
-		"gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "decoding", m.String(),
+	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
+		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "decoding", m.String(),
 		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds())
 	return gen, nil
 }
@@ -208,7 +216,7 @@ func (e *Engine) prefill(j *job) error {
 }
 
 // budget is how many prompt tokens leave room for one reply in a sequence.
-func (e *Engine) budget() int { return e.opts.ContextPerSeq - e.opts.MaxReplyTokens - 1 }
+func (e *Engine) budget() int { return PromptBudget(e.opts.ContextPerSeq, e.opts.MaxReplyTokens) }
 
 // render renders msgs with the model's template and tokenizes the result.
 func (e *Engine) render(msgs []chatMessage, addAssistant bool) ([]int, error) {
@@ -221,13 +229,49 @@ func (e *Engine) render(msgs []chatMessage, addAssistant bool) ([]int, error) {
 
 // promptTokens renders the request with the model's chat template and
 // tokenizes it, dropping the oldest turns until the prompt leaves room for
-// a reply in one sequence. With a TranscriptReserve, the partner's current
-// turn counts as at least that long, as headTokens counts it.
-func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
+// a reply in one sequence, and for ExampleTokenBudget when the request has
+// remembered examples. Then it adds as many of the examples as fit in that
+// budget (see exampleFits), recording how many and their tokens in gen.
+// When the turns that must stay do not fit beside the examples' budget, the
+// prompt goes without examples rather than failing.
+func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation) ([]int, error) {
 	budget := e.budget()
+	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
+	if len(examples) > 0 {
+		tokens, msgs, err := e.fitPrompt(req, budget-ExampleTokenBudget)
+		switch {
+		case err == nil:
+			for _, f := range exampleFits {
+				if f.n > len(examples) {
+					continue
+				}
+				with, err := e.render(withExamples(msgs, examplesNote(examples[:f.n], f.chars)), true)
+				if err != nil {
+					return nil, engine.Errorf(engine.KindInternal, err, "cannot render the prompt with the model's chat template")
+				}
+				if extra := len(with) - len(tokens); extra <= ExampleTokenBudget {
+					gen.Examples, gen.ExampleTokens = f.n, extra
+					return with, nil
+				}
+			}
+			return tokens, nil
+		case !errors.Is(err, errPromptTooLong):
+			return nil, err
+		}
+		e.log.Debug("no room for remembered examples: the prompt goes without them")
+	}
+	tokens, _, err := e.fitPrompt(req, budget)
+	return tokens, err
+}
+
+// fitPrompt fits the request's dialog into budget tokens, dropping the
+// oldest turns (see promptTokens), and returns its tokens and messages.
+// With a TranscriptReserve, the partner's current turn counts as at least
+// that long, as headTokens counts it.
+func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []chatMessage, error) {
 	var tokens []int
 	turns := dialogTurns(req.Messages)
-	_, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
+	msgs, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
 		var err error
 		if tokens, err = e.render(msgs, true); err != nil {
 			return false, err
@@ -242,12 +286,28 @@ func (e *Engine) promptTokens(req engine.GenerateRequest) ([]int, error) {
 		return len(head)+max(req.TranscriptReserve, len(tokens)-len(head)) <= budget, nil
 	})
 	if err != nil {
-		return nil, promptError(err, budget)
+		if errors.Is(err, errPromptTooLong) {
+			return nil, nil, promptTooLong(req, len(tokens), budget, e.countTokens)
+		}
+		return nil, nil, promptError(err, budget)
 	}
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
 	}
-	return tokens, nil
+	return tokens, msgs, nil
+}
+
+// countTokens returns how many tokens text is (0 when it cannot be
+// tokenized), for the sizes promptTooLong reports.
+func (e *Engine) countTokens(text string) int {
+	if strings.TrimSpace(text) == "" {
+		return 0
+	}
+	toks, err := e.model.Tokenize(text, false, true)
+	if err != nil {
+		return 0
+	}
+	return len(toks)
 }
 
 // headTokens renders the head of a Prefill request: the system message and
@@ -271,11 +331,14 @@ func (e *Engine) headTokens(req engine.GenerateRequest) ([]int, error) {
 	return tokens, nil
 }
 
+// promptError maps a failure to fit the prompt: too long, or a chat
+// template that cannot be rendered (no request would succeed, so it is not
+// advertised as retryable).
 func promptError(err error, budget int) error {
 	if errors.Is(err, errPromptTooLong) {
-		return engine.Errorf(engine.KindLLM, err, "the prompt does not fit in %d tokens", budget)
+		return engine.Errorf(engine.KindPromptTooLong, err, "the prompt does not fit in %d tokens", budget)
 	}
-	return engine.Errorf(engine.KindLLM, err, "cannot render the prompt")
+	return engine.Errorf(engine.KindInternal, err, "cannot render the prompt with the model's chat template")
 }
 
 // prepare makes the prompt sequence belong to dialog key and hold the
@@ -526,7 +589,7 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 			{Role: engine.RoleSpeaker, Content: "Would you like some tea or coffee before the physio comes at ten?"},
 		},
 	}
-	tokens, err := e.promptTokens(req)
+	tokens, err := e.promptTokens(req, &engine.Generation{})
 	if err != nil {
 		return nil, err
 	}

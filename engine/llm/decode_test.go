@@ -183,7 +183,7 @@ func TestTranscriptReserveKeepsEvaluatedTurns(t *testing.T) {
 	}
 	noReserve := full
 	noReserve.TranscriptReserve = 0
-	tokens, err := e.promptTokens(noReserve)
+	tokens, err := e.promptTokens(noReserve, &engine.Generation{})
 	if err != nil {
 		t.Fatal(err)
 	}

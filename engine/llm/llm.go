@@ -29,6 +29,10 @@ import (
 	"github.com/replyd/replyd/engine"
 )
 
+// DefaultThreads is Options.Threads when zero: cores-1, at least 1, so one
+// core stays free for the HTTP server and speech-to-text.
+func DefaultThreads() int { return max(runtime.NumCPU()-1, 1) }
+
 // Defaults applied by Open to zero Options fields.
 const (
 	DefaultContextPerSeq = 4096
@@ -108,7 +112,7 @@ func ParseDecoding(s string) (Decoding, error) {
 type Options struct {
 	ModelPath      string
 	ContextPerSeq  int    // tokens of one dialog, prompt and reply; default 4096
-	Threads        int    // most threads a decode uses; default runtime.NumCPU()-1, min 1
+	Threads        int    // most threads a decode uses; default DefaultThreads()
 	GPULayers      int    // -1 = all layers when a GPU backend is present; 0 on CPU
 	Seed           uint32 // base seed; 0 = random per request unless the request has a seed
 	QueueSize      int    // default 16
@@ -212,7 +216,7 @@ func Open(opts Options) (*Engine, error) {
 		opts.ContextPerSeq = DefaultContextPerSeq
 	}
 	if opts.Threads <= 0 {
-		opts.Threads = max(runtime.NumCPU()-1, 1)
+		opts.Threads = DefaultThreads()
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +110,24 @@ func mustGenerate(tb testing.TB, e *Engine, req engine.GenerateRequest) engine.G
 	return g
 }
 
+// checkGolden compares got with testdata/name (written with -update).
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("prompt mismatch (-want +got):\n%s", d)
+	}
+}
+
 func TestPromptGolden(t *testing.T) {
 	req := engine.GenerateRequest{
 		SystemPrompt: "You suggest short replies for an AAC user.",
@@ -134,19 +154,7 @@ func TestPromptGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "prompt_"+name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("prompt mismatch (-want +got):\n%s", d)
-			}
+			checkGolden(t, "prompt_"+name+".golden", got)
 		})
 	}
 	if _, err := applyTemplate("no such template", msgs, true); !errors.Is(err, errUnknownTemplate) {
@@ -305,8 +313,8 @@ func TestGenerateDistinctCandidates(t *testing.T) {
 			t.Errorf("candidate %d %q is empty or a duplicate", i, c.Text)
 		}
 		seen[k] = true
-		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "en" {
-			t.Errorf("candidate %d: rank %d length %d language %q", i, c.Rank, c.Length, c.Language)
+		if c.Rank != i+1 || c.Length < 1 || c.Length > 24 || c.Language != "" {
+			t.Errorf("candidate %d: rank %d length %d language %q (the pipeline sets the language)", i, c.Rank, c.Length, c.Language)
 		}
 		if math.IsNaN(c.MeanLogProb) || c.MeanLogProb > 0 {
 			t.Errorf("candidate %d: mean log-probability %v", i, c.MeanLogProb)
@@ -418,6 +426,44 @@ func TestCancelFreesSequences(t *testing.T) {
 	}
 }
 
+// TestCancelStopsSampling: once a running request's context is canceled (a
+// tablet aborted its fetch and the HTTP server noticed), the owner runs not
+// one more decode for it, and the log names the request.
+func TestCancelStopsSampling(t *testing.T) {
+	var buf testutil.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := openDemo(t, Options{MaxReplyTokens: 32, Logger: logger})
+	const cancelAt = 5 // a step inside sampling: the prompt takes one or two
+	ctx, cancel := context.WithCancel(engine.WithRequestID(context.Background(), "req-cancel-7"))
+	var mu sync.Mutex
+	var after []int
+	e.stepHook = func(step int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if step == cancelAt {
+			cancel()
+		} else if step > cancelAt {
+			after = append(after, step)
+		}
+	}
+	_, err := e.Generate(ctx, request(4, 3))
+	if engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("err = %v, want KindCanceled", err)
+	}
+	// The owner is done with the request once the next one has run.
+	e.stepHook = nil
+	mustGenerate(t, e, request(1, 1))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(after) > 0 {
+		t.Errorf("decode steps %v ran after the request was canceled at step %d", after, cancelAt)
+	}
+	want := `msg="generation canceled: stopped sampling" component=llm request_id=req-cancel-7 decode_steps=` + strconv.Itoa(cancelAt+1) + " cause=\"context canceled\""
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("log lacks %q:\n%.3000s", want, buf.String())
+	}
+}
+
 func TestQueueOverflowAndLeaving(t *testing.T) {
 	e := openDemo(t, Options{QueueSize: 1, MaxReplyTokens: 8})
 	release := make(chan struct{})
@@ -433,9 +479,11 @@ func TestQueueOverflowAndLeaving(t *testing.T) {
 	waitCtx, leave := context.WithCancel(context.Background())
 	second := make(chan error, 1)
 	go func() { _, err := e.Generate(waitCtx, request(2, 1)); second <- err }()
-	for e.QueueDepth() != 2 {
+	for deadline := time.Now().Add(time.Minute); e.QueueDepth() != 2; waitForOwner() {
 		// Wait until the second request is queued.
-		waitForOwner()
+		if time.Now().After(deadline) {
+			t.Fatalf("the second request was not queued within a minute (queue depth %d)", e.QueueDepth())
+		}
 	}
 	if _, err := e.Generate(context.Background(), request(2, 1)); !errors.Is(err, engine.ErrOverloaded) {
 		t.Fatalf("third request: err = %v, want ErrOverloaded", err)
@@ -510,8 +558,84 @@ func TestLongDialogDropsOldestTurns(t *testing.T) {
 		t.Errorf("prompt %d tokens (budget %d), %d candidates", g.PromptTokens, budget, len(g.Candidates))
 	}
 	req.SystemPrompt = strings.Repeat("Be kind. ", 100)
-	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindLLM {
-		t.Errorf("a system prompt longer than the context: err = %v, want KindLLM", err)
+	if _, err := e.Generate(context.Background(), req); engine.KindOf(err) != engine.KindPromptTooLong {
+		t.Errorf("a system prompt longer than the context: err = %v, want KindPromptTooLong", err)
+	}
+}
+
+// TestPromptTooLongNamesFields: profile fields that together (not each)
+// overflow the context give KindPromptTooLong, a permanent client error
+// whose message names the fields with their sizes in tokens, largest first,
+// and quotes none of their text.
+func TestPromptTooLongNamesFields(t *testing.T) {
+	const ctxPerSeq, replyTokens = 256, 8
+	e := openDemo(t, Options{ContextPerSeq: ctxPerSeq, MaxReplyTokens: replyTokens, PrefixCacheMiB: 1})
+	req := request(2, 4)
+	req.Profile.Biography = strings.Repeat("Sam taught chemistry for thirty years. ", 4)
+	req.Profile.Persona = strings.Repeat("Dry humour, short answers, loves puns. ", 8)
+	req.Profile.UserProfile = ""
+	_, err := e.Generate(context.Background(), req)
+	if engine.KindOf(err) != engine.KindPromptTooLong {
+		t.Fatalf("err = %v, want KindPromptTooLong", err)
+	}
+	var ee *engine.Error
+	if !errors.As(err, &ee) {
+		t.Fatalf("%T is not an *engine.Error", err)
+	}
+	budget := PromptBudget(ctxPerSeq, replyTokens)
+	msg := ee.Message
+	t.Log(msg)
+	for _, want := range []string{fmt.Sprintf("fits %d:", budget), "persona ", "disabled_person_biography ", "the last speaker message ", "the system prompt (set by the administrator) "} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "user_profile") {
+		t.Errorf("message names the empty user_profile: %s", msg)
+	}
+	if strings.Index(msg, "persona ") > strings.Index(msg, "disabled_person_biography ") {
+		t.Errorf("the larger persona is not named first: %s", msg)
+	}
+	for _, text := range []string{"chemistry", "puns", "Sam"} {
+		if strings.Contains(msg, text) {
+			t.Errorf("message quotes the request's text %q: %s", text, msg)
+		}
+	}
+	// A shorter persona fits: the sizes were the cause.
+	req.Profile.Persona = "dry humour"
+	mustGenerate(t, e, req)
+}
+
+// TestExamplesGiveWayToARequiredTurn: when the fields that must stay fit
+// the context only without the room kept for remembered examples, the
+// request is answered without examples rather than refused as too long.
+func TestExamplesGiveWayToARequiredTurn(t *testing.T) {
+	const ctxPerSeq, replyTokens = 256, 8
+	e := openDemo(t, Options{ContextPerSeq: ctxPerSeq, MaxReplyTokens: replyTokens, MaxCandidates: 1, PrefixCacheMiB: 1})
+	req := request(1, 4)
+	// The longest persona that still fits without examples: a few tokens
+	// short of the budget, far less than ExampleTokenBudget.
+	fits := -1
+	for n := 1; n < 40; n++ {
+		req.Profile.Persona = strings.Repeat("Dry humour, short answers, loves puns. ", n)
+		if _, err := e.Generate(context.Background(), req); engine.KindOf(err) == engine.KindPromptTooLong {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		fits = n
+	}
+	if fits < 1 {
+		t.Fatal("no persona length fits the context")
+	}
+	req.Profile.Persona = strings.Repeat("Dry humour, short answers, loves puns. ", fits)
+	req.Examples = []engine.Example{{Partner: "Tea?", Reply: "Yes please."}}
+	g, err := e.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatalf("with an example: %v, want an answer without it", err)
+	}
+	if g.Examples != 0 || g.PromptTokens > PromptBudget(ctxPerSeq, replyTokens) || len(g.Candidates) != 1 {
+		t.Errorf("%d examples, prompt %d tokens, %d candidates", g.Examples, g.PromptTokens, len(g.Candidates))
 	}
 }
 
@@ -537,5 +661,54 @@ func TestLlamaLogsGoToSlog(t *testing.T) {
 	out := buf.String()
 	if !strings.Contains(out, "component=llama.cpp") || !strings.Contains(out, "language model loaded") {
 		t.Errorf("llama.cpp's log lines did not reach the slog logger:\n%.2000s", out)
+	}
+}
+
+// TestExamplesPromptGolden shows where remembered examples go: at the start
+// of the partner's current turn, after everything the prefix cache keeps.
+func TestExamplesPromptGolden(t *testing.T) {
+	req := request(1, 1)
+	msgs := chatFor(systemMessage(req), dialogTurns(req.Messages))
+	got, err := applyTemplate("chatml", withExamples(msgs, examplesNote([]engine.Example{
+		{Partner: "Fancy a cuppa?", Reply: "Go on then, milk no sugar."},
+		{Partner: "  Tea   or\ncoffee? ", Reply: strings.Repeat("very ", 30) + "long"},
+	}, 100)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "prompt_examples_chatml.golden", got)
+	plain, _ := applyTemplate("chatml", msgs, true)
+	cut := strings.LastIndex(plain, "<|im_start|>user\n") + len("<|im_start|>user\n")
+	if !strings.HasPrefix(got, plain[:cut]) || !strings.HasSuffix(got, plain[cut:]) {
+		t.Error("the examples are not one piece just before the partner's current words")
+	}
+}
+
+// TestExamplesStayInBudget: examples add at most ExampleTokenBudget prompt
+// tokens, dropping the least similar ones when all would not fit, and the
+// dialog prefix before the partner's turn is still reused from the cache.
+func TestExamplesStayInBudget(t *testing.T) {
+	e := openDemo(t, Options{ContextPerSeq: 1024, Threads: 1, MaxCandidates: 2, MaxReplyTokens: 4, Seed: 5})
+	base := request(1, 3)
+	base.DialogID = "d-examples"
+	plain := mustGenerate(t, e, base)
+
+	short := base
+	short.Examples = []engine.Example{{Partner: "Tea?", Reply: "Yes please."}}
+	one := mustGenerate(t, e, short)
+	if one.Examples != 1 || one.ExampleTokens <= 0 || one.PromptTokens-plain.PromptTokens != one.ExampleTokens {
+		t.Errorf("one example: %d examples, %d tokens, prompt %d -> %d", one.Examples, one.ExampleTokens, plain.PromptTokens, one.PromptTokens)
+	}
+	if one.CachedTokens < plain.PromptTokens/2 {
+		t.Errorf("the dialog prefix was not reused: %d of %d tokens cached", one.CachedTokens, one.PromptTokens)
+	}
+
+	long := base
+	for i := range 3 {
+		long.Examples = append(long.Examples, engine.Example{Partner: fmt.Sprint("Would you like to go for a long walk in the park this afternoon ", i), Reply: "Yes, if it does not rain, and if we can stop for an ice cream on the way back home."})
+	}
+	g := mustGenerate(t, e, long)
+	if g.ExampleTokens > ExampleTokenBudget || g.PromptTokens-plain.PromptTokens > ExampleTokenBudget || g.Examples >= 3 || g.Examples == 0 {
+		t.Errorf("long examples: %d examples, %d tokens (budget %d), prompt %d -> %d", g.Examples, g.ExampleTokens, ExampleTokenBudget, plain.PromptTokens, g.PromptTokens)
 	}
 }

@@ -107,8 +107,67 @@ func chatFor(system string, turns []turn) []chatMessage {
 	return msgs
 }
 
-// errPromptTooLong is returned when even the system prompt and the turn
-// that must be kept exceed the token budget.
+// ExampleTokenBudget is the most prompt tokens a request's remembered
+// examples (GenerateRequest.Examples) may add: with them the dialog is
+// fitted into the context less this budget, so the prompt never overflows,
+// and examples are left out, least similar first, until they fit in it.
+const ExampleTokenBudget = 64
+
+// exampleFits are the ways promptTokens tries to fit the examples in
+// ExampleTokenBudget, in order: as many examples as possible, each side cut
+// to at most chars characters; one example cut shorter and shorter rather
+// than none.
+var exampleFits = []struct{ n, chars int }{{3, 100}, {2, 100}, {1, 100}, {1, 50}, {1, 25}}
+
+// examplesNote renders the examples as one bracketed note in the chat,
+// each side cut to chars characters.
+func examplesNote(ex []engine.Example, chars int) string {
+	var b strings.Builder
+	b.WriteString("[Your earlier replies to similar words:")
+	for _, e := range ex {
+		b.WriteString(` "`)
+		b.WriteString(shorten(e.Partner, chars))
+		b.WriteString(`" → "`)
+		b.WriteString(shorten(e.Reply, chars))
+		b.WriteString(`";`)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// shorten puts s on one line and cuts it to max characters, at a word
+// boundary when there is one in its second half.
+func shorten(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= max {
+		return s
+	}
+	cut := string(r[:max])
+	if i := strings.LastIndexByte(cut, ' '); i > len(cut)/2 {
+		cut = cut[:i]
+	}
+	return cut + "…"
+}
+
+// withExamples returns a copy of msgs with note put at the start of the
+// last user message, the partner's current turn. That is the one place the
+// examples go: after the system message and the earlier turns, which the
+// dialog prefix cache keeps (and which may be evaluated before the
+// partner's turn is known), and just before the words they are similar to.
+func withExamples(msgs []chatMessage, note string) []chatMessage {
+	out := append([]chatMessage(nil), msgs...)
+	for i := len(out) - 1; i > 0; i-- {
+		if out[i].Role == "user" {
+			out[i].Content = note + out[i].Content
+			return out
+		}
+	}
+	return out
+}
+
+// errPromptTooLong is returned when even the system prompt and the last
+// speaker turn alone exceed the token budget.
 var errPromptTooLong = errors.New("the system prompt and the last speaker turn do not fit in the context")
 
 // lastSpeaker returns the index of the last speaker turn, -1 for none.

@@ -210,3 +210,71 @@ func BenchmarkNextToken(b *testing.B) {
 	}
 	m.shadow = sh
 }
+
+// benchModel returns the path of a random-weight model written from cfg:
+// in $REPLYD_BENCH_MODELS when that is set (written only when the file is
+// not there yet, so that runs, and whisper-cli beside them, share the same
+// files), else in a temporary folder.
+func benchModel(b *testing.B, name string, cfg ModelConfig) string {
+	dir := os.Getenv("REPLYD_BENCH_MODELS")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if err := WriteModel(path, cfg); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// BenchmarkDecoderBaseEN measures the decoder's time per token on a
+// base.en-shaped random-weight model (d = 512, 6 layers, written at bench
+// time) in q8_0 and f16, on 1 and 2 threads: one op is a window of
+// benchTokens greedy steps after the start prompt, each step one decoder
+// pass and the choice of the next token, with the cross-attention K/V of
+// jfk's first window, as whisper-bench times 256 single-token decodes.
+// decoder_ms/token is the figure to set beside whisper.cpp's decode time
+// per run on the same file.
+func BenchmarkDecoderBaseEN(b *testing.B) {
+	const benchTokens = 224
+	dir := shareddata.Whisper(b)
+	pcm := readWAV(b, filepath.Join(dir, "audio", "jfk.wav"))
+	for _, typ := range []string{"q8_0", "f16"} {
+		path := benchModel(b, "base-en-"+typ+".bin", BaseENConfig(typ))
+		for _, threads := range []int{1, 2} {
+			b.Run(typ+"/threads="+strconv.Itoa(threads), func(b *testing.B) {
+				m, err := Load(path, Options{Threads: threads, Logger: quiet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				input := make([]float32, m.hp.NMels*windowFrames)
+				m.logMel(pcm).window(0, input)
+				st := m.newDecState(m.encode(input))
+				if threads > 1 {
+					stopBLASThreads()
+				}
+				prompt := m.startPrompt(0)
+				d := m.hp.NTextState
+				var steps time.Duration
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					st.reset()
+					h := m.decode(st, prompt)
+					last := h[(len(prompt)-1)*d:]
+					t0 := time.Now()
+					for k := 0; k < benchTokens; k++ {
+						p := m.next(last, nil, false)
+						last = m.decode(st, []int{p.id})
+					}
+					steps += time.Since(t0)
+				}
+				b.StopTimer()
+				b.ReportMetric(steps.Seconds()*1000/float64(b.N*benchTokens), "decoder_ms/token")
+			})
+		}
+	}
+}

@@ -110,6 +110,26 @@ func gemvRows(w *weight, x []float32, n int, y []float32, ldy, r0, r1 int, tmp [
 		(*C.float)(&y[0]), C.int(ldy), C.int(r0), C.int(r1), (*C.float)(&tmp[0]))
 }
 
+// quantizeQ8 quantises x (a multiple of 32 values) to q8_0 blocks: int8
+// values in q, per block the scale in d and the scale times the block's sum
+// in s (rd_quantize_q8).
+func quantizeQ8(x []float32, q []int8, d, s []float32) {
+	if len(x) == 0 {
+		return
+	}
+	C.rd_quantize_q8((*C.float)(&x[0]), C.long(len(x)), (*C.int8_t)(&q[0]), (*C.float)(&d[0]), (*C.float)(&s[0]))
+}
+
+// gemvRowsQ8 is gemvRows for a quantised w and n activation rows that
+// quantizeQ8 quantised to q, d and s.
+func gemvRowsQ8(w *weight, q []int8, d, s []float32, n int, y []float32, ldy, r0, r1 int) {
+	if r0 >= r1 || n == 0 {
+		return
+	}
+	C.rd_gemvq_rows(C.int(w.typ), (*C.uint8_t)(&w.raw[0]), C.long(w.rowBytes), (*C.int8_t)(&q[0]), (*C.float)(&d[0]),
+		(*C.float)(&s[0]), C.int(n), C.int(w.cols), (*C.float)(&y[0]), C.int(ldy), C.int(r0), C.int(r1))
+}
+
 // softmaxRows replaces n rows of length l (stride ld) of x by softmax(scale·row);
 // with valid non-nil, row i keeps only its first valid[i] entries.
 func softmaxRows(x []float32, n, l, ld int, scale float32, valid []int32) {
@@ -123,24 +143,21 @@ func softmaxRows(x []float32, n, l, ld int, scale float32, valid []int32) {
 	C.rd_softmax_rows((*C.float)(&x[0]), C.int(n), C.int(l), C.int(ld), C.float(scale), vp)
 }
 
-// attend computes softmax(scale·q·Kᵀ)·V for n queries ([n][d]) over
-// heads [h0, h1) of width hd; query t sees valid[t] rows of k and v
-// ([rows][d]). scores must hold (h1-h0)·ld floats with ld ≥ max(valid).
-func attend(q, k, v []float32, n int, valid []int32, d, hd, h0, h1 int, scale float32, out, scores []float32, ld int) {
-	if n == 0 || h0 >= h1 {
-		return
-	}
-	C.rd_attention((*C.float)(&q[0]), (*C.float)(&k[0]), (*C.float)(&v[0]), C.int(n), (*C.int)(unsafe.Pointer(&valid[0])),
-		C.int(d), C.int(hd), C.int(h0), C.int(h1), C.float(scale), (*C.float)(&out[0]), (*C.float)(&scores[0]), C.int(ld))
+// attendPart runs part p of parts of the attention of n queries q over K
+// and V (rows of d elements of es bytes: 4 for float32, 2 for halves);
+// see rd_attention_part. scores holds nh rows of ld floats.
+func attendPart(q []float32, k, v unsafe.Pointer, es, n int, valid []int32, d, hd, p, parts int, scale float32,
+	scores []float32, ld int, mx, l, o []float32) {
+	C.rd_attention_part((*C.float)(&q[0]), k, v, C.int(es), C.int(n), (*C.int)(unsafe.Pointer(&valid[0])), C.int(d), C.int(hd),
+		C.int(p), C.int(parts), C.float(scale), (*C.float)(&scores[0]), C.int(ld), (*C.float)(&mx[0]), (*C.float)(&l[0]),
+		(*C.float)(&o[0]))
 }
 
-// attendF16 is attend with k and v stored as IEEE halves.
-func attendF16(q []float32, k, v []uint16, n int, valid []int32, d, hd, h0, h1 int, scale float32, out, scores []float32, ld int) {
-	if n == 0 || h0 >= h1 {
-		return
-	}
-	C.rd_attention_f16kv((*C.float)(&q[0]), (*C.uint16_t)(&k[0]), (*C.uint16_t)(&v[0]), C.int(n), (*C.int)(unsafe.Pointer(&valid[0])),
-		C.int(d), C.int(hd), C.int(h0), C.int(h1), C.float(scale), (*C.float)(&out[0]), (*C.float)(&scores[0]), C.int(ld))
+// attendMerge writes the n queries' attention ([n][d]) to out from the
+// parts of attendPart.
+func attendMerge(n, parts, d, hd int, mx, l, o, out []float32) {
+	C.rd_attention_merge(C.int(n), C.int(parts), C.int(d), C.int(hd), (*C.float)(&mx[0]), (*C.float)(&l[0]), (*C.float)(&o[0]),
+		(*C.float)(&out[0]))
 }
 
 // toF16 rounds src to IEEE halves in dst (to nearest, ties to even).

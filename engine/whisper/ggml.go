@@ -71,6 +71,13 @@ func (t ggmlType) blockSize() (values, bytes int, ok bool) {
 	return 0, 0, false
 }
 
+// quantized reports whether t stores 32-value blocks with scales (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0).
+func (t ggmlType) quantized() bool {
+	values, _, ok := t.blockSize()
+	return ok && values == 32
+}
+
 // HParams are the hyperparameters stored at the start of a model file.
 type HParams struct {
 	NVocab      int `json:"n_vocab"`
@@ -114,6 +121,8 @@ type ggmlFile struct {
 	// release frees tensor data that came from a non-Go allocator; nil
 	// when the data is on the Go heap.
 	release func([]byte)
+	// arena holds the tensor data when it is not nil; it is freed last.
+	arena *tensorArena
 }
 
 // errFormat is wrapped by every error that describes a malformed file.
@@ -356,10 +365,19 @@ func readGGMLFile(path string) (*ggmlFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := parseGGML(f, st.Size(), cAlloc, cFree)
+	// The tensors go into one arena of huge pages (huge.go) where it can be
+	// had.
+	alloc, release := cAlloc, cFree
+	arena := newTensorArena(st.Size())
+	if arena != nil {
+		alloc, release = arena.alloc, arena.release
+	}
+	g, err := parseGGML(f, st.Size(), alloc, release)
 	if err != nil {
+		arena.free()
 		return nil, err
 	}
-	g.release = cFree
+	g.release = release
+	g.arena = arena
 	return g, nil
 }

@@ -166,15 +166,6 @@ static inline float dot_f16(const uint8_t *h, const float *b, int n) {
 }
 #endif
 
-// prefetch_ahead asks for the n bytes that start PREFETCH_BYTES after p:
-// the rows of a product stream from memory, and a few kilobytes of lead
-// keep the loads from waiting (measured: 6 KB beat 1.5, 3 and 12 KB).
-#define PREFETCH_BYTES 6144
-static inline void prefetch_ahead(const void *p, long n) {
-    const char *c = (const char *)p + PREFETCH_BYTES;
-    for (long i = 0; i < n; i += 64) __builtin_prefetch(c + i, 0, 3);
-}
-
 // row_f32 returns the row at src as float32: itself for F32, else
 // dequantised into tmp.
 static inline const float *row_f32(int typ, const uint8_t *src, int cols, float *tmp) {
@@ -183,13 +174,14 @@ static inline const float *row_f32(int typ, const uint8_t *src, int cols, float 
     return tmp;
 }
 
+// The row products leave prefetching to the hardware: on huge pages
+// (huge.go) a software prefetch 6 KB ahead made them 3-8% slower.
 void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int n, int cols,
                   float *y, int ldy, int r0, int r1, float *tmp) {
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = W + (long)r * rowBytes;
 #ifdef HAVE_DOT_F16
         if (typ == RD_F16 && n <= 2) {
-            prefetch_ahead(src, rowBytes);
             for (int t = 0; t < n; t++) y[(long)t * ldy + r] = dot_f16(src, x + (long)t * cols, cols);
             continue;
         }
@@ -238,46 +230,53 @@ static inline __m256 exp_neg8(__m256 x) {
 }
 #endif
 
+// exp_rows replaces x[0..n) by exp(scale·x - m), where m = max scale·x,
+// and returns their sum and m.
+static float exp_rows(float *x, int n, float scale, float *mo) {
+    int j = 0;
+    float mx = -INFINITY;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), vs);
+        _mm256_storeu_ps(x + j, v);
+        vmx = _mm256_max_ps(vmx, v);
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, vmx);
+    for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
+#endif
+    for (; j < n; j++) {
+        x[j] *= scale;
+        if (x[j] > mx) mx = x[j];
+    }
+    float sum = 0;
+    j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vsum = _mm256_setzero_ps(), vm = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        _mm256_storeu_ps(x + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    sum = hsum256(vsum);
+#endif
+    for (; j < n; j++) {
+        float e = exp_neg(x[j] - mx);
+        x[j] = e;
+        sum += e;
+    }
+    *mo = mx;
+    return sum;
+}
+
 void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid) {
     for (int i = 0; i < n; i++) {
         float *row = x + (long)i * ld;
         int m = valid ? valid[i] : len;
-        int j = 0;
-        float mx = -INFINITY;
-#if defined(__AVX2__) && defined(__FMA__)
-        __m256 vs = _mm256_set1_ps(scale), vmx = _mm256_set1_ps(-INFINITY);
-        for (; j + 8 <= m; j += 8) {
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + j), vs);
-            _mm256_storeu_ps(row + j, v);
-            vmx = _mm256_max_ps(vmx, v);
-        }
-        float tmp[8];
-        _mm256_storeu_ps(tmp, vmx);
-        for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
-#endif
-        for (; j < m; j++) {
-            row[j] *= scale;
-            if (row[j] > mx) mx = row[j];
-        }
-        float sum = 0;
-        j = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-        __m256 vsum = _mm256_setzero_ps(), vm = _mm256_set1_ps(mx);
-        for (; j + 8 <= m; j += 8) {
-            __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
-            _mm256_storeu_ps(row + j, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        sum = hsum256(vsum);
-#endif
-        for (; j < m; j++) {
-            float e = exp_neg(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (j = 0; j < m; j++) row[j] *= inv;
-        for (j = m; j < len; j++) row[j] = 0;
+        float mx, inv = 1.0f / exp_rows(row, m, scale, &mx);
+        for (int j = 0; j < m; j++) row[j] *= inv;
+        for (int j = m; j < len; j++) row[j] = 0;
     }
 }
 
@@ -331,31 +330,40 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
-// attention is rd_attention over K and V of float32 (es 4) or IEEE halves
-// (es 2).
-static void attention(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
-                      int h0, int h1, float scale, float *out, float *scores, int ldScores) {
+// The attention kernels read K and V row by row, in memory order, for all
+// heads at once: reading them head by head across rows streamed at half
+// the rate, and threads that split the heads of each row between them
+// each pulled whole rows through the cache (the hardware prefetchers fetch
+// the neighbouring lines), which made two threads slower than one. So
+// threads split the rows: each computes a softmax over its rows alone, and
+// rd_attention_merge combines them (as flash-decoding does).
+void rd_attention_part(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
+                       int p, int parts, float scale, float *scores, int ldScores, float *m, float *l, float *o) {
+    const int nh = d / hd;
     for (int t = 0; t < n; t++) {
         const float *qt = q + (long)t * d;
-        float *ot = out + (long)t * d;
-        int L = valid[t];
-        for (int j = 0; j < L; j++) {
+        const int L = valid[t], j0 = (int)((long)p * L / parts), j1 = (int)((long)(p + 1) * L / parts);
+        float *mt = m + ((long)t * parts + p) * nh, *lt = l + ((long)t * parts + p) * nh;
+        float *ot = o + ((long)t * parts + p) * d;
+        memset(ot, 0, sizeof(float) * d);
+        if (j0 >= j1) {
+            for (int h = 0; h < nh; h++) mt[h] = -INFINITY, lt[h] = 0;
+            continue;
+        }
+        for (int j = j0; j < j1; j++) {
             const char *kj = (const char *)K + (long)j * d * es;
-            prefetch_ahead(kj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
-            for (int h = h0; h < h1; h++) {
+            for (int h = 0; h < nh; h++) {
                 const char *kh = kj + (long)h * hd * es;
-                scores[(long)(h - h0) * ldScores + j] =
+                scores[(long)h * ldScores + j] =
                     es == 2 ? dot_f16((const uint8_t *)kh, qt + h * hd, hd) : dot(qt + h * hd, (const float *)kh, hd);
             }
         }
-        for (int h = h0; h < h1; h++) rd_softmax_rows(scores + (long)(h - h0) * ldScores, 1, L, L, scale, NULL);
-        for (int h = h0; h < h1; h++) memset(ot + h * hd, 0, sizeof(float) * hd);
-        for (int j = 0; j < L; j++) {
+        for (int h = 0; h < nh; h++) lt[h] = exp_rows(scores + (long)h * ldScores + j0, j1 - j0, scale, mt + h);
+        for (int j = j0; j < j1; j++) {
             const char *vj = (const char *)V + (long)j * d * es;
-            prefetch_ahead(vj + (long)h0 * hd * es, (long)(h1 - h0) * hd * es);
-            for (int h = h0; h < h1; h++) {
+            for (int h = 0; h < nh; h++) {
                 const char *vh = vj + (long)h * hd * es;
-                float a = scores[(long)(h - h0) * ldScores + j];
+                float a = scores[(long)h * ldScores + j];
                 if (es == 2)
                     axpy_f16(ot + h * hd, a, (const uint16_t *)vh, hd);
                 else
@@ -365,14 +373,29 @@ static void attention(const float *q, const void *K, const void *V, int es, int 
     }
 }
 
-void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
-                  int h0, int h1, float scale, float *out, float *scores, int ldScores) {
-    attention(q, K, V, 4, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
-}
-
-void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
-                        int h0, int h1, float scale, float *out, float *scores, int ldScores) {
-    attention(q, K, V, 2, n, valid, d, hd, h0, h1, scale, out, scores, ldScores);
+void rd_attention_merge(int n, int parts, int d, int hd, const float *m, const float *l, const float *o, float *out) {
+    const int nh = d / hd;
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < nh; h++) {
+            float mx = -INFINITY;
+            for (int p = 0; p < parts; p++) {
+                float v = m[((long)t * parts + p) * nh + h];
+                if (v > mx) mx = v;
+            }
+            float *oh = out + (long)t * d + h * hd;
+            memset(oh, 0, sizeof(float) * hd);
+            float sum = 0;
+            for (int p = 0; p < parts; p++) {
+                long i = ((long)t * parts + p) * nh + h;
+                if (l[i] == 0) continue;
+                float w = exp_neg(m[i] - mx);
+                sum += w * l[i];
+                axpy(oh, w, o + ((long)t * parts + p) * d + h * hd, hd);
+            }
+            float inv = 1.0f / sum;
+            for (int e = 0; e < hd; e++) oh[e] *= inv;
+        }
+    }
 }
 
 static inline uint16_t f2h(float f) {
@@ -526,8 +549,6 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
         int64_t acc = 0;
         int i = 0;
 #ifdef __AVX2__
-        // Prefetch the row 8 rows ahead: the rows stream from memory.
-        for (int c = 0; c < cols; c += 64) _mm_prefetch((const char *)(qr + 8L * cols + c), _MM_HINT_T0);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         // Each 32-bit lane sums at most cols/8 products of |q| ≤ 127 and
         // |x| ≤ 32767: no overflow below 4096 columns; rows are summed in 64 bits.
@@ -565,4 +586,309 @@ void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int c
 #endif
         y[k] = dot(row_f32(typ, src, cols, tmp), x, cols);
     }
+}
+
+// ---- products of quantised weights with q8_0-quantised activations ----
+//
+// ggml's way: the activation row is quantised once to 32-value blocks of
+// int8 with one scale each (q8_0), and each weight block's product with it
+// is an integer dot product, scaled by both blocks' scales.
+
+static inline int block_bytes(int typ) {
+    switch (typ) {
+    case RD_Q8_0: return 34;
+    case RD_Q4_0: return 18;
+    case RD_Q4_1: return 20;
+    case RD_Q5_0: return 22;
+    case RD_Q5_1: return 24;
+    }
+    return 0;
+}
+
+void rd_quantize_q8(const float *x, long n, int8_t *q, float *d, float *s) {
+    for (long b = 0; b < n / 32; b++, x += 32, q += 32) {
+        float amax = 0;
+        long i = 0;
+#ifdef __AVX2__
+        const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 m = _mm256_setzero_ps();
+        for (; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        amax = _mm_cvtss_f32(m4);
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        int qsum = _mm_cvtsi128_si32(s4);
+#else
+        for (; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        int qsum = 0;
+        for (i = 0; i < 32; i++) {
+            q[i] = (int8_t)lrintf(x[i] * id); // to nearest, ties to even
+            qsum += q[i];
+        }
+#endif
+        // The scale as ggml stores it: rounded to half precision.
+        d[b] = h2f(f2h(amax / 127.0f));
+        s[b] = d[b] * (float)qsum;
+    }
+}
+
+// unpack_block writes block src of type typ as 32 integers q, with x = d·q
+// (+ m for Q4_1 and Q5_1).
+static inline void unpack_block(int typ, const uint8_t *src, int8_t *q, float *d, float *m) {
+    *d = h2f(ld16(src));
+    *m = 0;
+    switch (typ) {
+    case RD_Q8_0:
+        memcpy(q, src + 2, 32);
+        return;
+    case RD_Q4_0:
+    case RD_Q4_1: {
+        const uint8_t *qs = src + (typ == RD_Q4_0 ? 2 : 4);
+        int off = typ == RD_Q4_0 ? 8 : 0;
+        if (typ == RD_Q4_1) *m = h2f(ld16(src + 2));
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((qs[j] & 15) - off);
+            q[j + 16] = (int8_t)((qs[j] >> 4) - off);
+        }
+        return;
+    }
+    case RD_Q5_0:
+    case RD_Q5_1: {
+        int h = typ == RD_Q5_0 ? 2 : 4, off = typ == RD_Q5_0 ? 16 : 0;
+        if (typ == RD_Q5_1) *m = h2f(ld16(src + 2));
+        uint32_t qh = ld32(src + h);
+        const uint8_t *qs = src + h + 4;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off);
+            q[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off);
+        }
+        return;
+    }
+    }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// nibbles32 spreads 16 bytes of nibbles to 32 bytes: the low nibbles first.
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(15));
+}
+
+// bits32 turns the 32 bits at p into 32 bytes of 0xFF (bit set) or 0.
+static inline __m256i bits32(const uint8_t *p) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ld32(p)), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+// unpack32 is unpack_block's integers in one register: signed for Q8_0,
+// Q4_0 and Q5_0, unsigned (0..31) for Q4_1 and Q5_1.
+static inline __m256i unpack32(int typ, const uint8_t *b) {
+    switch (typ) {
+    case RD_Q4_0: return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    case RD_Q4_1: return nibbles32(b + 4);
+    case RD_Q5_0: return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits32(b + 2), _mm256_set1_epi8((char)0xF0)));
+    case RD_Q5_1: return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10)));
+    default: return _mm256_loadu_si256((const __m256i *)(b + 2));
+    }
+}
+
+// sum_pairs returns the eight sums of four neighbouring products a[i]·x[i]
+// as floats; a is signed, or unsigned when typ has an offset. No int16
+// saturates: |a|, |x| ≤ 127 after the sign trick (a = -128 is 128·|x| ≤
+// 16256 per product), and unsigned a ≤ 31.
+static inline __m256 sum_pairs(int typ, __m256i a, __m256i x) {
+    __m256i p;
+    if (typ == RD_Q4_1 || typ == RD_Q5_1) {
+        p = _mm256_maddubs_epi16(a, x);
+    } else {
+        p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(x, a));
+    }
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+// dotq is one row's product with one quantised activation row; inlined
+// with a constant typ, it becomes one loop per type.
+static inline __attribute__((always_inline)) float dotq(int typ, const uint8_t *w, const int8_t *xq, const float *xd,
+                                                        const float *xs, int nb) {
+    const int bs = block_bytes(typ);
+    const int offset = typ == RD_Q4_1 || typ == RD_Q5_1;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float accm = 0;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *b0 = w + (long)b * bs, *b1 = b0 + bs;
+        __m256 p0 = sum_pairs(typ, unpack32(typ, b0), _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+        __m256 p1 = sum_pairs(typ, unpack32(typ, b1), _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 32)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b0)) * xd[b]), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b1)) * xd[b + 1]), p1, acc1);
+        if (offset) accm += h2f(ld16(b0 + 2)) * xs[b] + h2f(ld16(b1 + 2)) * xs[b + 1];
+    }
+    for (; b < nb; b++) {
+        const uint8_t *b0 = w + (long)b * bs;
+        __m256 p0 = sum_pairs(typ, unpack32(typ, b0), _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(b0)) * xd[b]), p0, acc0);
+        if (offset) accm += h2f(ld16(b0 + 2)) * xs[b];
+    }
+    return hsum256(_mm256_add_ps(acc0, acc1)) + accm;
+}
+
+static void gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs,
+                       int n, int cols, float *y, int ldy, int r0, int r1) {
+    const int nb = cols / 32;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *src = W + (long)r * rowBytes;
+        for (int t = 0; t < n; t++)
+            y[(long)t * ldy + r] = dotq(typ, src, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
+    }
+}
+#endif
+
+// dotq_scalar is dotq without SIMD, for builds without AVX2.
+static float dotq_scalar(int typ, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, int nb) {
+    const int bs = block_bytes(typ);
+    float acc = 0;
+    int8_t q[32];
+    for (int b = 0; b < nb; b++) {
+        float d, m;
+        unpack_block(typ, w + (long)b * bs, q, &d, &m);
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += (int32_t)q[j] * (int32_t)xq[32 * b + j];
+        acc += d * xd[b] * (float)s + m * xs[b];
+    }
+    return acc;
+}
+
+void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs, int n,
+                   int cols, float *y, int ldy, int r0, int r1) {
+#if defined(__AVX2__) && defined(__FMA__)
+    // One call per type, so that each gets its own loop.
+    switch (typ) {
+    case RD_Q8_0: gemvq_rows(RD_Q8_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_0: gemvq_rows(RD_Q4_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_1: gemvq_rows(RD_Q4_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_0: gemvq_rows(RD_Q5_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_1: gemvq_rows(RD_Q5_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    }
+#endif
+    const int nb = cols / 32;
+    for (int r = r0; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            y[(long)t * ldy + r] =
+                dotq_scalar(typ, W + (long)r * rowBytes, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
+}
+
+// max_of returns the highest of x[0..n), ignoring NaNs; -Inf when there is
+// none.
+static float max_of(const float *x, int n) {
+    float m = -INFINITY;
+    int i = 0;
+#ifdef __AVX2__
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    // max_ps returns its second operand when either is NaN: the running max.
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    m = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+void rd_top2(const float *x, int n, int *best, float *top, float *runner) {
+    float m = max_of(x, n);
+    int b = -1, i = 0;
+#ifdef __AVX2__
+    const __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (mask) {
+            b = i + __builtin_ctz(mask);
+            break;
+        }
+    }
+#endif
+    for (; b < 0 && i < n; i++)
+        if (x[i] == m) b = i;
+    if (b < 0) { // only NaNs
+        *best = 0, *top = x[0], *runner = -INFINITY;
+        return;
+    }
+    float r0 = max_of(x, b), r1 = max_of(x + b + 1, n - b - 1);
+    *best = b, *top = m, *runner = r0 > r1 ? r0 : r1;
+}
+
+int rd_shadow_candidates(const float *a, const float *b, int n, int32_t *cand, int maxc) {
+    // The two highest lower ends a-b (NaN counts as -Inf).
+    float l1 = -INFINITY, l2 = -INFINITY;
+    int i = 0;
+#ifdef __AVX2__
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 v1 = ninf, v2 = ninf;
+    for (; i + 8 <= n; i += 8) {
+        __m256 lo = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+        lo = _mm256_blendv_ps(ninf, lo, _mm256_cmp_ps(lo, lo, _CMP_ORD_Q));
+        v2 = _mm256_max_ps(v2, _mm256_min_ps(v1, lo));
+        v1 = _mm256_max_ps(v1, lo);
+    }
+    float t1[8], t2[8];
+    _mm256_storeu_ps(t1, v1);
+    _mm256_storeu_ps(t2, v2);
+    for (int k = 0; k < 16; k++) {
+        float lo = k < 8 ? t1[k] : t2[k - 8];
+        if (lo > l2) {
+            if (lo > l1) l2 = l1, l1 = lo;
+            else l2 = lo;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        float lo = a[i] - b[i];
+        if (lo > l2) {
+            if (lo > l1) l2 = l1, l1 = lo;
+            else l2 = lo;
+        }
+    }
+    // The rows whose upper end a+b reaches l2.
+    int c = 0;
+    i = 0;
+#ifdef __AVX2__
+    const __m256 vl2 = _mm256_set1_ps(l2);
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = _mm256_loadu_ps(a + i);
+        __m256 hit = _mm256_and_ps(_mm256_cmp_ps(_mm256_add_ps(va, _mm256_loadu_ps(b + i)), vl2, _CMP_GE_OQ),
+                                   _mm256_cmp_ps(va, ninf, _CMP_NEQ_OQ));
+        for (int mask = _mm256_movemask_ps(hit); mask; mask &= mask - 1) {
+            if (c == maxc) return maxc + 1;
+            cand[c++] = i + __builtin_ctz(mask);
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        if (a[i] + b[i] >= l2 && a[i] != -INFINITY) {
+            if (c == maxc) return maxc + 1;
+            cand[c++] = i;
+        }
+    }
+    return c;
 }

@@ -23,16 +23,20 @@ void rd_gemv_rows(int typ, const uint8_t *W, long rowBytes, const float *x, int 
 // not NULL) are set to 0.
 void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *valid);
 
-// rd_attention computes softmax(scale·q·Kᵀ)·V for the n queries of q
-// ([n][d]) and heads h0..h1-1 of width hd: query t sees the first valid[t]
-// rows of K and V ([rows][d]). It writes the heads' slices of out ([n][d])
-// and uses scores, (h1-h0) rows of ldScores floats, as scratch.
-void rd_attention(const float *q, const float *K, const float *V, int n, const int *valid, int d, int hd,
-                  int h0, int h1, float scale, float *out, float *scores, int ldScores);
+// rd_attention_part computes part p of parts of the attention of the n
+// queries of q ([n][d], heads of width hd) over K and V ([rows][d], float32
+// when es is 4, IEEE halves when es is 2): query t's part covers rows
+// [p·valid[t]/parts, (p+1)·valid[t]/parts). Per head h it writes the highest
+// scaled score m, l = Σ exp(score - m) and o = Σ exp(score - m)·V[j][h] to
+// m[(t·parts+p)·nh + h], l[same] and o[(t·parts+p)·d + h·hd ...]. scores
+// holds nh rows of ldScores floats; a part writes only its own columns, so
+// the parts of one call may run at the same time.
+void rd_attention_part(const float *q, const void *K, const void *V, int es, int n, const int *valid, int d, int hd,
+                       int p, int parts, float scale, float *scores, int ldScores, float *m, float *l, float *o);
 
-// rd_attention_f16kv is rd_attention with K and V stored as IEEE halves.
-void rd_attention_f16kv(const float *q, const uint16_t *K, const uint16_t *V, int n, const int *valid, int d, int hd,
-                        int h0, int h1, float scale, float *out, float *scores, int ldScores);
+// rd_attention_merge writes to out ([n][d]) softmax(scale·q·Kᵀ)·V from the
+// parts of rd_attention_part.
+void rd_attention_merge(int n, int parts, int d, int hd, const float *m, const float *l, const float *o, float *out);
 
 // rd_f32_to_f16 rounds n floats to IEEE halves (to nearest, ties to even).
 void rd_f32_to_f16(const float *src, uint16_t *dst, long n);
@@ -66,4 +70,31 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
 // as rd_gemv_rows does for one token. tmp holds cols floats.
 void rd_gemv_idx(int typ, const uint8_t *W, long rowBytes, const float *x, int cols, const int32_t *idx, int n,
                  float *y, float *tmp);
+
+// rd_shadow_candidates writes to cand, in ascending order, the rows i of
+// the approximate logits a (bounds b) that can hold the best or the
+// runner-up: those whose a+b reaches the second-highest a-b, less those
+// with a = -Inf. It returns their count, or maxc+1 when there are more
+// than maxc.
+int rd_shadow_candidates(const float *a, const float *b, int n, int32_t *cand, int maxc);
+
+// rd_top2 finds greedy decoding's pick among x[0..n) (n ≥ 1): the highest
+// value (NaNs are never picked), its index (the lowest on ties) and the
+// highest of the other values.
+void rd_top2(const float *x, int n, int *best, float *top, float *runner);
+
+// rd_quantize_q8 quantises n values of x (a multiple of 32) to ggml's q8_0
+// blocks as its quantize_row_q8_0 does: per block of 32, the scale d =
+// max|x|/127 rounded to half precision, q = x·127/max|x| rounded to the
+// nearest integer (ties to even). It writes the int8 values to q, the scales
+// (as float) to d and d·Σq per block to s.
+void rd_quantize_q8(const float *x, long n, int8_t *q, float *d, float *s);
+
+// rd_gemvq_rows is rd_gemv_rows for quantised weights (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1) and activations quantised by rd_quantize_q8: token t's row is
+// xq[t*cols ..] with scales xd[t*cols/32 ..] and sums xs[t*cols/32 ..]. Each
+// block's product is an integer dot product times both scales, as ggml
+// computes it.
+void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd, const float *xs, int n,
+                   int cols, float *y, int ldy, int r0, int r1);
 #endif

@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/replyd/replyd/internal/shareddata"
 )
@@ -161,8 +163,11 @@ func TestF16Conversion(t *testing.T) {
 	}
 }
 
-// TestLinearPaths checks the three product paths (small-batch kernel,
-// F32 OpenBLAS, tiled dequantisation + OpenBLAS) against float64 sums.
+// TestLinearPaths checks the four product paths (small-batch kernel, the
+// same for quantised weights on q8_0-quantised activations, F32 OpenBLAS,
+// tiled dequantisation + OpenBLAS) against float64 sums. With quantised
+// weights and few rows the sums are over the activations as ggml quantises
+// them (refQuantizeQ8), which is what whisper.cpp computes.
 func TestLinearPaths(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	rows, cols := 300, 96
@@ -189,11 +194,15 @@ func TestLinearPaths(t *testing.T) {
 				}
 				out := make([]float32, n*rows)
 				m.linear(out, x, n, w, bias)
+				xr := x
+				if typ.quantized() && n <= 8 {
+					xr = refQuantizeQ8(x)
+				}
 				for tk := 0; tk < n; tk++ {
 					for j := 0; j < rows; j++ {
 						want := float64(bias[j])
 						for k := 0; k < cols; k++ {
-							want += float64(full[j*cols+k]) * float64(x[tk*cols+k])
+							want += float64(full[j*cols+k]) * float64(xr[tk*cols+k])
 						}
 						if d := math.Abs(float64(out[tk*rows+j]) - want); d > 1e-4*(1+math.Abs(want)) {
 							t.Fatalf("%s n=%d threads=%d: out[%d][%d] = %g, want %g", typ, n, threads, tk, j, out[tk*rows+j], want)
@@ -203,6 +212,28 @@ func TestLinearPaths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// refQuantizeQ8 returns x after ggml's quantize_row_q8_0 and back: per
+// block of 32, d = max|x|/127 rounded to half precision and q = x·(127/max|x|)
+// rounded to the nearest integer, ties to even; the value is d·q.
+func refQuantizeQ8(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for b := 0; b+32 <= len(x); b += 32 {
+		var amax float32
+		for _, v := range x[b : b+32] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := halfBits(f32ToF16(amax / 127))
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		for i, v := range x[b : b+32] {
+			out[b+i] = d * float32(math.RoundToEven(float64(v*id)))
+		}
+	}
+	return out
 }
 
 func TestSoftmaxGeluAttention(t *testing.T) {
@@ -333,5 +364,140 @@ func TestFFTMatchesDFT(t *testing.T) {
 				t.Fatalf("n=%d: X[%d] = %v, want %v", n, k, got[k], want)
 			}
 		}
+	}
+}
+
+// TestAttentionF16 checks the decoder's attention kernel on half K and V
+// against a float64 computation: heads of 64 values (every Whisper model's)
+// and of 32, key counts that are and are not multiples of eight, several
+// queries with different lengths, and the rows split over 1 to 3 threads
+// (whose parts are then merged), including parts left empty.
+func TestAttentionF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ nh, hd, L int }{{8, 64, 1500}, {6, 64, 200}, {2, 64, 7}, {2, 32, 50}} {
+		const n = 3
+		d := c.nh * c.hd
+		q := make([]float32, n*d)
+		for i := range q {
+			q[i] = float32(r.NormFloat64())
+		}
+		k, v := make([]uint16, c.L*d), make([]uint16, c.L*d)
+		for i := range k {
+			k[i] = f32ToF16(float32(r.NormFloat64()))
+			v[i] = f32ToF16(float32(r.NormFloat64()))
+		}
+		valid := []int32{int32(c.L), int32(max(c.L-5, 1)), 1}
+		scale := float32(1 / math.Sqrt(float64(c.hd)))
+		for _, threads := range []int{1, 2, 3} {
+			out := make([]float32, n*d)
+			scores := make([]float32, c.nh*c.L)
+			m := &Model{threads: threads}
+			m.attendHalves(q, k, v, n, c.L, valid, c.nh, c.hd, scale, out, scores, nil, nil)
+			for tq := 0; tq < n; tq++ {
+				for h := 0; h < c.nh; h++ {
+					s := make([]float64, valid[tq])
+					mx := math.Inf(-1)
+					for j := range s {
+						for e := 0; e < c.hd; e++ {
+							s[j] += float64(q[tq*d+h*c.hd+e]) * float64(halfBits(k[j*d+h*c.hd+e]))
+						}
+						s[j] *= float64(scale)
+						mx = math.Max(mx, s[j])
+					}
+					var sum float64
+					for j := range s {
+						s[j] = math.Exp(s[j] - mx)
+						sum += s[j]
+					}
+					for e := 0; e < c.hd; e++ {
+						var want float64
+						for j := range s {
+							want += s[j] / sum * float64(halfBits(v[j*d+h*c.hd+e]))
+						}
+						if dd := math.Abs(float64(out[tq*d+h*c.hd+e]) - want); dd > 1e-5 {
+							t.Fatalf("nh %d hd %d L %d threads %d: q%d h%d c%d = %g, want %g", c.nh, c.hd, c.L, threads, tq, h, e,
+								out[tq*d+h*c.hd+e], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestLinearsShareInput checks that products computed together (one
+// quantisation of the input, one split over threads) equal, bit for bit,
+// the same products computed one by one, for weights of mixed types and
+// row counts and every batch path.
+func TestLinearsShareInput(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	cols := 64
+	var ws []*weight
+	for i, typ := range []ggmlType{typeQ8_0, typeQ5_0, typeF16, typeQ8_0} {
+		rows := 40 + 7*i
+		vals, bsz, _ := typ.blockSize()
+		w := &weight{typ: typ, rows: rows, cols: cols, rowBytes: cols / vals * bsz, raw: randomBlocks(r, typ, rows, cols)}
+		ws = append(ws, w)
+	}
+	for _, n := range []int{1, 5, 12} {
+		for _, threads := range []int{1, 2, 3} {
+			m := &Model{threads: threads}
+			x := make([]float32, n*cols)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			var together []product
+			var apart [][]float32
+			for _, w := range ws {
+				b := make([]float32, w.rows)
+				for i := range b {
+					b[i] = float32(r.NormFloat64())
+				}
+				one := make([]float32, n*w.rows)
+				m.linear(one, x, n, w, b)
+				apart = append(apart, one)
+				together = append(together, product{make([]float32, n*w.rows), w, b})
+			}
+			m.linears(x, n, together...)
+			for i, p := range together {
+				if !slices.Equal(p.out, apart[i]) {
+					t.Fatalf("n=%d threads=%d: product %d (%s) differs when computed with the others", n, threads, i, p.w.typ)
+				}
+			}
+		}
+	}
+}
+
+// TestHugePageArenas checks that a loaded model keeps its tensors (the
+// decoder's weights and the token embedding among them) in one 2 MB
+// aligned arena, and the decoder's K/V caches in another.
+func TestHugePageArenas(t *testing.T) {
+	m, err := Load(filepath.Join(shareddata.Whisper(t), "models", "rand-w64-en-q8_0.bin"), Options{Threads: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.tensors == nil || uintptr(unsafe.Pointer(&m.tensors.mem[0]))%(2<<20) != 0 {
+		t.Fatal("the tensors are not in a 2 MB aligned arena")
+	}
+	inArena := func(b []byte, a *arena) bool {
+		p, lo := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&a.mem[0]))
+		return p >= lo && p+uintptr(len(b)) <= lo+uintptr(len(a.mem))
+	}
+	ws := []*weight{m.tokEmb}
+	for _, b := range m.dec {
+		ws = append(ws, b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.o, b.fc1, b.fc2)
+	}
+	for i, w := range ws {
+		if !inArena(w.raw, &m.tensors.arena) {
+			t.Fatalf("weight %d is not in the arena", i)
+		}
+	}
+	st := m.newDecState(make([]float32, m.hp.NAudioCtx*m.hp.NAudioState))
+	if m.scr.kv == nil || uintptr(unsafe.Pointer(&m.scr.kv.mem[0]))%(2<<20) != 0 {
+		t.Fatal("the K/V caches are not in a 2 MB aligned arena")
+	}
+	if p := unsafe.Pointer(&st.cv[len(st.cv)-1][0]); !inArena(unsafe.Slice((*byte)(p), 2*len(st.cv[0])), m.scr.kv) {
+		t.Fatal("the last cross V is outside the arena")
 	}
 }

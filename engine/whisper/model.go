@@ -2,11 +2,27 @@
 // reads whisper.cpp's ggml model files (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 and
 // Q8_0 weights), computes the log-mel spectrogram, the encoder and the
 // decoder the way whisper.cpp does, and decodes greedily with whisper.cpp's
-// default rules and no timestamps. Matrix products run on OpenBLAS through
-// cgo; everything else is Go or small C kernels. Greedy decoding picks each
+// default rules and no timestamps. Products with many rows run on OpenBLAS
+// through cgo; the decoder's few-row products, attention and the rest are Go
+// or small C kernels. As in whisper.cpp, few-row products with quantised
+// weights take activations quantised to q8_0. Greedy decoding picks each
 // token through an int8 copy of an F16 or F32 token embedding with proven
 // error bounds, exactly as the full product would (shadow.go). A *Model
 // implements engine.Transcriber.
+//
+// Why replyd carries its own Whisper instead of linking whisper.cpp:
+// whisper.cpp's Go binding (github.com/ggerganov/whisper.cpp/bindings/go)
+// only wraps libwhisper, libggml, libggml-base and libggml-cpu, which must be
+// built separately from whisper.cpp's C++ sources (its module zip holds the
+// binding alone), so `go build` could no longer make replyd from a clone and
+// the Go module proxy; and those libraries bring a ggml of their own, while
+// llama.cpp, compiled in from the ollama module, brings another version of
+// the same ggml symbols: two in one binary collide at link time or, worse,
+// silently at run time. Whisper's inference is small (a mel spectrogram, a
+// transformer encoder and decoder, greedy search), so this package
+// implements it on OpenBLAS, reads whisper.cpp's model files unchanged, and
+// is held to whisper.cpp's own numbers by the conformance tests
+// (../shared/testdata/whisper, computed by whisper.cpp).
 package whisper
 
 import (
@@ -123,6 +139,7 @@ type Model struct {
 	wtype ggmlType
 
 	owned   [][]byte      // C memory holding weights, freed by Close
+	tensors *tensorArena  // the file's tensor data (huge.go), freed by Close; nil if none
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
@@ -140,6 +157,7 @@ func Load(path string, opts Options) (*Model, error) {
 	}
 	m, err := newModel(g, opts)
 	if err != nil {
+		g.arena.free()
 		return nil, fmt.Errorf("whisper: load %s: %w", path, err)
 	}
 	m.path = path
@@ -156,15 +174,17 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	// Tensor data no weight refers to is freed once the model is built; on
 	// failure all of it is.
 	defer func() {
-		if g.release == nil {
-			return
-		}
-		for name, t := range g.tensors {
-			if kept[name] && err == nil {
-				m.owned = append(m.owned, t.data)
-			} else {
-				g.release(t.data)
+		if g.release != nil {
+			for name, t := range g.tensors {
+				if kept[name] && err == nil {
+					m.owned = append(m.owned, t.data)
+				} else {
+					g.release(t.data)
+				}
 			}
+		}
+		if err == nil {
+			m.tensors = g.arena
 		}
 	}()
 	m = &Model{hp: hp, opts: opts, log: opts.Logger, loaded: time.Now(), sem: make(chan struct{}, 1)}
@@ -352,6 +372,8 @@ func (m *Model) Close() error {
 		}
 	}
 	m.owned = nil
+	m.tensors.free()
+	m.tensors = nil
 	m.scr.free()
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 type scratch struct {
 	tmp    [][]float32   // per-thread row buffers for gemvRows
 	tile   []float32     // dequantised weight tile for large products
+	xq     []int8        // activations quantised to q8_0 for small-batch products
+	xd, xs []float32     // their blocks' scales and scaled sums
 	logits []float32     // textLogits' result
 	enc    [9][]float32  // encoder activations, reused window after window
 	dec    *decState     // the decoder state, reused window after window
@@ -18,6 +20,7 @@ type scratch struct {
 	// large buffers outside the Go heap keeps the collector's heap goal (and
 	// so the peak RSS) small.
 	owned [][]byte
+	kv    *arena // the decoder's K/V caches, in huge pages (huge.go)
 }
 
 // floats returns n float32s of C memory owned by s (Go memory when malloc
@@ -46,47 +49,99 @@ func (s *scratch) free() {
 	for _, b := range s.owned {
 		cFree(b)
 	}
+	if s.kv != nil {
+		hugeFree(s.kv.mem)
+	}
 	*s = scratch{}
 }
 
 // tileFloats is the size of the dequantised weight tile, in floats.
 const tileFloats = 1 << 17
 
+// smallBatch is the most rows of x that go through the compact weights
+// directly; longer batches go to OpenBLAS.
+const smallBatch = 8
+
+// product is one linear layer applied to a shared input: out[t][r] =
+// x[t] · w[r] + b[r] (b may be nil).
+type product struct {
+	out []float32
+	w   *weight
+	b   []float32
+}
+
 // linear computes out[t][r] = x[t] · w[r] + b[r] for t < n (b may be nil).
 // Few rows of x go through the compact weights directly; many rows go to
 // OpenBLAS, with non-F32 weights dequantised a tile of rows at a time.
 func (m *Model) linear(out, x []float32, n int, w *weight, b []float32) {
-	rows, cols := w.rows, w.cols
-	switch {
-	case n <= 8:
-		tmps := m.tmpBuffers(cols)
+	m.linears(x, n, product{out, w, b})
+}
+
+// linears computes several products of the same n input rows x ([n][cols],
+// every w has cols columns). With few rows they share one quantisation of x
+// and one split over the threads, so that the threads meet once for all of
+// them.
+func (m *Model) linears(x []float32, n int, ps ...product) {
+	if n > smallBatch {
+		for _, p := range ps {
+			m.linearBatch(p.out, x, n, p.w)
+		}
+	} else {
+		cols := ps[0].w.cols
+		var xq []int8
+		var xd, xs []float32
+		var tmps [][]float32
+		for _, p := range ps {
+			if p.w.typ.quantized() && xq == nil {
+				// As ggml does: the activations are quantised to q8_0 once, and
+				// each block product is an integer dot product.
+				xq, xd, xs = m.q8Buffers(n * cols)
+				quantizeQ8(x[:n*cols], xq, xd, xs)
+			} else if !p.w.typ.quantized() && tmps == nil {
+				tmps = m.tmpBuffers(cols)
+			}
+		}
 		chunks := m.threads
 		parallel(m.threads, chunks, func(c0, c1 int) {
 			for c := c0; c < c1; c++ {
-				r0, r1 := c*rows/chunks, (c+1)*rows/chunks
-				gemvRows(w, x, n, out, rows, r0, r1, tmps[c])
+				for _, p := range ps {
+					rows := p.w.rows
+					r0, r1 := c*rows/chunks, (c+1)*rows/chunks
+					if p.w.typ.quantized() {
+						gemvRowsQ8(p.w, xq, xd, xs, n, p.out, rows, r0, r1)
+					} else {
+						gemvRows(p.w, x, n, p.out, rows, r0, r1, tmps[c])
+					}
+				}
 			}
 		})
-	case w.typ == typeF32:
-		sgemmNT(n, rows, cols, x, cols, w.f32, cols, out, rows, false)
-	default:
-		tr := max(tileFloats/cols, 1)
-		tile := m.tileBuffer(tr * cols)
-		for r0 := 0; r0 < rows; r0 += tr {
-			r1 := min(r0+tr, rows)
-			parallel(m.threads, r1-r0, func(a, b int) {
-				dequant(w.typ, w.raw[(r0+a)*w.rowBytes:(r0+b)*w.rowBytes], tile[a*cols:], (b-a)*cols)
-			})
-			sgemmNT(n, r1-r0, cols, x, cols, tile, cols, out[r0:], rows, false)
+	}
+	for _, p := range ps {
+		if p.b == nil {
+			continue
+		}
+		rows := p.w.rows
+		for t := 0; t < n; t++ {
+			addInto(p.out[t*rows:(t+1)*rows], p.b)
 		}
 	}
-	if b != nil {
-		for t := 0; t < n; t++ {
-			o := out[t*rows : (t+1)*rows]
-			for i := range o {
-				o[i] += b[i]
-			}
-		}
+}
+
+// linearBatch computes out = x · wᵀ for many rows of x through OpenBLAS.
+func (m *Model) linearBatch(out, x []float32, n int, w *weight) {
+	rows, cols := w.rows, w.cols
+	if w.typ == typeF32 {
+		sgemmNT(n, rows, cols, x, cols, w.f32, cols, out, rows, false)
+		return
+	}
+	tr := max(tileFloats/cols, 1)
+	tile := m.tileBuffer(tr * cols)
+	for r0 := 0; r0 < rows; r0 += tr {
+		r1 := min(r0+tr, rows)
+		parallel(m.threads, r1-r0, func(a, b int) {
+			dequant(w.typ, w.raw[(r0+a)*w.rowBytes:(r0+b)*w.rowBytes], tile[a*cols:], (b-a)*cols)
+		})
+		sgemmNT(n, r1-r0, cols, x, cols, tile, cols, out[r0:], rows, false)
 	}
 }
 
@@ -98,6 +153,17 @@ func (m *Model) tmpBuffers(cols int) [][]float32 {
 		}
 	}
 	return m.scr.tmp
+}
+
+// q8Buffers returns scratch for n activations quantised by quantizeQ8:
+// their int8 values, and the scales and sums of their n/32 blocks.
+func (m *Model) q8Buffers(n int) (q []int8, d, s []float32) {
+	sc := &m.scr
+	if len(sc.xq) < n {
+		sc.xq = make([]int8, n)
+		sc.xd, sc.xs = make([]float32, n/32), make([]float32, n/32)
+	}
+	return sc.xq[:n], sc.xd[:n/32], sc.xs[:n/32]
 }
 
 func (m *Model) tileBuffer(n int) []float32 {
@@ -241,12 +307,12 @@ func (m *Model) encode(mel []float32) []float32 {
 // decState is the decoder's state for one window: the self-attention KV
 // cache and the cross-attention K/V computed once from the encoder output.
 //
-// The cross K/V are kept as IEEE halves, as whisper.cpp keeps them: that
-// halves the memory the decoder reads per token.
+// Both K/V are kept as IEEE halves, as whisper.cpp keeps them: that halves
+// the memory the decoder reads per token.
 type decState struct {
-	n      int         // positions filled in the self-attention cache
-	k, v   [][]float32 // per layer, [n_text_ctx][d]
-	ck, cv [][]uint16  // per layer, [n_audio_ctx][d], F16
+	n      int        // positions filled in the self-attention cache
+	k, v   [][]uint16 // per layer, [n_text_ctx][d], F16
+	ck, cv [][]uint16 // per layer, [n_audio_ctx][d], F16
 }
 
 // newDecState computes the cross-attention keys and values of enc (an
@@ -258,11 +324,21 @@ func (m *Model) newDecState(enc []float32) *decState {
 	st := m.scr.dec
 	if st == nil {
 		st = &decState{}
+		// Every step reads the cross K/V and the filled part of the cache:
+		// one arena of huge pages for all of them, where it can be had.
+		cross, self := int64(T*d), int64(hp.NTextCtx*d)
+		m.scr.kv = newArena(int64(len(m.dec)) * 2 * arenaSize(2*cross, 2*self))
+		halves := func(n int64) []uint16 {
+			if m.scr.kv == nil {
+				return m.scr.halves(int(n))
+			}
+			return unsafe.Slice((*uint16)(unsafe.Pointer(&m.scr.kv.take(2 * n)[0])), n)
+		}
 		for range m.dec {
-			st.ck = append(st.ck, m.scr.halves(T*d))
-			st.cv = append(st.cv, m.scr.halves(T*d))
-			st.k = append(st.k, m.scr.floats(hp.NTextCtx*d))
-			st.v = append(st.v, m.scr.floats(hp.NTextCtx*d))
+			st.ck = append(st.ck, halves(cross))
+			st.cv = append(st.cv, halves(cross))
+			st.k = append(st.k, halves(self))
+			st.v = append(st.v, halves(self))
 		}
 		m.scr.dec = st
 	}
@@ -296,6 +372,7 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	h := make([]float32, n*d)
 	q := make([]float32, n*d)
 	a := make([]float32, n*d)
+	k, v := make([]float32, n*d), make([]float32, n*d) // the new rows of the self-attention cache
 	ff := make([]float32, n*4*d)
 	nh := hp.NTextHead
 	hd := d / nh
@@ -308,32 +385,23 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 		valid[i] = int32(st.n + i + 1)
 		crossValid[i] = int32(T)
 	}
-	var ck32, cv32 []float32 // the cross K/V as float32, for long batches
+	var k32, v32 []float32 // K/V as float32, for long batches
+	if n > 16 {
+		k32, v32 = make([]float32, max(T, kv)*d), make([]float32, max(T, kv)*d)
+	}
 	for l := range m.dec {
 		b := &m.dec[l]
-		K, V := st.k[l], st.v[l]
 		layerNormInto(h, x, n, d, b.attnLn)
-		m.linear(q, h, n, b.attn.q, b.attn.qb)
-		m.linear(K[st.n*d:], h, n, b.attn.k, nil)
-		m.linear(V[st.n*d:], h, n, b.attn.v, b.attn.vb)
-		m.attendAll(q, K, V, n, kv, valid, nh, hd, scale, a, scores)
+		m.linears(h, n, product{q, b.attn.q, b.attn.qb}, product{k, b.attn.k, nil}, product{v, b.attn.v, b.attn.vb})
+		toF16(k, st.k[l][st.n*d:kv*d])
+		toF16(v, st.v[l][st.n*d:kv*d])
+		m.attendHalves(q, st.k[l], st.v[l], n, kv, valid, nh, hd, scale, a, scores, k32, v32)
 		m.linear(h, a, n, b.attn.o, b.attn.ob)
 		addInto(x, h)
 
 		layerNormInto(h, x, n, d, b.crossLn)
 		m.linear(q, h, n, b.cross.q, b.cross.qb)
-		if n <= 16 {
-			parallel(m.threads, nh, func(h0, h1 int) {
-				attendF16(q, st.ck[l], st.cv[l], n, crossValid, d, hd, h0, h1, scale, a, scores[h0*T:h1*T], T)
-			})
-		} else {
-			if ck32 == nil {
-				ck32, cv32 = make([]float32, T*d), make([]float32, T*d)
-			}
-			fromF16(st.ck[l], ck32)
-			fromF16(st.cv[l], cv32)
-			m.attendAll(q, ck32, cv32, n, T, crossValid, nh, hd, scale, a, scores)
-		}
+		m.attendHalves(q, st.ck[l], st.cv[l], n, T, crossValid, nh, hd, scale, a, scores, k32, v32)
 		m.linear(h, a, n, b.cross.o, b.cross.ob)
 		addInto(x, h)
 
@@ -348,17 +416,28 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	return x
 }
 
+// attendHalves is attendAll over the first L rows of K/V stored as IEEE
+// halves. Few queries read the halves directly; many go through attendAll
+// on float32 copies in k32 and v32 (L·d floats each).
+func (m *Model) attendHalves(q []float32, k, v []uint16, n, L int, valid []int32, nh, hd int, scale float32, out, scores, k32, v32 []float32) {
+	if n <= 16 {
+		m.attendRows(q, unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]), 2, n, L, valid, nh, hd, scale, out, scores)
+		return
+	}
+	d := nh * hd
+	fromF16(k[:L*d], k32[:L*d])
+	fromF16(v[:L*d], v32[:L*d])
+	m.attendAll(q, k32, v32, n, L, valid, nh, hd, scale, out, scores)
+}
+
 // attendAll computes multi-head attention of the n queries in q ([n][d])
 // over the first L rows of k and v ([rows][d]); query i sees valid[i] rows.
-// Few queries go through a kernel that reads K and V once for all heads,
-// split over threads by head; many go through OpenBLAS head by head.
+// Few queries go through attendRows; many go through OpenBLAS head by head.
 // scores holds at least max(n, nh)·L floats.
 func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int, scale float32, out, scores []float32) {
 	d := nh * hd
 	if n <= 16 {
-		parallel(m.threads, nh, func(h0, h1 int) {
-			attend(q, k, v, n, valid, d, hd, h0, h1, scale, out, scores[h0*L:h1*L], L)
-		})
+		m.attendRows(q, unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]), 4, n, L, valid, nh, hd, scale, out, scores)
 		return
 	}
 	for hh := 0; hh < nh; hh++ {
@@ -367,6 +446,30 @@ func (m *Model) attendAll(q, k, v []float32, n, L int, valid []int32, nh, hd int
 		softmaxRows(scores, n, L, L, scale, valid)
 		sgemmNN(n, hd, L, scores, L, v[o:], d, out[o:], d)
 	}
+}
+
+// minRowsPerPart is the fewest K/V rows worth a thread of their own in
+// attendRows.
+const minRowsPerPart = 64
+
+// attendRows computes the attention of n queries over K and V (rows of
+// nh·hd elements of es bytes) with a kernel that reads them once for all
+// heads, row by row. The threads split the rows, each taking a softmax over
+// its own, and the parts are merged (see rd_attention_part).
+func (m *Model) attendRows(q []float32, k, v unsafe.Pointer, es, n, L int, valid []int32, nh, hd int, scale float32, out, scores []float32) {
+	d := nh * hd
+	parts := 1
+	if m.threads > 1 && L >= minRowsPerPart*m.threads {
+		parts = m.threads
+	}
+	mx, l := make([]float32, n*parts*nh), make([]float32, n*parts*nh)
+	o := make([]float32, n*parts*d)
+	parallel(m.threads, parts, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			attendPart(q, k, v, es, n, valid, d, hd, p, parts, scale, scores, L, mx, l, o)
+		}
+	})
+	attendMerge(n, parts, d, hd, mx, l, o, out)
 }
 
 // textLogits returns the logits of ids 0..eot only (the ids greedy

@@ -57,7 +57,8 @@ func (m *Model) buildShadow() {
 	if w == nil || (w.typ != typeF16 && w.typ != typeF32) || w.rows == 0 || w.cols == 0 || w.cols > 4096 {
 		return
 	}
-	q := cAlloc(int64(w.rows) * int64(w.cols))
+	// Every step reads all of it: in huge pages (huge.go).
+	q := hugeAlloc(int64(w.rows) * int64(w.cols))
 	if q == nil {
 		return
 	}
@@ -81,7 +82,7 @@ func (m *Model) buildShadow() {
 	})
 	for _, v := range ok {
 		if !v {
-			cFree(q)
+			hugeFree(q)
 			m.log.Warn("whisper token embedding holds values that are not finite; decoding reads it in full")
 			return
 		}
@@ -100,7 +101,7 @@ func (sh *shadow) bytes() int64 {
 // free releases the shadow's C memory.
 func (sh *shadow) free() {
 	if sh != nil {
-		cFree(sh.q)
+		hugeFree(sh.q)
 		sh.q = nil
 	}
 }
@@ -141,27 +142,20 @@ func (m *Model) nextExact(hidden []float32, banned []int) pick {
 // runner-up). Every lg[i] must be at most the best logit.
 func pickFrom(lg []float32, only []int32) pick {
 	var p pick
-	first := true
-	visit := func(id int, v float32) {
-		if first {
-			p = pick{id: id, logit: v, runner: float32(math.Inf(-1))}
-			first = false
-			return
-		}
-		if v > p.logit {
-			p.runner = p.logit
-			p.id, p.logit = id, v
-		} else if v > p.runner {
-			p.runner = v
-		}
-	}
 	if only == nil {
-		for id, v := range lg {
-			visit(id, v)
-		}
+		var best C.int
+		var top, runner C.float
+		C.rd_top2((*C.float)(&lg[0]), C.int(len(lg)), &best, &top, &runner)
+		p = pick{id: int(best), logit: float32(top), runner: float32(runner)}
 	} else {
-		for _, id := range only {
-			visit(int(id), lg[id])
+		p = pick{id: int(only[0]), logit: lg[only[0]], runner: float32(math.Inf(-1))}
+		for _, id := range only[1:] {
+			if v := lg[id]; v > p.logit {
+				p.runner = p.logit
+				p.id, p.logit = int(id), v
+			} else if v > p.runner {
+				p.runner = v
+			}
 		}
 	}
 	p.logprob = -math.Log(sumExp(lg, p.logit))
@@ -233,29 +227,23 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 	for _, id := range banned {
 		a[id], b[id] = ninf, 0
 	}
-	// The two highest lower ends: at least two rows reach the second one, so
+	// The rows that can hold the best or the runner-up: those whose upper end
+	// reaches the second-highest lower end. At least two rows reach it, so
 	// the best and the runner-up both do.
-	l1, l2 := ninf, ninf
-	for i, v := range a {
-		if lo := v - b[i]; lo > l2 {
-			if lo > l1 {
-				l1, l2 = lo, l1
-			} else {
-				l2 = lo
-			}
-		}
-	}
-	cand := sc.cand[:0]
-	for i, v := range a {
-		if v+b[i] >= l2 && v != ninf {
-			cand = append(cand, int32(i))
-		}
-	}
-	sc.cand = cand
-	if len(cand) == 0 || len(cand) > n/8 {
+	maxc := n / 8
+	if maxc == 0 {
 		sc.counts.fallbacks++
 		return pick{}, false
 	}
+	if cap(sc.cand) < maxc {
+		sc.cand = make([]int32, maxc)
+	}
+	nc := shadowCandidates(a, b, sc.cand[:maxc])
+	if nc == 0 || nc > maxc {
+		sc.counts.fallbacks++
+		return pick{}, false
+	}
+	cand := sc.cand[:nc]
 	sc.counts.candidates += len(cand)
 	if cap(sc.exact) < len(cand) {
 		sc.exact = make([]float32, len(cand), 2*len(cand))
@@ -274,4 +262,13 @@ func (m *Model) nextShadow(hidden []float32, banned []int) (pick, bool) {
 		a[id] = exact[k]
 	}
 	return pickFrom(a, cand), true
+}
+
+// shadowCandidates writes to cand, ascending, the ids whose interval
+// [a-b, a+b] reaches the second-highest lower end a-b, less those with
+// a = -Inf, and returns their count, or len(cand)+1 when more do
+// (len(cand) ≥ 1).
+func shadowCandidates(a, b []float32, cand []int32) int {
+	return int(C.rd_shadow_candidates((*C.float)(&a[0]), (*C.float)(&b[0]), C.int(len(a)),
+		(*C.int32_t)(unsafe.Pointer(&cand[0])), C.int(len(cand))))
 }

@@ -318,3 +318,113 @@ func TestShadowTranscribesAsFullProduct(t *testing.T) {
 		}
 	}
 }
+
+// TestPickFrom checks greedy decoding's rule over all logits (the SIMD
+// kernel) against a plain loop: the highest logit, the lowest id on ties,
+// and the highest of the others, for lengths around the vector widths, with
+// the best at either end, exact ties, banned (-Inf) ids and NaNs.
+func TestPickFrom(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	ninf := float32(math.Inf(-1))
+	for _, n := range []int{1, 2, 7, 8, 9, 16, 17, 33, 50257} {
+		for trial := 0; trial < 30; trial++ {
+			lg := make([]float32, n)
+			for i := range lg {
+				lg[i] = float32(math.Round(r.NormFloat64()*8) / 4) // coarse values make ties
+			}
+			switch trial % 6 {
+			case 1:
+				lg[0] = 100
+			case 2:
+				lg[n-1] = 100
+			case 3:
+				lg[r.IntN(n)], lg[r.IntN(n)] = 100, 100
+			case 4:
+				for i := range lg {
+					if r.IntN(3) == 0 {
+						lg[i] = ninf
+					}
+				}
+			case 5:
+				if n > 1 {
+					lg[r.IntN(n-1)+1] = float32(math.NaN())
+				}
+			}
+			want := pick{id: -1, logit: ninf, runner: ninf}
+			for id, v := range lg {
+				if v != v {
+					continue
+				}
+				if want.id < 0 || v > want.logit {
+					if want.id >= 0 {
+						want.runner = want.logit
+					}
+					want.id, want.logit = id, v
+				} else if v > want.runner {
+					want.runner = v
+				}
+			}
+			got := pickFrom(lg, nil)
+			if got.id != want.id || got.logit != want.logit || got.runner != want.runner {
+				t.Fatalf("n %d trial %d: got id %d logit %g runner %g, want %d %g %g", n, trial, got.id, got.logit, got.runner,
+					want.id, want.logit, want.runner)
+			}
+		}
+	}
+}
+
+// TestShadowCandidates checks the SIMD candidate selection against plain
+// loops: the two highest lower ends (duplicates count twice, NaN never),
+// every id whose upper end reaches the second, -Inf ids left out, and the
+// overflow answer.
+func TestShadowCandidates(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	ninf := float32(math.Inf(-1))
+	for _, n := range []int{2, 8, 13, 64, 50257} {
+		for trial := 0; trial < 40; trial++ {
+			a, b := make([]float32, n), make([]float32, n)
+			for i := range a {
+				a[i] = float32(math.Round(r.NormFloat64()*8) / 4)
+				b[i] = float32(r.IntN(4)) / 4
+				switch r.IntN(20) {
+				case 0:
+					a[i], b[i] = ninf, 0
+				case 1:
+					a[i] = float32(math.NaN())
+				}
+			}
+			l1, l2 := ninf, ninf
+			for i, v := range a {
+				if lo := v - b[i]; lo > l2 {
+					if lo > l1 {
+						l1, l2 = lo, l1
+					} else {
+						l2 = lo
+					}
+				}
+			}
+			var want []int32
+			for i, v := range a {
+				if v+b[i] >= l2 && v != ninf {
+					want = append(want, int32(i))
+				}
+			}
+			for _, maxc := range []int{1, len(want), len(want) + 3} {
+				if maxc < 1 {
+					continue
+				}
+				cand := make([]int32, maxc)
+				got := shadowCandidates(a, b, cand)
+				if len(want) > maxc {
+					if got != maxc+1 {
+						t.Fatalf("n %d trial %d max %d: %d candidates, want the overflow answer %d", n, trial, maxc, got, maxc+1)
+					}
+					continue
+				}
+				if !slices.Equal(cand[:got], want) {
+					t.Fatalf("n %d trial %d max %d: candidates %v, want %v", n, trial, maxc, cand[:got], want)
+				}
+			}
+		}
+	}
+}

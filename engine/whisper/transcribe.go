@@ -90,7 +90,8 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	lang := -1
 	if opts.Language != "" && opts.Language != "auto" {
 		if lang = langID(opts.Language); lang < 0 {
-			m.log.Warn("unknown transcription language, detecting instead", "language", opts.Language)
+			// The value is free text from a request: never logged.
+			m.log.Warn("unknown transcription language, detecting instead")
 		}
 	}
 	res, err := m.runWith(ctx, pcm, lang, m.maxTok, m.fallback)

@@ -162,12 +162,18 @@ func (s *Server) Start() {
 	// A restart keeps the port: clients hold the URL.
 	fixed := s.port != 0
 	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; attempt < 10; attempt++ {
 		if !fixed {
 			s.port = freePort(s.tb)
 		}
-		if lastErr = s.launch(); lastErr == nil || fixed {
+		if lastErr = s.launch(); lastErr == nil {
 			break
+		}
+		if fixed {
+			// After a kill, the old backends may still be detaching from
+			// the shared memory block ("pre-existing shared memory block
+			// is still in use"): give them a moment on a loaded machine.
+			time.Sleep(300 * time.Millisecond)
 		}
 	}
 	if lastErr == nil {
@@ -249,6 +255,11 @@ func (s *Server) stop(sig syscall.Signal) {
 		<-s.done
 	}
 	if sig == syscall.SIGKILL {
+		// Wait (5 s at most) until every process of the group is gone, so
+		// that none still holds the shared memory block.
+		for i := 0; i < 100 && syscall.Kill(-s.cmd.Process.Pid, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
 		// Wait until the port is free of the killed backends.
 		for i := 0; i < 100; i++ {
 			if c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond); err != nil {
@@ -268,6 +279,11 @@ func (s *Server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 func (s *Server) url(db string) string {
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", s.addr(), db)
 }
+
+// DataDir is the cluster's data directory (PGDATA): a test may read the
+// relation files under base/ (pg_relation_filepath names them) and the
+// write-ahead log under pg_wal/.
+func (s *Server) DataDir() string { return s.dataDir() }
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return s.addr() }

@@ -227,6 +227,10 @@ type Request struct {
 	Body        []byte
 	ContentType string
 	Timeout     time.Duration // a minute when zero
+	// From is the loopback address the request comes from (any of
+	// 127.0.0.0/8 on Linux), so that one test can play several clients;
+	// empty means the system's choice.
+	From string
 }
 
 // Response is what replyd answered.
@@ -268,7 +272,11 @@ func (p *Proc) Do(ctx context.Context, r Request) (Response, error) {
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	client := &http.Client{Timeout: timeout}
+	if r.From != "" {
+		client = ClientFrom(r.From, timeout)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return Response{}, err
 	}
@@ -278,6 +286,15 @@ func (p *Proc) Do(ctx context.Context, r Request) (Response, error) {
 		return Response{}, err
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// ClientFrom returns an HTTP client whose connections (one per request) come
+// from the local address ip. A request with "Expect: 100-continue" waits up
+// to 10 s for the server's go-ahead before it sends its body.
+func ClientFrom(ip string, timeout time.Duration) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true,
+		ExpectContinueTimeout: 10 * time.Second}}
 }
 
 // AdminHeader is the X-ADMIN-KEY header of p's admin key.

@@ -1,7 +1,7 @@
 // Package secret is the one place where replyd mints and hashes its secrets:
-// API keys, admin keys, session tokens and one-time codes are random from
-// crypto/rand (Token, Digits), stored only as their SHA-256 (Hash) and
-// compared in constant time (Equal); user ids become keyed pseudonyms
+// API keys, admin keys, session tokens, one-time and pairing codes are
+// random from crypto/rand (Token, Digits, Symbols), stored only as their
+// SHA-256 (Hash) and compared in constant time (Equal); user ids become keyed pseudonyms
 // (Pseudonym); the human-chosen admin key is stored with a slow KDF
 // (HashAdminKey, CheckAdminKey). It is pure Go and imports nothing of
 // replyd's.
@@ -65,6 +65,25 @@ func Digits(n int) (string, error) {
 		return "", fmt.Errorf("secret: reading random bytes: %w", err)
 	}
 	return fmt.Sprintf("%0*d", n, v.Int64()), nil
+}
+
+// Symbols returns n symbols drawn uniformly from alphabet (single-byte
+// characters, 2 to 256 of them): a code a person reads and types, such as
+// a tablet pairing code.
+func Symbols(alphabet string, n int) (string, error) {
+	if len(alphabet) < 2 || len(alphabet) > 256 || n < 1 {
+		return "", fmt.Errorf("secret: %d symbols from an alphabet of %d", n, len(alphabet))
+	}
+	out := make([]byte, n)
+	size := big.NewInt(int64(len(alphabet)))
+	for i := range out {
+		v, err := rand.Int(rand.Reader, size)
+		if err != nil {
+			return "", fmt.Errorf("secret: reading random bytes: %w", err)
+		}
+		out[i] = alphabet[v.Int64()]
+	}
+	return string(out), nil
 }
 
 // Pseudonym is how a payload's user_id is stored: the lowercase hex

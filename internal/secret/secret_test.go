@@ -29,6 +29,35 @@ func TestToken(t *testing.T) {
 	}
 }
 
+func TestSymbols(t *testing.T) {
+	const alphabet = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+	counts := map[rune]int{}
+	for i := 0; i < 1000; i++ {
+		c, err := Symbols(alphabet, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c) != 8 {
+			t.Fatalf("Symbols(8) = %q", c)
+		}
+		for _, r := range c {
+			if !strings.ContainsRune(alphabet, r) {
+				t.Fatalf("%q has %q, not in the alphabet", c, r)
+			}
+			counts[r]++
+		}
+	}
+	for _, r := range alphabet {
+		// 8000 symbols over 32: about 250 each.
+		if n := counts[r]; n < 170 || n > 340 {
+			t.Errorf("symbol %q: %d times in 8000", r, n)
+		}
+	}
+	if _, err := Symbols("A", 8); err == nil {
+		t.Error("an alphabet of one symbol did not fail")
+	}
+}
+
 func TestDigits(t *testing.T) {
 	re := regexp.MustCompile(`^[0-9]{8}$`)
 	seen := map[string]bool{}

@@ -2,6 +2,8 @@
 // beside the clone, or $REPLYD_TESTDATA) for tests. Where the data is absent,
 // as in a stranger's fresh clone, tests skip loudly; with
 // REPLYD_REQUIRE_TESTDATA=1 (set by .ci/run) its absence fails them instead.
+// A test that skips appends its name to the file $REPLYD_SKIP_LOG names, so
+// that `make test` can say in its last line how many tests did not run.
 //
 // It is not called testdata: the go command leaves directories of that name
 // out of ./..., so go vet and go test never saw the package.
@@ -24,6 +26,7 @@ func Dir(tb testing.TB) string {
 	if os.Getenv("REPLYD_REQUIRE_TESTDATA") == "1" {
 		tb.Fatal(msg)
 	}
+	logSkip(tb.Name())
 	tb.Skip(msg)
 	return ""
 }
@@ -60,6 +63,21 @@ func Find() string {
 			return ""
 		}
 	}
+}
+
+// logSkip appends name to $REPLYD_SKIP_LOG when it is set. Test binaries
+// of several packages run at once: each line is one small O_APPEND write.
+func logSkip(name string) {
+	p := os.Getenv("REPLYD_SKIP_LOG")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(name + "\n")
 }
 
 func ok(d string) bool {

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,8 +14,8 @@ import (
 
 // Names in the settings table.
 const (
-	settingAdminKeyHash  = "admin_key_hash"
-	settingOTPLastIssued = "otp_last_issued_ns"
+	settingAdminKeyHash = "admin_key_hash"
+	settingTOTPLastStep = "totp_last_step"
 )
 
 // AdminKeyHash reads the admin key hash; see store.Store.
@@ -46,107 +45,115 @@ func (s *Store) SetAdminKeyHash(hash string) error {
 	})
 }
 
-// SaveOTP replaces the outstanding code and records when it was issued, in
-// one statement.
-func (s *Store) SaveOTP(codeHash string, issuedAt, expiresAt time.Time) error {
-	if codeHash == "" {
-		return invalid("empty OTP hash")
+// SetAdminKeyHashIfAbsent stores hash when no admin key hash is stored, in
+// one atomic statement (INSERT … ON CONFLICT DO NOTHING), so that of boxes
+// starting together exactly one stores its hash; see store.Store.
+func (s *Store) SetAdminKeyHashIfAbsent(hash string) (bool, error) {
+	if hash == "" {
+		return false, invalid("empty admin key hash")
 	}
-	return s.run("save OTP", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `WITH code AS (
-				INSERT INTO otp (id, hash, issued_ns, expires_ns, attempts) VALUES (1, $1, $2, $3, 0)
-				ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, issued_ns = excluded.issued_ns,
-					expires_ns = excluded.expires_ns, attempts = 0)
-			INSERT INTO settings (name, value) VALUES ($4, $2::bigint::text)
-			ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
-			codeHash, ns(issuedAt), ns(expiresAt), settingOTPLastIssued)
+	var stored bool
+	err := s.run("store admin key", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, settingAdminKeyHash, hash)
+		stored = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return stored, err
+}
+
+// SaveOTP makes codeHash scope's code, replacing only that scope's earlier
+// one, in one atomic statement that also refuses a code issued less than
+// resend after the scope's last (shared by every box); see store.Store.
+func (s *Store) SaveOTP(scope, codeHash string, issuedAt, expiresAt time.Time, resend time.Duration) (time.Duration, error) {
+	if scope == "" || codeHash == "" {
+		return 0, invalid("empty OTP scope or hash")
+	}
+	var retry time.Duration
+	err := s.run("save OTP", func(ctx context.Context) error {
+		retry = 0
+		var one int
+		err := s.pool.QueryRow(ctx, `INSERT INTO otp_codes AS o (scope, hash, issued_ns, expires_ns) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (scope) DO UPDATE SET hash = excluded.hash, issued_ns = excluded.issued_ns, expires_ns = excluded.expires_ns
+			WHERE excluded.issued_ns >= o.issued_ns + $5 OR excluded.issued_ns < o.issued_ns
+			RETURNING 1`, scope, codeHash, ns(issuedAt), ns(expiresAt), int64(resend)).Scan(&one)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var issued int64
+		if err := s.pool.QueryRow(ctx, "SELECT issued_ns FROM otp_codes WHERE scope = $1", scope).Scan(&issued); err != nil {
+			return err
+		}
+		retry = max(fromNS(issued).Add(resend).Sub(issuedAt), time.Nanosecond)
+		return nil
+	})
+	return retry, err
+}
+
+// UseOTP spends scope's code when codeHash matches it; see store.Store. The
+// hashes are compared in constant time here, and the code is deleted only by
+// a statement that names the code it read, so of concurrent uses (on any
+// box) exactly one succeeds. A wrong guess only reads.
+func (s *Store) UseOTP(scope, codeHash string, now time.Time) (bool, error) {
+	used := false
+	err := s.run("use OTP", func(ctx context.Context) error {
+		var hash string
+		var issued, expires int64
+		err := s.pool.QueryRow(ctx, "SELECT hash, issued_ns, expires_ns FROM otp_codes WHERE scope = $1", scope).Scan(&hash, &issued, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ns(now) >= expires || subtle.ConstantTimeCompare([]byte(hash), []byte(codeHash)) != 1 {
+			return nil
+		}
+		tag, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE scope = $1 AND hash = $2 AND issued_ns = $3", scope, hash, issued)
+		used = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return used, err
+}
+
+// DeleteOTP removes scope's code; see store.Store.
+func (s *Store) DeleteOTP(scope string) error {
+	return s.run("delete OTP", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE scope = $1", scope)
 		return err
 	})
 }
 
-// LastOTPIssued reads when the last code was issued; see store.Store.
-func (s *Store) LastOTPIssued() (time.Time, error) {
-	var t time.Time
-	err := s.run("read OTP issue time", func(ctx context.Context) error {
-		var v string
-		err := s.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingOTPLastIssued).Scan(&v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return fmt.Errorf("decode %s %q: %w", settingOTPLastIssued, v, err)
-		}
-		t = fromNS(n)
-		return nil
+// PruneOTPs deletes the expired codes; see store.Store.
+func (s *Store) PruneOTPs(now time.Time) (int, error) {
+	var n int
+	err := s.run("prune OTPs", func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE expires_ns <= $1", ns(now))
+		n = int(tag.RowsAffected())
+		return err
 	})
-	return t, err
+	return n, err
 }
 
-// VerifyOTP checks a code; see store.Store. Every verification first counts
-// itself with one atomic increment, which gives each concurrent verifier (on
-// any box) a distinct attempt number; the hashes are then compared in
-// constant time here, and a code is deleted only by a statement that names
-// the code it read, so exactly one verifier uses, burns or expires it.
-func (s *Store) VerifyOTP(codeHash string, now time.Time, maxAttempts int) (store.OTPResult, error) {
-	if maxAttempts < 1 {
-		maxAttempts = 1
+// UseTOTPStep records an accepted TOTP step in one atomic statement: the
+// row changes only for a later step, and only a change returns a row.
+func (s *Store) UseTOTPStep(step int64) (bool, error) {
+	if step < 0 {
+		return false, invalid("negative TOTP step")
 	}
-	res := store.OTPNone
-	err := s.run("verify OTP", func(ctx context.Context) error {
-		var hash string
-		var issued, expires int64
-		var attempts int
-		err := s.pool.QueryRow(ctx, `UPDATE otp SET attempts = attempts + 1 WHERE id = 1
-			RETURNING hash, issued_ns, expires_ns, attempts`).Scan(&hash, &issued, &expires, &attempts)
+	ok := false
+	err := s.run("use TOTP step", func(ctx context.Context) error {
+		var one int
+		err := s.pool.QueryRow(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2::bigint::text)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value
+			WHERE settings.value::bigint < excluded.value::bigint
+			RETURNING 1`, settingTOTPLastStep, step).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
-			res = store.OTPNone
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		// consume deletes the code read above; false when another verifier
-		// (or a new SaveOTP) got there first.
-		consume := func() (bool, error) {
-			tag, err := s.pool.Exec(ctx, "DELETE FROM otp WHERE id = 1 AND hash = $1 AND issued_ns = $2", hash, issued)
-			return tag.RowsAffected() == 1, err
-		}
-		match := subtle.ConstantTimeCompare([]byte(hash), []byte(codeHash)) == 1
-		var outcome store.OTPResult
-		switch {
-		case ns(now) >= expires:
-			outcome = store.OTPExpired
-		case attempts > maxAttempts:
-			// Earlier verifiers used up the attempts; the one that made the
-			// last wrong try is burning the code.
-			res = store.OTPNone
-			return nil
-		case match:
-			outcome = store.OTPOK
-		case attempts == maxAttempts:
-			outcome = store.OTPBurned
-		default:
-			res = store.OTPWrong
-			return nil
-		}
-		ok, err := consume()
-		if err != nil {
-			return err
-		}
-		res = store.OTPNone
-		if ok {
-			res = outcome
-		}
-		return nil
+		ok = err == nil
+		return err
 	})
-	if err != nil {
-		return store.OTPNone, err
-	}
-	return res, nil
+	return ok, err
 }
 
 // CreateSession stores a session; see store.Store.
@@ -190,4 +197,61 @@ func (s *Store) PruneSessions(now time.Time) (int, error) {
 		return err
 	})
 	return n, err
+}
+
+// OTPLock reads the end of the pause of login by code; see store.Store.
+func (s *Store) OTPLock(now time.Time) (time.Time, error) {
+	var until time.Time
+	err := s.run("read OTP lock", func(ctx context.Context) error {
+		var v int64
+		err := s.pool.QueryRow(ctx, "SELECT locked_until_ns FROM otp_guard WHERE id = 1").Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err == nil && ns(now) < v {
+			until = fromNS(v)
+		}
+		return err
+	})
+	return until, err
+}
+
+// OTPFailed counts a wrong code under the row lock of the one guard row, so
+// that boxes failing at once each see the other's count; see store.Store.
+func (s *Store) OTPFailed(now time.Time, rule store.OTPLockRule) (time.Time, error) {
+	var until time.Time
+	err := s.tx("count OTP failure", func(ctx context.Context, tx pgx.Tx) error {
+		until = time.Time{}
+		if _, err := tx.Exec(ctx, `INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, 0, 0, 0, 0)
+			ON CONFLICT (id) DO NOTHING`); err != nil {
+			return err
+		}
+		var g store.OTPGuard
+		var last, locked int64
+		if err := tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1 FOR UPDATE").Scan(&g.Fails, &g.Level, &last, &locked); err != nil {
+			return err
+		}
+		if last != 0 {
+			g.LastFail = fromNS(last)
+		}
+		if locked != 0 {
+			g.LockedUntil = fromNS(locked)
+		}
+		g, started := rule.Next(g, now)
+		if started {
+			until = g.LockedUntil
+		}
+		_, err := tx.Exec(ctx, "UPDATE otp_guard SET fails = $1, level = $2, last_fail_ns = $3, locked_until_ns = $4 WHERE id = 1",
+			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
+		return err
+	})
+	return until, err
+}
+
+// zeroNS is ns with the zero Time as 0 (the guard row's "never").
+func zeroNS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return ns(t)
 }

@@ -16,7 +16,8 @@ import (
 func TestContract(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Run(t, func(t testing.TB, now func() time.Time) store.Store {
-		return mustOpen(t, srv.NewDatabase(t), postgres.Options{Now: now})
+		// Four connections a store: dozens of scenarios run at once.
+		return mustOpen(t, srv.NewDatabase(t)+"&pool_max_conns=4", postgres.Options{Now: now})
 	})
 }
 
@@ -29,4 +30,13 @@ func mustOpen(t testing.TB, url string, opts postgres.Options) *postgres.Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// TestLimiterContract runs the store.RateLimiter scenarios on the limiter
+// boxes share through PostgreSQL.
+func TestLimiterContract(t *testing.T) {
+	srv := pgtest.Start(t)
+	storetest.RunLimiter(t, func(t testing.TB) store.RateLimiter {
+		return mustOpen(t, srv.NewDatabase(t), postgres.Options{})
+	})
 }

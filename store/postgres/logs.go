@@ -10,16 +10,70 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
+// logCols are the logs columns scanLog reads, in its order.
+const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node, error_code, inference_id, prompt_version, candidate_chars"
+
+// scanLog reads one logs row selected with logCols.
+func scanLog(r pgx.Row) (store.LogEntry, error) {
+	var e store.LogEntry
+	var ts int64
+	var id *string
+	var version string
+	var chars []int32
+	err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node,
+		&e.ErrorCode, &id, &version, &chars)
+	e.Timestamp = fromNS(ts)
+	if id != nil {
+		e.Inference = &store.InferenceInfo{ID: *id, PromptVersion: version, CandidateChars: ints(chars)}
+	}
+	return e, err
+}
+
 // AppendLog inserts one entry, durable at commit; see store.Store.
-// PostgreSQL shares one WAL flush among concurrent commits.
+// PostgreSQL shares one WAL flush among concurrent commits. An answered
+// inference's remembered texts go, sealed, into memory_texts in the same
+// transaction.
 func (s *Store) AppendLog(e store.LogEntry) error {
 	if e.Timestamp.IsZero() {
 		e.Timestamp = s.now()
 	}
-	return s.run("append log", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO logs (ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node)
+	var id *string
+	var version string
+	var chars []int32
+	var texts *store.RememberedTexts
+	if inf := e.Inference; inf != nil && e.StreamName == store.StreamInfer {
+		if inf.ID != "" {
+			id = &inf.ID
+		}
+		version = inf.PromptVersion
+		chars = make([]int32, len(inf.CandidateChars))
+		for i, n := range inf.CandidateChars {
+			chars[i] = int32(n)
+		}
+		if e.Subject != "" {
+			texts = inf.Remember
+		}
+	}
+	now := s.now()
+	return s.tx("append log", func(ctx context.Context, tx pgx.Tx) error {
+		var seq int64
+		err := tx.QueryRow(ctx, `INSERT INTO logs (ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node,
+				error_code, inference_id, prompt_version, candidate_chars, remembered)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING seq`,
+			ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
+			e.ErrorCode, id, version, chars, texts != nil).Scan(&seq)
+		if err != nil || texts == nil {
+			return err
+		}
+		key, err := ensureMemoryUser(ctx, tx, e.Subject, now)
+		if err != nil {
+			return err
+		}
+		sealed, err := store.SealStrings(key, memAAD("memory_texts", e.Subject, seq), append([]string{texts.Partner}, texts.Candidates...)...)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO memory_texts (subject, seq, ts_ns, sealed) VALUES ($1, $2, $3, $4)`, e.Subject, seq, ns(e.Timestamp), sealed)
 		return err
 	})
 }
@@ -32,19 +86,13 @@ func (s *Store) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 		lim = &q.Limit
 	}
 	err := s.run("read logs", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, `SELECT ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node
+		rows, err := s.pool.Query(ctx, `SELECT `+logCols+`
 			FROM logs WHERE ts_ns >= $1 AND ($2 = '' OR level = $2) AND ($3 = '' OR stream = $3)
 			ORDER BY ts_ns DESC, seq DESC LIMIT $4`, ns(q.Since), q.Level, q.Stream, lim)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogEntry, error) {
-			var e store.LogEntry
-			var ts int64
-			err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node)
-			e.Timestamp = fromNS(ts)
-			return e, err
-		})
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogEntry, error) { return scanLog(r) })
 		if out == nil {
 			out = []store.LogEntry{}
 		}
@@ -53,18 +101,32 @@ func (s *Store) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 	return out, err
 }
 
-// Stats counts infer entries and distinct subjects in [since, until); see
-// store.Store. It reads only the partial index of infer entries.
+// Stats reads the window's infer entries, in time order, into a
+// store.StatsBuilder; see store.Store. Its cost grows with the window.
 func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
-	var st store.Stats
+	b := store.NewStatsBuilder()
 	if !until.After(since) {
-		return st, nil
+		return b.Stats(), nil
 	}
 	err := s.run("read stats", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT NULLIF(subject, ''))
-			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2`, ns(since), ns(until)).Scan(&st.TotalRequests, &st.ActiveUsers)
+		b = store.NewStatsBuilder() // run may call this twice
+		rows, err := s.pool.Query(ctx, `SELECT subject, resource_id, status, error_code, latency_ms, prompt_version, inference_id IS NOT NULL,
+				`+outcomeColumns+`
+			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 ORDER BY ts_ns, seq`, ns(since), ns(until))
+		if err != nil {
+			return err
+		}
+		var r store.StatsRow
+		var oc outcomeCols
+		_, err = pgx.ForEachRow(rows, append([]any{&r.Subject, &r.KeyHash, &r.Status, &r.ErrorCode, &r.LatencyMS, &r.PromptVersion, &r.Answered}, oc.dest()...), func() error {
+			row := r
+			row.Outcome = oc.outcome()
+			b.Add(row)
+			return nil
+		})
+		return err
 	})
-	return st, err
+	return b.Stats(), err
 }
 
 // StatsSeries computes the buckets in one grouped query; see store.Store.
@@ -90,16 +152,17 @@ func (s *Store) StatsSeries(since, until time.Time, bucket time.Duration) ([]sto
 	err := s.run("read stats series", func(ctx context.Context) error {
 		// numeric: (ts - since) cannot overflow however far apart they are.
 		rows, err := s.pool.Query(ctx, `SELECT div(ts_ns::numeric - $1::numeric, $3::numeric)::bigint AS b,
-				count(*), count(DISTINCT NULLIF(subject, ''))
+				count(*), count(DISTINCT NULLIF(subject, '')), count(outcome_kind),
+				count(*) FILTER (WHERE outcome_kind IN ('`+store.OutcomeSpoken+`', '`+store.OutcomeEdited+`'))
 			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 GROUP BY b`, ns(since), ns(until), int64(bucket))
 		if err != nil {
 			return err
 		}
 		var b int64
-		var total, users int
-		_, err = pgx.ForEachRow(rows, []any{&b, &total, &users}, func() error {
+		var total, users, outcomes, accepted int
+		_, err = pgx.ForEachRow(rows, []any{&b, &total, &users, &outcomes, &accepted}, func() error {
 			if b >= 0 && b < n {
-				out[b].TotalRequests, out[b].ActiveUsers = total, users
+				out[b].TotalRequests, out[b].ActiveUsers, out[b].Outcomes, out[b].Accepted = total, users, outcomes, accepted
 			}
 			return nil
 		})
@@ -126,4 +189,38 @@ func (s *Store) PruneLogs(before time.Time, batch int) (int, error) {
 		return err
 	})
 	return n, err
+}
+
+// PruneLogsToSize deletes the oldest entries until the rows take at most
+// maxBytes (the sum of their stored sizes; PostgreSQL reuses the space a
+// vacuum frees, it does not shrink the table file); see store.Store.
+func (s *Store) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
+	if batch <= 0 {
+		batch = store.DefaultPruneBatch
+	}
+	total := 0
+	for {
+		var size, count int64
+		err := s.run("measure logs", func(ctx context.Context) error {
+			return s.pool.QueryRow(ctx, "SELECT COALESCE(SUM(pg_column_size(l.*)), 0), COUNT(*) FROM logs l").Scan(&size, &count)
+		})
+		if err != nil || size <= maxBytes || count == 0 {
+			return total, err
+		}
+		excess := max(1, (size-maxBytes)*count/size)
+		for excess > 0 {
+			var n int
+			err := s.run("prune logs to size", func(ctx context.Context) error {
+				tag, err := s.pool.Exec(ctx, `DELETE FROM logs WHERE seq IN (
+					SELECT seq FROM logs ORDER BY ts_ns, seq LIMIT $1 FOR UPDATE SKIP LOCKED)`, min(excess, int64(batch)))
+				n = int(tag.RowsAffected())
+				return err
+			})
+			total += n
+			if err != nil || n == 0 {
+				return total, err
+			}
+			excess -= int64(n)
+		}
+	}
 }

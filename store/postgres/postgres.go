@@ -180,12 +180,22 @@ func (s *Store) wrap(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnavailable),
+		errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrUsed), errors.Is(err, store.ErrLimit):
 		return err
+	case diskFull(err):
+		return fmt.Errorf("store %s: %s: %w: %w", s.desc, op, store.ErrNoSpace, err)
 	case unavailable(err):
 		return fmt.Errorf("store %s: %s: %w: %w", s.desc, op, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("store %s: %s: %w", s.desc, op, err)
+}
+
+// diskFull reports whether err is PostgreSQL's disk_full: the database's
+// disk has no room for the write.
+func diskFull(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53100"
 }
 
 // unavailable reports whether err means that the database could not be
@@ -198,8 +208,7 @@ func unavailable(err error) bool {
 			pgErr.Code == "57P01", // admin_shutdown
 			pgErr.Code == "57P02", // crash_shutdown
 			pgErr.Code == "57P03", // cannot_connect_now (starting up, shutting down)
-			pgErr.Code == "53300", // too_many_connections
-			pgErr.Code == "53100": // disk_full
+			pgErr.Code == "53300": // too_many_connections
 			return true
 		}
 		return false

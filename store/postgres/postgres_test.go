@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -159,5 +160,74 @@ func query(t *testing.T, url, sql string, dest ...any) {
 	defer c.Close(ctx)
 	if err := c.QueryRow(ctx, sql).Scan(dest...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dumpText is every row of every table of the database as text (bytea as
+// hex), what a pg_dump would hold.
+func dumpText(t *testing.T, url string) string {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, name := range tables {
+		rows, err := conn.Query(context.Background(), `SELECT row_to_json(t)::text FROM `+pgx.Identifier{name}.Sanitize()+` t`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// TestMemoryOnlyEncrypted: a remembering user's texts are in no table in
+// clear, and after DeleteUser its key is in none either.
+func TestMemoryOnlyEncrypted(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.NewDatabase(t)
+	s := mustOpen(t, url, postgres.Options{})
+	const marker = "MARKER-2b7e-honey"
+	err := s.AppendLog(store.LogEntry{StreamName: store.StreamInfer, Subject: "victim", Status: 200, ResourceID: "k",
+		Inference: &store.InferenceInfo{ID: "inf_m", CandidateChars: []int{5}, Remember: &store.RememberedTexts{Partner: marker + " partner", Candidates: []string{marker + " candidate"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := s.SetOutcome("inf_m", store.Outcome{Kind: store.OutcomeEdited, Rank: 1, FirstAt: now, At: now}, marker+" reply"); err != nil {
+		t.Fatal(err)
+	}
+	if pairs, _, err := s.MemoryPairs("victim"); err != nil || len(pairs) != 1 {
+		t.Fatalf("pairs: %v %v", pairs, err)
+	}
+	var key []byte
+	query(t, url, "SELECT key FROM memory_users WHERE subject = 'victim'", &key)
+	keyHex := fmt.Sprintf("%x", key)
+	dump := dumpText(t, url)
+	if strings.Contains(dump, "MARKER") || strings.Contains(dump, fmt.Sprintf("%x", "MARKER")) {
+		t.Error("a remembered text is stored in clear")
+	}
+	if !strings.Contains(dump, keyHex) {
+		t.Fatal("the user's key is not in the dump: the check below could not fail")
+	}
+	if _, err := s.DeleteUser("victim"); err != nil {
+		t.Fatal(err)
+	}
+	if dump := dumpText(t, url); strings.Contains(dump, keyHex) || strings.Contains(dump, "victim\",\"seq") {
+		t.Error("the user's key or rows are left after DeleteUser")
 	}
 }

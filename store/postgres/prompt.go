@@ -11,6 +11,15 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
+// scanPrompt reads one prompts row selected as prompt, version, created_ns.
+func scanPrompt(r pgx.CollectableRow) (store.PromptVersion, error) {
+	var p store.PromptVersion
+	var created int64
+	err := r.Scan(&p.Prompt, &p.Version, &created)
+	p.CreatedAt = fromNS(created)
+	return p, err
+}
+
 // CurrentPrompt reads the most recently saved version; see store.Store.
 func (s *Store) CurrentPrompt() (store.PromptVersion, bool, error) {
 	var p store.PromptVersion
@@ -57,13 +66,7 @@ func (s *Store) PromptHistory(limit int) ([]store.PromptVersion, error) {
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.PromptVersion, error) {
-			var p store.PromptVersion
-			var created int64
-			err := r.Scan(&p.Prompt, &p.Version, &created)
-			p.CreatedAt = fromNS(created)
-			return p, err
-		})
+		out, err = pgx.CollectRows(rows, scanPrompt)
 		if out == nil {
 			out = []store.PromptVersion{}
 		}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -25,123 +26,218 @@ func adminKeyHash(t *testing.T, e Env) {
 	Must(t, s.SetAdminKeyHash(""))
 }
 
+// adminKeyIfAbsent: the first admin key is set only where none is, and of
+// concurrent first starts (goroutines here, boxes in a cluster) exactly one
+// wins; every caller then reads the winner's hash.
+func adminKeyIfAbsent(t *testing.T, e Env) {
+	s := e.S
+	if _, err := s.SetAdminKeyHashIfAbsent(""); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("empty hash: %v, want ErrInvalid", err)
+	}
+	won := make([]bool, 16)
+	errs := concurrently(len(won), func(i int) error {
+		var err error
+		won[i], err = s.SetAdminKeyHashIfAbsent(fmt.Sprintf("first-%d", i))
+		return err
+	})
+	winner := -1
+	for i, err := range errs {
+		Must(t, err)
+		if won[i] {
+			if winner >= 0 {
+				t.Fatalf("callers %d and %d both stored their hash", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no caller stored its hash")
+	}
+	if h, err := s.AdminKeyHash(); err != nil || h != fmt.Sprintf("first-%d", winner) {
+		t.Fatalf("AdminKeyHash = %q, %v; want the winner's first-%d", h, err, winner)
+	}
+	// Set already: nothing changes.
+	if ok, err := s.SetAdminKeyHashIfAbsent("later"); err != nil || ok {
+		t.Errorf("over a stored hash: %v, %v; want false", ok, err)
+	}
+	// SetAdminKeyHash still replaces; after a removal the next first key wins.
+	Must(t, s.SetAdminKeyHash(""))
+	if ok, err := s.SetAdminKeyHashIfAbsent("again"); err != nil || !ok {
+		t.Errorf("after removal: %v, %v; want true", ok, err)
+	}
+	if h, _ := s.AdminKeyHash(); h != "again" {
+		t.Errorf("AdminKeyHash = %q, want again", h)
+	}
+}
+
 func otpLifecycle(t *testing.T, e Env) {
 	s := e.S
 	exp := T0.Add(5 * time.Minute)
-	verify := func(hash string, now time.Time, want store.OTPResult) {
+	use := func(scope, hash string, now time.Time, want bool) {
 		t.Helper()
-		got, err := s.VerifyOTP(hash, now, 3)
+		got, err := s.UseOTP(scope, hash, now)
 		Must(t, err)
 		if got != want {
-			t.Errorf("VerifyOTP(%q) = %v, want %v", hash, got, want)
+			t.Errorf("UseOTP(%q, %q) = %v, want %v", scope, hash, got, want)
 		}
 	}
-	if last, err := s.LastOTPIssued(); err != nil || !last.IsZero() {
-		t.Errorf("LastOTPIssued empty = %v, %v", last, err)
-	}
-	verify("x", T0, store.OTPNone)
+	use("10.0.0.1", "x", T0, false)
 
 	// Single use.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("bad", T0, store.OTPWrong)
-	verify("good", T0, store.OTPOK)
-	verify("good", T0, store.OTPNone)
-	if last, _ := s.LastOTPIssued(); !last.Equal(T0) {
-		t.Errorf("LastOTPIssued after use = %v, want %v", last, T0)
+	mustSaveOTP(t, s, "10.0.0.1", "good", T0, exp)
+	use("10.0.0.1", "bad", T0, false)
+	use("10.0.0.1", "good", T0, true)
+	use("10.0.0.1", "good", T0, false)
+
+	// Wrong guesses never burn the code.
+	mustSaveOTP(t, s, "10.0.0.1", "good", T0, exp)
+	for i := 0; i < 20; i++ {
+		use("10.0.0.1", fmt.Sprintf("bad%d", i), T0, false)
 	}
+	use("10.0.0.1", "good", T0, true)
 
-	// Burned on the third wrong try; the right code is then useless.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("bad1", T0, store.OTPWrong)
-	verify("bad2", T0, store.OTPWrong)
-	verify("bad3", T0, store.OTPBurned)
-	verify("good", T0, store.OTPNone)
+	// Scopes are separate: a code works only from its own scope, and a new
+	// code for one scope leaves the others alone.
+	mustSaveOTP(t, s, "10.0.0.1", "one", T0, exp)
+	mustSaveOTP(t, s, "10.0.0.2", "two", T0, exp)
+	use("10.0.0.2", "one", T0, false)
+	mustSaveOTP(t, s, "10.0.0.2", "two-again", T0.Add(time.Minute), exp)
+	use("10.0.0.2", "two", T0, false) // replaced
+	use("10.0.0.1", "one", T0, true)
+	use("10.0.0.2", "two-again", T0, true)
 
-	// The right code after maxAttempts-1 wrong tries still works.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("bad1", T0, store.OTPWrong)
-	verify("bad2", T0, store.OTPWrong)
-	verify("good", T0, store.OTPOK)
+	// Expiry is exclusive.
+	mustSaveOTP(t, s, "s", "good", T0, exp)
+	use("s", "good", exp, false)
+	use("s", "good", exp.Add(-time.Nanosecond), true)
+}
 
-	// A new code resets the attempts.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("bad1", T0, store.OTPWrong)
-	verify("bad2", T0, store.OTPWrong)
-	Must(t, s.SaveOTP("new", T0.Add(time.Minute), exp))
-	verify("good", T0, store.OTPWrong) // the replaced code no longer works
-	verify("bad", T0, store.OTPWrong)
-	verify("new", T0, store.OTPOK)
-	if last, _ := s.LastOTPIssued(); !last.Equal(T0.Add(time.Minute)) {
-		t.Errorf("LastOTPIssued = %v", last)
+// otpDeletePrune: DeleteOTP removes one scope's code; PruneOTPs removes the
+// expired ones and leaves the live ones.
+func otpDeletePrune(t *testing.T, e Env) {
+	s := e.S
+	exp := T0.Add(5 * time.Minute)
+	mustSaveOTP(t, s, "a", "h", T0, exp)
+	mustSaveOTP(t, s, "b", "h", T0, T0.Add(time.Minute))
+	mustSaveOTP(t, s, "c", "h", T0, exp)
+	Must(t, s.DeleteOTP("c"))
+	Must(t, s.DeleteOTP("never-existed"))
+	if ok, _ := s.UseOTP("c", "h", T0); ok {
+		t.Error("a deleted code was used")
 	}
-
-	// Expiry is exclusive: at expiresAt the code is gone.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("good", exp, store.OTPExpired)
-	verify("good", T0, store.OTPNone)
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("good", exp.Add(-time.Nanosecond), store.OTPOK)
-	// An expired code is gone even for a wrong guess.
-	Must(t, s.SaveOTP("good", T0, exp))
-	verify("bad", exp.Add(time.Hour), store.OTPExpired)
-	verify("good", T0, store.OTPNone)
-
-	// maxAttempts below 1 burns on the first wrong try.
-	Must(t, s.SaveOTP("good", T0, exp))
-	if r, _ := s.VerifyOTP("bad", T0, 0); r != store.OTPBurned {
-		t.Errorf("maxAttempts 0: %v, want OTPBurned", r)
+	n, err := s.PruneOTPs(T0.Add(time.Minute)) // b's expiry: inclusive
+	Must(t, err)
+	if n != 1 {
+		t.Errorf("PruneOTPs = %d, want 1", n)
+	}
+	if ok, _ := s.UseOTP("a", "h", T0); !ok {
+		t.Error("pruning removed a live code")
+	}
+	if n, _ := s.PruneOTPs(T0.Add(time.Hour)); n != 0 {
+		t.Errorf("PruneOTPs on no codes = %d", n)
 	}
 }
 
 func otpInvalid(t *testing.T, e Env) {
-	wantErr(t, "SaveOTP with empty hash", e.S.SaveOTP("", T0, T0.Add(time.Minute)), store.ErrInvalid)
-	if last, _ := e.S.LastOTPIssued(); !last.IsZero() {
-		t.Errorf("a rejected code counts as issued: %v", last)
-	}
+	_, err := e.S.SaveOTP("10.0.0.1", "", T0, T0.Add(time.Minute), 0)
+	wantErr(t, "SaveOTP with empty hash", err, store.ErrInvalid)
+	_, err = e.S.SaveOTP("", "h", T0, T0.Add(time.Minute), 0)
+	wantErr(t, "SaveOTP with empty scope", err, store.ErrInvalid)
+	wantErr(t, "negative TOTP step", func() error { _, err := e.S.UseTOTPStep(-1); return err }(), store.ErrInvalid)
 }
 
-// otpConcurrentRight verifies the right code from many goroutines at once
-// (on PostgreSQL: many boxes): exactly one logs in.
+// otpConcurrentRight uses the right code from many goroutines at once (on
+// PostgreSQL: many boxes): exactly one logs in.
 func otpConcurrentRight(t *testing.T, e Env) {
-	Must(t, e.S.SaveOTP("good", T0, T0.Add(time.Minute)))
-	results := make([]store.OTPResult, 12)
+	mustSaveOTP(t, e.S, "10.0.0.1", "good", T0, T0.Add(time.Minute))
+	results := make([]bool, 12)
 	errs := concurrently(len(results), func(i int) error {
 		var err error
-		results[i], err = e.S.VerifyOTP("good", T0, 5)
+		results[i], err = e.S.UseOTP("10.0.0.1", "good", T0)
 		return err
 	})
-	count := map[store.OTPResult]int{}
+	n := 0
 	for i, err := range errs {
 		Must(t, err)
-		count[results[i]]++
+		if results[i] {
+			n++
+		}
 	}
-	if count[store.OTPOK] != 1 || count[store.OTPNone] != len(results)-1 {
-		t.Errorf("results %v: want exactly one OTPOK and the rest OTPNone", count)
+	if n != 1 {
+		t.Errorf("%d of %d concurrent uses of the right code succeeded, want 1", n, len(results))
 	}
 }
 
-// otpConcurrentWrong sends more wrong codes at once than the lockout allows:
-// two are counted wrong, one burns the code, the rest find no code, and the
-// right code no longer works. The count is shared, not per caller.
-func otpConcurrentWrong(t *testing.T, e Env) {
-	Must(t, e.S.SaveOTP("good", T0, T0.Add(time.Minute)))
-	results := make([]store.OTPResult, 10)
+// totpSteps: each step is accepted once, and only steps later than every
+// step accepted before; concurrent uses of one step: exactly one.
+func totpSteps(t *testing.T, e Env) {
+	for _, tc := range []struct {
+		step int64
+		want bool
+	}{{100, true}, {100, false}, {99, false}, {101, true}, {103, true}, {102, false}} {
+		got, err := e.S.UseTOTPStep(tc.step)
+		Must(t, err)
+		if got != tc.want {
+			t.Errorf("UseTOTPStep(%d) = %v, want %v", tc.step, got, tc.want)
+		}
+	}
+	results := make([]bool, 10)
 	errs := concurrently(len(results), func(i int) error {
 		var err error
-		results[i], err = e.S.VerifyOTP(fmt.Sprintf("bad%d", i), T0, 3)
+		results[i], err = e.S.UseTOTPStep(200)
 		return err
 	})
-	count := map[store.OTPResult]int{}
+	n := 0
 	for i, err := range errs {
 		Must(t, err)
-		count[results[i]]++
+		if results[i] {
+			n++
+		}
 	}
-	if count[store.OTPWrong] != 2 || count[store.OTPBurned] != 1 || count[store.OTPNone] != 7 {
-		t.Errorf("results %v: want 2 OTPWrong, 1 OTPBurned, 7 OTPNone", count)
+	if n != 1 {
+		t.Errorf("%d concurrent uses of one step succeeded, want 1", n)
 	}
-	if r, _ := e.S.VerifyOTP("good", T0, 3); r != store.OTPNone {
-		t.Errorf("the right code after the lockout: %v, want OTPNone", r)
+}
+
+// secrets: InstallationSecret gets or creates (32 random bytes, the same
+// for every caller, concurrent ones included); Secret and SetSecret get and
+// set without creating; an empty value deletes.
+func secrets(t *testing.T, e Env) {
+	s := e.S
+	results := make([][]byte, 8)
+	errs := concurrently(len(results), func(i int) error {
+		var err error
+		results[i], err = s.InstallationSecret(store.SecretPseudonym)
+		return err
+	})
+	for i, err := range errs {
+		Must(t, err)
+		if len(results[i]) != 32 || string(results[i]) != string(results[0]) {
+			t.Fatalf("concurrent InstallationSecret: %x and %x", results[i], results[0])
+		}
 	}
+	again, err := s.InstallationSecret(store.SecretPseudonym)
+	Must(t, err)
+	other, err := s.InstallationSecret("other")
+	Must(t, err)
+	if string(again) != string(results[0]) || string(other) == string(again) {
+		t.Error("InstallationSecret is not stable, or two names share a value")
+	}
+	if _, ok, err := s.Secret(store.SecretTOTP); err != nil || ok {
+		t.Errorf("Secret before SetSecret: ok %v, %v", ok, err)
+	}
+	Must(t, s.SetSecret(store.SecretTOTP, []byte("JBSWY3DPEHPK3PXP")))
+	Must(t, s.SetSecret(store.SecretTOTP, []byte("KRSXG5CTMVRXEZLU")))
+	if v, ok, err := s.Secret(store.SecretTOTP); err != nil || !ok || string(v) != "KRSXG5CTMVRXEZLU" {
+		t.Errorf("Secret = %q %v %v", v, ok, err)
+	}
+	Must(t, s.SetSecret(store.SecretTOTP, nil))
+	if _, ok, _ := s.Secret(store.SecretTOTP); ok {
+		t.Error("an empty SetSecret did not delete")
+	}
+	wantErr(t, "SetSecret with empty name", s.SetSecret("", []byte("x")), store.ErrInvalid)
+	_, err = s.InstallationSecret("")
+	wantErr(t, "InstallationSecret with empty name", err, store.ErrInvalid)
 }
 
 func sessionsLifecycle(t *testing.T, e Env) {
@@ -185,5 +281,127 @@ func sessionsLifecycle(t *testing.T, e Env) {
 	}
 	if n, _ := s.PruneSessions(T0.Add(24 * time.Hour)); n != 0 {
 		t.Errorf("PruneSessions on no sessions = %d", n)
+	}
+}
+
+// mustSaveOTP saves a code with no resend interval.
+func mustSaveOTP(t testing.TB, s store.Store, scope, hash string, issued, expires time.Time) {
+	t.Helper()
+	retry, err := s.SaveOTP(scope, hash, issued, expires, 0)
+	Must(t, err)
+	if retry != 0 {
+		t.Fatalf("SaveOTP(%q) without a resend interval: retry %s", scope, retry)
+	}
+}
+
+// otpResend: a scope may get a new code only resend after its outstanding
+// one was issued (on every box: of concurrent sends, exactly one is saved);
+// the refused send leaves the earlier code working; a used or deleted code
+// holds nothing back; other scopes are not held back.
+func otpResend(t *testing.T, e Env) {
+	s := e.S
+	exp := T0.Add(5 * time.Minute)
+	save := func(scope, hash string, at time.Time, wantRetry time.Duration) {
+		t.Helper()
+		retry, err := s.SaveOTP(scope, hash, at, exp, 30*time.Second)
+		Must(t, err)
+		if retry != wantRetry {
+			t.Errorf("SaveOTP(%s, %s, T0+%s) retry = %s, want %s", scope, hash, at.Sub(T0), retry, wantRetry)
+		}
+	}
+	save("10.0.0.1", "first", T0, 0)
+	save("10.0.0.1", "second", T0.Add(10*time.Second), 20*time.Second)
+	save("10.0.0.2", "other", T0.Add(10*time.Second), 0)
+	if ok, _ := s.UseOTP("10.0.0.1", "first", T0.Add(11*time.Second)); !ok {
+		t.Error("a refused send replaced the code")
+	}
+	// A used code is gone: the next one may be asked for at once.
+	save("10.0.0.1", "third", T0.Add(15*time.Second), 0)
+	save("10.0.0.1", "fourth", T0.Add(20*time.Second), 25*time.Second)
+	save("10.0.0.1", "fifth", T0.Add(45*time.Second), 0)
+	if ok, _ := s.UseOTP("10.0.0.1", "fifth", T0.Add(46*time.Second)); !ok {
+		t.Error("the code saved after the interval does not work")
+	}
+	retries := make([]time.Duration, 10)
+	errs := concurrently(len(retries), func(i int) error {
+		var err error
+		retries[i], err = s.SaveOTP("10.0.0.9", fmt.Sprint("c", i), T0, exp, 30*time.Second)
+		return err
+	})
+	saved := 0
+	for i, err := range errs {
+		Must(t, err)
+		if retries[i] == 0 {
+			saved++
+		}
+	}
+	if saved != 1 {
+		t.Errorf("%d of %d concurrent sends saved a code, want 1", saved, len(retries))
+	}
+}
+
+// otpGuardShared: every Every wrong codes start a pause of doubling length;
+// OTPLock reports it while it lasts; concurrent failures (many boxes) are
+// each counted once; a quiet Decay steps the doubling back.
+func otpGuardShared(t *testing.T, e Env) {
+	s := e.S
+	rule := store.OTPLockRule{Every: 3, Base: time.Minute, Max: time.Hour, Decay: 24 * time.Hour}
+	lock := func(at time.Time) time.Time {
+		t.Helper()
+		u, err := s.OTPLock(at)
+		Must(t, err)
+		return u
+	}
+	if !lock(T0).IsZero() {
+		t.Fatal("a fresh store is paused")
+	}
+	fail := func(at time.Time) time.Time {
+		t.Helper()
+		u, err := s.OTPFailed(at, rule)
+		Must(t, err)
+		return u
+	}
+	if !fail(T0).IsZero() || !fail(T0).IsZero() {
+		t.Fatal("a pause before the third wrong code")
+	}
+	if u := fail(T0); !u.Equal(T0.Add(time.Minute)) {
+		t.Fatalf("the third wrong code paused until %v, want T0+1m", u)
+	}
+	if u := lock(T0.Add(30 * time.Second)); !u.Equal(T0.Add(time.Minute)) {
+		t.Errorf("OTPLock during the pause = %v", u)
+	}
+	if !lock(T0.Add(time.Minute)).IsZero() {
+		t.Error("OTPLock after the pause")
+	}
+	// Three more at once, as from three boxes: one pause of 2 minutes.
+	at := T0.Add(2 * time.Minute)
+	results := make([]time.Time, 3)
+	errs := concurrently(3, func(i int) error {
+		var err error
+		results[i], err = s.OTPFailed(at, rule)
+		return err
+	})
+	started := 0
+	for i, err := range errs {
+		Must(t, err)
+		if !results[i].IsZero() {
+			started++
+			if !results[i].Equal(at.Add(2 * time.Minute)) {
+				t.Errorf("second pause until %v, want +2m", results[i])
+			}
+		}
+	}
+	if started != 1 {
+		t.Errorf("%d of 3 concurrent wrong codes started a pause, want 1", started)
+	}
+	// Two quiet days step the doubling back twice: 1 minute again.
+	later := at.Add(48 * time.Hour)
+	fail(later)
+	fail(later)
+	if u := fail(later); !u.Equal(later.Add(time.Minute)) {
+		t.Errorf("after two quiet days the pause ends %v, want +1m", u)
+	}
+	if l := rule.Length(40); l != time.Hour {
+		t.Errorf("Length(40) = %s, want the maximum", l)
 	}
 }

@@ -127,9 +127,17 @@ func logsConcurrentAppends(t *testing.T, e Env) {
 		last[fmt.Sprint(w)] = i
 	}
 	st, _ := e.S.Stats(T0, T0.Add(time.Second))
-	if st != (store.Stats{TotalRequests: writers * each, ActiveUsers: writers}) {
+	if !cmp.Equal(st, Counts(writers*each, writers)) {
 		t.Errorf("Stats = %+v", st)
 	}
+}
+
+// Counts is the Stats of requests without keys, statuses or outcomes: the
+// zero counts of a StatsBuilder with the two totals set.
+func Counts(requests, users int) store.Stats {
+	st := store.NewStatsBuilder().Stats()
+	st.TotalRequests, st.ActiveUsers = requests, users
+	return st
 }
 
 func statsWindowAndSeries(t *testing.T, e Env) {
@@ -148,7 +156,7 @@ func statsWindowAndSeries(t *testing.T, e Env) {
 
 	st, err := s.Stats(T0, T0.Add(10*time.Minute))
 	Must(t, err)
-	if diff := cmp.Diff(store.Stats{TotalRequests: 5, ActiveUsers: 2}, st); diff != "" {
+	if diff := cmp.Diff(Counts(5, 2), st); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 	series, err := s.StatsSeries(T0, T0.Add(10*time.Minute), 3*time.Minute)
@@ -176,7 +184,7 @@ func statsWindowAndSeries(t *testing.T, e Env) {
 		t.Errorf("PruneLogs = %d, want 3", n)
 	}
 	st, _ = s.Stats(time.Time{}, T0.Add(time.Hour))
-	if diff := cmp.Diff(store.Stats{TotalRequests: 4, ActiveUsers: 2}, st); diff != "" {
+	if diff := cmp.Diff(Counts(4, 2), st); diff != "" {
 		t.Errorf("Stats after prune (-want +got):\n%s", diff)
 	}
 }
@@ -184,10 +192,10 @@ func statsWindowAndSeries(t *testing.T, e Env) {
 func statsEmptyAndInvalid(t *testing.T, e Env) {
 	s := e.S
 	MustAppend(t, s, store.LogEntry{Timestamp: T0, StreamName: store.StreamInfer, Subject: "u"})
-	if st, err := s.Stats(T0, T0); err != nil || st != (store.Stats{}) {
+	if st, err := s.Stats(T0, T0); err != nil || !cmp.Equal(st, Counts(0, 0)) {
 		t.Errorf("empty window: %+v, %v", st, err)
 	}
-	if st, err := s.Stats(T0.Add(time.Hour), T0); err != nil || st != (store.Stats{}) {
+	if st, err := s.Stats(T0.Add(time.Hour), T0); err != nil || !cmp.Equal(st, Counts(0, 0)) {
 		t.Errorf("inverted window: %+v, %v", st, err)
 	}
 	if series, err := s.StatsSeries(T0, T0, time.Minute); err != nil || series == nil || len(series) != 0 {
@@ -235,5 +243,37 @@ func pruneLogsInBatches(t *testing.T, e Env) {
 	Must(t, err)
 	if diff := cmp.Diff([]string{"24", "23", "22"}, logMessages(t, s, store.LogQuery{})); n != 2 || diff != "" {
 		t.Errorf("PruneLogs(batch 2) = %d (-want +got):\n%s", n, diff)
+	}
+}
+
+// pruneLogsToSize: a bound the log is within deletes nothing; a tight one
+// deletes the oldest first and keeps the statistics in step.
+func pruneLogsToSize(t *testing.T, e Env) {
+	s := e.S
+	const n = 400
+	errs := concurrently(n, func(i int) error {
+		return s.AppendLog(store.LogEntry{Timestamp: T0.Add(time.Duration(i) * time.Second), Level: store.LevelInfo,
+			Message: fmt.Sprintf("%04d infer ok: 3 candidates in 812 ms (audio 4.1 s)", i), StreamName: store.StreamInfer, Subject: "u"})
+	})
+	for _, err := range errs {
+		Must(t, err)
+	}
+	if d, err := s.PruneLogsToSize(1<<40, 50); err != nil || d != 0 {
+		t.Fatalf("PruneLogsToSize(1 TiB) = %d, %v; want 0", d, err)
+	}
+	d, err := s.PruneLogsToSize(1, 50)
+	Must(t, err)
+	left := logMessages(t, s, store.LogQuery{})
+	if d < n*9/10 || d+len(left) != n {
+		t.Fatalf("PruneLogsToSize(1 byte) deleted %d, left %d of %d", d, len(left), n)
+	}
+	// What is left is the newest.
+	for i, m := range left {
+		if want := fmt.Sprintf("%04d", n-1-i); m[:4] != want {
+			t.Errorf("left[%d] = %q, want entry %s", i, m, want)
+		}
+	}
+	if st, _ := s.Stats(T0, T0.Add(time.Hour)); st.TotalRequests != len(left) {
+		t.Errorf("Stats after pruning to size: %+v, want %d requests", st, len(left))
 	}
 }

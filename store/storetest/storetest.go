@@ -33,6 +33,8 @@ type Opener func(t testing.TB, now func() time.Time) store.Store
 type Env struct {
 	S     store.Store
 	Clock *Clock
+	// Open opens one more fresh store of the same kind on the same clock.
+	Open func() store.Store
 }
 
 // scenario is one row of the table.
@@ -57,11 +59,25 @@ var scenarios = []scenario{
 
 	// Admin key, OTP, sessions (auth.go).
 	{"admin-key/set-replace-clear", adminKeyHash},
-	{"otp/single-use-burn-replace-expiry", otpLifecycle},
+	{"admin-key/set-if-absent-one-wins", adminKeyIfAbsent},
+	{"otp/per-scope-single-use-never-burned-expiry", otpLifecycle},
+	{"otp/delete-prune", otpDeletePrune},
+	{"otp/resend-interval-shared", otpResend},
+	{"otp/pause-shared-by-boxes", otpGuardShared},
 	{"otp/invalid", otpInvalid},
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
-	{"otp/concurrent-wrong-codes-burn-once", otpConcurrentWrong},
+	{"totp/each-step-once", totpSteps},
+	{"secrets/get-or-create-set-delete", secrets},
 	{"sessions/create-valid-prune-delete", sessionsLifecycle},
+	{"secrets/get-or-create-set-delete", secretsLifecycle},
+	{"secrets/concurrent-create-one-value", secretsConcurrentCreate},
+
+	// Tablet pairings (pairings.go).
+	{"pairings/redeem-once", pairingsRedeemOnce},
+	{"pairings/revoked-status-and-taken-hash", pairingsRevokedAndTakenHash},
+	{"pairings/expire-and-prune", pairingsExpire},
+	{"pairings/bound-and-invalid", pairingsBoundAndInvalid},
+	{"pairings/concurrent-redeem-once", pairingsConcurrentRedeem},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
@@ -75,9 +91,20 @@ var scenarios = []scenario{
 	{"stats/window-and-series", statsWindowAndSeries},
 	{"stats/empty-and-invalid", statsEmptyAndInvalid},
 	{"prune/logs-in-batches", pruneLogsInBatches},
+	{"prune/logs-to-size", pruneLogsToSize},
+
+	// Outcomes and the users' memory (outcomes.go).
+	{"outcomes/inference-and-outcome", outcomesInferenceAndOutcome},
+	{"outcomes/export-in-order", outcomesExport},
+	{"stats/outcomes-keys-versions", statsOutcomes},
+	{"memory/pairs-and-revision", memoryPairs},
+	{"memory/delete-user", memoryDeleteUser},
+	{"memory/prune", memoryPrune},
 
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},
+	{"snapshot/import-round-trip", snapshotRoundTrip},
+	{"snapshot/import-refuses-or-replaces", snapshotImportRefusesOrReplaces},
 }
 
 // Run runs every scenario as a parallel subtest of t, each on a fresh store
@@ -88,7 +115,7 @@ func Run(t *testing.T, open Opener) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := NewClock(T0)
-			sc.run(t, Env{S: open(t, clk.Now), Clock: clk})
+			sc.run(t, Env{S: open(t, clk.Now), Clock: clk, Open: func() store.Store { return open(t, clk.Now) }})
 		})
 	}
 }

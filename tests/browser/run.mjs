@@ -3,7 +3,8 @@
 // webhook receiver that catches the one-time codes, and headless Chromium
 // driven by playwright-core. Walks sign-in, keys, the prompt, Try it, logs and
 // stats the way an admin would, checks keyboard access, labels and contrast,
-// and writes screenshots to artifacts/. Ends with "browser: N passed, M failed"
+// runs axe-core on every view, checks the phone layout (390x844: no table or
+// chart that runs out of its box), and writes screenshots to artifacts/. Ends with "browser: N passed, M failed"
 // and a non-zero exit status on any failure.
 //
 // Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
@@ -24,7 +25,8 @@ const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd')
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 const artifacts = path.join(here, 'artifacts');
 const DESKTOP = { width: 1280, height: 900 };
-const PHONE = { width: 375, height: 812 };
+const PHONE = { width: 390, height: 844 };
+const axeSource = fs.readFileSync(path.join(here, 'node_modules/axe-core/axe.min.js'), 'utf8');
 
 // ---------------------------------------------------------------- harness
 
@@ -232,6 +234,52 @@ async function checkContrast(where) {
   check(bad.length === 0, `${where}: text below WCAG AA contrast:\n${bad.join('\n')}`);
 }
 
+/**
+ * Runs axe-core (WCAG 2.x A and AA rules plus best practices) on the page as
+ * it is and fails on any violation. axe is injected through the DevTools
+ * protocol, so the page's own CSP stays as strict as it is.
+ */
+async function checkAxe(where) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(axeSource);
+  const violations = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => `${v.id} (${v.impact}): ${v.help}\n        ${v.nodes.map((n) => n.target.join(' ')).slice(0, 5).join('\n        ')}`);
+  });
+  check(violations.length === 0, `${where}: axe-core violations:\n${violations.join('\n')}`);
+}
+
+/**
+ * Phone layout: nothing inside the page scrolls sideways (a table that
+ * does is as bad as a page that does), and the charts' axis labels neither
+ * overlap nor leave the chart.
+ */
+async function checkPhoneLayout(where) {
+  const bad = await page.evaluate(() => {
+    const out = [];
+    for (const el of document.querySelectorAll('main .table-wrap')) {
+      if (!el.getClientRects().length) continue;
+      const over = el.scrollWidth - el.clientWidth;
+      if (over > 1) out.push(`${el.querySelector('table')?.id || 'a table'} scrolls ${over}px sideways`);
+    }
+    for (const svg of document.querySelectorAll('main .chart svg')) {
+      if (!svg.getClientRects().length) continue;
+      const box = svg.getBoundingClientRect();
+      // The x axis's labels are the bottom row of tick texts.
+      const ticks = [...svg.querySelectorAll('text.tick')];
+      const bottom = Math.max(...ticks.map((t) => Number(t.getAttribute('y'))));
+      const labels = ticks.filter((t) => Number(t.getAttribute('y')) === bottom).map((t) => t.getBoundingClientRect());
+      labels.forEach((a, i) => {
+        if (a.left < box.left - 0.5 || a.right > box.right + 0.5) out.push(`${svg.parentElement.id}: an axis label leaves the chart`);
+        for (const b of labels.slice(i + 1)) {
+          if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) out.push(`${svg.parentElement.id}: axis labels overlap`);
+        }
+      });
+    }
+    return out;
+  });
+  check(bad.length === 0, `${where}: ${bad.join('; ')}`);
+}
+
 // The request each view makes to fill itself.
 const viewData = {
   status: '/v1/admin/status', keys: '/v1/admin/keys', prompt: '/v1/admin/system-prompt/history',
@@ -281,6 +329,23 @@ async function tryBody(action) {
   await until(() => posted, 'the POST to /v1/admin/try');
   await page.unroute('**/v1/admin/try');
   return posted.toString('latin1');
+}
+
+/** The RFC 6238 code (HMAC-SHA-1, 6 digits, 30 s steps) of a base32 secret at time t: what an authenticator app shows. */
+function totpCode(secret, t = Date.now()) {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+  let bits = '';
+  for (const ch of secret.replace(/[\s=]/g, '').toUpperCase()) {
+    const v = alphabet.indexOf(ch);
+    check(v >= 0, `"${ch}" is not base32`);
+    bits += v.toString(2).padStart(5, '0');
+  }
+  const key = Buffer.from(bits.match(/.{8}/g).map((b) => parseInt(b, 2)));
+  const counter = Buffer.alloc(8);
+  counter.writeBigUInt64BE(BigInt(Math.floor(t / 30000)));
+  const mac = crypto.createHmac('sha1', key).update(counter).digest();
+  const off = mac[mac.length - 1] & 0xf;
+  return String((mac.readUInt32BE(off) & 0x7fffffff) % 1000000).padStart(6, '0');
 }
 
 /** A text-only inference with a client key, straight to /v1/infer. */
@@ -392,9 +457,10 @@ async function main() {
       check(outline !== 'none', 'no focus outline on the Send code button');
     });
 
-    await step('sign-in view: every control has a label, text has AA contrast', async () => {
+    await step('sign-in view: every control has a label, text has AA contrast, axe finds nothing', async () => {
       await checkLabels('sign-in');
       await checkContrast('sign-in');
+      await checkAxe('sign-in');
     });
 
     await step('a wrong admin key is refused with replyd\'s message', async () => {
@@ -453,7 +519,7 @@ async function main() {
     await step('status: version, uptime, queue, data file, models loaded, demo warning', async () => {
       await until(async () => (await page.$$('#engines tbody tr')).length >= 2, 'two engines');
       const facts = await page.$$eval('#status-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
-      for (const k of ['Version', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
+      for (const k of ['Version', 'Box', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
       check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
       const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
       for (const r of rows) {
@@ -464,7 +530,62 @@ async function main() {
       check(await page.isVisible('#demo-banner'), 'no demo-model warning');
       await checkLabels('status');
       await checkContrast('status');
+      await checkAxe('status');
       await shot('02-status-desktop');
+    });
+
+    await step('status: the backup button downloads a consistent copy of the data file', async () => {
+      const [download] = await Promise.all([page.waitForEvent('download'), page.click('#backup-download')]);
+      check(/^replyd-backup-\d{8}T\d{6}Z\.db$/.test(download.suggestedFilename()), `file name ${download.suggestedFilename()}`);
+      const file = await download.path();
+      const b = fs.readFileSync(file);
+      // bbolt's meta page: the magic 0xED0CDAED at offset 16, little-endian.
+      check(b.length >= 8192 && b.readUInt32LE(16) === 0xED0CDAED, `the download (${b.length} bytes) is not a bbolt file`);
+      await until(async () => /Downloaded/.test(await page.textContent('#backup-msg')), 'the "downloaded" note');
+    });
+
+    await step('sign-in methods: an authenticator app is set up once from Status, its QR code and secret shown only then, and its code signs in', async () => {
+      const methods = async () => page.$$eval('#signin-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
+      equal((await methods())['Authenticator app'], 'not set up', 'before enrolment');
+      equal((await methods())['Codes sent'], 'through webhook', 'the code channel');
+      await answered('/v1/admin/totp/enroll', null, () => page.click('#totp-enroll'));
+      await until(() => page.isVisible('#totp-new'), 'the new secret panel');
+      equal(await page.evaluate(() => document.activeElement.id), 'totp-new', 'focus after enrolment');
+      check(/will not be shown again/.test(await page.textContent('#totp-new')), 'no "will not be shown again" warning');
+      const secret = (await page.textContent('#totp-secret')).trim();
+      check(/^([A-Z2-7]{4} ){7}[A-Z2-7]{4}$/.test(secret), `secret "${secret}"`);
+      // The QR code is an inline <svg> (no image request, no CSP exception) with a name.
+      const qr = await page.$eval('#totp-qr > svg', (svg) => ({ label: svg.getAttribute('aria-label'), role: svg.getAttribute('role'),
+        modules: (svg.querySelector('path')?.getAttribute('d') || '').length, width: svg.getBoundingClientRect().width }));
+      check(qr.role === 'img' && /QR code/.test(qr.label || '') && qr.modules > 100 && qr.width >= 200, `QR code ${JSON.stringify(qr)}`);
+      equal((await methods())['Authenticator app'], 'set up', 'after enrolment');
+      await checkLabels('status with a new authenticator secret');
+      await checkContrast('status with a new authenticator secret');
+      await checkAxe('status with a new authenticator secret');
+      await shot('03-signin-methods-totp-desktop');
+
+      // Leaving the view removes the secret; back on Status it is not shown again.
+      await go('keys');
+      await go('status');
+      check(await page.isHidden('#totp-new'), 'the secret panel is shown again');
+      equal((await page.textContent('#totp-secret')).trim(), '', 'secret left in the page');
+      check((await page.$$('#totp-qr svg')).length === 0, 'QR code left in the page');
+      equal((await page.textContent('#totp-enroll')).trim(), 'Replace authenticator app', 'the button once enrolled');
+      // Replacing asks first; Escape keeps the app that is set up.
+      await page.click('#totp-enroll');
+      await until(() => page.isVisible('#confirm'), 'the replace question');
+      await page.keyboard.press('Escape');
+      await until(() => page.isHidden('#confirm'), 'the dialog to close');
+      check(await page.isHidden('#totp-new'), 'a cancelled replacement enrolled anyway');
+
+      // The app's code (computed here from the secret shown) signs in.
+      await page.click('#logout');
+      await until(() => page.isVisible('#view-login'), 'the sign-in view');
+      await page.fill('#otp-code', totpCode(secret));
+      await page.keyboard.press('Enter');
+      await until(() => page.isVisible('#view-status'), 'the status view after signing in with the app\'s code');
+      token = (await session())['replyd.session'];
+      check(token && token.length >= 16, 'no session token after the authenticator sign-in');
     });
 
     await step('keyboard: the navigation opens a view and moves focus to its heading; the skip link works', async () => {
@@ -513,7 +634,26 @@ async function main() {
       revokeKey = { key, hash };
       await checkLabels('keys');
       await checkContrast('keys');
+      await checkAxe('keys');
       await shot('03-keys-created-desktop');
+      // The key was just used: its row says when.
+      await answered('/v1/admin/keys', null, () => page.click('#keys-refresh'));
+      const used = await row.locator('td[data-label="Last used"]').textContent();
+      check(/\d/.test(used), `"Last used" of a key just used: "${used}"`);
+    });
+
+    await step('keys: a second key with the same client name is created with a warning', async () => {
+      if (await page.isVisible('#key-created')) await page.click('#key-created-done');
+      for (let i = 0; i < 2; i++) {
+        await page.fill('#kc-client', `e2e-dup-${nonce}`);
+        await answered('/v1/admin/keys', null, () => page.click('#kc-submit'));
+        await until(() => page.isVisible('#key-created'), 'the new key panel');
+        const warn = (await page.textContent('#key-created-warnings')).trim();
+        if (i === 0) equal(warn, '', 'warning for a new name');
+        else check(/already the name of another active key/.test(warn), `warning "${warn}"`);
+        await page.click('#key-created-done');
+      }
+      equal(await page.locator(`#keys-table tr[data-client="e2e-dup-${nonce}"] td[data-label="Last used"]`).first().textContent(), 'never', 'Last used of an unused key');
     });
 
     await step('keys: after a reload the key is never shown again', async () => {
@@ -574,7 +714,18 @@ async function main() {
       equal(await page.inputValue('#prompt-text'), textB, 'editor text');
       const hist = await page.$$eval('#prompt-history li', (lis) => lis.map((li) => li.dataset.version));
       check(hist.includes(vA) && hist.includes(vB), `history ${hist.join(',')}`);
+      // An old version can be read before it is restored: its first words
+      // show in the list, and Restore shows the whole text and asks first.
+      check((await page.textContent(`#prompt-history li[data-version="${vA}"] summary`)).includes(textA.slice(0, 30)), 'no preview of the old text');
       await page.click(`#prompt-history li[data-version="${vA}"] button`);
+      await until(() => page.isVisible('#confirm'), 'the restore dialog');
+      equal((await page.textContent('#confirm-detail')).trim(), textA, 'the text shown before restoring');
+      await checkAxe('prompt restore dialog');
+      await page.keyboard.press('Escape');
+      await until(() => page.isHidden('#confirm'), 'the dialog to close');
+      equal((await page.textContent('#prompt-version')).trim(), vB, 'version after a cancelled restore');
+      await page.click(`#prompt-history li[data-version="${vA}"] button`);
+      await page.click('#confirm-ok');
       await until(async () => /restored/.test(await page.textContent('#prompt-msg')), 'the restored note');
       const vC = (await page.textContent('#prompt-version')).trim();
       equal(Number(vC), Number(vB) + 1, 'version after restore');
@@ -585,6 +736,7 @@ async function main() {
       await page.click(`#prompt-history li[data-version="${vA}"] summary`);
       await checkLabels('prompt');
       await checkContrast('prompt');
+      await checkAxe('prompt');
       await shot('06-prompt-desktop');
     });
 
@@ -618,6 +770,7 @@ async function main() {
       equal(await page.textContent('#try-error'), '', 'error shown');
       await checkLabels('try');
       await checkContrast('try');
+      await checkAxe('try');
       await shot('07-try-desktop');
     });
 
@@ -645,8 +798,10 @@ async function main() {
       await answered('/v1/admin/logs', { stream: 'infer' }, () => page.selectOption('#logs-stream', 'infer'));
       const ours = page.locator(`#logs-table tbody tr[data-stream="infer"] td[title="${tryHash}"]`);
       await until(async () => (await ours.count()) >= 1, 'an infer line for the Try it key');
-      const line = await page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first().textContent();
-      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line), `infer line "${line}"`);
+      const lineRow = page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first();
+      const line = await lineRow.textContent();
+      check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line) && /, on \S/.test(line), `infer line "${line}" (with the box that wrote it)`);
+      equal((await lineRow.locator('td[data-label="Client"]').textContent()).trim(), `e2e-try-${nonce}`, 'client of the infer line');
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');
       await answered('/v1/admin/logs', { level: 'info', stream: 'infer' }, () => page.selectOption('#logs-level', 'info'));
@@ -655,7 +810,7 @@ async function main() {
       await answered('/v1/admin/logs', { level: '' }, () => page.selectOption('#logs-level', ''));
       await answered('/v1/admin/logs', { window: '15m' }, () => page.selectOption('#logs-window', '15m'));
       await until(async () => (await ours.count()) >= 1, 'the line within 15 minutes');
-      // "Since a time": a future time gets replyd's own error message, an hour ago finds the line.
+      // "Since a time": a future time (a clock ahead) is an empty list, not an error; an hour ago finds the line.
       const localTime = (offsetMs) => page.evaluate((off) => {
         const d = new Date(Date.now() + off);
         d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
@@ -663,8 +818,9 @@ async function main() {
       }, offsetMs);
       await answered('/v1/admin/logs', null, () => page.selectOption('#logs-window', 'since'));
       check(await page.isVisible('#logs-since'), 'no time field for "Since a time"');
-      await page.fill('#logs-since', await localTime(3600e3));
-      await until(async () => /future/.test(await page.textContent('#logs-error')), 'the error for a future time');
+      await answered('/v1/admin/logs', null, async () => page.fill('#logs-since', await localTime(3600e3)));
+      equal(await page.textContent('#logs-error'), '', 'error for a future time');
+      check(/^0 entries/.test(await page.textContent('#logs-meta')), `meta for a future time: ${await page.textContent('#logs-meta')}`);
       const hourAgo = await localTime(-3600e3);
       await answered('/v1/admin/logs', null, () => page.fill('#logs-since', hourAgo));
       equal(await page.textContent('#logs-error'), '', 'error left after a valid time');
@@ -676,6 +832,7 @@ async function main() {
       await page.uncheck('#logs-auto');
       await checkLabels('logs');
       await checkContrast('logs');
+      await checkAxe('logs');
       await shot('08-logs-desktop');
     });
 
@@ -695,10 +852,50 @@ async function main() {
       check(/Requests per/.test(label), `chart label "${label}"`);
       await checkLabels('stats');
       await checkContrast('stats');
+      await checkAxe('stats');
       await shot('09-stats-desktop');
     });
 
-    await step('phone (375×812): every view fits without sideways scrolling, light and dark', async () => {
+    await step('outcomes: feedback shows as acceptance over time, per prompt version, and beside the version in Prompt', async () => {
+      const admin = { 'X-ADMIN-KEY': adminKey };
+      const created = await apiJSON(base, 'POST', '/v1/admin/keys', admin, { client_id: `e2e-outcomes-${nonce}` });
+      equal(created.status, 200, 'create a key for the outcomes');
+      const version = String((await apiJSON(base, 'GET', '/v1/admin/system-prompt', admin)).json.version);
+      const report = async (outcome) => {
+        const fd = new FormData();
+        fd.append('payload', JSON.stringify({ messages: [{ role: 'speaker', content: 'Would you like some tea?' }] }));
+        const r = await fetch(`${base}/v1/infer`, { method: 'POST', headers: { 'X-API-KEY': created.json.api_key }, body: fd });
+        const { inference_id: id } = await r.json();
+        check(r.status === 200 && /^inf_/.test(id || ''), `infer: ${r.status} ${id}`);
+        const fb = await apiJSON(base, 'POST', '/v1/feedback', { 'X-API-KEY': created.json.api_key }, { inference_id: id, ...outcome });
+        equal(fb.status, 200, `feedback ${JSON.stringify(outcome)}: ${fb.text}`);
+      };
+      await report({ chosen_rank: 1, time_to_choice_ms: 3200 });
+      await report({ none_fit: true });
+
+      await answered('/v1/admin/stats', null, () => page.click('#stats-refresh')); // the stats view is open
+      await until(async () => (await page.textContent('#stats-acceptance')).trim() === '50%', 'an acceptance of 50%');
+      const over = await page.$$eval('#chart-acceptance rect.bar', (rs) => rs.map((r) => Number(r.getAttribute('height'))));
+      check(over.length >= 1 && over.some((v) => v > 0), `acceptance bars ${over}`);
+      check(/Suggestions spoken per/.test(await page.getAttribute('#chart-acceptance svg', 'aria-label')), 'acceptance chart label');
+      const ticks = await page.$$eval('#chart-versions text.tick', (ts) => ts.map((t) => t.textContent));
+      check(ticks.includes(`v${version}`) && ticks.includes('100%'), `version chart ticks ${ticks}`);
+      const label = await page.getAttribute('#chart-versions svg', 'aria-label');
+      check(label.includes(`v${version} 50%`), `version chart label "${label}"`);
+      equal((await page.textContent(`#stats-versions tr[data-version="${version}"] td:last-child`)).trim(), '50%', 'acceptance of the version in the table');
+      check((await page.textContent('#stats-keys')).includes(`e2e-outcomes-${nonce}`), 'the key in the per-key table');
+      check(/2 outcomes reported, 1 spoken from a suggestion, 1 none fit/.test(await page.textContent('#stats-outcomes-meta')), 'outcome summary');
+      await checkLabels('stats');
+      await checkContrast('stats');
+      await checkAxe('stats (outcomes)');
+      await shot('10-stats-outcomes-desktop');
+
+      await go('prompt');
+      await until(async () => /50% spoken \(2 outcomes\)/.test(await page.textContent(`#prompt-history .acceptance[data-version="${version}"]`)), 'the acceptance beside the version');
+      await shot('11-prompt-acceptance-desktop');
+    });
+
+        await step('phone (390×844): every view fits without sideways scrolling, tables and charts included, light and dark', async () => {
       await page.setViewportSize(PHONE);
       for (const scheme of ['light', 'dark']) {
         await page.emulateMedia({ colorScheme: scheme });
@@ -706,7 +903,9 @@ async function main() {
           await go(v);
           const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
           check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
+          await checkPhoneLayout(`${v} (phone)`);
           if (scheme === 'dark') await checkContrast(`${v} (dark)`);
+          if (scheme === 'light') await checkAxe(`${v} (phone)`);
           await shot(`10-${v}-phone${scheme === 'dark' ? '-dark' : ''}`);
         }
       }

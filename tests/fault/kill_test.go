@@ -10,19 +10,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/pgtest"
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestKill9DuringBurst kills replyd with SIGKILL while key creations and
-// inferences are being answered, restarts it on the same data directory and
-// checks that nothing acknowledged was lost: every key whose creation was
-// answered 200 is in the key list, there are at least as many successful
-// infer log entries as 200 infer answers, and the bbolt file passes the
-// consistency check (`replyd check`) before the restart.
+// inferences are being answered, restarts it on the same store and checks
+// that nothing acknowledged was lost: every key whose creation was answered
+// 200 is in the key list and there are at least as many successful infer log
+// entries as 200 infer answers. It runs on both stores: the bbolt file (which
+// must also pass `replyd check` before the restart) and PostgreSQL.
 func TestKill9DuringBurst(t *testing.T) {
-	data := t.TempDir()
-	p := startProc(t, replydproc.Options{DataDir: data})
+	t.Run("bbolt", func(t *testing.T) {
+		killBurst(t, replydproc.Options{DataDir: t.TempDir()}, func(p *testutil.Replyd) {
+			out, err := p.Run(context.Background(), "check")
+			if err != nil || !strings.Contains(out, "consistent") {
+				t.Fatalf("replyd check after kill -9: %v\n%s", err, out)
+			}
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.Start(t).NewDatabase(t)
+		killBurst(t, replydproc.Options{DataDir: t.TempDir(), Env: map[string]string{"REPLYD_STORE_URL": url}}, func(*testutil.Replyd) {})
+	})
+}
+
+// killBurst is TestKill9DuringBurst on the store o configures; afterKill
+// runs between the kill and the restart.
+func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Replyd)) {
+	p := startProc(t, o)
 	p.WaitReady()
 	inferKey := p.CreateKey("fault-infer")
 
@@ -113,12 +130,10 @@ func TestKill9DuringBurst(t *testing.T) {
 		t.Fatalf("the burst was over before the kill (%d keys, %d inferences): nothing was tested", len(ackedKeys), ackedInfr)
 	}
 
-	out, err := p.Run(context.Background(), "check")
-	if err != nil || !strings.Contains(out, "consistent") {
-		t.Fatalf("replyd check after kill -9: %v\n%s", err, out)
-	}
+	afterKill(p)
 
-	p2 := startProc(t, replydproc.Options{DataDir: data, AdminKey: p.AdminKey})
+	o.AdminKey = p.AdminKey
+	p2 := startProc(t, o)
 	p2.WaitReady()
 	body := p2.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/keys?include_revoked=true&limit=1000", Header: p2.AdminHeader()}, http.StatusOK)
 	var list struct {

@@ -4,8 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestInstallDryRun runs scripts/install.sh --dry-run (no root, no systemd
@@ -92,17 +97,23 @@ func TestUnitHardening(t *testing.T) {
 		set[k] = v
 	}
 	for k, v := range map[string]string{
-		"Type":                  "simple",
-		"User":                  "replyd",
-		"Restart":               "on-failure",
-		"EnvironmentFile":       "/etc/replyd/replyd.env",
-		"ExecStart":             "/usr/local/bin/replyd serve",
-		"NoNewPrivileges":       "yes",
-		"ProtectSystem":         "strict",
-		"ProtectHome":           "yes",
-		"PrivateTmp":            "yes",
-		"ReadWritePaths":        "/var/lib/replyd",
-		"CapabilityBoundingSet": "",
+		"Type":                    "notify",
+		"NotifyAccess":            "main",
+		"TimeoutStartSec":         "10min",
+		"SystemCallArchitectures": "native",
+		"RemoveIPC":               "yes",
+		"PrivateMounts":           "yes",
+		"ProtectProc":             "invisible",
+		"User":                    "replyd",
+		"Restart":                 "on-failure",
+		"EnvironmentFile":         "/etc/replyd/replyd.env",
+		"ExecStart":               "/usr/local/bin/replyd serve",
+		"NoNewPrivileges":         "yes",
+		"ProtectSystem":           "strict",
+		"ProtectHome":             "yes",
+		"PrivateTmp":              "yes",
+		"ReadWritePaths":          "/var/lib/replyd",
+		"CapabilityBoundingSet":   "",
 	} {
 		if got, ok := set[k]; !ok || got != v {
 			t.Errorf("%s=%q, want %q", k, got, v)
@@ -121,17 +132,166 @@ func TestUnitHardening(t *testing.T) {
 	}
 }
 
-// TestShellcheck runs shellcheck on the scripts when it is installed.
+// TestShellcheck runs shellcheck on the scripts.
 func TestShellcheck(t *testing.T) {
-	sc, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Skip("SKIP: shellcheck is not installed (apt-get install shellcheck)")
-	}
+	sc := testutil.Tool(t, "shellcheck", "the shell scripts")
 	var scripts []string
-	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh"} {
+	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh", "skip-summary.sh"} {
 		scripts = append(scripts, filepath.Join(repoRoot, "scripts", s))
 	}
 	if out, err := exec.Command(sc, scripts...).CombinedOutput(); err != nil {
 		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// pathWithout returns a PATH of one directory holding links to every
+// program of the current PATH except the named ones.
+func pathWithout(t *testing.T, hide ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if slices.Contains(hide, name) {
+				continue
+			}
+			if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+				continue // an earlier PATH entry wins
+			}
+			_ = os.Symlink(filepath.Join(d, name), filepath.Join(dir, name))
+		}
+	}
+	return dir
+}
+
+// TestInstallFFmpeg: install.sh installs ffmpeg (M4A/AAC from iPads) when
+// it is missing, and says at the end that M4A uploads are unavailable when
+// it cannot.
+func TestInstallFFmpeg(t *testing.T) {
+	script := filepath.Join(repoRoot, "scripts", "install.sh")
+	run := func(path string) string {
+		t.Helper()
+		cmd := exec.Command("bash", script, "--dry-run", "--bin", replydBin)
+		cmd.Env = append(os.Environ(), "PATH="+path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install.sh --dry-run: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	const apt = "+ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg"
+	const unavailable = "M4A/AAC uploads (iPads) are UNAVAILABLE: ffmpeg is not installed and this system has no apt-get"
+	if _, err := exec.LookPath("ffmpeg"); err == nil {
+		if out := run(os.Getenv("PATH")); strings.Contains(out, apt) || strings.Contains(out, "UNAVAILABLE") {
+			t.Errorf("ffmpeg is installed, yet the plan installs it or warns:\n%s", out)
+		}
+	}
+	if out := run(pathWithout(t, "ffmpeg")); !strings.Contains(out, apt) {
+		t.Errorf("without ffmpeg the plan does not install it:\n%s", out)
+	}
+	out := strings.TrimSpace(run(pathWithout(t, "ffmpeg", "apt-get")))
+	lines := strings.Split(out, "\n")
+	if len(lines) < 2 || !strings.Contains(lines[len(lines)-2], unavailable) {
+		t.Errorf("without ffmpeg and apt-get the plan does not end by saying M4A is unavailable:\n%s", out)
+	}
+}
+
+// TestUnitSecurityExposure rates scripts/replyd.service with systemd's own
+// analyzer (offline: no running systemd needed) and holds it to an overall
+// exposure of 3.5 or less.
+func TestUnitSecurityExposure(t *testing.T) {
+	sa := testutil.Tool(t, "systemd-analyze", "the unit's exposure")
+	unit := filepath.Join(repoRoot, "scripts", "replyd.service")
+	out, err := exec.Command(sa, "security", "--offline=yes", "--no-pager", unit).CombinedOutput()
+	// systemd-analyze exits non-zero when the exposure is above its own
+	// --threshold (100 by default): the number below is what counts.
+	m := regexp.MustCompile(`Overall exposure level for replyd\.service: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	exposure, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("overall exposure %.1f", exposure)
+	if exposure > 3.5 {
+		t.Errorf("overall exposure %.1f, want at most 3.5:\n%s", exposure, out)
+	}
+}
+
+// TestDepsSplit: `make run` installs only what building and running need;
+// Chromium, shellcheck, Node.js and the test speech tools come with
+// `make test`, which gets both sets.
+func TestDepsSplit(t *testing.T) {
+	deps := filepath.Join(repoRoot, "scripts", "deps.sh")
+	list := func(mode string) []string {
+		t.Helper()
+		out, err := exec.Command("bash", deps, mode, "--list").Output()
+		if err != nil {
+			t.Fatalf("deps.sh %s --list: %v", mode, err)
+		}
+		return strings.Fields(string(out))
+	}
+	run, test := list("run"), list("test")
+	for _, p := range []string{"build-essential", "libopenblas-dev", "ffmpeg"} {
+		if !slices.Contains(run, p) {
+			t.Errorf("deps.sh run lacks %s", p)
+		}
+	}
+	for _, p := range []string{"chromium", "shellcheck", "nodejs", "npm", "espeak-ng", "sox", "postgresql", "haproxy"} {
+		if slices.Contains(run, p) {
+			t.Errorf("deps.sh run installs %s, which only the tests need", p)
+		}
+		if !slices.Contains(test, p) {
+			t.Errorf("deps.sh test lacks %s", p)
+		}
+	}
+	for _, p := range run {
+		if !slices.Contains(test, p) {
+			t.Errorf("deps.sh test lacks the run package %s", p)
+		}
+	}
+	makeN := func(target string) string {
+		t.Helper()
+		out, err := exec.Command("make", "-n", "-C", repoRoot, target).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %s: %v\n%s", target, err, out)
+		}
+		return string(out)
+	}
+	if out := makeN("run"); !strings.Contains(out, "scripts/deps.sh run") || strings.Contains(out, "deps.sh test") {
+		t.Errorf("make run does not install the run dependencies only:\n%s", out)
+	}
+	if out := makeN("test"); !strings.Contains(out, "scripts/deps.sh test") {
+		t.Errorf("make test does not install the test dependencies:\n%s", out)
+	}
+}
+
+// TestSkipSummary: make test's last line counts the tests that skipped for
+// want of the shared data.
+func TestSkipSummary(t *testing.T) {
+	script := filepath.Join(repoRoot, "scripts", "skip-summary.sh")
+	log := filepath.Join(t.TempDir(), "skipped")
+	last := func() string {
+		t.Helper()
+		out, err := exec.Command("bash", script, log).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return lines[len(lines)-1]
+	}
+	if got := last(); !strings.Contains(got, "0 tests skipped") {
+		t.Errorf("no skips: %q", got)
+	}
+	if err := os.WriteFile(log, []byte("TestConformance/a\nTestConformance/b\nTestDecodeOpus\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); !strings.Contains(got, "3 tests SKIPPED") {
+		t.Errorf("three skips: %q", got)
 	}
 }

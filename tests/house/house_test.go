@@ -101,3 +101,23 @@ func TestOneHarnessOneWAVWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseDriversStayInTheirStores: only store imports bbolt and only
+// store/postgres (and internal/pgtest, which starts PostgreSQL for tests)
+// imports pgx; everything else reaches state through store.Store.
+func TestDatabaseDriversStayInTheirStores(t *testing.T) {
+	allowed := map[string][]string{
+		"go.etcd.io/bbolt":        {"github.com/replyd/replyd/store"},
+		"github.com/jackc/pgx/v5": {"github.com/replyd/replyd/store/postgres", "github.com/replyd/replyd/internal/pgtest"},
+	}
+	for _, line := range goList(t, "-f", `{{.ImportPath}}:{{join .Imports ","}}`, "./...") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		for _, imp := range strings.Split(imports, ",") {
+			for driver, who := range allowed {
+				if (imp == driver || strings.HasPrefix(imp, driver+"/")) && !slices.Contains(who, pkg) {
+					t.Errorf("%s imports %s: only %v may", pkg, imp, who)
+				}
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,6 +160,19 @@ func TestPipelineWithoutAudio(t *testing.T) {
 	}
 	if res.HasTranscript || res.Transcript != "" || len(res.Candidates) == 0 || res.Candidates[0].Language != "de" {
 		t.Fatalf("result %+v", res)
+	}
+	// Text only and no language: the reply's language is unknown, and says so.
+	res, err = p.Infer(context.Background(), engine.Request{
+		Messages:      []engine.Message{{Role: engine.RoleSpeaker, Content: "Tea?"}},
+		MaxCandidates: 2, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Candidates {
+		if c.Language != engine.LanguageUnknown {
+			t.Errorf("candidate language %q without a language, want %q", c.Language, engine.LanguageUnknown)
+		}
 	}
 	// Tokens shared with the prompt the engine held before (the chat
 	// template's opening) may be reused; the turn itself is evaluated.
@@ -333,5 +347,63 @@ func TestPipelineWorkloadShedsEarly(t *testing.T) {
 	}
 	if p.Workload.Outstanding() != 0 {
 		t.Errorf("work still reserved: %v", p.Workload.Outstanding())
+	}
+}
+
+// fakeRecaller returns fixed examples (or an error) and records its calls.
+type fakeRecaller struct {
+	mu      sync.Mutex
+	user    string
+	query   string
+	k       int
+	calls   int
+	answer  []engine.Example
+	failure error
+}
+
+func (f *fakeRecaller) Recall(ctx context.Context, user, partnerTurn string, k int) ([]engine.Example, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.user, f.query, f.k = user, partnerTurn, k
+	f.calls++
+	return f.answer, f.failure
+}
+
+// TestPipelineRecallsOnTheTranscript: a remembering user's examples are
+// looked up with the partner's turn as transcribed, reach the language
+// model, and a failing memory does not fail the inference.
+func TestPipelineRecallsOnTheTranscript(t *testing.T) {
+	s, l := engines(t)
+	rec := &recordingLLM{Generator: l}
+	mem := &fakeRecaller{answer: []engine.Example{{Partner: "Tea?", Reply: "Yes please."}}}
+	p := &engine.Pipeline{Decode: audio.Decode, STT: s, LLM: rec, MaxAudio: 10 * time.Second, Memory: mem}
+	req := engine.Request{
+		Messages:      []engine.Message{{Role: engine.RoleSpeaker, Content: "Earlier words."}, {Role: engine.RoleDisabledPerson, Content: "Mine."}, {Role: engine.RoleSpeaker, Audio: true}},
+		Audio:         wav16k(1),
+		MaxCandidates: 1, Seed: 2, MemoryUser: "p_user",
+	}
+	res, err := p.Infer(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.user != "p_user" || mem.query != strings.TrimSpace(res.Transcript) || mem.k != engine.MaxExamples || res.PartnerTurn != mem.query {
+		t.Errorf("recall(%q, %q, %d); transcript %q, partner turn %q", mem.user, mem.query, mem.k, res.Transcript, res.PartnerTurn)
+	}
+	if len(rec.last.Examples) != 1 || res.Examples != 1 || res.ExampleTokens <= 0 {
+		t.Errorf("examples: sent %v, used %d (%d tokens)", rec.last.Examples, res.Examples, res.ExampleTokens)
+	}
+
+	mem.failure = errors.New("disk on fire")
+	req.Audio, req.Messages = nil, req.Messages[:2]
+	req.Messages = append(req.Messages, engine.Message{Role: engine.RoleSpeaker, Content: "Shall we go?"})
+	res, err = p.Infer(context.Background(), req)
+	if err != nil || res.RecallErr == nil || len(res.Candidates) == 0 || mem.query != "Shall we go?" {
+		t.Errorf("failing memory: err %v, recall err %v, %d candidates, query %q", err, res.RecallErr, len(res.Candidates), mem.query)
+	}
+
+	calls := mem.calls
+	req.MemoryUser = ""
+	if _, err := p.Infer(context.Background(), req); err != nil || mem.calls != calls {
+		t.Errorf("without remember the memory was asked (%d calls): %v", mem.calls-calls, err)
 	}
 }

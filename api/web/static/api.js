@@ -49,7 +49,8 @@ export function onUnauthorized(fn) {
 /**
  * Calls replyd. opts: query (object; empty values dropped), json (body),
  * form (FormData), signal, credential ([header, value] to use instead of the
- * stored one; a 401 then does not sign out), anonymous (send no credential).
+ * stored one; a 401 then does not sign out), anonymous (send no credential),
+ * raw (resolve to the Response itself, unread, for a download).
  * Resolves to the parsed JSON body (null when empty); rejects with ApiError.
  */
 export async function api(method, path, opts = {}) {
@@ -75,6 +76,7 @@ export async function api(method, path, opts = {}) {
     if (err.name === 'AbortError') throw err;
     throw new ApiError(0, 'network', 'replyd cannot be reached. Is it running?');
   }
+  if (opts.raw && res.ok) return res;
   const text = await res.text();
   let data = null;
   if (text) {

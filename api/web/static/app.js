@@ -11,11 +11,17 @@ import tryit from './try.js';
 const views = { status, keys, prompt, logs, stats, try: tryit };
 let current = null;
 
-/** Asks a yes/no question in a modal dialog; resolves true on OK. */
-function confirmDialog(title, text, okLabel) {
+/**
+ * Asks a yes/no question in a modal dialog; resolves true on OK. detail,
+ * when given, is shown in full below the question (e.g. the text a restore
+ * would bring back).
+ */
+function confirmDialog(title, text, okLabel, detail) {
   const dlg = $('#confirm');
   $('#confirm-h').textContent = title;
   $('#confirm-text').textContent = text;
+  $('#confirm-detail').textContent = detail || '';
+  $('#confirm-detail').hidden = !detail;
   $('#confirm-ok').textContent = okLabel;
   const opener = document.activeElement;
   dlg.returnValue = 'cancel';

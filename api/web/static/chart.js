@@ -3,6 +3,12 @@ import { h, fmtShort } from './util.js';
 
 const HEIGHT = 180;
 const PAD = { top: 12, right: 8, bottom: 26, left: 40 };
+// An upper bound of a 12px axis label's width per character, and the least
+// gap between two labels: labels that would come closer are left out, so
+// they never run together on a phone.
+const CHAR_W = 7;
+const GAP = 10;
+const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
 
 function niceMax(v) {
   if (v <= 4) return 4;
@@ -12,29 +18,33 @@ function niceMax(v) {
 }
 
 /**
- * Draws points ({t: Date, v: number}) as bars into figure, replacing any
- * earlier chart, with label (e.g. "Requests per hour") as its accessible
- * name and a summary in words.
+ * Draws points ({t: Date, v: number}, or {name: string, v: number} for
+ * categories) as bars into figure, replacing any earlier chart, with label
+ * (e.g. "Requests per hour") as its accessible name and a summary in words.
+ * opts.max fixes the top of the scale (100 for percentages) and opts.unit
+ * follows each value ("%").
  */
-export function barChart(figure, points, label) {
+export function barChart(figure, points, label, opts = {}) {
   figure.querySelector('svg')?.remove();
   const width = Math.max(260, Math.floor(figure.clientWidth || 600));
   const plotW = width - PAD.left - PAD.right;
   const plotH = HEIGHT - PAD.top - PAD.bottom;
-  const max = niceMax(Math.max(0, ...points.map((p) => p.v)));
+  const max = opts.max || niceMax(Math.max(0, ...points.map((p) => p.v)));
+  const unit = opts.unit || '';
+  const name = (p) => (p.name !== undefined ? p.name : fmtShort(p.t));
   const y = (v) => PAD.top + plotH - (v / max) * plotH;
   const total = points.reduce((s, p) => s + p.v, 0);
   const peak = points.reduce((b, p) => (p.v > (b ? b.v : -1) ? p : b), null);
 
-  const summary = points.length
-    ? `${label}: ${points.length} intervals, ${total} in all, peak ${peak.v} at ${fmtShort(peak.t)}.`
-    : `${label}: no data.`;
+  const summary = !points.length ? `${label}: no data.`
+    : unit ? `${label}: ${points.map((p) => `${name(p)} ${p.v}${unit}`).join(', ')}.`
+      : `${label}: ${points.length} intervals, ${total} in all, peak ${peak.v} at ${name(peak)}.`;
   const svg = h('svg', { viewBox: `0 0 ${width} ${HEIGHT}`, width, height: HEIGHT, role: 'img', 'aria-label': summary });
 
   for (const v of [0, max / 2, max]) {
     svg.append(
       h('line', { svg: true, class: 'grid', x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v) }),
-      h('text', { svg: true, class: 'tick', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', text: String(Math.round(v * 10) / 10) }),
+      h('text', { svg: true, class: 'tick', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', text: `${Math.round(v * 10) / 10}${unit}` }),
     );
   }
   const n = points.length;
@@ -44,14 +54,31 @@ export function barChart(figure, points, label) {
     const x = PAD.left + i * slot + (slot - barW) / 2;
     const top = y(p.v);
     svg.append(h('rect', { svg: true, class: 'bar', x, y: top, width: barW, height: Math.max(0, PAD.top + plotH - top) },
-      h('title', { svg: true, text: `${fmtShort(p.t)}: ${p.v}` })));
+      h('title', { svg: true, text: `${name(p)}: ${p.v}${unit}` })));
   });
   if (n) {
-    const marks = n === 1 ? [0] : [0, Math.floor((n - 1) / 2), n - 1];
-    for (const i of new Set(marks)) {
-      const x = PAD.left + i * slot + slot / 2;
-      const anchor = i === 0 ? 'start' : i === n - 1 ? 'end' : 'middle';
-      svg.append(h('text', { svg: true, class: 'tick', x: anchor === 'start' ? PAD.left : anchor === 'end' ? width - PAD.right : x, y: HEIGHT - 8, 'text-anchor': anchor, text: fmtShort(points[i].t) }));
+    // Labels go only where they do not touch one already placed, so they
+    // never run together on a phone: each category in order, or for times
+    // the first, the last and then the middle (the clock alone within a day).
+    const categories = points[0].name !== undefined && n <= 8;
+    const timeFmt = n > 1 && points[0].t && points[n - 1].t - points[0].t < 20 * 3600e3 ? (d) => clockFmt.format(d) : fmtShort;
+    const text = (p) => (p.name !== undefined ? p.name : timeFmt(p.t));
+    const placed = [];
+    const label = (i, anchor) => {
+      const s = text(points[i]);
+      const w = s.length * CHAR_W;
+      const x = anchor === 'start' ? PAD.left : anchor === 'end' ? width - PAD.right : PAD.left + i * slot + slot / 2;
+      const x0 = anchor === 'start' ? x : anchor === 'end' ? x - w : x - w / 2;
+      if (x0 < 0 || x0 + w > width || placed.some(([l, r]) => x0 < r + GAP && l < x0 + w + GAP)) return;
+      placed.push([x0, x0 + w]);
+      svg.append(h('text', { svg: true, class: 'tick x', x, y: HEIGHT - 8, 'text-anchor': anchor, text: s }));
+    };
+    if (categories) {
+      points.forEach((_, i) => label(i, 'middle'));
+    } else {
+      label(0, 'start');
+      if (n > 1) label(n - 1, 'end');
+      if (n > 2) label(Math.floor((n - 1) / 2), 'middle');
     }
   } else {
     svg.append(h('text', { svg: true, class: 'tick', x: width / 2, y: HEIGHT / 2, 'text-anchor': 'middle', text: 'No data' }));

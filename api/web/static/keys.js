@@ -1,6 +1,8 @@
-// Keys view: list (optionally with revoked keys), create (shown once), revoke.
+// Keys view: list (optionally with revoked keys) with when each key was last
+// used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
 import { $, h, showError, timeEl, shortHash } from './util.js';
+import tablets from './tablets.js';
 
 let ctx;
 
@@ -8,18 +10,27 @@ function hideCreated() {
   $('#key-created-value').value = '';
   $('#key-created-client').textContent = '';
   $('#key-copy-msg').textContent = '';
+  $('#key-created-warnings').replaceChildren();
   $('#key-created').hidden = true;
 }
 
 async function load() {
+  // A tablet that pairs makes a key: the pairing panel wants to know.
+  return loadKeys().then((items) => { tablets.keysLoaded(items); });
+}
+
+async function loadKeys() {
   try {
     const r = await api('GET', '/v1/admin/keys', {
       query: { limit: 500, include_revoked: $('#keys-revoked').checked ? 'true' : '' },
     });
     showError($('#keys-error'), null);
-    render((r && r.items) || []);
+    const items = (r && r.items) || [];
+    render(items);
+    return items;
   } catch (err) {
     showError($('#keys-error'), err);
+    return null;
   }
 }
 
@@ -36,6 +47,8 @@ function render(items) {
       h('td', { 'data-label': 'Scopes', text: (k.Scopes || []).join(', ') || '–' }),
       h('td', { 'data-label': 'Per minute', class: 'num', text: k.RateLimitPerMinute === 0 ? 'no limit' : k.RateLimitPerMinute ?? '–' }),
       h('td', { 'data-label': 'Created' }, timeEl(k.CreatedAt)),
+      // LastUsedAt is written at most once a minute per key.
+      h('td', { 'data-label': 'Last used' }, timeEl(k.LastUsedAt) || 'never'),
       h('td', { 'data-label': 'Key hash', class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
       h('td', { class: 'actions' }, active
         ? h('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke key ${k.ClientID}`, text: 'Revoke', onclick: () => revoke(k) })
@@ -58,15 +71,20 @@ async function revoke(k) {
   await load();
 }
 
+/** The key settings of the create form (the body of POST /v1/admin/keys). */
+function keySettings() {
+  return {
+    client_id: $('#kc-client').value.trim(),
+    scopes: $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean),
+    rate_limit_per_minute: Number($('#kc-rate').value),
+  };
+}
+
 async function create(ev) {
   ev.preventDefault();
   const btn = $('#kc-submit');
-  const scopes = $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean);
-  const body = {
-    client_id: $('#kc-client').value.trim(),
-    scopes,
-    rate_limit_per_minute: Number($('#kc-rate').value),
-  };
+  const body = keySettings();
+  tablets.hide();
   btn.disabled = true;
   try {
     const r = await api('POST', '/v1/admin/keys', { json: body });
@@ -74,6 +92,7 @@ async function create(ev) {
     $('#keys-msg').textContent = '';
     $('#key-created-client').textContent = r.client_id || body.client_id;
     $('#key-created-value').value = r.api_key;
+    $('#key-created-warnings').replaceChildren(...(r.warnings || []).map((w) => h('p', { text: `Note: ${w}.` })));
     $('#key-created').hidden = false;
     $('#key-created').focus();
     $('#kc-client').value = '';
@@ -105,16 +124,21 @@ export default {
     ctx = c;
     $('#key-create-form').addEventListener('submit', create);
     $('#keys-revoked').addEventListener('change', load);
+    $('#keys-refresh').addEventListener('click', load);
     $('#key-copy').addEventListener('click', copy);
     $('#key-created-done').addEventListener('click', () => {
       hideCreated();
       $('#kc-client').focus();
     });
+    tablets.init({ settings: keySettings, reload: load, beforeShow: hideCreated });
   },
   enter() {
     $('#keys-msg').textContent = '';
     load();
   },
   // The key is never shown again once the admin leaves the view.
-  leave: hideCreated,
+  leave() {
+    hideCreated();
+    tablets.hide();
+  },
 };

@@ -37,17 +37,27 @@ async function load() {
   }
 }
 
+// detail is the hint under a message: the HTTP status and latency of a
+// request, and the box that wrote the entry (several boxes share one log).
+function detail(e) {
+  const parts = [];
+  if (e.status) parts.push(`HTTP ${e.status}${e.latency_ms ? `, ${e.latency_ms} ms` : ''}`);
+  if (e.node) parts.push(`on ${e.node}`);
+  return parts.join(', ');
+}
+
 function render(items) {
   const rows = items.map((e) => h('tr', { 'data-stream': e.stream_name, 'data-level': e.level },
     h('td', { 'data-label': 'Time', class: 'nowrap' }, timeEl(e.timestamp)),
     h('td', { 'data-label': 'Level' }, h('span', { class: `badge lvl-${e.level}`, text: e.level })),
     h('td', { 'data-label': 'Stream', text: e.stream_name || '' }),
     h('td', { 'data-label': 'Message', class: 'wrap' }, e.message || '',
-      e.status ? h('span', { class: 'hint block', text: `HTTP ${e.status}${e.latency_ms ? `, ${e.latency_ms} ms` : ''}` }) : ''),
+      e.status || e.node ? h('span', { class: 'hint block', text: detail(e) }) : ''),
+    h('td', { 'data-label': 'Client', class: 'wrap', text: e.client_id == null ? '–' : e.client_id || '(none)' }),
     h('td', { 'data-label': 'Resource', class: 'mono', title: e.resource_id || '' },
       e.resource_type ? `${e.resource_type} ${shortHash(e.resource_id)}` : ''),
   ));
-  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 5, text: 'No entries match.' })));
+  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 6, text: 'No entries match.' })));
   $('#logs-table tbody').replaceChildren(...rows);
 }
 

@@ -1,22 +1,35 @@
-// System prompt view: edit and save as a new version, history, restore.
+// System prompt view: edit and save as a new version, history (each version
+// readable before it is restored), restore.
 import { api } from './api.js';
-import { $, h, showError, timeEl } from './util.js';
+import { $, h, showError, timeEl, fmtRate, fmtInt } from './util.js';
 
 let ctx;
 let saved = ''; // the text of the current version, to tell edits apart
+let acceptance = new Map(); // version -> its by_prompt_version entry
+
+/** What the outcome loop says about one version, in words. */
+function acceptanceText(version) {
+  const v = acceptance.get(version);
+  if (!v || !v.outcomes) return 'no outcomes reported';
+  return `${fmtRate(v.acceptance_rate)} spoken (${fmtInt(v.outcomes)} outcomes)`;
+}
 
 const dirty = () => $('#prompt-text').value !== saved;
 
 async function load() {
   const err = $('#prompt-error');
   try {
-    const [cur, hist] = await Promise.all([
+    const [cur, hist, stats] = await Promise.all([
       api('GET', '/v1/admin/system-prompt').catch((e) => {
         if (e.status === 404) return { prompt: '', version: '' };
         throw e;
       }),
       api('GET', '/v1/admin/system-prompt/history', { query: { limit: 50 } }),
+      // How often each version's suggestions were spoken; the history shows
+      // the prompt even when the statistics cannot be read.
+      api('GET', '/v1/admin/stats', { query: { window: '366d' } }).catch(() => null),
     ]);
+    acceptance = new Map(((stats && stats.by_prompt_version) || []).map((v) => [v.version, v]));
     showError(err, null);
     saved = (cur && cur.prompt) || '';
     $('#prompt-text').value = saved;
@@ -36,7 +49,9 @@ function renderHistory(items, currentVersion) {
         h('summary', {},
           h('span', { class: 'ver', text: `Version ${p.version}` }),
           isCurrent ? h('span', { class: 'badge ok', text: 'current' }) : '',
-          ' ', timeEl(p.created_at)),
+          ' ', timeEl(p.created_at), ' ',
+          h('span', { class: 'acceptance', 'data-version': p.version, text: acceptanceText(p.version) }),
+          h('span', { class: 'preview', text: preview(p.prompt) })),
         h('pre', { class: 'prompt-text', text: p.prompt })),
       isCurrent ? '' : h('button', {
         type: 'button', class: 'small', text: 'Restore',
@@ -63,9 +78,17 @@ async function save(text, message) {
   }
 }
 
+/** The first words of a prompt, for the history list. */
+function preview(text) {
+  const line = (text || '').replace(/\s+/g, ' ').trim();
+  return line.length > 120 ? `${line.slice(0, 119)}…` : line;
+}
+
 async function restore(p) {
-  if (dirty() && !(await ctx.confirm('Discard your edits?',
-    `Restoring version ${p.version} replaces the text you have not saved.`, 'Restore'))) return;
+  // The admin reads what they restore before anything changes.
+  const edits = dirty() ? ' Your unsaved edits in the editor are discarded.' : '';
+  if (!(await ctx.confirm(`Restore version ${p.version}?`,
+    `It is saved as a new version and used for every request from then on.${edits} Its text:`, 'Restore', p.prompt))) return;
   await save(p.prompt, (v) => `Version ${p.version} restored as version ${v}.`);
   $('#prompt-text').focus();
 }

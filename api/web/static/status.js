@@ -1,6 +1,8 @@
-// Status view: version, uptime, queue, data file, and the model files.
+// Status view: version, uptime, queue, data file, the model files, and the
+// backup download.
 import { api } from './api.js';
 import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
+import signin from './signin.js';
 
 const engineNames = { llm: 'Language model', stt: 'Speech to text', whisper: 'Speech to text' };
 let ctx;
@@ -19,6 +21,15 @@ function engineState(e) {
   return parts;
 }
 
+// storageState shows whether writes work and how much of the data disk is
+// free; "Degraded" with the reason when the server says so.
+function storageState(s) {
+  const st = s.storage || {};
+  const free = st.free_bytes != null ? ` ${fmtBytes(st.free_bytes)} free` : '';
+  if (s.status === 'degraded') return [h('span', { class: 'badge bad', text: 'Degraded' }), ` ${st.problem || ''}`];
+  return [h('span', { class: 'badge ok', text: 'OK' }), free];
+}
+
 async function load() {
   const err = $('#status-error');
   try {
@@ -27,18 +38,26 @@ async function load() {
     ctx.setDemoBanner(s.engines);
     $('#status-facts').replaceChildren(
       fact('Version', s.version || '–'),
+      fact('Box', s.node || '–'),
       fact('Uptime', fmtDuration(s.uptime_seconds)),
       fact('Queue depth', fmtInt(s.queue_depth)),
       fact('Data file', fmtBytes(s.data_file_bytes)),
+      fact('Storage', storageState(s)),
       fact('Code channel', s.otp_channel || '–'),
       fact('HTTPS', s.tls ? 'on' : 'off'),
+      fact('M4A uploads (iOS)', s.m4a ? 'yes' : 'no: install ffmpeg'),
+      fact('Web pages on other origins', (s.cors_origins || []).length ? s.cors_origins.join(', ') : 'none'),
     );
+    const fp = $('#status-ca');
+    fp.hidden = !s.tls_ca_fingerprint;
+    $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
+    signin.render(s);
     $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
       h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
-      h('td', {}, engineState(e)),
-      h('td', { class: 'mono wrap', text: e.model || '–' }),
-      h('td', { text: e.backend || '–' }),
+      h('td', { 'data-label': 'State' }, engineState(e)),
+      h('td', { 'data-label': 'Model file', class: 'mono wrap', text: e.model || '–' }),
+      h('td', { 'data-label': 'Backend', text: e.backend || '–' }),
     ));
     const l = s.limits || {};
     const limits = [
@@ -58,10 +77,38 @@ async function load() {
   }
 }
 
+/** Downloads GET /v1/admin/backup (it needs the admin header, so no plain link). */
+async function backup() {
+  const btn = $('#backup-download');
+  btn.disabled = true;
+  $('#backup-msg').textContent = 'Preparing the backup…';
+  try {
+    const res = await api('GET', '/v1/admin/backup', { raw: true });
+    const blob = await res.blob();
+    const name = (res.headers.get('Content-Disposition') || '').match(/filename="?([^";]+)"?/)?.[1] || 'replyd-backup.db';
+    const url = URL.createObjectURL(blob);
+    const a = h('a', { href: url, download: name, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    showError($('#backup-error'), null);
+    $('#backup-msg').textContent = `Downloaded ${name} (${fmtBytes(blob.size)}).`;
+  } catch (e) {
+    $('#backup-msg').textContent = '';
+    showError($('#backup-error'), e);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
 export default {
   init(c) {
     ctx = c;
+    signin.init(c);
     $('#status-refresh').addEventListener('click', load);
+    $('#backup-download').addEventListener('click', backup);
   },
   enter: load,
+  leave: signin.hide,
 };

@@ -84,5 +84,8 @@ export function fmtDuration(sec) {
 /** Integer with thousands separators. */
 export const fmtInt = (n) => (typeof n === 'number' ? n.toLocaleString() : '–');
 
+/** Formats an acceptance rate (0..1, or null when there is none) as a percentage. */
+export const fmtRate = (rate) => (typeof rate === 'number' ? `${Math.round(rate * 1000) / 10}%` : '–');
+
 /** Shortens a long hash for display. */
 export const shortHash = (s) => (s && s.length > 14 ? `${s.slice(0, 12)}…` : s || '');

@@ -1,0 +1,738 @@
+#!/usr/bin/env node
+// End-to-end tests of the conversation page /app/: the real bin/replyd on
+// demo models and headless Chromium (playwright-core) with a fake microphone
+// that plays espeak-ng speech. Pairs a tablet from the admin page, records
+// the partner, picks replies by touch, keyboard, switch scanning and dwell,
+// types replies, cancels a request by recording again, and checks CORS from
+// pages on two other origins, the plain-HTTP warning and the offline shell.
+// axe-core checks every state; screenshots (phone and tablet, light and high
+// contrast) go to artifacts/app/. Ends with "app: N passed, M failed".
+//
+// Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
+// /usr/bin/chromium).
+import { chromium } from 'playwright-core';
+import { spawn, execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd'));
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const artifacts = path.join(here, 'artifacts', 'app');
+const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const PHONE = { width: 390, height: 844 };
+const TABLET = { width: 820, height: 1180 };
+
+// ---------------------------------------------------------------- harness
+
+const results = [];
+const notRun = [];
+let stopped = false;
+let page;
+
+function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+function equal(got, want, what) {
+  if (got !== want) throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+
+async function step(name, fn) {
+  if (stopped) {
+    notRun.push(name);
+    return;
+  }
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok    ${name} (${Date.now() - t0} ms)`);
+  } catch (err) {
+    results.push({ name, ok: false });
+    console.log(`FAIL  ${name} (${Date.now() - t0} ms)\n      ${String((err && err.stack) || err).split('\n').join('\n      ')}`);
+    await shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`).catch(() => {});
+    stopped = true; // the steps build on each other
+  }
+}
+
+/** A screenshot of what the screen shows (the actions stay at its bottom). */
+async function shot(name, p = page) {
+  if (p) await p.screenshot({ path: path.join(artifacts, `${name}.png`) });
+}
+
+async function until(fn, what, timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function startReplyd(env, logFile) {
+  const out = fs.openSync(logFile, 'w');
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
+  const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+  let exited = null;
+  child.on('exit', (code, signal) => { exited = { code, signal }; });
+  const base = `http://${env.REPLYD_ADDR}`;
+  const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
+  const end = Date.now() + 120000;
+  for (;;) {
+    if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
+    try {
+      const r = await fetch(`${base}/healthz`);
+      if (r.status === 200 && (await r.json()).status === 'ok') break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > end) {
+      child.kill('SIGKILL');
+      throw new Error(`replyd did not become ready within 120 s:\n${tail()}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    base,
+    log: () => fs.readFileSync(logFile, 'utf8'),
+    async stop() {
+      if (exited) return;
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
+      await gone;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** A static web server standing in for a web communicator on another origin. */
+async function startOrigin(port, files) {
+  const server = http.createServer((req, res) => {
+    const name = new URL(req.url, 'http://x').pathname;
+    const f = files[name];
+    if (!f) {
+      res.writeHead(404);
+      res.end();
+      return;
+    }
+    res.writeHead(200, { 'Content-Type': f.type, 'Cache-Control': 'no-store' });
+    res.end(f.body);
+  });
+  await new Promise((r) => server.listen(port, '127.0.0.1', r));
+  return () => new Promise((r) => server.close(r));
+}
+
+// ---------------------------------------------------------------- page checks
+
+/** axe-core on the page as it is (or on the part within): no violations of
+ * any rule. */
+async function axe(where, p = page, within = null) {
+  if (!(await p.evaluate(() => typeof window.axe !== 'undefined'))) await p.evaluate(axeSource);
+  const violations = await p.evaluate(async (sel) => {
+    const r = await window.axe.run(sel ? { include: [sel] } : document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => `${v.id} (${v.impact}): ${v.help}\n        ${v.nodes.slice(0, 4).map((n) => n.target.join(' ')).join('\n        ')}`);
+  }, within);
+  check(violations.length === 0, `axe found violations ${where}:\n      ${violations.join('\n      ')}`);
+}
+
+const spoken = () => page.evaluate(() => window.__spoken.map((u) => u.text));
+const candidates = () => page.$$eval('#cands .cand', (bs) => bs.map((b) => b.textContent));
+const bubbles = () => page.$$eval('#log .bubble', (lis) => lis.map((li) => ({ role: li.dataset.role, text: li.querySelector('.text').textContent })));
+
+/** Waits for the next POST /v1/infer the action makes and the answer drawn.
+ * The body is read through a route: Chromium does not hand a FormData
+ * body with a Blob to request events. */
+async function inferRound(action, { expectAudio = null } = {}) {
+  let captured = null;
+  await page.route('**/v1/infer', (route) => {
+    if (!captured) captured = route.request();
+    return route.continue();
+  });
+  try {
+    await action();
+    await until(() => captured, 'the POST to /v1/infer', 30000);
+  } finally {
+    await page.unroute('**/v1/infer');
+  }
+  const req = captured;
+  const body = req.postDataBuffer() ? req.postDataBuffer().toString('latin1') : '';
+  if (expectAudio) check(body.includes(`Content-Type: ${expectAudio}`), `the audio part is not ${expectAudio}: ${JSON.stringify(body.slice(0, 600))}`);
+  const m = body.match(/filename="payload.json"\r\nContent-Type: application\/json\r\n\r\n([^\r]*)/);
+  check(m, `no payload part in ${JSON.stringify(body.slice(0, 400))}`);
+  await until(async () => (await candidates()).length > 0, 'the candidates', 120000);
+  return { req, payload: JSON.parse(m[1]), body, requestId: req.headers()['x-request-id'] };
+}
+
+/** Opens the settings, lets fill change them, saves. */
+async function setSettings(fill) {
+  await page.click('#open-settings');
+  await until(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings dialog');
+  await fill();
+  await page.click('#s-save');
+  await until(() => page.evaluate(() => !document.querySelector('#settings').open), 'the dialog to close');
+}
+
+/** The partner types text; resolves when the candidates are shown. */
+async function partnerSays(text) {
+  await page.click('#partner-open');
+  await page.fill('#partner-text', text);
+  return inferRound(() => page.click('#partner-add'));
+}
+
+/** Replaces speechSynthesis in every page of ctx: the test reads what would
+ * have been said from window.__spoken. */
+function stubSpeech(ctx) {
+  return ctx.addInitScript(() => {
+      window.__spoken = [];
+      const stub = {
+        speak(u) { window.__spoken.push({ text: u.text, rate: u.rate, volume: u.volume }); },
+        cancel() {},
+        getVoices() { return []; },
+        addEventListener() {},
+      };
+      Object.defineProperty(window, 'speechSynthesis', { value: stub, configurable: true });
+      if (typeof window.SpeechSynthesisUtterance === 'undefined') {
+        window.SpeechSynthesisUtterance = class { constructor(t) { this.text = t; } };
+      }
+  });
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  for (const [f, what] of [[bin, 'run "make build" first'], [chromiumPath, 'run scripts/deps.sh (Debian package chromium)']]) {
+    if (!fs.existsSync(f)) {
+      console.error(`app: ${f} is missing; ${what}`);
+      console.log('app: 0 passed, 1 failed');
+      return 1;
+    }
+  }
+  fs.rmSync(artifacts, { recursive: true, force: true });
+  fs.mkdirSync(artifacts, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replyd-app-'));
+  const cleanups = [];
+  try {
+    const models = path.join(tmp, 'models');
+    execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
+
+    // The partner's speech for the fake microphone: espeak-ng, then 3 s of
+    // silence (the file loops), so the page's silence detection ends it.
+    const speech = path.join(tmp, 'speech.wav');
+    const raw = path.join(tmp, 'raw.wav');
+    execFileSync('espeak-ng', ['-v', 'en-us', '-w', raw, 'Good morning. Would you like some tea or a glass of water?']);
+    execFileSync('sox', [raw, '-r', '48000', speech, 'pad', '0.5', '3']);
+    // No speech, but sound the page hears: a tone, then silence.
+    const tone = path.join(tmp, 'tone.wav');
+    execFileSync('sox', ['-n', '-r', '48000', '-b', '16', '-c', '1', tone, 'synth', '1.5', 'sine', '440', 'vol', '0.5', 'pad', '0', '3']);
+    // Voice activity detection decides "no speech": replyd needs its model,
+    // which scripts/deps.sh puts in models/.
+    const vadModel = path.join(root, 'models', 'silero_vad_v5.onnx');
+    check(fs.existsSync(vadModel), `${vadModel} is missing: run scripts/deps.sh (or make vad-model)`);
+
+    const [port, allowedPort, deniedPort] = [await freePort(), await freePort(), await freePort()];
+    const allowedOrigin = `http://127.0.0.1:${allowedPort}`;
+    const adminKey = crypto.randomBytes(24).toString('base64url');
+    const replydLog = path.join(artifacts, 'replyd.log');
+    const replyd = await startReplyd({
+      REPLYD_ADDR: `127.0.0.1:${port}`,
+      REPLYD_DATA_DIR: path.join(tmp, 'data'),
+      REPLYD_ADMIN_KEY: adminKey,
+      REPLYD_LLM_MODEL: path.join(models, 'llm-demo.gguf'),
+      REPLYD_WHISPER_MODEL: path.join(models, 'whisper-demo.bin'),
+      REPLYD_VAD_MODEL: vadModel,
+      REPLYD_CORS_ORIGINS: allowedOrigin,
+      REPLYD_LOG_LEVEL: 'debug',
+      REPLYD_THREADS: '1',
+    }, replydLog);
+    cleanups.push(replyd.stop);
+    const base = replyd.base;
+
+    // Two pages on other origins: one listed in REPLYD_CORS_ORIGINS, one not.
+    const corsPage = {
+      '/': { type: 'text/html; charset=utf-8', body: '<!doctype html><html lang="en"><title>other origin</title><script src="/cors.js"></script><p id="out">idle</p></html>' },
+      '/cors.js': {
+        type: 'text/javascript',
+        body: `window.callReplyd = async (base, key) => {
+          const fd = new FormData();
+          fd.append('payload', new Blob([JSON.stringify({ messages: [{ role: 'speaker', content: 'Tea?' }] })], { type: 'application/json' }));
+          try {
+            const r = await fetch(base + '/v1/infer', { method: 'POST', headers: { 'X-API-KEY': key, 'X-Request-ID': 'cors-check-1' }, body: fd });
+            const j = await r.json();
+            return { status: r.status, candidates: (j.response || []).length, requestId: r.headers.get('X-Request-ID') };
+          } catch (e) { return { error: String(e) }; }
+        };
+        window.callAdmin = async (base, key) => {
+          try { const r = await fetch(base + '/v1/admin/status', { headers: { 'X-ADMIN-KEY': key } }); return { status: r.status }; }
+          catch (e) { return { error: String(e) }; }
+        };`,
+      },
+    };
+    cleanups.push(await startOrigin(allowedPort, corsPage));
+    cleanups.push(await startOrigin(deniedPort, corsPage));
+
+    // Playwright sees no request a service worker handles, so the steps
+    // that read requests run with service workers blocked; the last step
+    // opens a second browser with them to test the offline shell.
+    const launch = async (profile, serviceWorkers, audioFile = speech) => {
+      const ctx = await chromium.launchPersistentContext(path.join(tmp, profile), {
+        executablePath: chromiumPath,
+        headless: true,
+        args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+          '--disable-component-update', '--disable-sync', '--no-first-run',
+          '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+          `--use-file-for-fake-audio-capture=${audioFile}`,
+          // A name that is not localhost: the page is then not a secure context.
+          '--host-resolver-rules=MAP replyd.test 127.0.0.1'],
+        viewport: TABLET,
+        permissions: ['microphone'],
+        serviceWorkers,
+        timeout: 60000,
+      });
+      cleanups.push(() => ctx.close());
+      await stubSpeech(ctx);
+      return ctx;
+    };
+    const context = await launch('chromium-profile', 'block');
+
+    const problems = [];
+    const offsite = [];
+    const watch = (p) => {
+      p.setDefaultTimeout(20000);
+      p.on('pageerror', (err) => problems.push(`uncaught on ${p.url()}: ${err.message}`));
+      p.on('console', (m) => {
+        if (m.type() === 'error' && /Content.Security.Policy|Refused to/i.test(m.text())) problems.push(`CSP: ${m.text()}`);
+      });
+      p.on('request', (r) => {
+        const u = r.url();
+        if (!u.startsWith(base) && !/^(blob|data):/.test(u) && !u.startsWith('http://127.0.0.1:') && !u.startsWith('http://replyd.test:')) offsite.push(u);
+      });
+    };
+    const admin = context.pages()[0] || (await context.newPage());
+    watch(admin);
+    page = await context.newPage();
+    watch(page);
+
+    let pairURL = '';
+    let apiKey = '';
+
+    await step('admin page: Add tablet shows a one-time code and the QR code of the pairing link', async () => {
+      await admin.goto(`${base}/admin/`);
+      await admin.fill('#admin-key', adminKey);
+      await admin.click('#key-login');
+      await until(() => admin.isVisible('#view-status'), 'the status view');
+      await until(async () => (await admin.textContent('#status-facts')).includes('M4A'), 'the M4A fact');
+      await admin.click('#nav a[href="#/keys"]');
+      await admin.fill('#kc-client', 'ward-3-tablet');
+      await admin.click('#kc-pair');
+      await until(() => admin.isVisible('#pairing'), 'the pairing panel');
+      const code = (await admin.textContent('#pairing-code')).trim();
+      check(/^[2-9A-HJ-NP-Z]{4}-[2-9A-HJ-NP-Z]{4}$/.test(code), `code "${code}"`);
+      pairURL = await admin.getAttribute('#pairing-link', 'href');
+      equal(pairURL, `${base}/app/#pair=${code.replace('-', '')}`, 'pairing link');
+      const qr = await admin.$eval('#pairing-qr', (img) => ({ w: img.naturalWidth, src: img.src.slice(0, 30) }));
+      check(qr.w > 100 && qr.src.startsWith('data:image/svg+xml'), `QR image ${JSON.stringify(qr)}`);
+      // The admin page as a whole is run.mjs's; the pairing panel is ours.
+      await axe('in the admin page\'s pairing panel', admin, '#pairing');
+      await shot('01-admin-add-tablet', admin);
+    });
+
+    await step('pairing: a wrong code is refused clearly; the link pairs the tablet, which keeps its key unseen', async () => {
+      await page.goto(`${base}/app/`);
+      await until(() => page.isVisible('#view-pair'), 'the pairing view');
+      await axe('on the pairing view');
+      await page.fill('#pair-code', '2222-2222');
+      await page.click('#pair-submit');
+      await until(async () => /not valid/.test(await page.textContent('#pair-error')), 'the wrong-code message');
+      await shot('02-pair-wrong-code');
+      await axe('with a pairing error');
+      await page.goto(pairURL);
+      await until(() => page.isVisible('#view-talk'), 'the conversation view', 20000);
+      equal(new URL(page.url()).hash, '', 'the code left in the address bar');
+      check(/paired as ward-3-tablet/.test(await page.textContent('#notice')), 'no "paired" note');
+      apiKey = await page.evaluate(() => localStorage.getItem('replyd.app.key'));
+      check(/^rpd_/.test(apiKey || ''), 'no key kept in localStorage');
+      check(!(await page.content()).includes(apiKey), 'the key is shown on the page');
+      await until(async () => /Paired/.test(await admin.textContent('#pairing-state')), 'the admin page to see the tablet paired', 10000);
+      // The code works once.
+      const again = await fetch(`${base}/v1/pair`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code: pairURL.split('=')[1] }) });
+      equal(again.status, 409, 'second use of the code');
+      await axe('on the empty conversation');
+      await shot('03-talk-empty-tablet');
+    });
+
+    let first;
+    await step('Listen records the partner (WebM/Opus), stops on silence; transcript and candidates appear', async () => {
+      first = await inferRound(async () => {
+        await page.click('#listen');
+        await until(async () => (await page.getAttribute('#listen', 'aria-pressed')) === 'true', 'the recording state');
+        await axe('while recording');
+        await shot('04-recording-tablet');
+      }, { expectAudio: 'audio/webm' });
+      check(first.body.includes('OpusHead'), 'the recording is not Opus');
+      equal(await page.getAttribute('#listen', 'aria-pressed'), 'false', 'recording state after the silence');
+      const p = first.payload;
+      check(p.messages.length === 1 && p.messages[0].role === 'speaker' && p.messages[0].audio === true, `payload messages ${JSON.stringify(p.messages)}`);
+      check(/^[0-9a-f]{24}$/.test(p.dialog_id) && p.options.max_candidates === 4, `payload ${JSON.stringify(p)}`);
+      const b = await bubbles();
+      check(b.length === 1 && b[0].role === 'speaker' && b[0].text.trim().length > 0, `bubbles ${JSON.stringify(b)}`);
+      const c = await candidates();
+      check(c.length >= 1 && c.length <= 4, `candidates ${JSON.stringify(c)}`);
+      await axe('with candidates');
+      await shot('05-candidates-tablet');
+    });
+
+    await step('touch: the chosen candidate is spoken, becomes the user\'s turn and is reported to /v1/feedback', async () => {
+      const c = await candidates();
+      const [fb] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/feedback')),
+        page.click('#cands .cand[data-rank="1"]'),
+      ]);
+      const sent = JSON.parse(fb.request().postData());
+      check(/^inf_/.test(sent.inference_id) && sent.chosen_rank === 1 && Number.isInteger(sent.time_to_choice_ms), `feedback ${JSON.stringify(sent)}`);
+      equal(fb.status(), 200, 'POST /v1/feedback status');
+      equal(JSON.stringify(await spoken()), JSON.stringify([c[0]]), 'spoken');
+      const b = await bubbles();
+      equal(JSON.stringify(b[b.length - 1]), JSON.stringify({ role: 'disabled_person', text: c[0] }), 'last bubble');
+      equal((await candidates()).length, 0, 'candidates left after choosing');
+    });
+
+    await step('keyboard: partner types with the keyboard; Tab and Space pick the second candidate', async () => {
+      await page.focus('#partner-open');
+      await page.keyboard.press('Enter');
+      await until(() => page.evaluate(() => document.activeElement.id === 'partner-text'), 'focus in the partner field');
+      await page.keyboard.type('Shall we go outside after lunch?');
+      const round = await inferRound(() => page.keyboard.press('Enter'));
+      equal(round.payload.messages.length, 3, 'turns sent');
+      equal(round.payload.messages[2].content, 'Shall we go outside after lunch?', 'typed partner turn');
+      const c = await candidates();
+      check(c.length >= 2, `need two candidates, got ${c.length}`);
+      equal(await page.evaluate(() => document.activeElement.dataset.rank), '1', 'focus on the best candidate');
+      await page.keyboard.press('Tab');
+      await page.keyboard.press('Space');
+      equal((await spoken()).at(-1), c[1], 'spoken by keyboard');
+      equal((await bubbles()).at(-1).text, c[1], 'appended by keyboard');
+    });
+
+    await step('switch scanning: the highlight steps through the controls and the switch selects', async () => {
+      await partnerSays('Do you want music on?');
+      await setSettings(async () => {
+        await page.check('#s-scan');
+        // Long enough that the switch press below lands on the control
+        // the test saw highlighted, even on a loaded machine.
+        await page.fill('#s-scan-ms', '2');
+      });
+      const c = await candidates();
+      const want = c.length >= 2 ? '2' : '1';
+      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.dataset.rank)) === '1', 'the highlight on the first candidate');
+      await axe('while scanning');
+      await shot('06-scanning-tablet');
+      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.dataset.rank)) === want, `the highlight on candidate ${want}`, 30000);
+      await page.keyboard.press('Space');
+      equal((await spoken()).at(-1), c[Number(want) - 1], 'spoken by the switch');
+      equal((await bubbles()).at(-1).text, c[Number(want) - 1], 'appended by the switch');
+      // A tap anywhere is the switch too.
+      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.id)) === 'type-open', 'the highlight on Type', 30000);
+      await page.mouse.click(5, 400);
+      await until(() => page.isVisible('#type-form'), 'the Type field opened by the switch');
+      await page.click('#type-close'); // scanning pauses while a field is open
+      // Settings by the switch, to turn scanning off.
+      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.id)) === 'open-settings', 'the highlight on Settings', 30000);
+      await page.keyboard.press('Enter');
+      await until(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings opened by the switch');
+      await page.uncheck('#s-scan');
+      await page.click('#s-save');
+      equal(await page.$$eval('.scanned', (e) => e.length), 0, 'highlight left after scanning was turned off');
+    });
+
+    await step('dwell: resting the pointer fills the ring, then selects', async () => {
+      await setSettings(async () => {
+        await page.check('#s-dwell');
+        await page.fill('#s-dwell-ms', '2');
+      });
+      await partnerSays('Your sister is coming at three.');
+      const c = await candidates();
+      const box = await page.locator('#cands .cand[data-rank="1"]').boundingBox();
+      const before = (await spoken()).length;
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 3 });
+      const t0 = Date.now();
+      await until(() => page.evaluate(() => document.querySelector('.cand.dwelling') !== null), 'the dwell ring');
+      if (Date.now() - t0 < 1500) equal((await spoken()).length, before, 'spoken before the dwell time');
+      await shot('07-dwell-ring-tablet');
+      await until(async () => (await spoken()).length > before, 'the dwell selection', 5000);
+      equal((await spoken()).at(-1), c[0], 'spoken by dwell');
+      await page.mouse.move(2, 2);
+      await setSettings(() => page.uncheck('#s-dwell'));
+    });
+
+    await step('Type: a reply of one\'s own is spoken and appended; None fit opens it', async () => {
+      await page.click('#type-open');
+      await page.fill('#type-text', 'See you tomorrow.');
+      await axe('with the Type field open');
+      await page.click('#type-speak');
+      equal((await spoken()).at(-1), 'See you tomorrow.', 'typed reply spoken');
+      equal(JSON.stringify((await bubbles()).at(-1)), JSON.stringify({ role: 'disabled_person', text: 'See you tomorrow.' }), 'typed reply appended');
+      await partnerSays('Tea or coffee?');
+      const reports = [];
+      const onFeedback = async (r) => {
+        if (r.url().endsWith('/v1/feedback')) reports.push({ status: r.status(), body: JSON.parse(r.request().postData()) });
+      };
+      page.on('response', onFeedback);
+      await page.click('#none-fit');
+      check(await page.isVisible('#type-form'), 'None fit did not open Type');
+      equal(await page.evaluate(() => document.activeElement.id), 'type-text', 'focus after None fit');
+      equal((await candidates()).length, 0, 'candidates after None fit');
+      await page.fill('#type-text', 'Water, please.');
+      await page.keyboard.press('Enter');
+      equal((await spoken()).at(-1), 'Water, please.', 'reply after None fit');
+      await until(() => reports.length === 2, 'the two feedback reports');
+      page.off('response', onFeedback);
+      check(reports.every((r) => r.status === 200), `feedback statuses ${JSON.stringify(reports.map((r) => r.status))}`);
+      check(reports[0].body.none_fit === true && reports[0].body.spoken_text === undefined, `first report ${JSON.stringify(reports[0].body)}`);
+      check(reports[1].body.none_fit === true && reports[1].body.spoken_text === 'Water, please.' && reports[1].body.inference_id === reports[0].body.inference_id, `second report ${JSON.stringify(reports[1].body)}`);
+    });
+
+    await step('New conversation starts a new dialog_id with no earlier turns', async () => {
+      const before = (await partnerSays('Good morning!')).payload;
+      await page.click('#new-conv');
+      equal((await bubbles()).length, 0, 'turns after New conversation');
+      const after = (await partnerSays('Hello again.')).payload;
+      check(after.dialog_id !== before.dialog_id, 'the dialog_id did not change');
+      equal(JSON.stringify(after.messages), JSON.stringify([{ role: 'speaker', content: 'Hello again.' }]), 'messages of the new conversation');
+    });
+
+    await step('recording again cancels the request in flight: the server logs it canceled and the LLM stops sampling it', async () => {
+      // A long biography makes the language model's work on a new dialog
+      // take seconds, so the partner can speak again while it runs.
+      const bio = 'Sam is 34 years old and likes tea with milk, music, the garden and talking with his sister about home. '.repeat(60);
+      await setSettings(() => page.fill('#s-bio', bio));
+      await page.click('#new-conv');
+      const [req] = await Promise.all([
+        page.waitForRequest((r) => r.url().endsWith('/v1/infer'), { timeout: 30000 }),
+        page.click('#listen'),
+      ]);
+      const id = req.headers()['x-request-id'];
+      check(/^[0-9a-f]{16}$/.test(id || ''), `X-Request-ID "${id}"`);
+      // Wait until the language model works on it, then the partner speaks again.
+      await until(() => replyd.log().split('\n').some((l) => l.includes('msg=generating') && l.includes(`request_id=${id}`)), 'the LLM to start the request', 60000);
+      check(await page.isVisible('#progress'), 'no progress shown while the request runs');
+      await shot('08-progress-tablet');
+      await axe('while a request runs');
+      const failed = page.waitForEvent('requestfailed', (r) => r === req);
+      await page.click('#listen');
+      await failed;
+      await until(() => replyd.log().split('\n').some((l) => l.includes('generation canceled: stopped sampling') && l.includes(`request_id=${id}`)), 'the LLM to stop sampling it');
+      await until(() => replyd.log().split('\n').some((l) => l.includes('msg="http request"') && l.includes(`request_id=${id}`) && l.includes('status=499')), 'the request logged with 499');
+      check(!replyd.log().split('\n').some((l) => l.includes('msg=generated') && l.includes(`request_id=${id}`)), 'the canceled request was generated to the end');
+      const logs = await (await fetch(`${base}/v1/admin/logs?stream=infer&limit=5`, { headers: { 'X-ADMIN-KEY': adminKey } })).json();
+      check(logs.items.some((e) => e.message === 'infer failed: canceled' && e.status === 499), `infer log ${JSON.stringify(logs.items.map((e) => e.message))}`);
+      // The new recording goes on to its own answer.
+      await until(async () => (await candidates()).length > 0, 'the candidates of the new recording', 120000);
+      equal((await bubbles()).filter((b) => b.role === 'speaker').length, 1, 'partner turns after the cancel');
+      await setSettings(() => page.fill('#s-bio', ''));
+    });
+
+    await step('Cancel stops a request; WAV is sent when the setting asks for it', async () => {
+      await setSettings(() => page.selectOption('#s-format', 'wav'));
+      const round = await inferRound(() => page.click('#listen'), { expectAudio: 'audio/wav' });
+      check(round.body.includes('RIFF') && round.body.includes('WAVEfmt '), 'not a WAV file');
+      await setSettings(() => page.selectOption('#s-format', ''));
+      // Cancel while the next request runs.
+      const [req] = await Promise.all([
+        page.waitForRequest((r) => r.url().endsWith('/v1/infer')),
+        partnerSaysNoWait('Are you warm enough?'),
+      ]);
+      const failed = page.waitForEvent('requestfailed', (r) => r === req);
+      await page.click('#cancel');
+      await failed;
+      equal((await page.textContent('#notice')).trim(), 'Cancelled.', 'notice after Cancel');
+      check(await page.isHidden('#progress'), 'progress left after Cancel');
+    });
+
+    await step('no speech: a tone is answered no_speech and the page says "didn\'t catch that", adding no turn', async () => {
+      const toneBrowser = await launch('chromium-profile-tone', 'block', tone);
+      const p = await toneBrowser.newPage();
+      watch(p);
+      await p.goto(`${base}/app/`);
+      await p.evaluate((k) => localStorage.setItem('replyd.app.key', k), apiKey);
+      await p.reload();
+      await until(() => p.isVisible('#view-talk'), 'the conversation view');
+      const [resp] = await Promise.all([
+        p.waitForResponse((r) => r.url().endsWith('/v1/infer'), { timeout: 60000 }),
+        p.click('#listen'),
+      ]);
+      const body = await resp.json();
+      check(body.no_speech === true && body.response.length === 0, `answer to a tone: ${JSON.stringify(body)}`);
+      await until(async () => /Didn.t catch that/.test(await p.textContent('#notice')), '"didn\'t catch that"');
+      equal(await p.$$eval('#log .bubble', (b) => b.length), 0, 'turns after no speech');
+      equal(await p.$$eval('#cands .cand', (b) => b.length), 0, 'candidates after no speech');
+      await axe('after no speech', p);
+      await p.setViewportSize(PHONE);
+      await shot('09-no-speech-phone', p);
+      await toneBrowser.close();
+    });
+
+    await step('a streamed answer (transcript, then candidates) works; a replyd without /v1/feedback (404) changes nothing', async () => {
+      // Played to the page: this replyd does not stream yet, and an older one
+      // has no /v1/feedback.
+      const stream = 'event: transcript\ndata: {"transcript":"Is it raining?"}\n\n'
+        + 'event: candidates\ndata: {"transcript":"Is it raining?","response":["Yes, take a coat.","No, it is sunny."],"inference_id":"inf-42"}\n\n';
+      await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: stream }));
+      const posted = [];
+      await page.route('**/v1/feedback', (route) => {
+        posted.push(JSON.parse(route.request().postData()));
+        return route.fulfill({ status: 404, contentType: 'application/json', body: '{"error":"not_found","message":"no such route"}' });
+      });
+      await page.click('#listen');
+      await until(async () => (await candidates()).length === 2, 'the streamed candidates', 30000);
+      equal((await bubbles()).at(-1).text, 'Is it raining?', 'streamed transcript');
+      await page.click('#cands .cand[data-rank="2"]');
+      await until(() => posted.length === 1, 'the feedback');
+      equal(posted[0].inference_id, 'inf-42', 'feedback inference_id');
+      equal(posted[0].chosen_rank, 2, 'feedback chosen_rank');
+      check(Number.isInteger(posted[0].time_to_choice_ms), 'feedback time_to_choice_ms');
+      equal((await spoken()).at(-1), 'No, it is sunny.', 'spoken after a 404 feedback');
+      await page.unroute('**/v1/infer');
+      await page.unroute('**/v1/feedback');
+    });
+
+    await step('phone and tablet, light and high contrast: fits without sideways scrolling, axe clean', async () => {
+      await partnerSays('What would you like for dinner?');
+      for (const [size, vp] of [['phone', PHONE], ['tablet', TABLET]]) {
+        await page.setViewportSize(vp);
+        for (const theme of ['light', 'contrast']) {
+          await setSettings(() => page.selectOption('#s-theme', theme));
+          const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+          check(over <= 0, `${size} ${theme}: ${over}px wider than the screen`);
+          const listen = await page.locator('#listen').boundingBox();
+          check(listen.height >= 48 && listen.width >= 48, `${size}: Listen is ${listen.width}x${listen.height}`);
+          await axe(`(${size}, ${theme})`);
+          await shot(`10-candidates-${size}-${theme}`);
+        }
+      }
+      await page.click('#open-settings');
+      await axe('with the settings open');
+      await shot('11-settings-tablet-contrast');
+      await page.click('#s-cancel');
+      await setSettings(() => page.selectOption('#s-theme', 'light'));
+      await page.setViewportSize(PHONE);
+      await shot('12-conversation-phone-light');
+      await page.setViewportSize(TABLET);
+    });
+
+    await step('CORS: a page on a listed origin calls /v1/infer; an unlisted origin and admin routes are refused', async () => {
+      const other = await context.newPage();
+      watch(other);
+      await other.goto(`${allowedOrigin}/`);
+      const ok = await other.evaluate(([b, k]) => window.callReplyd(b, k), [base, apiKey]);
+      check(ok.status === 200 && ok.candidates >= 1 && ok.requestId === 'cors-check-1', `allowed origin: ${JSON.stringify(ok)}`);
+      const adminCall = await other.evaluate(([b, k]) => window.callAdmin(b, k), [base, adminKey]);
+      check(/TypeError/.test(adminCall.error || ''), `admin route from another origin: ${JSON.stringify(adminCall)}`);
+      await other.goto(`http://127.0.0.1:${deniedPort}/`);
+      const denied = await other.evaluate(([b, k]) => window.callReplyd(b, k), [base, apiKey]);
+      check(/TypeError/.test(denied.error || ''), `unlisted origin: ${JSON.stringify(denied)}`);
+      await other.close();
+      // The preflight itself, with Chromium's Private Network Access header.
+      const pre = await fetch(`${base}/v1/infer`, { method: 'OPTIONS', headers: { Origin: allowedOrigin, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'x-api-key', 'Access-Control-Request-Private-Network': 'true' } });
+      equal(pre.status, 204, 'preflight status');
+      equal(pre.headers.get('access-control-allow-private-network'), 'true', 'Access-Control-Allow-Private-Network');
+      equal(pre.headers.get('access-control-allow-origin'), allowedOrigin, 'Access-Control-Allow-Origin');
+    });
+
+    await step('plain HTTP on a LAN name: the page says why the microphone is off and how to switch to HTTPS', async () => {
+      const insecure = await context.newPage();
+      watch(insecure);
+      await insecure.goto(`http://replyd.test:${port}/app/`);
+      await until(() => insecure.isVisible('#banner-insecure'), 'the plain-HTTP note');
+      const note = await insecure.textContent('#banner-insecure');
+      check(/plain HTTP/.test(note) && /https:\/\//.test(note) && /\/tls\/ca\.pem/.test(note), `note "${note}"`);
+      check(await insecure.isVisible('#view-pair'), 'an insecure origin has no key: the pairing view');
+      await axe('over plain HTTP', insecure);
+      await insecure.setViewportSize(PHONE);
+      await shot('13-plain-http-phone', insecure);
+      await insecure.close();
+    });
+
+    await step('installable, and offline the page opens from its cache and says "replyd is not reachable"', async () => {
+      const withSW = await launch('chromium-profile-sw', 'allow');
+      const tablet = await withSW.newPage();
+      watch(tablet);
+      const r = await fetch(`${base}/v1/admin/pairings`, { method: 'POST', headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' }, body: '{"client_id":"ward-4-tablet"}' });
+      await tablet.goto((await r.json()).pair_url);
+      await until(() => tablet.isVisible('#view-talk'), 'the paired tablet');
+      await until(() => tablet.evaluate(() => navigator.serviceWorker.ready.then(() => true)), 'the service worker');
+      const cdp = await withSW.newCDPSession(tablet);
+      const inst = await cdp.send('Page.getInstallabilityErrors');
+      check(inst.installabilityErrors.length === 0, `installability errors: ${JSON.stringify(inst.installabilityErrors)}`);
+      const manifest = await cdp.send('Page.getAppManifest');
+      check(manifest.errors.length === 0, `manifest errors ${JSON.stringify(manifest.errors)}`);
+      await tablet.reload();
+      await until(() => tablet.evaluate(() => navigator.serviceWorker.controller !== null), 'the page controlled by the service worker');
+      await replyd.stop();
+      await tablet.reload();
+      await until(() => tablet.isVisible('#banner-offline'), 'the offline note', 20000);
+      check(/replyd is not reachable/.test(await tablet.textContent('#banner-offline')), 'offline note text');
+      check(await tablet.isVisible('#listen'), 'the page shell did not load from the cache');
+      await axe('offline', tablet);
+      await tablet.setViewportSize(PHONE);
+      await shot('14-offline-phone', tablet);
+    });
+
+    await step('no script errors, CSP violations or requests off the box', async () => {
+      check(problems.length === 0, problems.join('\n'));
+      check(offsite.length === 0, `requests elsewhere: ${offsite.join(', ')}`);
+    });
+
+    /** The partner types text and submits without waiting for the answer. */
+    async function partnerSaysNoWait(text) {
+      await page.click('#partner-open');
+      await page.fill('#partner-text', text);
+      await page.click('#partner-add');
+    }
+  } catch (err) {
+    results.push({ name: 'setup', ok: false });
+    console.log(`FAIL  setup\n      ${String((err && err.stack) || err).split('\n').join('\n      ')}`);
+  } finally {
+    for (const c of cleanups.reverse()) {
+      try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  const passed = results.filter((r) => r.ok).length;
+  const failed = results.length - passed;
+  if (notRun.length) console.log(`not run after the failure: ${notRun.join('; ')}`);
+  console.log(`screenshots and replyd.log: ${path.relative(process.cwd(), artifacts) || '.'}/`);
+  console.log(`app: ${passed} passed, ${failed + notRun.length} failed`);
+  return failed + notRun.length ? 1 : 0;
+}
+
+let code = 1;
+try {
+  code = await main();
+} finally {
+  process.exitCode = code;
+}
