@@ -342,7 +342,12 @@ void rd_attention_part(const float *q, const void *K, const void *V, int es, int
     const int nh = d / hd;
     for (int t = 0; t < n; t++) {
         const float *qt = q + (long)t * d;
-        const int L = valid[t], j0 = (int)((long)p * L / parts), j1 = (int)((long)(p + 1) * L / parts);
+        // The parts split the ldScores rows the same way for every query,
+        // so that no two parts ever write the same column of scores; a
+        // query that sees fewer rows leaves the last parts empty.
+        const int L = ldScores, j0 = (int)((long)p * L / parts);
+        int j1 = (int)((long)(p + 1) * L / parts);
+        if (j1 > valid[t]) j1 = valid[t];
         float *mt = m + ((long)t * parts + p) * nh, *lt = l + ((long)t * parts + p) * nh;
         float *ot = o + ((long)t * parts + p) * d;
         memset(ot, 0, sizeof(float) * d);

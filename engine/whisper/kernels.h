@@ -25,8 +25,9 @@ void rd_softmax_rows(float *x, int n, int len, int ld, float scale, const int *v
 
 // rd_attention_part computes part p of parts of the attention of the n
 // queries of q ([n][d], heads of width hd) over K and V ([rows][d], float32
-// when es is 4, IEEE halves when es is 2): query t's part covers rows
-// [p·valid[t]/parts, (p+1)·valid[t]/parts). Per head h it writes the highest
+// when es is 4, IEEE halves when es is 2): query t's part covers the rows
+// of [p·ldScores/parts, (p+1)·ldScores/parts) below valid[t] (ldScores is
+// the rows of K and V; the same split for every query). Per head h it writes the highest
 // scaled score m, l = Σ exp(score - m) and o = Σ exp(score - m)·V[j][h] to
 // m[(t·parts+p)·nh + h], l[same] and o[(t·parts+p)·d + h·hd ...]. scores
 // holds nh rows of ldScores floats; a part writes only its own columns, so
