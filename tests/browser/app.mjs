@@ -386,7 +386,8 @@ async function main() {
     });
 
     let first;
-    await step('Listen records the partner (WebM/Opus), stops on silence; transcript and candidates appear', async () => {
+    await step('Listen records the partner (WebM/Opus), stops on silence; the streamed transcript and candidates appear', async () => {
+      const answered = page.waitForResponse((r) => r.url().endsWith('/v1/infer') && r.request().method() === 'POST', { timeout: 120000 });
       first = await inferRound(async () => {
         await page.click('#listen');
         await until(async () => (await page.getAttribute('#listen', 'aria-pressed')) === 'true', 'the recording state');
@@ -394,6 +395,8 @@ async function main() {
         await shot('04-recording-tablet');
       }, { expectAudio: 'audio/webm' });
       check(first.body.includes('OpusHead'), 'the recording is not Opus');
+      const type = (await answered).headers()['content-type'] || '';
+      check(type.startsWith('text/event-stream'), `the page asked for the transcript first, replyd answered ${type}`);
       equal(await page.getAttribute('#listen', 'aria-pressed'), 'false', 'recording state after the silence');
       const p = first.payload;
       check(p.messages.length === 1 && p.messages[0].role === 'speaker' && p.messages[0].audio === true, `payload messages ${JSON.stringify(p.messages)}`);
@@ -597,8 +600,8 @@ async function main() {
     });
 
     await step('a streamed answer (transcript, then candidates) works; a replyd without /v1/feedback (404) changes nothing', async () => {
-      // Played to the page: this replyd does not stream yet, and an older one
-      // has no /v1/feedback.
+      // Played to the page: a stream whose transcript and candidates are
+      // known, and an older replyd that has no /v1/feedback.
       const stream = 'event: transcript\ndata: {"transcript":"Is it raining?"}\n\n'
         + 'event: candidates\ndata: {"transcript":"Is it raining?","response":["Yes, take a coat.","No, it is sunny."],"inference_id":"inf-42"}\n\n';
       await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: stream }));
