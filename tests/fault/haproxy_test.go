@@ -289,7 +289,9 @@ func TestHAProxyRoutesByKey(t *testing.T) {
 		t.Fatalf("%d keys all landed on %v: the hash did not spread them", len(keys), used)
 	}
 
-	// The warm dialog: turn 2 reuses turn 1 on the key's box only.
+	// The warm dialog: turn 2 reuses turn 1 on the key's box only. Every
+	// prompt may reuse the opening it shares with the one before it (the
+	// system message), so a warm turn is one that reuses more than that.
 	tablet := keys[0]
 	x := keyHome[tablet.APIKey]
 	bx, by := boxes[x], boxes[other[x]]
@@ -299,8 +301,8 @@ func TestHAProxyRoutesByKey(t *testing.T) {
 	cx1, cy1 := cachedTokens(t, bx), cachedTokens(t, by)
 	l.infer(tablet.APIKey, "dialog-1", dialog)
 	cx2, cy2 := cachedTokens(t, bx), cachedTokens(t, by)
-	if cx1 != cx || cx2 <= cx1 || cy2 != cy || cy1 != cy {
-		t.Errorf("cached prompt tokens: %s (the key's box) %v -> %v -> %v, %s %v -> %v -> %v; want the second turn alone to reuse tokens, on %s",
+	if cx2-cx1 <= cx1-cx || cy2 != cy || cy1 != cy {
+		t.Errorf("cached prompt tokens: %s (the key's box) %v -> %v -> %v, %s %v -> %v -> %v; want the second turn to reuse more than the first, on %s alone",
 			x, cx, cx1, cx2, other[x], cy, cy1, cy2, x)
 	}
 
@@ -321,7 +323,7 @@ func TestHAProxyRoutesByKey(t *testing.T) {
 	cy4 := cachedTokens(t, by)
 	l.infer(tablet.APIKey, "dialog-1", append(dialog, "Yes please, with milk."))
 	cy5 := cachedTokens(t, by)
-	if cy4 != cy3 || cy5 <= cy4 {
+	if cy5-cy4 <= cy4-cy3 {
 		t.Errorf("cached prompt tokens on %s after the move: %v -> %v -> %v; want the dialog's next turn there to reuse its first", other[x], cy3, cy4, cy5)
 	}
 	// Requests without X-API-KEY (admin) are served too.
