@@ -199,7 +199,7 @@ func options() []option {
 		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),
 		strOpt("decoding", "REPLYD_DECODING", "auto", "auto (time batched against sequential candidate decoding at start-up and take the faster), batched, sequential", false, func(c *Config) *string { return &c.Decoding }),
 		intOpt("context", "REPLYD_LLM_CONTEXT", strconv.Itoa(llm.DefaultContextPerSeq), "language-model context tokens of one dialog, prompt and reply", func(c *Config) *int { return &c.ContextPerSeq }),
-		intOpt("queue-size", "REPLYD_QUEUE_SIZE", strconv.Itoa(llm.DefaultQueueSize), "inference requests that may wait for the language model; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
+		intOpt("queue-size", "REPLYD_QUEUE_SIZE", "16", "inference requests that may wait for the language model; more get 503 overloaded", func(c *Config) *int { return &c.QueueSize }),
 		intOpt("stt-queue-size", "REPLYD_STT_QUEUE_SIZE", "4", "recordings that may wait for speech-to-text; more get 503 overloaded", func(c *Config) *int { return &c.STTQueueSize }),
 		intOpt("max-decodes", "REPLYD_MAX_DECODES", "2", "recordings decoded at once (each may take up to about 100 MB while it is decoded)", func(c *Config) *int { return &c.MaxDecodes }),
 		floatOpt("max-wait-ratio", "REPLYD_MAX_WAIT_RATIO", "1", "a request whose expected wait for the CPU is more than this many times its own expected work gets 503 overloaded at once (0: only the queue sizes bound the wait)", func(c *Config) *float64 { return &c.MaxWaitRatio }),

@@ -92,7 +92,6 @@ func (e *engines) load(cfg *Config, cpu *engine.Cores, log *slog.Logger) error {
 		Threads:        cfg.Threads,
 		GPULayers:      cfg.GPULayers,
 		Seed:           uint32(cfg.Seed),
-		QueueSize:      cfg.QueueSize,
 		MaxReplyTokens: cfg.MaxReplyTokens,
 		MaxCandidates:  maxCandidates,
 		PrefixCacheMiB: cfg.PrefixCacheMiB,

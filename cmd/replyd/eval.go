@@ -135,7 +135,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	lm, err := llm.Open(llm.Options{
-		ModelPath: *model, ContextPerSeq: *contextTokens, Threads: *threads, QueueSize: 1,
+		ModelPath: *model, ContextPerSeq: *contextTokens, Threads: *threads,
 		MaxCandidates: max, PrefixCacheMiB: 16, Demo: isDemoModel(*model), Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

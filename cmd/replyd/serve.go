@@ -123,7 +123,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.eng.vad = vadStatus
 	s.eng.mu.Unlock()
 	// One in service plus the waiting ones; beyond that, or when the wait
-	// would outlast the request's deadline, 503 overloaded at once.
+	// would outlast the request's deadline, 503 overloaded at once. These
+	// stages are the only bound of the engines' queues.
 	pipe.STTStage.Max = cfg.STTQueueSize + 1
 	pipe.LLMStage.Max = cfg.QueueSize + 1
 	pipe.Workload.MaxWaitRatio = cfg.MaxWaitRatio

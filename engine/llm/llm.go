@@ -36,7 +36,6 @@ func DefaultThreads() int { return max(runtime.NumCPU()-1, 1) }
 // Defaults applied by Open to zero Options fields.
 const (
 	DefaultContextPerSeq = 4096
-	DefaultQueueSize     = 16
 	// DefaultMaxReplyTokens caps one candidate. The instruction asks for "one
 	// short reply of a few words" on one line, and replyd's default system
 	// prompt for "at most about 15 words"; a candidate ends at its first
@@ -115,7 +114,6 @@ type Options struct {
 	Threads        int    // most threads a decode uses; default DefaultThreads()
 	GPULayers      int    // -1 = all layers when a GPU backend is present; 0 on CPU
 	Seed           uint32 // base seed; 0 = random per request unless the request has a seed
-	QueueSize      int    // default 16
 	MaxReplyTokens int    // default DefaultMaxReplyTokens
 	MaxCandidates  int    // upper bound of N, default 8
 	PrefixCacheMiB int    // bound on the memory of cached dialogs' prompts, default 256
@@ -217,9 +215,6 @@ func Open(opts Options) (*Engine, error) {
 	}
 	if opts.Threads <= 0 {
 		opts.Threads = DefaultThreads()
-	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
 	}
 	if opts.MaxReplyTokens <= 0 {
 		opts.MaxReplyTokens = DefaultMaxReplyTokens
@@ -351,7 +346,8 @@ func (e *Engine) warmUp() error {
 // Generate returns up to req.N distinct candidate replies, best first. N is
 // clamped to 1..MaxCandidates and Temperature to 0..2; temperature 0 makes
 // the first candidate greedy and samples the others at 0.5 so they differ.
-// A full queue returns engine.ErrOverloaded at once; a cancelled context or
+// Requests wait in arrival order, without a bound of their own: the
+// pipeline's LLMStage admits them (REPLYD_QUEUE_SIZE). A cancelled context or
 // passed deadline returns a KindCanceled error, taking the request out of
 // the queue or stopping its decode and freeing its sequences. After Close it
 // returns KindNotReady.
@@ -361,7 +357,7 @@ func (e *Engine) Generate(ctx context.Context, req engine.GenerateRequest) (engi
 
 // Prefill implements engine.Prefiller: it queues the evaluation of req's
 // prompt up to its last turn into the prompt sequence (saving the dialog
-// that was there) and returns. A full queue or a closed engine skips it.
+// that was there) and returns. A closed engine skips it.
 func (e *Engine) Prefill(ctx context.Context, req engine.GenerateRequest) {
 	j := &job{ctx: ctx, req: req, prefill: true, queued: time.Now()}
 	if err := e.enqueue(j); err != nil {
@@ -395,17 +391,13 @@ func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, m mod
 	}
 }
 
-// enqueue appends j to the queue and wakes the owner. Prefill jobs do not
-// count against the queue size but are refused when it is full.
+// enqueue appends j to the queue and wakes the owner.
 func (e *Engine) enqueue(j *job) error {
 	e.mu.Lock()
 	switch {
 	case e.closed:
 		e.mu.Unlock()
 		return engine.Errorf(engine.KindNotReady, nil, "the language model is closed")
-	case e.waitingLocked() >= e.opts.QueueSize:
-		e.mu.Unlock()
-		return engine.ErrOverloaded
 	}
 	e.pending = append(e.pending, j)
 	e.mu.Unlock()

@@ -72,7 +72,7 @@ func engines(t *testing.T) (*whisper.Model, *llm.Engine) {
 		if stt, loadErr = whisper.Load(wp, whisper.Options{Threads: 1, Demo: true}); loadErr != nil {
 			return
 		}
-		lm, loadErr = llm.Open(llm.Options{ModelPath: lp, ContextPerSeq: 2048, Threads: 1, QueueSize: 4, MaxReplyTokens: 8, MaxCandidates: 4, Demo: true})
+		lm, loadErr = llm.Open(llm.Options{ModelPath: lp, ContextPerSeq: 2048, Threads: 1, MaxReplyTokens: 8, MaxCandidates: 4, Demo: true})
 	})
 	if loadErr != nil {
 		t.Fatal(loadErr)
