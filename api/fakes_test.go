@@ -35,7 +35,6 @@ type memStore struct {
 	texts     map[string]*store.RememberedTexts
 	pairs     map[string][]store.Pair // subject -> pairs
 	revs      map[string]uint64       // subject -> memory revision (a user has a memory when present)
-	touches   int
 	backup    []byte
 	secrets   map[string][]byte
 	failWith  error // returned by every method when set

@@ -111,7 +111,6 @@ type Server struct {
 	refusals  refusalLog        // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
 	rand      io.Reader
-	touches   store.TouchThrottle
 	otpMu     sync.Mutex // serialises OTP sends
 	otp       *otpGuard
 	totpOnly  bool
