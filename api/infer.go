@@ -66,8 +66,9 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		if err != nil && st.streamed {
 			// The stream answered 200 before the error: log the status
-			// the error event stands for.
+			// the error event stands for, here and in the access log.
 			status = toAPIError(err).Status()
+			c.Set(streamedStatusKey, status)
 		}
 		elapsed := s.now().Sub(st.start)
 		what := "infer"

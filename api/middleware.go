@@ -67,6 +67,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		status := c.Response().Status
+		if st, ok := c.Get(streamedStatusKey).(int); ok {
+			// An event stream that ended in an error event.
+			status = st
+		}
 		elapsed := time.Since(start)
 		s.metrics.observeRequest(route, c.Request().Method, status, elapsed)
 		level := slog.LevelInfo

@@ -13,6 +13,11 @@ import (
 // MIMEEventStream is the media type of Server-Sent Events.
 const MIMEEventStream = "text/event-stream"
 
+// streamedStatusKey holds, for an event stream that ended in an error
+// event, the status that error stands for: the access log and the metrics
+// record it instead of the 200 the stream started with.
+const streamedStatusKey = "replyd.streamed_status"
+
 // wantsEventStream reports whether an Accept header prefers
 // text/event-stream to application/json: its quality is positive and higher
 // than JSON's (taken from application/json, application/*, */*, or 0 when

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
@@ -186,7 +188,14 @@ func TestInferStreamErrorsBeforeStartAreJSON(t *testing.T) {
 // TestInferStreamErrorAfterStart: a failure after the transcript event is an
 // error event with the error body, and the log entry records its code.
 func TestInferStreamErrorAfterStart(t *testing.T) {
-	e := newEnv(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	e := newEnv(t, func(o *Options) { o.Logger = logger })
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
 		req.OnTranscript("hello")
@@ -204,5 +213,13 @@ func TestInferStreamErrorAfterStart(t *testing.T) {
 	logs := e.st.logsCopy()
 	if len(logs) != 1 || logs[0].Message != "infer failed: llm_failed" || logs[0].Level != store.LevelError || logs[0].Status != 502 {
 		t.Errorf("logs = %+v, want one error entry 'infer failed: llm_failed' with status 502", logs)
+	}
+	// The access log records the status the error event stands for, not
+	// the 200 the stream started with.
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, `msg="http request" `) || !strings.Contains(out, "route=/v1/infer status=502") {
+		t.Errorf("access log lacks the infer request with status=502:\n%s", out)
 	}
 }
