@@ -588,7 +588,12 @@ async function main() {
         p.waitForResponse((r) => r.url().endsWith('/v1/infer'), { timeout: 60000 }),
         p.click('#listen'),
       ]);
-      const body = await resp.json();
+      // The page asks for an event stream: a recording without speech has
+      // no transcript event, only candidates with no_speech.
+      const text = await resp.text();
+      const events = text.split('\n\n').filter((e) => e.trim()).map((e) => e.match(/^event: (\w+)\ndata: (.*)$/s));
+      check(events.length === 1 && events[0] && events[0][1] === 'candidates', `events answering a tone: ${JSON.stringify(text)}`);
+      const body = JSON.parse(events[0][2]);
       check(body.no_speech === true && body.response.length === 0, `answer to a tone: ${JSON.stringify(body)}`);
       await until(async () => /Didn.t catch that/.test(await p.textContent('#notice')), '"didn\'t catch that"');
       equal(await p.$$eval('#log .bubble', (b) => b.length), 0, 'turns after no speech');
