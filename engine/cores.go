@@ -117,6 +117,21 @@ func (c *Cores) acquire(ctx context.Context, lo, hi int, idle bool) (int, error)
 	}
 }
 
+// TryAcquire takes up to max free cores without waiting, and only when
+// nobody waits for cores; it returns how many it took (maybe 0). The caller
+// gives them back with Release.
+func (c *Cores) TryAcquire(max int) int {
+	if c == nil || max < 1 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiters) > 0 {
+		return 0
+	}
+	return c.take(max)
+}
+
 // Release gives back n cores taken with Acquire.
 func (c *Cores) Release(n int) {
 	if c == nil || n <= 0 {
@@ -148,6 +163,16 @@ func (c *Cores) take(max int) int {
 	n := min(c.free, max)
 	c.free -= n
 	return n
+}
+
+// Waiting returns how many callers of Acquire wait for cores.
+func (c *Cores) Waiting() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
 }
 
 // Free returns how many cores nobody holds.

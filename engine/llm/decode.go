@@ -23,8 +23,14 @@ type run struct {
 	// minThreads is the fewest cores a decode waits for (0: one).
 	minThreads int
 	// ahead marks work done ahead of time (Prefill): it takes only cores
-	// nobody else waits for, in smaller chunks.
+	// nobody else waits for, in smaller chunks, and gives them back after
+	// every decode.
 	ahead bool
+	// held is the cores a request's job keeps from its first decode to its
+	// end (release): a job that gave its cores back between decodes would
+	// wait for a whole transcription that started in between, again and
+	// again, so the oldest request would finish last.
+	held int
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -39,20 +45,37 @@ func (r *run) decode() error {
 		return canceled(err)
 	}
 	cpu := r.e.opts.CPU
-	acquire := cpu.Acquire
-	if r.ahead {
-		acquire = cpu.AcquireIdle
+	n := r.held
+	switch {
+	case r.ahead:
+		got, err := cpu.AcquireIdle(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+		if err != nil {
+			return canceled(err)
+		}
+		defer cpu.Release(got)
+		n = got
+	case r.held == 0:
+		got, err := cpu.Acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+		if err != nil {
+			return canceled(err)
+		}
+		r.held, n = got, got
+	case r.held < r.e.opts.Threads:
+		// Cores freed since (a transcription ended) and wanted by nobody.
+		r.held += cpu.TryAcquire(r.e.opts.Threads - r.held)
+		n = r.held
 	}
-	n, err := acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
-	if err != nil {
-		return canceled(err)
-	}
-	defer cpu.Release(n)
 	r.e.lctx.setThreads(n)
 	if err := r.e.lctx.Decode(r.e.batch); err != nil {
 		return engine.Errorf(engine.KindLLM, err, "language model decode failed")
 	}
 	return nil
+}
+
+// release gives back the cores the job held.
+func (r *run) release() {
+	r.e.opts.CPU.Release(r.held)
+	r.held = 0
 }
 
 // serve handles one request on the owner goroutine. A request canceled
@@ -61,6 +84,7 @@ func (r *run) decode() error {
 func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.Queue = time.Since(j.queued)
 	r := &run{e: e, ctx: j.ctx}
+	defer r.release()
 	reqID := engine.RequestID(j.ctx)
 	defer func() {
 		if engine.KindOf(err) == engine.KindCanceled {
@@ -594,6 +618,7 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 		return nil, err
 	}
 	r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+	defer r.release()
 	e.leaveCurrent()
 	if _, err := e.evalPrompt(r, promptSeq, tokens, 0, true); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,5 +274,48 @@ func TestDecodesWithinTheCPUBudget(t *testing.T) {
 	}
 	if cpu.Free() != 2 {
 		t.Errorf("the engine kept %d cores", 2-cpu.Free())
+	}
+}
+
+// TestJobKeepsItsCores: a request's decodes keep their cores from the first
+// to the last, so a transcription that asks for every core meanwhile waits
+// for the end of the request instead of cutting in between two decodes
+// (and the next transcription between the next two).
+func TestJobKeepsItsCores(t *testing.T) {
+	cpu := engine.NewCores(2)
+	e := openDemo(t, Options{MaxReplyTokens: 8, Threads: 2, CPU: cpu, Decoding: DecodeSequential})
+	var granted atomic.Bool
+	steps := 0
+	e.stepHook = func(step int) {
+		steps = step + 1
+		if step == 2 {
+			go func() {
+				n, err := cpu.Acquire(context.Background(), 2, 2)
+				granted.Store(err == nil)
+				cpu.Release(n)
+			}()
+			for deadline := time.Now().Add(time.Minute); cpu.Waiting() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the transcription's Acquire did not queue")
+					return
+				}
+			}
+		}
+		if step > 2 && granted.Load() {
+			t.Errorf("decode %d: a transcription took the cores in the middle of the request", step)
+		}
+	}
+	mustGenerate(t, e, request(2, 1))
+	e.stepHook = nil
+	if steps < 6 {
+		t.Fatalf("only %d decodes: too few to tell", steps)
+	}
+	for deadline := time.Now().Add(time.Minute); !granted.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the transcription never got the cores after the request")
+		}
+	}
+	if cpu.Free() != 2 {
+		t.Errorf("%d cores free after both, want 2", cpu.Free())
 	}
 }
