@@ -195,7 +195,7 @@ func options() []option {
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
 		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores", func(c *Config) *int { return &c.Threads }), "cores"),
-		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", strconv.Itoa(defaultThreads()), "CPU threads of speech-to-text, taken from the shared cores for a whole transcription", func(c *Config) *int { return &c.STTThreads }), "cores"),
+		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", "0", "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (0: the cores less one with the overlap on, so that the prompt is evaluated beside it; all of them without)", func(c *Config) *int { return &c.STTThreads }), "0"),
 		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),
 		strOpt("decoding", "REPLYD_DECODING", "auto", "auto (time batched against sequential candidate decoding at start-up and take the faster), batched, sequential", false, func(c *Config) *string { return &c.Decoding }),
 		intOpt("context", "REPLYD_LLM_CONTEXT", strconv.Itoa(llm.DefaultContextPerSeq), "language-model context tokens of one dialog, prompt and reply", func(c *Config) *int { return &c.ContextPerSeq }),
@@ -334,8 +334,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("REPLYD_PUBLIC_URL: %q is not a base URL such as https://replyd.local:8080", c.PublicURL))
 		}
 	}
-	if c.Threads < 1 || c.STTThreads < 1 || c.CPUCores < 1 {
-		errs = append(errs, errors.New("REPLYD_THREADS, REPLYD_STT_THREADS and REPLYD_CPU_CORES must be at least 1"))
+	if c.Threads < 1 || c.CPUCores < 1 {
+		errs = append(errs, errors.New("REPLYD_THREADS and REPLYD_CPU_CORES must be at least 1"))
+	}
+	if c.STTThreads < 0 {
+		errs = append(errs, errors.New("REPLYD_STT_THREADS must be 0 (automatic) or more"))
 	}
 	switch c.Overlap {
 	case "on", "off":
@@ -384,8 +387,22 @@ func (c *Config) Validate() error {
 }
 
 // SpeechThreads is the threads speech-to-text runs: REPLYD_STT_THREADS, at
-// most the shared cores (a transcription holds that many of them).
-func (c *Config) SpeechThreads() int { return min(c.STTThreads, c.CPUCores) }
+// most the shared cores (a transcription holds that many of them). 0 means
+// all the cores but one while the overlap is on, so that the language model
+// evaluates the dialog on that core during the transcription, and all of
+// them without it. On 2 cores Whisper's second thread saves less time than
+// the overlap does: `make bench-latency`, Qwen2.5-0.5B, a going-on turn took
+// 2,981 ms with one Whisper thread and the overlap against 3,225 ms with two.
+func (c *Config) SpeechThreads() int {
+	n := c.STTThreads
+	if n == 0 {
+		n = c.CPUCores
+		if c.Overlap == "on" && n > 1 {
+			n--
+		}
+	}
+	return min(n, c.CPUCores)
+}
 
 // MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,
 // else REPLYD_LOG_RETENTION; 0 keeps them.

@@ -188,3 +188,28 @@ func TestMemoryRetention(t *testing.T) {
 		t.Errorf("1h: pairs before %v, texts before %v (the shorter retention wins)", p, tx)
 	}
 }
+
+func TestSpeechThreads(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{map[string]string{"REPLYD_CPU_CORES": "2"}, 1},
+		{map[string]string{"REPLYD_CPU_CORES": "4"}, 3},
+		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_OVERLAP": "off"}, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "1"}, 1},
+		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_STT_THREADS": "2"}, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_STT_THREADS": "8"}, 2},
+	} {
+		cfg, _, err := LoadConfig("serve", nil, func(k string) string { return c.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.SpeechThreads(); got != c.want {
+			t.Errorf("%v: %d speech-to-text threads, want %d", c.env, got, c.want)
+		}
+	}
+	if _, _, err := LoadConfig("serve", []string{"--stt-threads", "-1"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("REPLYD_STT_THREADS -1 was accepted")
+	}
+}
