@@ -628,13 +628,8 @@ func TestDefaultSystemPromptContent(t *testing.T) {
 // level, and checks that no dialog text, transcript, key, code or token
 // reaches it, and that every line carries a request id.
 func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
-	var buf strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var captured logCapture
+	logger := slog.New(slog.NewJSONHandler(&captured, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e := newEnv(t, func(o *Options) { o.Logger = logger })
 
 	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"c"}`))
@@ -652,9 +647,7 @@ func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
 	}
 	decode(t, rec, &s)
 
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
+	out := captured.String()
 	for _, leak := range []string{"pain", "Private", "patient-77", "transcript of", k.APIKey, code, s.SessionToken, testAdminKey} {
 		if strings.Contains(out, leak) {
 			t.Errorf("info log contains %q", leak)
@@ -671,9 +664,23 @@ func TestNoSecretsOrDialogInInfoLogs(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
+// logCapture collects what a logger writes, from any goroutine.
+type logCapture struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
 
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+func (l *logCapture) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logCapture) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
 
 func TestOTPSendThrottleUnderConcurrency(t *testing.T) {
 	e := newEnv(t)

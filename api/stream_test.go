@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
@@ -188,14 +187,8 @@ func TestInferStreamErrorsBeforeStartAreJSON(t *testing.T) {
 // TestInferStreamErrorAfterStart: a failure after the transcript event is an
 // error event with the error body, and the log entry records its code.
 func TestInferStreamErrorAfterStart(t *testing.T) {
-	var buf strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	}), nil))
-	e := newEnv(t, func(o *Options) { o.Logger = logger })
+	var captured logCapture
+	e := newEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&captured, nil)) })
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
 		req.OnTranscript("hello")
@@ -216,9 +209,7 @@ func TestInferStreamErrorAfterStart(t *testing.T) {
 	}
 	// The access log records the status the error event stands for, not
 	// the 200 the stream started with.
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
+	out := captured.String()
 	if !strings.Contains(out, `msg="http request" `) || !strings.Contains(out, "route=/v1/infer status=502") {
 		t.Errorf("access log lacks the infer request with status=502:\n%s", out)
 	}
