@@ -232,7 +232,7 @@ type Prefiller interface {
 	// at once. A later Generate of the same dialog, with the transcript as
 	// its last speaker turn and the same TranscriptReserve, then evaluates
 	// only what follows. Prefill is an optimisation: it may be skipped (a
-	// full queue, a prompt that leaves less than TranscriptReserve tokens),
+	// closed engine, a prompt that leaves less than TranscriptReserve tokens),
 	// and its work is lost when ctx ends first.
 	Prefill(ctx context.Context, req GenerateRequest)
 }
