@@ -11,15 +11,15 @@
 // Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
 // /usr/bin/chromium).
 import { chromium } from 'playwright-core';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { check, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -32,103 +32,18 @@ const TABLET = { width: 820, height: 1180 };
 
 // ---------------------------------------------------------------- harness
 
-const results = [];
-const notRun = [];
-let stopped = false;
 let page;
-
-function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-function equal(got, want, what) {
-  if (got !== want) throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
-}
-
-async function step(name, fn) {
-  if (stopped) {
-    notRun.push(name);
-    return;
-  }
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push({ name, ok: true });
-    console.log(`ok    ${name} (${Date.now() - t0} ms)`);
-  } catch (err) {
-    results.push({ name, ok: false });
-    console.log(`FAIL  ${name} (${Date.now() - t0} ms)\n      ${String((err && err.stack) || err).split('\n').join('\n      ')}`);
-    await shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`).catch(() => {});
-    stopped = true; // the steps build on each other
-  }
-}
+const steps = new Steps(shot);
+const step = (name, fn) => steps.step(name, fn);
 
 /** A screenshot of what the screen shows (the actions stay at its bottom). */
 async function shot(name, p = page) {
   if (p) await p.screenshot({ path: path.join(artifacts, `${name}.png`) });
 }
 
-async function until(fn, what, timeoutMs = 20000) {
-  const end = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const until = (fn, what, timeoutMs = 20000) => poll(fn, what, timeoutMs, 50);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function startReplyd(env, logFile) {
-  const out = fs.openSync(logFile, 'w');
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
-  const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
-  fs.closeSync(out);
-  let exited = null;
-  child.on('exit', (code, signal) => { exited = { code, signal }; });
-  const base = `http://${env.REPLYD_ADDR}`;
-  const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-  const end = Date.now() + 120000;
-  for (;;) {
-    if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
-    try {
-      const r = await fetch(`${base}/healthz`);
-      if (r.status === 200 && (await r.json()).status === 'ok') break;
-    } catch { /* not listening yet */ }
-    if (Date.now() > end) {
-      child.kill('SIGKILL');
-      throw new Error(`replyd did not become ready within 120 s:\n${tail()}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return {
-    base,
-    log: () => fs.readFileSync(logFile, 'utf8'),
-    async stop() {
-      if (exited) return;
-      const gone = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
-      await gone;
-      clearTimeout(t);
-    },
-  };
-}
+const startReplyd = (env, logFile) => startProcess(bin, env, logFile);
 
 /** A static web server standing in for a web communicator on another origin. */
 async function startOrigin(port, files) {
@@ -722,25 +637,14 @@ async function main() {
       await page.click('#partner-add');
     }
   } catch (err) {
-    results.push({ name: 'setup', ok: false });
-    console.log(`FAIL  setup\n      ${String((err && err.stack) || err).split('\n').join('\n      ')}`);
+    steps.setupFailed(err);
   } finally {
     for (const c of cleanups.reverse()) {
       try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
     }
     fs.rmSync(tmp, { recursive: true, force: true });
   }
-  const passed = results.filter((r) => r.ok).length;
-  const failed = results.length - passed;
-  if (notRun.length) console.log(`not run after the failure: ${notRun.join('; ')}`);
-  console.log(`screenshots and replyd.log: ${path.relative(process.cwd(), artifacts) || '.'}/`);
-  console.log(`app: ${passed} passed, ${failed + notRun.length} failed`);
-  return failed + notRun.length ? 1 : 0;
+  return steps.summary('app', artifacts);
 }
 
-let code = 1;
-try {
-  code = await main();
-} finally {
-  process.exitCode = code;
-}
+await exitWith(main);

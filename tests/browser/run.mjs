@@ -10,14 +10,14 @@
 // Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
 // /usr/bin/chromium), REPLYD_TESTDATA (the shared test data, for jfk.wav).
 import { chromium } from 'playwright-core';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { check, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -30,39 +30,9 @@ const axeSource = fs.readFileSync(path.join(here, 'node_modules/axe-core/axe.min
 
 // ---------------------------------------------------------------- harness
 
-const results = [];
-const notRun = [];
-let stopped = false;
 let page;
-
-function fail(msg) {
-  throw new Error(msg);
-}
-function check(cond, msg) {
-  if (!cond) fail(msg);
-}
-function equal(got, want, what) {
-  if (got !== want) fail(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
-}
-
-async function step(name, fn) {
-  if (stopped) {
-    notRun.push(name);
-    return;
-  }
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push({ name, ok: true });
-    console.log(`ok    ${name} (${Date.now() - t0} ms)`);
-  } catch (err) {
-    results.push({ name, ok: false });
-    console.log(`FAIL  ${name} (${Date.now() - t0} ms)\n      ${String(err && err.stack || err).split('\n').join('\n      ')}`);
-    await shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`).catch(() => {});
-    // The steps build on each other: stop at the first failure.
-    stopped = true;
-  }
-}
+const steps = new Steps(shot);
+const step = (name, fn) => steps.step(name, fn);
 
 async function shot(name) {
   if (!page) return;
@@ -71,34 +41,9 @@ async function shot(name) {
 }
 
 /** Polls fn until it returns a truthy value or the time is up. */
-async function until(fn, what, timeoutMs = 15000) {
-  const end = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > end) fail(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const until = (fn, what, timeoutMs = 15000) => poll(fn, what, timeoutMs, 100);
 
 // ---------------------------------------------------------------- processes
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** A webhook receiver standing in for the messaging channel. */
 async function startWebhook() {
@@ -120,43 +65,7 @@ async function startWebhook() {
   return { url: `http://127.0.0.1:${port}/otp`, messages, close: () => new Promise((r) => server.close(r)) };
 }
 
-async function startReplyd(env, logFile) {
-  const out = fs.openSync(logFile, 'w');
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
-  const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
-  fs.closeSync(out);
-  let exited = null;
-  child.on('exit', (code, signal) => { exited = { code, signal }; });
-  const base = `http://${env.REPLYD_ADDR}`;
-  const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-  const end = Date.now() + 120000;
-  for (;;) {
-    if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
-    try {
-      const r = await fetch(`${base}/healthz`);
-      if (r.status === 200) {
-        const j = await r.json();
-        if (j.status === 'ok') break;
-      }
-    } catch { /* not listening yet */ }
-    if (Date.now() > end) {
-      child.kill('SIGKILL');
-      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return {
-    base,
-    async stop() {
-      if (exited) return;
-      const gone = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
-      await gone;
-      clearTimeout(t);
-    },
-  };
-}
+const startReplyd = (env, logFile) => startProcess(bin, env, logFile);
 
 /** The speech clip for Try it: jfk.wav from the shared test data, or espeak-ng. */
 function speechFile(tmp) {
@@ -939,25 +848,14 @@ async function main() {
       check(offsite.length === 0, `requests elsewhere: ${offsite.join(', ')}`);
     });
   } catch (err) {
-    results.push({ name: 'setup', ok: false });
-    console.log(`FAIL  setup\n      ${String(err && err.stack || err).split('\n').join('\n      ')}`);
+    steps.setupFailed(err);
   } finally {
     for (const c of cleanups.reverse()) {
       try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
     }
     fs.rmSync(tmp, { recursive: true, force: true });
   }
-  const passed = results.filter((r) => r.ok).length;
-  const failed = results.length - passed;
-  if (notRun.length) console.log(`not run after the failure: ${notRun.join('; ')}`);
-  console.log(`screenshots and replyd.log: ${path.relative(process.cwd(), artifacts) || '.'}/`);
-  console.log(`browser: ${passed} passed, ${failed + notRun.length} failed`);
-  return failed + notRun.length ? 1 : 0;
+  return steps.summary('browser', artifacts);
 }
 
-let code = 1;
-try {
-  code = await main();
-} finally {
-  process.exitCode = code;
-}
+await exitWith(main);

@@ -1,0 +1,142 @@
+// What the browser test scripts (run.mjs for the admin page, app.mjs for the
+// conversation page) share: assertions, polling, steps that stop at the
+// first failure and the summary line, free ports, and the real replyd
+// process.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+
+export function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+export function equal(got, want, what) {
+  if (got !== want) throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+
+/** Polls fn every everyMs until it returns a truthy value (returned) or
+ * timeoutMs have passed (an error naming what was awaited). */
+export async function poll(fn, what, timeoutMs, everyMs) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+const indent = (err) => String((err && err.stack) || err).split('\n').join('\n      ');
+
+/** Steps that build on each other: after the first failure (which gets a
+ * screenshot through shot) the rest are listed as not run. */
+export class Steps {
+  constructor(shot) {
+    this.shot = shot;
+    this.results = [];
+    this.notRun = [];
+    this.stopped = false;
+  }
+
+  async step(name, fn) {
+    if (this.stopped) {
+      this.notRun.push(name);
+      return;
+    }
+    const t0 = Date.now();
+    try {
+      await fn();
+      this.results.push({ name, ok: true });
+      console.log(`ok    ${name} (${Date.now() - t0} ms)`);
+    } catch (err) {
+      this.results.push({ name, ok: false });
+      console.log(`FAIL  ${name} (${Date.now() - t0} ms)\n      ${indent(err)}`);
+      await this.shot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`).catch(() => {});
+      this.stopped = true;
+    }
+  }
+
+  /** Records a failure outside the steps (starting the processes). */
+  setupFailed(err) {
+    this.results.push({ name: 'setup', ok: false });
+    console.log(`FAIL  setup\n      ${indent(err)}`);
+  }
+
+  /** Prints the summary line "<label>: N passed, M failed" and returns the
+   * exit status. */
+  summary(label, artifacts) {
+    const passed = this.results.filter((r) => r.ok).length;
+    const failed = this.results.length - passed + this.notRun.length;
+    if (this.notRun.length) console.log(`not run after the failure: ${this.notRun.join('; ')}`);
+    console.log(`screenshots and replyd.log: ${path.relative(process.cwd(), artifacts) || '.'}/`);
+    console.log(`${label}: ${passed} passed, ${failed} failed`);
+    return failed ? 1 : 0;
+  }
+}
+
+/** Runs main and sets the exit status to what it returns (1 if it throws). */
+export async function exitWith(main) {
+  let code = 1;
+  try {
+    code = await main();
+  } finally {
+    process.exitCode = code;
+  }
+}
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts `bin serve` with env (and none of this process's REPLYD_*
+ * variables), output to logFile, and waits until /healthz answers 200
+ * {"status":"ok"}. */
+export async function startReplyd(bin, env, logFile) {
+  const out = fs.openSync(logFile, 'w');
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
+  const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+  let exited = null;
+  child.on('exit', (code, signal) => { exited = { code, signal }; });
+  const base = `http://${env.REPLYD_ADDR}`;
+  const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
+  const end = Date.now() + 120000;
+  for (;;) {
+    if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
+    try {
+      const r = await fetch(`${base}/healthz`);
+      if (r.status === 200 && (await r.json()).status === 'ok') break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > end) {
+      child.kill('SIGKILL');
+      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    base,
+    log: () => fs.readFileSync(logFile, 'utf8'),
+    async stop() {
+      if (exited) return;
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 10000);
+      await gone;
+      clearTimeout(t);
+    },
+  };
+}
