@@ -41,6 +41,7 @@ type config struct {
 	seconds    float64
 	text       bool
 	env        []string
+	logs       string
 }
 
 func main() {
@@ -64,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.seconds, "seconds", 5, "length of the partner's utterance")
 	fs.BoolVar(&c.text, "text", false, "type the partner's turns (the clip's words) instead of sending the recording")
 	env := fs.String("env", "", "extra REPLYD_NAME=value settings for both servers, comma-separated")
+	fs.StringVar(&c.logs, "logs", "", "directory to write each server's log to (with -env REPLYD_LOG_LEVEL=debug, Whisper's mel, encoder and decoder times)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -135,7 +137,11 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 			"REPLYD_INFER_TIMEOUT=10m",
 		}, cfg.env...)
 		t0 := time.Now()
-		s, err := startServer(ctx, cfg.bin, env)
+		logPath := ""
+		if cfg.logs != "" {
+			logPath = filepath.Join(cfg.logs, strings.ReplaceAll(shape+"-"+v.name, " ", "-")+".log")
+		}
+		s, err := startServer(ctx, cfg.bin, env, logPath)
 		if err != nil {
 			for _, s := range servers[:i] {
 				_ = s.stop()

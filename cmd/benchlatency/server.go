@@ -20,12 +20,13 @@ import (
 type server struct {
 	*replydproc.Proc
 	dir string
+	log *os.File // nil without -logs
 }
 
 // startServer starts `bin serve` with a temporary data directory and env
 // (REPLYD_NAME=value) and waits until /healthz answers 200: both models
-// loaded and warmed up.
-func startServer(ctx context.Context, bin string, env []string) (*server, error) {
+// loaded and warmed up. A non-empty logPath gets the process's output.
+func startServer(ctx context.Context, bin string, env []string, logPath string) (*server, error) {
 	dir, err := os.MkdirTemp("", "replyd-benchlatency-")
 	if err != nil {
 		return nil, err
@@ -35,12 +36,24 @@ func startServer(ctx context.Context, bin string, env []string) (*server, error)
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
-	p, err := replydproc.Start(replydproc.Options{Bin: bin, DataDir: dir + "/data", Env: vars})
+	opts := replydproc.Options{Bin: bin, DataDir: dir + "/data", Env: vars}
+	var logFile *os.File
+	if logPath != "" {
+		if logFile, err = os.Create(logPath); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		opts.Output = logFile
+	}
+	p, err := replydproc.Start(opts)
 	if err != nil {
 		os.RemoveAll(dir)
+		if logFile != nil {
+			logFile.Close()
+		}
 		return nil, err
 	}
-	s := &server{Proc: p, dir: dir}
+	s := &server{Proc: p, dir: dir, log: logFile}
 	if err := p.WaitReady(ctx, 10*time.Minute); err != nil {
 		s.stop()
 		return nil, err
@@ -84,7 +97,11 @@ func (s *server) peakRSS() (int64, error) {
 // stop ends the process and removes its directory.
 func (s *server) stop() error {
 	defer os.RemoveAll(s.dir)
-	return s.Stop(time.Minute)
+	err := s.Stop(time.Minute)
+	if s.log != nil {
+		s.log.Close()
+	}
+	return err
 }
 
 // loadAverage is the host's 1-minute load average, to judge the figures by.
