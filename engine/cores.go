@@ -165,6 +165,17 @@ func (c *Cores) take(max int) int {
 	return n
 }
 
+// Contended reports whether anybody waits for cores, with Acquire or
+// AcquireIdle.
+func (c *Cores) Contended() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) > 0 || len(c.idle) > 0
+}
+
 // Waiting returns how many callers of Acquire wait for cores.
 func (c *Cores) Waiting() int {
 	if c == nil {

@@ -147,3 +147,42 @@ func TestCoresIdleWorkComesLast(t *testing.T) {
 		t.Fatalf("AcquireIdle got %d", n)
 	}
 }
+
+// TestLendCores: a transcription grows into cores that are free while
+// nobody waits, gives back all but its own as soon as anybody waits (for
+// Acquire or AcquireIdle), and never goes below its own.
+func TestLendCores(t *testing.T) {
+	c := NewCores(3)
+	ctx := context.Background()
+	base, _ := c.Acquire(ctx, 1, 1)
+	held := lendCores(c, base, base, 3)
+	if held != 3 || c.Free() != 0 {
+		t.Fatalf("grew to %d (free %d), want all 3", held, c.Free())
+	}
+	// Somebody waits: back to its own 1, and the waiter is served.
+	got := make(chan int, 1)
+	go func() { n, _ := c.AcquireIdle(ctx, 1, 2); got <- n }()
+	waitFor(t, func() bool { return c.Contended() })
+	if held = lendCores(c, base, held, 3); held != 1 {
+		t.Fatalf("held %d with a waiter, want 1", held)
+	}
+	if n := <-got; n != 2 {
+		t.Fatalf("the waiter got %d, want the 2 given back", n)
+	}
+	// Nothing free: it keeps its own.
+	if held = lendCores(c, base, held, 3); held != 1 {
+		t.Fatalf("held %d with nothing free, want 1", held)
+	}
+	c.Release(2)
+	// Asked for fewer than it holds (the encoder is done): gives back.
+	if held = lendCores(c, base, held, 3); held != 3 {
+		t.Fatalf("held %d", held)
+	}
+	if held = lendCores(c, base, held, 1); held != 1 || c.Free() != 2 {
+		t.Fatalf("held %d, free %d after giving back; want 1 and 2", held, c.Free())
+	}
+	c.Release(held)
+	if c.Free() != 3 {
+		t.Fatalf("free %d at the end", c.Free())
+	}
+}

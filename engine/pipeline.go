@@ -276,9 +276,35 @@ func (p *Pipeline) transcribe(ctx context.Context, pcm []float32, opts Transcrib
 	if err != nil {
 		return Transcript{}, err
 	}
-	defer p.CPU.Release(n)
+	held := n
+	defer func() { p.CPU.Release(held) }()
 	ahead()
+	opts.Threads = n
+	opts.Grow = func(most int) int {
+		held = lendCores(p.CPU, n, held, most)
+		return held
+	}
 	return p.STT.Transcribe(ctx, pcm, opts)
+}
+
+// lendCores is how a transcription that was given base cores and holds held
+// grows toward most: it takes cores that are free while nobody waits for
+// any, and gives back all but base as soon as somebody does (another
+// request's stage, or the prompt being evaluated ahead, which so keeps the
+// core it was left). It returns the cores held now.
+func lendCores(cpu *Cores, base, held, most int) int {
+	most = max(most, base)
+	if cpu.Contended() {
+		most = base
+	}
+	switch {
+	case held > most:
+		cpu.Release(held - most)
+		held = most
+	case held < most:
+		held += cpu.TryAcquire(most - held)
+	}
+	return held
 }
 
 // wrapEngineErr keeps an engine's own *Error (overloaded, not ready,

@@ -195,7 +195,7 @@ func options() []option {
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
 		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores", func(c *Config) *int { return &c.Threads }), "cores"),
-		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", "0", "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (0: the cores less one with the overlap on, so that the prompt is evaluated beside it; all of them without)", func(c *Config) *int { return &c.STTThreads }), "0"),
+		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", "0", "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (0: the cores less one with the overlap on, so that the prompt is evaluated beside it, and the encoder takes the rest once nobody wants them; all of them without)", func(c *Config) *int { return &c.STTThreads }), "0"),
 		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),
 		strOpt("decoding", "REPLYD_DECODING", "auto", "auto (time batched against sequential candidate decoding at start-up and take the faster), batched, sequential", false, func(c *Config) *string { return &c.Decoding }),
 		intOpt("context", "REPLYD_LLM_CONTEXT", strconv.Itoa(llm.DefaultContextPerSeq), "language-model context tokens of one dialog, prompt and reply", func(c *Config) *int { return &c.ContextPerSeq }),
@@ -386,13 +386,13 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// SpeechThreads is the threads speech-to-text runs: REPLYD_STT_THREADS, at
-// most the shared cores (a transcription holds that many of them). 0 means
-// all the cores but one while the overlap is on, so that the language model
-// evaluates the dialog on that core during the transcription, and all of
-// them without it. On 2 cores Whisper's second thread saves less time than
-// the overlap does: `make bench-latency`, Qwen2.5-0.5B, a going-on turn took
-// 2,981 ms with one Whisper thread and the overlap against 3,225 ms with two.
+// SpeechThreads is the threads a transcription starts with:
+// REPLYD_STT_THREADS, at most the shared cores (a transcription holds that
+// many of them). 0 means all the cores but one while the overlap is on, so
+// that the language model evaluates the dialog on that core during the
+// transcription, and all of them without it. With 0 the encoder takes the
+// rest of the cores as soon as nobody wants them (SpeechThreadsMax): when
+// the dialog is evaluated, or when it had little to evaluate.
 func (c *Config) SpeechThreads() int {
 	n := c.STTThreads
 	if n == 0 {
@@ -402,6 +402,15 @@ func (c *Config) SpeechThreads() int {
 		}
 	}
 	return min(n, c.CPUCores)
+}
+
+// SpeechThreadsMax is the most threads a transcription runs: all the shared
+// cores with REPLYD_STT_THREADS 0, else that setting.
+func (c *Config) SpeechThreadsMax() int {
+	if c.STTThreads == 0 {
+		return c.CPUCores
+	}
+	return c.SpeechThreads()
 }
 
 // MemoryKeep is how long remembered pairs are kept: REPLYD_MEMORY_RETENTION,

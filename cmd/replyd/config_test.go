@@ -190,23 +190,25 @@ func TestMemoryRetention(t *testing.T) {
 }
 
 func TestSpeechThreads(t *testing.T) {
+	// want: the threads a transcription starts with; most: those its
+	// encoder may grow to.
 	for _, c := range []struct {
-		env  map[string]string
-		want int
+		env        map[string]string
+		want, most int
 	}{
-		{map[string]string{"REPLYD_CPU_CORES": "2"}, 1},
-		{map[string]string{"REPLYD_CPU_CORES": "4"}, 3},
-		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_OVERLAP": "off"}, 2},
-		{map[string]string{"REPLYD_CPU_CORES": "1"}, 1},
-		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_STT_THREADS": "2"}, 2},
-		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_STT_THREADS": "8"}, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "2"}, 1, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "4"}, 3, 4},
+		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_OVERLAP": "off"}, 2, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "1"}, 1, 1},
+		{map[string]string{"REPLYD_CPU_CORES": "4", "REPLYD_STT_THREADS": "2"}, 2, 2},
+		{map[string]string{"REPLYD_CPU_CORES": "2", "REPLYD_STT_THREADS": "8"}, 2, 2},
 	} {
 		cfg, _, err := LoadConfig("serve", nil, func(k string) string { return c.env[k] }, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.SpeechThreads(); got != c.want {
-			t.Errorf("%v: %d speech-to-text threads, want %d", c.env, got, c.want)
+		if got, most := cfg.SpeechThreads(), cfg.SpeechThreadsMax(); got != c.want || most != c.most {
+			t.Errorf("%v: %d speech-to-text threads growing to %d, want %d and %d", c.env, got, most, c.want, c.most)
 		}
 	}
 	if _, _, err := LoadConfig("serve", []string{"--stt-threads", "-1"}, func(string) string { return "" }, io.Discard); err == nil {

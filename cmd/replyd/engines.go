@@ -67,7 +67,7 @@ func isDemoModel(path string) bool {
 func (e *engines) load(cfg *Config, cpu *engine.Cores, log *slog.Logger) error {
 	t0 := time.Now()
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
-		Threads: cfg.SpeechThreads(),
+		Threads: cfg.SpeechThreadsMax(),
 		Demo:    isDemoModel(cfg.WhisperModel),
 		Logger:  log.With("engine", "stt"),
 	})

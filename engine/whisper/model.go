@@ -105,13 +105,20 @@ type block struct {
 // transcription runs at a time and the others wait for their turn (or for
 // their context to end).
 type Model struct {
-	path    string
-	hp      HParams
-	opts    Options
-	log     *slog.Logger
-	threads int
-	maxTok  int
-	loaded  time.Time
+	path   string
+	hp     HParams
+	opts   Options
+	log    *slog.Logger
+	maxTok int
+	// threads is how many threads the products run now; maxThreads the
+	// most (Options.Threads). A transcription starts at its own Threads
+	// (base) and its encoder may grow through grow (TranscribeOptions).
+	threads, maxThreads, base int
+	grow                      func(most int) int
+	// blasWide: OpenBLAS ran with more than one thread before the last
+	// change of threads, and its workers were not stopped since.
+	blasWide bool
+	loaded   time.Time
 	// fallback: whisper.cpp's temperature fallback is on (Options.NoFallback).
 	fallback bool
 
@@ -191,10 +198,11 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	if m.log == nil {
 		m.log = slog.Default()
 	}
-	m.threads = opts.Threads
-	if m.threads <= 0 {
-		m.threads = runtime.NumCPU()
+	m.maxThreads = opts.Threads
+	if m.maxThreads <= 0 {
+		m.maxThreads = runtime.NumCPU()
 	}
+	m.threads, m.base = m.maxThreads, m.maxThreads
 	setBLASThreads(m.threads)
 	m.fallback = !opts.NoFallback
 	m.maxTok = opts.MaxTokensPerWindow

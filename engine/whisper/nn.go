@@ -224,6 +224,7 @@ func (m *Model) encBuf(i, n int) []float32 {
 // and returns its output, [n_audio_ctx][d], in a scratch buffer that the
 // next call overwrites.
 func (m *Model) encode(mel []float32) []float32 {
+	m.growThreads()
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
 	T := hp.NAudioCtx
@@ -279,6 +280,9 @@ func (m *Model) encode(mel []float32) []float32 {
 	hd := d / nh
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := range m.enc {
+		if l > 0 {
+			m.growThreads()
+		}
 		b := &m.enc[l]
 		layerNormInto(h, x, T, d, b.attnLn)
 		m.linear(q, h, T, b.attn.q, b.attn.qb)

@@ -87,6 +87,8 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 			return engine.Transcript{}, engine.Errorf(engine.KindBadAudio, nil, "the recording has samples that are not finite")
 		}
 	}
+	m.start(opts)
+	defer m.start(engine.TranscribeOptions{})
 	lang := -1
 	if opts.Language != "" && opts.Language != "auto" {
 		if lang = langID(opts.Language); lang < 0 {
@@ -119,7 +121,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	tr.Text = string(text)
 	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
-		"language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
+		"decoded", res.decoded, "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
 	return tr, nil
 }
@@ -215,6 +217,7 @@ func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens 
 		mel.window(seek, input)
 		enc := m.encode(input)
 		st := m.newDecState(enc)
+		m.shrink()
 		res.encDur += time.Since(t1)
 		t2 := time.Now()
 		if m.multilingual && lang < 0 {
@@ -275,9 +278,7 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 		first = append(first, m.tok.space)
 	}
 	// No more OpenBLAS products in this window: stop its spinning threads.
-	if m.threads > 1 {
-		stopBLASThreads()
-	}
+	m.stopBLAS()
 	// The mean log-probability decides the window only when the no-speech
 	// probability is above the threshold: then compute it exactly.
 	exactLogprob := w.noSpeechProb > noSpeechThold
@@ -331,4 +332,61 @@ func softmaxAt(logits []float32, id int) float64 {
 // String describes a window for test failures.
 func (w windowResult) String() string {
 	return fmt.Sprintf("window seek=%d prompt=%v tokens=%v", w.seek, w.prompt, w.tokens)
+}
+
+// start sets the threads of a transcription: opts.Threads (at most the
+// model's own setting; 0 means that setting), growing through opts.Grow.
+// The zero options restore the model's setting.
+func (m *Model) start(opts engine.TranscribeOptions) {
+	m.base = m.maxThreads
+	if opts.Threads > 0 {
+		m.base = min(opts.Threads, m.maxThreads)
+	}
+	m.grow = opts.Grow
+	m.setThreads(m.base)
+}
+
+// growThreads asks the caller (TranscribeOptions.Grow) how many threads
+// the next products may run, up to the model's setting.
+func (m *Model) growThreads() {
+	if m.grow == nil || m.maxThreads <= m.base {
+		return
+	}
+	m.setThreads(min(max(m.grow(m.maxThreads), m.base), m.maxThreads))
+}
+
+// shrink goes back to the transcription's own threads after the encoder,
+// giving back what it was lent.
+func (m *Model) shrink() {
+	if m.grow == nil || m.maxThreads <= m.base {
+		return
+	}
+	m.setThreads(m.base)
+	m.grow(m.base)
+}
+
+// setThreads makes the products run n threads. Fewer threads than
+// OpenBLAS last ran stop its workers first: they would spin on a core that
+// is no longer this transcription's.
+func (m *Model) setThreads(n int) {
+	if n == m.threads {
+		return
+	}
+	if m.threads > 1 {
+		m.blasWide = true
+	}
+	if n < m.threads {
+		m.stopBLAS()
+	}
+	m.threads = n
+	setBLASThreads(n)
+}
+
+// stopBLAS stops OpenBLAS's workers if products may have run on more than
+// one thread since they were last stopped.
+func (m *Model) stopBLAS() {
+	if m.blasWide || m.threads > 1 {
+		stopBLASThreads()
+		m.blasWide = false
+	}
 }

@@ -453,3 +453,63 @@ func TestMultilingual(t *testing.T) {
 		t.Fatalf("language %q, detection says %q", tr.Language, langCodes[res.lang])
 	}
 }
+
+// TestTranscribeGrowsTheEncoder: a transcription that starts on fewer
+// threads than the model's setting asks TranscribeOptions.Grow before the
+// encoder and each of its layers, runs what it is lent, gives it back once
+// the encoder is done, and ends on the model's own setting again.
+func TestTranscribeGrowsTheEncoder(t *testing.T) {
+	path, _ := demoModel(t)
+	m, err := Load(path, Options{Threads: 2, MaxTokensPerWindow: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pcm := chirp(1.5)
+	var asked []int
+	var ran []int
+	grow := func(most int) int {
+		asked = append(asked, most)
+		ran = append(ran, m.threads)
+		return most
+	}
+	tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: grow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Tokens) == 0 {
+		t.Fatal("no tokens")
+	}
+	// One window: the encoder's start and its layers after the first ask
+	// for 2, then the model gives back down to 1.
+	layers := m.hp.NAudioLayer
+	want := append(slices.Repeat([]int{2}, layers), 1)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("Grow asked %v, want %v", asked, want)
+	}
+	// The first call finds the transcription on its own 1 thread, the
+	// later ones on the 2 it was lent.
+	if ran[0] != 1 || ran[1] != 2 {
+		t.Fatalf("threads when asked %v, want 1 then 2", ran)
+	}
+	if m.threads != 2 || m.grow != nil {
+		t.Fatalf("after the transcription: %d threads, grow set %v; want the model's 2 and none", m.threads, m.grow != nil)
+	}
+	// Lent nothing, it stays on its 1 thread and asks no more than that.
+	asked = nil
+	if _, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: func(int) int { asked = append(asked, 0); return 1 }}); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != layers+1 {
+		t.Fatalf("Grow called %d times, want %d", len(asked), layers+1)
+	}
+	// A model on one thread has nothing to grow into.
+	one, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if _, err := one.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: func(int) int { t.Error("Grow called on a 1-thread model"); return 1 }}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// growingSTT is a speech-to-text stage that asks to grow as Whisper's encoder
+// does, and runs a test's step between the asks.
+type growingSTT struct {
+	between func()
+	got     []int
+	threads int
+}
+
+func (s *growingSTT) Transcribe(_ context.Context, _ []float32, opts TranscribeOptions) (Transcript, error) {
+	s.threads = opts.Threads
+	s.got = append(s.got, opts.Grow(4))
+	s.between()
+	s.got = append(s.got, opts.Grow(4))
+	s.got = append(s.got, opts.Grow(opts.Threads))
+	return Transcript{Text: "hi"}, nil
+}
+
+// TestTranscriptionBorrowsFreeCores: a transcription starts on STTThreads
+// cores, grows into the cores nobody uses, gives them back when another
+// stage asks for one, and leaves the whole budget free when it ends.
+func TestTranscriptionBorrowsFreeCores(t *testing.T) {
+	cpu := NewCores(2)
+	stt := &growingSTT{}
+	p := &Pipeline{CPU: cpu, STTThreads: 1, STT: stt}
+	served := make(chan int, 1)
+	stt.between = func() {
+		go func() {
+			n, _ := cpu.Acquire(context.Background(), 1, 1)
+			served <- n
+		}()
+		waitFor(t, func() bool { return cpu.Contended() })
+	}
+	if _, err := p.transcribe(context.Background(), make([]float32, 16000), TranscribeOptions{}, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if stt.threads != 1 {
+		t.Errorf("started on %d threads, want STTThreads 1", stt.threads)
+	}
+	// 2 while the other core was free, 1 once a stage waited, 1 at the end.
+	if want := []int{2, 1, 1}; !slices.Equal(stt.got, want) {
+		t.Errorf("Grow gave %v, want %v", stt.got, want)
+	}
+	if n := <-served; n != 1 {
+		t.Errorf("the waiting stage got %d cores", n)
+	}
+	cpu.Release(1)
+	if cpu.Free() != 2 {
+		t.Errorf("free %d after the transcription, want 2", cpu.Free())
+	}
+}
