@@ -119,6 +119,9 @@ func takeLastCError() string {
 type chatMessage struct {
 	Role    string // "system", "user" or "assistant"
 	Content string
+	// tokens, when set, are the tokens the model sampled for Content (a
+	// reply it offered): the prompt holds them in place of Content's.
+	tokens []int
 }
 
 // errUnknownTemplate is returned for a template llama.cpp does not know.

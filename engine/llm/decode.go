@@ -185,7 +185,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		var done []scored
 		for _, c := range cands {
 			gen.GenTokens += c.sampled
-			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob})
+			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.tokens, whole: !c.cut})
 		}
 		out = append(out, uniqueCandidates(done, seen)...)
 	}
@@ -194,6 +194,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		out = out[:n]
 	}
 	rankCandidates(out)
+	e.offerReplies(req.DialogID, out)
 	for i, c := range out {
 		gen.Candidates = append(gen.Candidates, engine.Candidate{
 			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
@@ -242,8 +243,15 @@ func (e *Engine) prefill(j *job) error {
 // budget is how many prompt tokens leave room for one reply in a sequence.
 func (e *Engine) budget() int { return PromptBudget(e.opts.ContextPerSeq, e.opts.MaxReplyTokens) }
 
-// render renders msgs with the model's template and tokenizes the result.
+// render renders msgs with the model's template and tokenizes the result,
+// with the sampled tokens of the replies it offered where msgs carry them
+// (see withSampled).
 func (e *Engine) render(msgs []chatMessage, addAssistant bool) ([]int, error) {
+	if slices.ContainsFunc(msgs, func(m chatMessage) bool { return m.tokens != nil }) {
+		if tokens, ok, err := e.splice(msgs, addAssistant); ok || err != nil {
+			return tokens, err
+		}
+	}
 	text, err := applyTemplate(e.tmpl, msgs, addAssistant)
 	if err != nil {
 		return nil, err
@@ -294,7 +302,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 // that long, as headTokens counts it.
 func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []chatMessage, error) {
 	var tokens []int
-	turns := dialogTurns(req.Messages)
+	turns := e.withSampled(req.DialogID, dialogTurns(req.Messages))
 	msgs, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
 		var err error
 		if tokens, err = e.render(msgs, true); err != nil {
@@ -339,7 +347,7 @@ func (e *Engine) countTokens(text string) int {
 // fitted so that TranscriptReserve more tokens and a reply still fit.
 func (e *Engine) headTokens(req engine.GenerateRequest) ([]int, error) {
 	budget := e.budget()
-	turns := dialogTurns(req.Messages)
+	turns := e.withSampled(req.DialogID, dialogTurns(req.Messages))
 	if n := len(turns); n > 0 && turns[n-1].role == "user" {
 		turns = turns[:n-1]
 	}
@@ -470,6 +478,9 @@ type cand struct {
 	logprob float64
 	sampled int
 	done    bool
+	// cut: the last token's piece went on past the newline that ended the
+	// reply, so the tokens hold more than text.
+	cut bool
 }
 
 // accept takes a sampled token: a stop token or a newline ends the reply
@@ -487,6 +498,7 @@ func (c *cand) accept(e *Engine, tok int, lp float64) {
 		if i > 0 {
 			c.tokens = append(c.tokens, tok)
 			c.logprob += lp
+			c.cut = true
 		}
 		c.done = true
 		return

@@ -319,3 +319,74 @@ func TestJobKeepsItsCores(t *testing.T) {
 		t.Errorf("%d cores free after both, want 2", cpu.Free())
 	}
 }
+
+// TestTakenReplyKeepsItsSampledTokens: a reply the engine offered that comes
+// back as the AAC user's turn is in the next prompt as the tokens the model
+// sampled for it (not its text tokenized again), and keeps them in every
+// later turn, so each turn's prompt begins with the previous one.
+func TestTakenReplyKeepsItsSampledTokens(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 8})
+	req := request(3, 51)
+	req.DialogID = "taken"
+	g1 := mustGenerate(t, e, req)
+	reply := g1.Candidates[0].Text
+	var sampled []int
+	for _, r := range e.replies.dialogs["taken"].offered {
+		if r.text == reply {
+			sampled = r.tokens
+		}
+	}
+	if len(sampled) == 0 {
+		t.Fatalf("the reply %q was not kept with its tokens (offered %d)", reply, len(e.replies.dialogs["taken"].offered))
+	}
+	next := req
+	next.Messages = append(slices.Clone(req.Messages),
+		engine.Message{Role: engine.RoleDisabledPerson, Content: reply},
+		engine.Message{Role: engine.RoleSpeaker, Content: "And then?"})
+	tokens, err := e.promptTokens(next, &engine.Generation{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsRun(tokens, sampled) {
+		t.Errorf("the prompt does not hold the reply's sampled tokens %v", sampled)
+	}
+	plain, err := e.render(chatFor(systemMessage(next), dialogTurns(next.Messages)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.model.Tokenize(reply, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(plain) - len(again) + len(sampled); len(tokens) != want {
+		t.Errorf("prompt of %d tokens, want %d (plain %d, reply %d tokens as text, %d sampled)", len(tokens), want, len(plain), len(again), len(sampled))
+	}
+	g2 := mustGenerate(t, e, next)
+	if g2.CachedTokens != g1.PromptTokens {
+		t.Errorf("the second turn reused %d tokens, want the first prompt's %d", g2.CachedTokens, g1.PromptTokens)
+	}
+	third := next
+	third.Messages = append(slices.Clone(next.Messages),
+		engine.Message{Role: engine.RoleDisabledPerson, Content: g2.Candidates[0].Text},
+		engine.Message{Role: engine.RoleSpeaker, Content: "Really?"})
+	g3 := mustGenerate(t, e, third)
+	if g3.CachedTokens != g2.PromptTokens {
+		t.Errorf("the third turn reused %d tokens, want the second prompt's %d", g3.CachedTokens, g2.PromptTokens)
+	}
+	// The same dialog without its ID is tokenized as text.
+	cold := next
+	cold.DialogID = ""
+	if ct, err := e.promptTokens(cold, &engine.Generation{}); err != nil || !slices.Equal(ct, plain) {
+		t.Errorf("without a dialog ID the prompt is not the plain text's tokens (err %v)", err)
+	}
+}
+
+// containsRun reports whether run occurs in s as consecutive elements.
+func containsRun(s, run []int) bool {
+	for i := 0; i+len(run) <= len(s); i++ {
+		if slices.Equal(s[i:i+len(run)], run) {
+			return true
+		}
+	}
+	return false
+}

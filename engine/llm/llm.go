@@ -157,7 +157,8 @@ type Engine struct {
 	// dialogs keeps other dialogs' prompts.
 	cur     current
 	dialogs *dialogCache
-	genSeqs []int // one sequence per candidate
+	replies *replyBook // the tokens of the replies offered, by dialog
+	genSeqs []int      // one sequence per candidate
 	// genLen is the number of KV positions each candidate sequence holds;
 	// the owner goroutine zeroes it when it frees the sequence.
 	genLen []int
@@ -295,6 +296,7 @@ func Open(opts Options) (*Engine, error) {
 		opts: opts, log: log, model: model, lctx: lctx, vocab: newVocabRef(model),
 		info: info, backend: backend, batch: batch, cells: cells,
 		dialogs: newDialogCache(opts.PrefixCacheMiB << 20),
+		replies: newReplyBook(),
 		wake:    make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	for i := 0; i < opts.MaxCandidates; i++ {

@@ -71,6 +71,7 @@ func systemMessage(req engine.GenerateRequest) string {
 type turn struct {
 	role    string // "user" (the speaker) or "assistant" (the AAC user)
 	content string
+	tokens  []int // the sampled tokens of an offered reply (withSampled), or nil
 }
 
 // dialogTurns maps the dialog to chat turns: the speaker is the chat's user
@@ -102,7 +103,7 @@ func chatFor(system string, turns []turn) []chatMessage {
 	msgs := make([]chatMessage, 0, len(turns)+1)
 	msgs = append(msgs, chatMessage{Role: "system", Content: system})
 	for _, t := range turns {
-		msgs = append(msgs, chatMessage{Role: t.role, Content: t.content})
+		msgs = append(msgs, chatMessage{Role: t.role, Content: t.content, tokens: t.tokens})
 	}
 	return msgs
 }

@@ -112,6 +112,10 @@ type scored struct {
 	text    string
 	tokens  int
 	logprob float64 // sum over the reply's tokens
+	// sampled are the reply's tokens; whole: their pieces are the reply's
+	// text before cleaning, no more.
+	sampled []int
+	whole   bool
 }
 
 // mean returns the mean token log-probability, -Inf for no tokens.
