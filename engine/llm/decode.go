@@ -144,7 +144,11 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	}
 	seen := map[string]bool{}
 	var out []scored
+	var last []*cand // the last round's candidates
 	for round := 0; round <= extraRounds && len(out) < n; round++ {
+		if round > 0 {
+			e.freeGen()
+		}
 		want := n - len(out)
 		var cands []*cand
 		for i := 0; i < want; i++ {
@@ -160,11 +164,11 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		case modeBatched:
 			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands)
 		case modeShared:
+			// Each keeps its cells: the pool has room for every candidate.
 			for _, c := range cands {
 				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}); err != nil {
 					break
 				}
-				e.freeGen()
 			}
 		case modeNaive:
 			for _, c := range cands {
@@ -178,16 +182,22 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 				e.freeGen()
 			}
 		}
-		e.freeGen()
 		if err != nil {
+			e.freeGen()
 			return gen, err
 		}
+		last = cands
 		var done []scored
 		for _, c := range cands {
 			gen.GenTokens += c.sampled
 			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.tokens, whole: !c.cut})
 		}
 		out = append(out, uniqueCandidates(done, seen)...)
+	}
+	if m != modeNaive {
+		e.park(req.DialogID, len(tokens), last)
+	} else {
+		e.freeGen()
 	}
 	gen.Generation = time.Since(start)
 	if len(out) > n {
@@ -379,6 +389,7 @@ func promptError(err error, budget int) error {
 // are in place, at most limit. The dialog it held before is saved to the
 // dialog cache first when it has a key.
 func (e *Engine) prepare(key string, tokens []int, limit int) (int, error) {
+	e.adoptParked(key, tokens)
 	common := commonPrefix(e.cur.tokens, tokens)
 	if key != "" && key != e.cur.key {
 		if ent := e.dialogs.get(key); ent != nil {
@@ -429,6 +440,7 @@ func (e *Engine) saveCurrent() {
 
 // leaveCurrent saves the current dialog and empties the prompt sequence.
 func (e *Engine) leaveCurrent() {
+	e.adoptParked("", nil)
 	e.saveCurrent()
 	e.lctx.KvCacheSeqRm(promptSeq, -1, -1)
 	e.cur = current{}

@@ -158,7 +158,8 @@ type Engine struct {
 	cur     current
 	dialogs *dialogCache
 	replies *replyBook // the tokens of the replies offered, by dialog
-	genSeqs []int      // one sequence per candidate
+	parked  *parkedReplies
+	genSeqs []int // one sequence per candidate
 	// genLen is the number of KV positions each candidate sequence holds;
 	// the owner goroutine zeroes it when it frees the sequence.
 	genLen []int

@@ -187,3 +187,78 @@ func (e *Engine) offerReplies(key string, out []scored) {
 	}
 	e.replies.offer(key, rs)
 }
+
+// The cells of the replies themselves are kept too: after an answer in a
+// dialog its candidates' sequences stay in the pool (parked) until the
+// engine's next job. When that job continues the same dialog and its prompt
+// goes on with one of them, as it does when the user took that reply, the
+// reply's cells join the prompt sequence instead of being evaluated again;
+// the others are freed. Any other job frees them all first.
+
+// parkedReplies are the candidate sequences of dialog key's last answer,
+// after a prompt of promptLen tokens.
+type parkedReplies struct {
+	key       string
+	promptLen int
+	cands     []parkedReply
+}
+
+// parkedReply is one candidate sequence and the tokens its cells hold
+// after the prompt.
+type parkedReply struct {
+	seq    int
+	tokens []int
+}
+
+// park keeps the candidate sequences of dialog key's answer for its next
+// turn; without a key it frees them.
+func (e *Engine) park(key string, promptLen int, cands []*cand) {
+	p := &parkedReplies{key: key, promptLen: promptLen}
+	for _, c := range cands {
+		// The cells hold the tokens decoded after the prompt: all that
+		// were sampled but the last when the token cap ended the reply.
+		if n := e.genLen[c.seq-1] - promptLen; n > 0 && key != "" {
+			p.cands = append(p.cands, parkedReply{seq: c.seq, tokens: slices.Clone(c.tokens[:n])})
+		}
+	}
+	if len(p.cands) == 0 || e.cur.key != key || len(e.cur.tokens) != promptLen {
+		e.freeGen()
+		return
+	}
+	e.parked = p
+}
+
+// adoptParked ends the parking: when the prompt sequence holds dialog key's
+// last prompt and tokens go on with a parked reply, that reply's cells join
+// the prompt sequence, as far as tokens agree with them. Every candidate
+// sequence is empty afterwards.
+func (e *Engine) adoptParked(key string, tokens []int) {
+	p := e.parked
+	if p == nil {
+		return
+	}
+	e.parked = nil
+	defer e.freeGen()
+	if key == "" || key != p.key || key != e.cur.key || len(e.cur.tokens) != p.promptLen ||
+		commonPrefix(e.cur.tokens, tokens) < p.promptLen {
+		return
+	}
+	best, bestN := -1, 0
+	for i, c := range p.cands {
+		if n := commonPrefix(c.tokens, tokens[p.promptLen:]); n > bestN {
+			best, bestN = i, n
+		}
+	}
+	if best < 0 {
+		return
+	}
+	c := p.cands[best]
+	// One stream (the unified pool): the copy only tags cells, and only
+	// the reply's own, which the prompt sequence does not hold yet.
+	e.lctx.KvCacheSeqCp(c.seq, promptSeq, p.promptLen, -1)
+	if bestN < len(c.tokens) {
+		e.lctx.KvCacheSeqRm(promptSeq, p.promptLen+bestN, -1)
+	}
+	e.cur.tokens = append(e.cur.tokens, c.tokens[:bestN]...)
+	e.cur.saved = false
+}

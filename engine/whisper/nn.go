@@ -266,6 +266,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	x := m.encBuf(2, T*d)
+	m.growThreads()
 	convOut(x, col, T, d, d*3, m.conv2w, m.conv2b)
 	addInto(x, m.encPos[:T*d])
 
@@ -288,6 +289,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		m.linear(q, h, T, b.attn.q, b.attn.qb)
 		m.linear(k, h, T, b.attn.k, nil)
 		m.linear(v, h, T, b.attn.v, b.attn.vb)
+		m.growThreads()
 		for hh := 0; hh < nh; hh++ {
 			o := hh * hd
 			sgemmNT(T, T, hd, q[o:], d, k[o:], d, scores, T, false)
@@ -299,6 +301,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		m.linear(h, a, T, b.attn.o, b.attn.ob)
 		addInto(x, h)
 		layerNormInto(h, x, T, d, b.mlpLn)
+		m.growThreads()
 		m.linear(ff, h, T, b.fc1, b.fc1b)
 		parallel(m.threads, T, func(lo, hi int) { gelu(ff[lo*4*d : hi*4*d]) })
 		m.linear(h, ff, T, b.fc2, b.fc2b)

@@ -121,7 +121,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	tr.Text = string(text)
 	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
-		"decoded", res.decoded, "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
+		"decoded", res.decoded, "threads", m.base, "encoder_steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked), "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
 	return tr, nil
 }
@@ -338,6 +338,7 @@ func (w windowResult) String() string {
 // model's own setting; 0 means that setting), growing through opts.Grow.
 // The zero options restore the model's setting.
 func (m *Model) start(opts engine.TranscribeOptions) {
+	m.grown.asked, m.grown.lent = 0, 0
 	m.base = m.maxThreads
 	if opts.Threads > 0 {
 		m.base = min(opts.Threads, m.maxThreads)
@@ -353,6 +354,10 @@ func (m *Model) growThreads() {
 		return
 	}
 	m.setThreads(min(max(m.grow(m.maxThreads), m.base), m.maxThreads))
+	m.grown.asked++
+	if m.threads > m.base {
+		m.grown.lent++
+	}
 }
 
 // shrink goes back to the transcription's own threads after the encoder,

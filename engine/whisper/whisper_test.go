@@ -480,10 +480,12 @@ func TestTranscribeGrowsTheEncoder(t *testing.T) {
 	if len(tr.Tokens) == 0 {
 		t.Fatal("no tokens")
 	}
-	// One window: the encoder's start and its layers after the first ask
-	// for 2, then the model gives back down to 1.
+	// One window: the encoder asks for 2 at its start, before the second
+	// convolution, and before each layer's attention and MLP (and at each
+	// later layer's start), then gives back down to 1.
 	layers := m.hp.NAudioLayer
-	want := append(slices.Repeat([]int{2}, layers), 1)
+	steps := 3*layers + 1
+	want := append(slices.Repeat([]int{2}, steps), 1)
 	if !slices.Equal(asked, want) {
 		t.Fatalf("Grow asked %v, want %v", asked, want)
 	}
@@ -500,8 +502,8 @@ func TestTranscribeGrowsTheEncoder(t *testing.T) {
 	if _, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: func(int) int { asked = append(asked, 0); return 1 }}); err != nil {
 		t.Fatal(err)
 	}
-	if len(asked) != layers+1 {
-		t.Fatalf("Grow called %d times, want %d", len(asked), layers+1)
+	if len(asked) != steps+1 {
+		t.Fatalf("Grow called %d times, want %d", len(asked), steps+1)
 	}
 	// A model on one thread has nothing to grow into.
 	one, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 8, Logger: quiet})
