@@ -115,8 +115,8 @@ type Model struct {
 	// (base) and its encoder may grow through grow (TranscribeOptions).
 	threads, maxThreads, base int
 	grow                      func(most int) int
-	// grown counts the encoder's steps that asked to grow, and those that
-	// ran on lent cores (for the debug log).
+	// grown counts the steps that asked to grow, and those that ran on
+	// lent cores (for the debug log).
 	grown struct{ asked, lent int }
 	// blasWide: OpenBLAS ran with more than one thread before the last
 	// change of threads, and its workers were not stopped since.

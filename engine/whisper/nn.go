@@ -368,6 +368,7 @@ func (st *decState) reset() { st.n = 0 }
 // (layer-normed) hidden states, [len(tokens)][d]. The caller guarantees that
 // st.n+len(tokens) ≤ n_text_ctx and that every token is below n_vocab.
 func (m *Model) decode(st *decState, tokens []int) []float32 {
+	m.growThreads()
 	hp := m.hp
 	d, T := hp.NTextState, hp.NAudioCtx
 	n := len(tokens)

@@ -121,7 +121,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	tr.Text = string(text)
 	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
-		"decoded", res.decoded, "threads", m.base, "encoder_steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked), "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
+		"decoded", res.decoded, "threads", m.base, "steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked), "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
 	return tr, nil
 }
@@ -217,7 +217,6 @@ func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens 
 		mel.window(seek, input)
 		enc := m.encode(input)
 		st := m.newDecState(enc)
-		m.shrink()
 		res.encDur += time.Since(t1)
 		t2 := time.Now()
 		if m.multilingual && lang < 0 {
@@ -348,7 +347,9 @@ func (m *Model) start(opts engine.TranscribeOptions) {
 }
 
 // growThreads asks the caller (TranscribeOptions.Grow) how many threads
-// the next products may run, up to the model's setting.
+// the next products may run, up to the model's setting: before the
+// encoder, its second convolution, each layer's attention and MLP, and
+// each decoder step.
 func (m *Model) growThreads() {
 	if m.grow == nil || m.maxThreads <= m.base {
 		return
@@ -358,16 +359,6 @@ func (m *Model) growThreads() {
 	if m.threads > m.base {
 		m.grown.lent++
 	}
-}
-
-// shrink goes back to the transcription's own threads after the encoder,
-// giving back what it was lent.
-func (m *Model) shrink() {
-	if m.grow == nil || m.maxThreads <= m.base {
-		return
-	}
-	m.setThreads(m.base)
-	m.grow(m.base)
 }
 
 // setThreads makes the products run n threads. Fewer threads than
