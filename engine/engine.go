@@ -165,11 +165,13 @@ type TranscribeOptions struct {
 	// Threads is how many threads the transcription starts with: the cores
 	// the caller holds for it. 0 means the engine's own setting.
 	Threads int
-	// Grow, when set, is called between the steps of the transcription
-	// (the encoder's layers and their halves, each decoder step) with the
-	// most threads the engine would run, and returns how many it may run
-	// from then on, never fewer than Threads: the caller lends it cores
-	// that nobody else wants and takes them back when somebody does.
+	// Grow, when set, is called between the steps of the encoder (its
+	// layers and their halves) with the most threads the engine would run,
+	// and returns how many it may run from then on, never fewer than
+	// Threads: the caller lends it cores that nobody else wants and takes
+	// them back when somebody does. Once the encoder is done the engine
+	// calls it with Threads, giving back what it was lent (a decoder step
+	// is bound by memory, not by threads).
 	Grow func(most int) int
 }
 

@@ -56,3 +56,33 @@ func TestTranscriptionBorrowsFreeCores(t *testing.T) {
 		t.Errorf("free %d after the transcription, want 2", cpu.Free())
 	}
 }
+
+// TestTranscriptionBorrowsOnlyAlone: with another request in a stage of the
+// pipeline (here the language model's), a transcription keeps to its own
+// cores even when the others are free.
+func TestTranscriptionBorrowsOnlyAlone(t *testing.T) {
+	cpu := NewCores(2)
+	stt := &growingSTT{between: func() {}}
+	p := &Pipeline{CPU: cpu, STTThreads: 1, STT: stt}
+	done, err := p.LLMStage.Enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.transcribe(context.Background(), make([]float32, 16000), TranscribeOptions{}, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 1, 1}; !slices.Equal(stt.got, want) {
+		t.Errorf("Grow gave %v with another request in the pipeline, want %v", stt.got, want)
+	}
+	done(0)
+	stt.got = nil
+	if _, err := p.transcribe(context.Background(), make([]float32, 16000), TranscribeOptions{}, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if stt.got[0] != 2 {
+		t.Errorf("Grow gave %v alone, want 2 first", stt.got)
+	}
+	if cpu.Free() != 2 {
+		t.Errorf("free %d after the transcriptions", cpu.Free())
+	}
+}

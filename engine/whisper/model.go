@@ -112,16 +112,16 @@ type Model struct {
 	maxTok int
 	// threads is how many threads the products run now; maxThreads the
 	// most (Options.Threads). A transcription starts at its own Threads
-	// (base) and its encoder may grow through grow (TranscribeOptions).
+	// (base) and may grow through grow (TranscribeOptions) between steps.
 	threads, maxThreads, base int
 	grow                      func(most int) int
 	// grown counts the steps that asked to grow, and those that ran on
 	// lent cores (for the debug log).
 	grown struct{ asked, lent int }
-	// blasWide: OpenBLAS ran with more than one thread before the last
-	// change of threads, and its workers were not stopped since.
-	blasWide bool
-	loaded   time.Time
+	// blasThreads is what OpenBLAS was last told to run (only the
+	// encoder's products use it: see syncBLAS).
+	blasThreads int
+	loaded      time.Time
 	// fallback: whisper.cpp's temperature fallback is on (Options.NoFallback).
 	fallback bool
 
@@ -206,7 +206,7 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 		m.maxThreads = runtime.NumCPU()
 	}
 	m.threads, m.base = m.maxThreads, m.maxThreads
-	setBLASThreads(m.threads)
+	m.syncBLAS()
 	m.fallback = !opts.NoFallback
 	m.maxTok = opts.MaxTokensPerWindow
 	if m.maxTok <= 0 {

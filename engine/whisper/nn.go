@@ -224,7 +224,7 @@ func (m *Model) encBuf(i, n int) []float32 {
 // and returns its output, [n_audio_ctx][d], in a scratch buffer that the
 // next call overwrites.
 func (m *Model) encode(mel []float32) []float32 {
-	m.growThreads()
+	m.encoderStep()
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
 	T := hp.NAudioCtx
@@ -266,7 +266,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	x := m.encBuf(2, T*d)
-	m.growThreads()
+	m.encoderStep()
 	convOut(x, col, T, d, d*3, m.conv2w, m.conv2b)
 	addInto(x, m.encPos[:T*d])
 
@@ -282,14 +282,14 @@ func (m *Model) encode(mel []float32) []float32 {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := range m.enc {
 		if l > 0 {
-			m.growThreads()
+			m.encoderStep()
 		}
 		b := &m.enc[l]
 		layerNormInto(h, x, T, d, b.attnLn)
 		m.linear(q, h, T, b.attn.q, b.attn.qb)
 		m.linear(k, h, T, b.attn.k, nil)
 		m.linear(v, h, T, b.attn.v, b.attn.vb)
-		m.growThreads()
+		m.encoderStep()
 		for hh := 0; hh < nh; hh++ {
 			o := hh * hd
 			sgemmNT(T, T, hd, q[o:], d, k[o:], d, scores, T, false)
@@ -301,7 +301,7 @@ func (m *Model) encode(mel []float32) []float32 {
 		m.linear(h, a, T, b.attn.o, b.attn.ob)
 		addInto(x, h)
 		layerNormInto(h, x, T, d, b.mlpLn)
-		m.growThreads()
+		m.encoderStep()
 		m.linear(ff, h, T, b.fc1, b.fc1b)
 		parallel(m.threads, T, func(lo, hi int) { gelu(ff[lo*4*d : hi*4*d]) })
 		m.linear(h, ff, T, b.fc2, b.fc2b)
@@ -309,6 +309,13 @@ func (m *Model) encode(mel []float32) []float32 {
 	}
 	layerNormInto(x, x, T, d, m.encLn)
 	return x
+}
+
+// encoderStep is a point between the encoder's steps: it may grow (see
+// growThreads), and OpenBLAS runs what the next products run.
+func (m *Model) encoderStep() {
+	m.growThreads()
+	m.syncBLAS()
 }
 
 // decState is the decoder's state for one window: the self-attention KV
@@ -368,7 +375,6 @@ func (st *decState) reset() { st.n = 0 }
 // (layer-normed) hidden states, [len(tokens)][d]. The caller guarantees that
 // st.n+len(tokens) ≤ n_text_ctx and that every token is below n_vocab.
 func (m *Model) decode(st *decState, tokens []int) []float32 {
-	m.growThreads()
 	hp := m.hp
 	d, T := hp.NTextState, hp.NAudioCtx
 	n := len(tokens)

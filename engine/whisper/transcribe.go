@@ -88,7 +88,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		}
 	}
 	m.start(opts)
-	defer m.start(engine.TranscribeOptions{})
+	defer func() { m.grow = nil }()
 	lang := -1
 	if opts.Language != "" && opts.Language != "auto" {
 		if lang = langID(opts.Language); lang < 0 {
@@ -121,7 +121,8 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	tr.Text = string(text)
 	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
-		"decoded", res.decoded, "threads", m.base, "steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked), "language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
+		"decoded", res.decoded, "threads", m.base, "steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked),
+		"language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
 	return tr, nil
 }
@@ -217,6 +218,7 @@ func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens 
 		mel.window(seek, input)
 		enc := m.encode(input)
 		st := m.newDecState(enc)
+		m.shrink()
 		res.encDur += time.Since(t1)
 		t2 := time.Now()
 		if m.multilingual && lang < 0 {
@@ -335,7 +337,6 @@ func (w windowResult) String() string {
 
 // start sets the threads of a transcription: opts.Threads (at most the
 // model's own setting; 0 means that setting), growing through opts.Grow.
-// The zero options restore the model's setting.
 func (m *Model) start(opts engine.TranscribeOptions) {
 	m.grown.asked, m.grown.lent = 0, 0
 	m.base = m.maxThreads
@@ -348,8 +349,7 @@ func (m *Model) start(opts engine.TranscribeOptions) {
 
 // growThreads asks the caller (TranscribeOptions.Grow) how many threads
 // the next products may run, up to the model's setting: before the
-// encoder, its second convolution, each layer's attention and MLP, and
-// each decoder step.
+// encoder, its second convolution, and each layer's attention and MLP.
 func (m *Model) growThreads() {
 	if m.grow == nil || m.maxThreads <= m.base {
 		return
@@ -361,28 +361,47 @@ func (m *Model) growThreads() {
 	}
 }
 
-// setThreads makes the products run n threads. Fewer threads than
-// OpenBLAS last ran stop its workers first: they would spin on a core that
-// is no longer this transcription's.
-func (m *Model) setThreads(n int) {
-	if n == m.threads {
+// shrink goes back to the transcription's own threads once the encoder is
+// done, giving back what it was lent: a decoder step is bound by memory
+// (base.en q8_0 took 3.0 ms a token on one thread and 3.4-3.9 ms on two
+// here; the demo model's tiny steps lose to the handover).
+func (m *Model) shrink() {
+	if m.grow == nil || m.maxThreads <= m.base {
 		return
 	}
-	if m.threads > 1 {
-		m.blasWide = true
-	}
+	m.setThreads(m.base)
+	m.grow(m.base)
+}
+
+// setThreads makes the products run n threads. Going down stops
+// OpenBLAS's workers (they would spin on a core that is no longer this
+// transcription's) and lowers its threads at once; going up raises them
+// only when the encoder's next products need them (syncBLAS).
+func (m *Model) setThreads(n int) {
 	if n < m.threads {
 		m.stopBLAS()
 	}
 	m.threads = n
-	setBLASThreads(n)
+	if m.blasThreads > n {
+		m.syncBLAS()
+	}
 }
 
-// stopBLAS stops OpenBLAS's workers if products may have run on more than
-// one thread since they were last stopped.
+// syncBLAS tells OpenBLAS to run the products on m.threads threads. Only
+// the encoder calls it, just before its products: telling OpenBLAS more
+// threads starts its workers at once, and an idle worker spins for about
+// 0.1 s, which would take a core from whatever runs next.
+func (m *Model) syncBLAS() {
+	if m.blasThreads != m.threads {
+		setBLASThreads(m.threads)
+		m.blasThreads = m.threads
+	}
+}
+
+// stopBLAS stops OpenBLAS's workers when it may have run more than one
+// thread (cheap when they are stopped already).
 func (m *Model) stopBLAS() {
-	if m.blasWide || m.threads > 1 {
+	if m.blasThreads > 1 {
 		stopBLASThreads()
-		m.blasWide = false
 	}
 }
