@@ -39,7 +39,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency fuzz loadtest clean
+.PHONY: deps deps-run vad-model test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -116,6 +116,18 @@ bench: build
 SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
 bench-latency: build-native
 	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
+
+# replyd against llama.cpp's llama-server on the same GGUF files, taking
+# turns request by request (engine/llm BenchmarkVsLlamaServer). Build
+# llama-server in a temporary folder as ../shared/peers/README.md says and
+# name it: LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server make bench-peer
+PEER_MODELS ?= $(SYNTH_DIR)/synth-qwen2.5-0.5b-q8_0.gguf $(SYNTH_DIR)/synth-qwen2.5-1.5b-q8_0.gguf
+PEER_ROUNDS ?= 5
+bench-peer: build-native
+	@test -x "$(LLAMA_SERVER)" || { echo "LLAMA_SERVER must name a llama-server binary (../shared/peers/README.md)"; exit 2; }
+	@for m in $(PEER_MODELS); do test -f $$m || $(NATIVE_BIN) models synth --shape $$(basename $$m .gguf | sed 's/^synth-//; s/-q8_0$$//') --dir $(SYNTH_DIR) >/dev/null || exit 1; \
+	  echo "== $$m"; REPLYD_BIN=$(CURDIR)/$(NATIVE_BIN) REPLYD_LLAMA_SERVER=$(LLAMA_SERVER) REPLYD_BENCH_MODEL=$$m \
+	  $(GO) test -run '^$$$$' -bench VsLlamaServer -benchtime $(PEER_ROUNDS)x -timeout 60m ./engine/llm/ || exit 1; done
 
 # Every parser of network bytes, FUZZTIME each.
 FUZZTIME ?= 30s
