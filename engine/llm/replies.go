@@ -112,9 +112,6 @@ func (b *replyBook) sampled(key, text string) []int {
 	return nil
 }
 
-// forget drops what the book keeps of dialog key.
-func (b *replyBook) forget(key string) { delete(b.dialogs, key) }
-
 // withSampled gives the AAC user's turns of dialog key that are replies the
 // engine offered the tokens it sampled for them.
 func (e *Engine) withSampled(key string, turns []turn) []turn {
