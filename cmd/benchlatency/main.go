@@ -154,7 +154,7 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	}
 	dialogs := make([]*dialog, len(servers))
 	for i, s := range servers {
-		key, err := s.apiKey(ctx)
+		key, err := s.CreateAPIKey(ctx, "benchlatency", 1000)
 		if err != nil {
 			return err
 		}

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -59,22 +57,6 @@ func startServer(ctx context.Context, bin string, env []string, logPath string) 
 		return nil, err
 	}
 	return s, nil
-}
-
-// apiKey creates an API key through the admin API.
-func (s *server) apiKey(ctx context.Context) (string, error) {
-	resp, err := s.Do(ctx, replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: s.AdminHeader(),
-		JSON: map[string]any{"client_id": "benchlatency", "rate_limit_per_minute": 1000}})
-	if err != nil {
-		return "", err
-	}
-	var out struct {
-		APIKey string `json:"api_key"`
-	}
-	if err := json.Unmarshal(resp.Body, &out); err != nil || out.APIKey == "" {
-		return "", fmt.Errorf("creating an API key: status %d: %s", resp.Status, resp.Body)
-	}
-	return out.APIKey, nil
 }
 
 // peakRSS returns the process's peak resident set (VmHWM).

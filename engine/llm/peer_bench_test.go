@@ -307,19 +307,10 @@ func startReplyd(bin, model string, threads, replyTokens int) (*replydServer, er
 		s.stop()
 		return nil, err
 	}
-	resp, err := p.Do(ctx, replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: p.AdminHeader(),
-		JSON: map[string]any{"client_id": "peer-bench", "rate_limit_per_minute": 1000}})
-	var key struct {
-		APIKey string `json:"api_key"`
-	}
-	if err == nil {
-		err = json.Unmarshal(resp.Body, &key)
-	}
-	if err != nil || key.APIKey == "" {
+	if s.key, err = p.CreateAPIKey(ctx, "peer-bench", 1000); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("creating an API key: %v", err)
+		return nil, err
 	}
-	s.key = key.APIKey
 	return s, nil
 }
 

@@ -302,6 +302,23 @@ func (p *Proc) AdminHeader() map[string]string {
 	return map[string]string{"X-ADMIN-KEY": p.AdminKey}
 }
 
+// CreateAPIKey creates an API key for clientID with a rate limit of
+// perMinute requests through the admin API and returns the key.
+func (p *Proc) CreateAPIKey(ctx context.Context, clientID string, perMinute int) (string, error) {
+	resp, err := p.Do(ctx, Request{Method: http.MethodPost, Path: "/v1/admin/keys", Header: p.AdminHeader(),
+		JSON: map[string]any{"client_id": clientID, "rate_limit_per_minute": perMinute}})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		APIKey string `json:"api_key"`
+	}
+	if err := json.Unmarshal(resp.Body, &out); err != nil || out.APIKey == "" {
+		return "", fmt.Errorf("creating an API key: status %d: %s", resp.Status, resp.Body)
+	}
+	return out.APIKey, nil
+}
+
 // InferForm returns a multipart /v1/infer body: the payload part (JSON) and,
 // when audio is not nil, an audio part holding a WAV recording.
 func InferForm(payload, audio []byte) (contentType string, body []byte) {
