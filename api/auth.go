@@ -99,7 +99,7 @@ func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
 	now := s.now()
-	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
+	ok, retry, err := s.store.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (s *Server) refundIfShed(keyHash string, errp *error) {
 	if *errp == nil || toAPIError(*errp).Status() != http.StatusServiceUnavailable {
 		return
 	}
-	if err := s.limiter.Refund(keyHash+budgetInfer, s.now()); err != nil {
+	if err := s.store.Refund(keyHash+budgetInfer, s.now()); err != nil {
 		s.log.Warn("giving a shed request back to the rate limit failed", "error", err.Error())
 	}
 }

@@ -9,13 +9,14 @@ import (
 
 	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
 
 // newBoltEnv is newEnv on the real bbolt store in a temp file.
-func newBoltEnv(t *testing.T) (*env, *store.DB) {
+func newBoltEnv(t *testing.T) (*env, *bolt.DB) {
 	t.Helper()
 	clock := &fakeClock{t: t0}
-	db, err := store.Open(filepath.Join(t.TempDir(), "replyd.db"), store.Options{Now: clock.Now})
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "replyd.db"), bolt.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func newBoltEnv(t *testing.T) (*env, *store.DB) {
 }
 
 // addKeyTo stores an API key in db directly and returns its secret.
-func (e *env) addKeyTo(db *store.DB, key string, limit int) string {
+func (e *env) addKeyTo(db *bolt.DB, key string, limit int) string {
 	e.t.Helper()
 	if err := db.CreateKey(store.APIKey{Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
 		Scopes: []string{ScopeInfer}, RateLimitPerMinute: limit, CreatedAt: e.clock.Now()}); err != nil {
@@ -124,7 +125,7 @@ func TestBoltScenarios(t *testing.T) {
 	if err := writeFile(back, rec.Body.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	db2, err := store.Open(back, store.Options{})
+	db2, err := bolt.Open(back, bolt.Options{})
 	if err != nil {
 		t.Fatalf("the backup does not open: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 // memStore is an in-memory Store with the contract documented in deps.go and
 // store/records.go. It is what the scenario tests run against.
 type memStore struct {
+	store.MemoryLimiter
 	mu        sync.Mutex
 	keys      map[string]store.APIKey
 	keyOrder  []string

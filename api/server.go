@@ -66,10 +66,6 @@ type Options struct {
 	// Node names this box in the log entries it writes and in /healthz and
 	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
 	Node string
-	// Limiter enforces the per-key rate limits; nil means this box's own
-	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
-	// so that a key's limit holds across all of them.
-	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
@@ -106,9 +102,8 @@ type Server struct {
 
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter   store.RateLimiter // per-key rate limits and the pairing throttle of all addresses
-	pairAddrs *memoryLimiter    // the pairing throttle per client address, this box's own
-	refusals  refusalLog        // rate-limit refusals logged, one a window per key
+	pairAddrs store.MemoryLimiter // the pairing throttle per client address, this box's own
+	refusals  refusalLog          // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
 	rand      io.Reader
 	otpMu     sync.Mutex // serialises OTP sends
@@ -180,11 +175,6 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = o.Limiter
-	if s.limiter == nil {
-		s.limiter = newMemoryLimiter()
-	}
-	s.pairAddrs = newMemoryLimiter()
 	s.recent = newRecentInferences(recentMax)
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly

@@ -47,8 +47,8 @@ func TestStoreUnavailable(t *testing.T) {
 		`{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 }
 
-// failingLimiter is a shared limiter whose database is down.
-type failingLimiter struct{}
+// failingLimiter is a store whose shared rate limiter cannot be reached.
+type failingLimiter struct{ Store }
 
 func (failingLimiter) Allow(string, int, time.Time) (bool, time.Duration, error) {
 	return false, 0, unreachable
@@ -59,7 +59,7 @@ func (failingLimiter) Refund(string, time.Time) error { return unreachable }
 // TestSharedLimiterUnavailable: a key is not admitted when the shared rate
 // limit cannot be checked.
 func TestSharedLimiterUnavailable(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Limiter = failingLimiter{} })
+	e := newEnv(t, func(o *Options) { o.Store = failingLimiter{o.Store} })
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 503, errJSON("store_unavailable", "the database is unreachable; retry shortly"))
 	if n := e.inf.count(); n != 0 {

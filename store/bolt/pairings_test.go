@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // pairingFor is a pending pairing created at t0 that expires 10 minutes later.

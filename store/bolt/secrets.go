@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"encoding/json"
@@ -7,18 +7,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/replyd/replyd/internal/secret"
-)
 
-// Names of the installation secrets replyd keeps in the store. They live in
-// the data file, so every box of a cluster and every backup share them; they
-// are never logged and never leave the box except inside a backup.
-const (
-	// SecretPseudonym keys the HMAC that turns a payload's user_id into the
-	// stored pseudonym (see secret.Pseudonym).
-	SecretPseudonym = "pseudonym_key"
-	// SecretTOTP is the administrator's RFC 6238 secret, present once
-	// enrolled.
-	SecretTOTP = "totp"
+	. "github.com/replyd/replyd/store"
 )
 
 // installationSecretBytes is the size of a secret InstallationSecret makes.

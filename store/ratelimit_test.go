@@ -1,4 +1,4 @@
-package api
+package store_test
 
 import (
 	"testing"
@@ -10,5 +10,5 @@ import (
 // TestMemoryLimiterContract runs the store.RateLimiter scenarios on the
 // single box's limiter (store/postgres runs them on the shared one).
 func TestMemoryLimiterContract(t *testing.T) {
-	storetest.RunLimiter(t, func(testing.TB) store.RateLimiter { return newMemoryLimiter() })
+	storetest.RunLimiter(t, func(testing.TB) store.RateLimiter { return store.NewMemoryLimiter() })
 }

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 // The user's own voice: for a user_id sent with remember: true, the store
 // keeps pairs (the partner's turn → what the user really said) so that the
@@ -22,6 +22,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // userRecord is a mem_users value.
@@ -74,7 +76,7 @@ func ensureUser(tx *bolt.Tx, subject string, now time.Time) (*userRecord, error)
 	if err != nil || u != nil {
 		return u, err
 	}
-	key, err := newUserKey()
+	key, err := NewUserKey()
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,7 @@ func putTexts(tx *bolt.Tx, subject string, logKey []byte, t *RememberedTexts, no
 		return err
 	}
 	k := memKey(subject, logKey)
-	sealed, err := seal(u.Key, aadOf(bucketMemInfer, k), encodeStrings(append([]string{t.Partner}, t.Candidates...)...))
+	sealed, err := SealStrings(u.Key, aadOf(bucketMemInfer, k), append([]string{t.Partner}, t.Candidates...)...)
 	if err != nil {
 		return err
 	}
@@ -104,12 +106,11 @@ func getTexts(tx *bolt.Tx, u *userRecord, subject string, logKey []byte) (*Remem
 	if v == nil || u == nil {
 		return nil, nil
 	}
-	plain, err := unseal(u.Key, aadOf(bucketMemInfer, k), v)
+	ss, err := OpenStrings(u.Key, aadOf(bucketMemInfer, k), v)
 	if err != nil {
 		return nil, err
 	}
-	ss, err := decodeStrings(plain)
-	if err != nil || len(ss) == 0 {
+	if len(ss) == 0 {
 		return nil, errBadRow
 	}
 	return &RememberedTexts{Partner: ss[0], Candidates: ss[1:]}, nil
@@ -118,8 +119,7 @@ func getTexts(tx *bolt.Tx, u *userRecord, subject string, logKey []byte) (*Remem
 // putPair stores (or replaces) the pair of the inference logged at logKey.
 func putPair(tx *bolt.Tx, u *userRecord, subject string, logKey []byte, p Pair) error {
 	k := memKey(subject, logKey)
-	plain := encodeStrings(p.InferenceID, p.Partner, p.Reply)
-	sealed, err := seal(u.Key, aadOf(bucketMemPairs, k), plain)
+	sealed, err := SealStrings(u.Key, aadOf(bucketMemPairs, k), p.InferenceID, p.Partner, p.Reply)
 	if err != nil {
 		return err
 	}
@@ -128,12 +128,11 @@ func putPair(tx *bolt.Tx, u *userRecord, subject string, logKey []byte, p Pair) 
 
 // openPair decrypts the pair stored under k (a memKey).
 func openPair(u *userRecord, k, v []byte) (Pair, error) {
-	plain, err := unseal(u.Key, aadOf(bucketMemPairs, k), v)
+	ss, err := OpenStrings(u.Key, aadOf(bucketMemPairs, k), v)
 	if err != nil {
 		return Pair{}, err
 	}
-	ss, err := decodeStrings(plain)
-	if err != nil || len(ss) != 3 {
+	if len(ss) != 3 {
 		return Pair{}, errBadRow
 	}
 	return Pair{InferenceID: ss[0], At: fromNanos(keyNanos(k[len(k)-16:])), Partner: ss[1], Reply: ss[2]}, nil

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // CurrentPrompt returns the most recently saved prompt version and true, or

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // inf describes one infer log entry for the tests.
@@ -56,22 +58,6 @@ func MustInfer(tb testing.TB, db *DB, i inf) {
 
 func spoken(rank, chars int, at time.Time) Outcome {
 	return Outcome{Kind: OutcomeSpoken, Rank: rank, SpokenChars: chars, KeystrokesSaved: chars - 1, TimeToChoiceMS: -1, FirstAt: at, At: at}
-}
-
-func TestPercentiles(t *testing.T) {
-	for _, c := range []struct {
-		in   []int64
-		want Percentiles
-	}{
-		{nil, Percentiles{}},
-		{[]int64{7}, Percentiles{N: 1, P50: 7, P95: 7}},
-		{[]int64{4, 1, 3, 2}, Percentiles{N: 4, P50: 2, P95: 4}},
-		{[]int64{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 170, 180, 190, 200}, Percentiles{N: 20, P50: 100, P95: 190}},
-	} {
-		if got := percentiles(c.in); got != c.want {
-			t.Errorf("percentiles(%v) = %+v, want %+v", c.in, got, c.want)
-		}
-	}
 }
 
 // TestLegacyIndexRows: infer_index values of schema 1 (the subject alone)
@@ -174,7 +160,7 @@ func TestDeleteUserLeavesNoKeyOrText(t *testing.T) {
 				cands: []string{"other candidate"}, partner: "other partner"})
 		}
 		key := userKey(t, db, "victim")
-		if len(key) != userKeySize {
+		if len(key) != UserKeySize {
 			t.Fatalf("no key for the user")
 		}
 		key = []byte(base64.StdEncoding.EncodeToString(key)) // as the record holds it
@@ -285,23 +271,6 @@ func TestScrubWithConcurrentUse(t *testing.T) {
 		}
 		return true
 	})
-}
-
-func TestSealBindsRow(t *testing.T) {
-	key, err := newUserKey()
-	Must(t, err)
-	s, err := seal(key, []byte("row-1"), []byte("text"))
-	Must(t, err)
-	if p, err := unseal(key, []byte("row-1"), s); err != nil || string(p) != "text" {
-		t.Fatalf("unseal = %q, %v", p, err)
-	}
-	if _, err := unseal(key, []byte("row-2"), s); err == nil {
-		t.Error("a ciphertext opened in another row")
-	}
-	other, _ := newUserKey()
-	if _, err := unseal(other, []byte("row-1"), s); err == nil {
-		t.Error("a ciphertext opened with another user's key")
-	}
 }
 
 // TestGate: the scrub's exclusive hold waits for a backup without holding

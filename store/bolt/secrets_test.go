@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/replyd/replyd/internal/secret"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // TestSecretsInBackup: the installation secrets travel inside the file, so

@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -7,11 +7,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-)
 
-// DefaultPruneBatch is the number of log entries PruneLogs deletes per
-// transaction when its batch argument is <= 0.
-const DefaultPruneBatch = 1000
+	. "github.com/replyd/replyd/store"
+)
 
 // AppendLog stores e under "Timestamp nanos ‖ sequence" (a zero Timestamp is
 // set from the clock). Concurrent calls are grouped into one transaction by

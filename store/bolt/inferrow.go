@@ -1,9 +1,11 @@
-package store
+package bolt
 
 import (
 	"encoding/binary"
 	"errors"
 	"time"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // inferRow is the value of one infer_index entry: what Stats, feedback and

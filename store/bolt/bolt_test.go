@@ -1,6 +1,8 @@
-package store
+package bolt
 
-import bolt "go.etcd.io/bbolt"
+import (
+	bolt "go.etcd.io/bbolt"
+)
 
 // boltTx lets tests reach into the file below the store's API.
 type boltTx = bolt.Tx

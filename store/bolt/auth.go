@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // AdminKeyHash returns the stored hash of the admin key (secret.HashAdminKey's

@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package bolt
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // lockFile takes the same exclusive flock bbolt takes on path, so that

@@ -1,4 +1,10 @@
-package store
+// Package bolt is the embedded implementation of store.Store: replyd's
+// state in one bbolt file (API keys, the admin key, system prompt versions,
+// OTP codes, admin sessions, logs, the rows behind the statistics, the
+// outcomes tablets report, and the remembered replies of users who opted
+// in). Open opens the file; it owns the bucket names and the encodings.
+// Nothing else in replyd imports bbolt.
+package bolt
 
 import (
 	"context"
@@ -15,6 +21,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // SchemaVersion is the layout version this package writes into the meta
@@ -116,6 +124,7 @@ type DB struct {
 	gate gate
 
 	touches TouchThrottle
+	limiter MemoryLimiter // the rate limits: one process, so in memory
 
 	closed atomic.Bool // set by Close
 

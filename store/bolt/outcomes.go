@@ -1,4 +1,4 @@
-package store
+package bolt
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
 )
 
 // Inference returns the answered inference with this inference_id, with
@@ -250,7 +252,7 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 	}
 	pairs := tx.Bucket(bucketMemPairs)
 	for _, m := range snap.Memory {
-		if m.Subject == "" || len(m.Key) != userKeySize {
+		if m.Subject == "" || len(m.Key) != UserKeySize {
 			return invalid("a memory user with an empty subject or a key of %d bytes", len(m.Key))
 		}
 		u := &userRecord{Key: m.Key, CreatedAt: m.CreatedAt, LastAt: m.LastAt, Rev: m.Rev}
