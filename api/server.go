@@ -193,7 +193,7 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(web.FS()); err != nil {
+	if s.static, err = newStaticFiles(web.AdminFS()); err != nil {
 		panic(err)
 	}
 	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {

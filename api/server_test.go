@@ -263,7 +263,7 @@ func TestAdminPage(t *testing.T) {
 	}
 
 	// Every embedded file is served with a type nosniff accepts.
-	err := fs.WalkDir(web.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(web.AdminFS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
