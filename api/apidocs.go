@@ -4,10 +4,13 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/store"
@@ -232,4 +235,16 @@ func renderDoc(name, src string, data docData) ([]byte, error) {
 		return nil, fmt.Errorf("api: rendering %s: %w", name, err)
 	}
 	return b.Bytes(), nil
+}
+
+// handleClientMD serves the integration guide rendered with the limits.
+func (s *Server) handleClientMD(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-cache")
+	return c.Blob(http.StatusOK, "text/markdown; charset=utf-8", s.clientMD)
+}
+
+// handleOpenAPI serves the OpenAPI 3.1 description rendered with the limits.
+func (s *Server) handleOpenAPI(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-cache")
+	return c.Blob(http.StatusOK, "application/yaml; charset=utf-8", s.openAPIYAML)
 }

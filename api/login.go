@@ -1,11 +1,12 @@
 package api
 
 // Administrator login without the admin key: one-time codes sent through the
-// configured channel, and TOTP codes from an authenticator app. The limits
+// configured channel, TOTP codes from an authenticator app, and logout. The limits
 // here are what client.md's bound on an attacker's chance rests on.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -430,4 +431,19 @@ func (s *Server) handleTOTPEnroll(c echo.Context) error {
 	s.adminLog(c, store.LevelInfo, "totp", "authenticator app enrolled (any earlier enrolment no longer works)")
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusOK, totpEnrollResponse{Secret: key.Secret(), OTPAuthURL: key.URL(), QRSVG: svg})
+}
+
+// handleLogout serves DELETE /v1/admin/session: it ends the session named by
+// X-ADMIN-SESSION. It is idempotent within the session's own authentication:
+// once deleted, the token is refused with 401 like any invalid one.
+func (s *Server) handleLogout(c echo.Context) error {
+	token := c.Request().Header.Get(HeaderAdminSession)
+	if token == "" {
+		return badRequest("%s is required to log out (an admin key has no session)", HeaderAdminSession)
+	}
+	if err := s.store.DeleteSession(secret.Hash(token)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, "session", "logout")
+	return c.JSON(http.StatusOK, map[string]bool{"logged_out": true})
 }

@@ -216,6 +216,19 @@ func New(o Options) *Server {
 // no route group carries middleware: Echo answers a wrong method on a group
 // with middleware 404 through the group's catch-all, while a route's own
 // middleware keeps the router's 405 with Allow.
+// Close logs the failed authentications still being counted and stops the
+// flush timer. Call it before closing the store; the Server keeps serving.
+func (s *Server) Close() {
+	s.failMu.Lock()
+	s.closed = true
+	if s.failTimer != nil {
+		s.failTimer.Stop()
+		s.failTimer = nil
+	}
+	s.failMu.Unlock()
+	s.writeFailSummaries(s.failures.flush(s.now(), true))
+}
+
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, "/healthz", s.handleHealthz)
 	get(e, "/client.md", s.handleClientMD)
