@@ -187,13 +187,17 @@ func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
 	if err != nil {
 		return err
 	}
+	links, err := linksOf(tx)
+	if err != nil {
+		return err
+	}
 	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
 		var u userRecord
 		if err := json.Unmarshal(v, &u); err != nil {
 			return fmt.Errorf("store: decode memory user: %w", err)
 		}
 		subject := string(k)
-		m := MemorySnapshot{Subject: subject, Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
+		m := MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
 			Rev: u.Rev, Pairs: []Pair{}, Texts: map[string]RememberedTexts{}}
 		prefix := memPrefix(subject)
 		c := tx.Bucket(bucketMemPairs).Cursor()
@@ -256,8 +260,20 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 			return invalid("a memory user with an empty subject or a key of %d bytes", len(m.Key))
 		}
 		u := &userRecord{Key: m.Key, CreatedAt: m.CreatedAt, LastAt: m.LastAt, Rev: m.Rev}
+		if m.Tag != m.Subject {
+			u.Tag = m.Tag
+		}
 		if err := putUser(tx, m.Subject, u); err != nil {
 			return err
+		}
+		for _, k := range m.Keys {
+			lk := linkKey(k, u.tagOf(m.Subject))
+			if k == "" || tx.Bucket(bucketMemLinks).Get(lk) != nil {
+				return invalid("a key is linked to two memories of one user, or is empty")
+			}
+			if err := putLink(tx, k, u.tagOf(m.Subject), m.Subject); err != nil {
+				return err
+			}
 		}
 		remembered := func(r *inferRow) { r.remembered = true }
 		for _, p := range m.Pairs {
@@ -281,7 +297,7 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 			if lk == nil {
 				continue
 			}
-			if err := putTexts(tx, m.Subject, lk, &t, m.CreatedAt); err != nil {
+			if err := putTexts(tx, m.Subject, m.Tag, "", lk, &t, m.CreatedAt); err != nil {
 				return err
 			}
 			if err := update(id, remembered); err != nil {

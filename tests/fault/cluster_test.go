@@ -70,7 +70,7 @@ func wantError(t *testing.T, what string, resp replydproc.Response, status int, 
 // health returns /healthz's status, body and reason.
 func health(t *testing.T, p *testutil.Replyd) (int, map[string]any) {
 	t.Helper()
-	resp := p.Call(replydproc.Request{Path: "/healthz"})
+	resp := p.Call(replydproc.Request{Path: "/healthz", Header: p.AdminHeader()})
 	var h map[string]any
 	if err := json.Unmarshal(resp.Body, &h); err != nil {
 		t.Fatalf("/healthz: %s", resp.Body)
