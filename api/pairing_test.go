@@ -45,7 +45,7 @@ func (e *env) mustPairing(body string) pairingResponse {
 }
 
 func TestPairingMintsTheKeyOnce(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing(`{"client_id":"ward-3","rate_limit_per_minute":20}`)
 	if !regexp.MustCompile(`^[2-9A-HJ-NP-Z]{8}$`).MatchString(p.PairingCode) {
 		t.Errorf("pairing_code %q is not 8 symbols of the unambiguous alphabet", p.PairingCode)
@@ -98,7 +98,7 @@ func TestPairingMintsTheKeyOnce(t *testing.T) {
 }
 
 func TestPairingErrors(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing("")
 	notValid := errJSON("unauthorized", "the pairing code is not valid: it is wrong, has expired or was already used; check it, or make a new one on the admin page (Keys, Add tablet)")
 	wantJSON(t, e.do(pairReq(`{"code":"22222222"}`, "192.0.2.1:1")), 401, notValid)
@@ -147,7 +147,7 @@ func TestPairingPendingBoundAndPublicURL(t *testing.T) {
 // throttle answers 429 with Retry-After, and the real code still works once
 // the window has passed.
 func TestPairingBruteForceIsThrottled(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing(`{"client_id":"ward-9"}`)
 	l := DefaultLimits()
 

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,9 +97,7 @@ func TestHealthzDegraded(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"degraded","reason":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
 	  "storage":{"writable":true,"free_bytes":104857600,"problem":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)"}}`)
 	free = 0
-	e.st.mu.Lock()
-	e.st.writeFail = fmt.Errorf("store x: %w: no space left on device", store.ErrNoSpace)
-	e.st.mu.Unlock()
+	e.st.fail(fmt.Errorf("store x: %w: no space left on device", store.ErrNoSpace), "Ping")
 	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"degraded","reason":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
 	  "storage":{"writable":false,"free_bytes":0,"problem":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)"}}`)
 	rec := e.do(adminReq("GET", "/v1/admin/status", ""))
@@ -115,13 +115,16 @@ func TestHealthzDegraded(t *testing.T) {
 // insufficient_storage with a message that names the cause.
 func TestInsufficientStorage(t *testing.T) {
 	e := newEnv(t)
-	e.st.failWith = fmt.Errorf("store /d/replyd.db: %w: write /d/replyd.db: no space left on device", store.ErrNoSpace)
+	e.st.fail(fmt.Errorf("store /d/replyd.db: %w: write /d/replyd.db: no space left on device", store.ErrNoSpace))
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"c"}`)), 507, errJSON("insufficient_storage", insufficientStorageMessage))
 }
 
 func TestStatus(t *testing.T) {
 	e := newEnv(t)
-	e.st.backup = []byte("0123456789")
+	size, err := e.st.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/models/demo/llm-demo.gguf", Ready: true, Demo: true, Backend: "cpu"},
 		engine.EngineStatus{Name: "stt", Model: "/models/w.bin", Error: "no such file"})
 	e.health.depth = 2
@@ -129,7 +132,7 @@ func TestStatus(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/status", "")), 200, `{"status":"ok","storage":{"writable":true},"version":"1.2.3","node":"box-test","uptime_seconds":90,
 	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
 	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
-	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":10,"otp_channel":"console","totp_enrolled":false,"tls":false,
+	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":`+strconv.FormatInt(size, 10)+`,"otp_channel":"console","totp_enrolled":false,"tls":false,
 	  "tls_ca_fingerprint":"","m4a":false,"cors_origins":[],
 	  "limits":{"max_body_bytes":26214400,"max_payload_bytes":1048576,"max_audio_seconds":120,"max_messages":200,"max_content_chars":4000,
 	            "max_candidates":8,"default_candidates":3,"infer_timeout_seconds":30,"session_ttl_seconds":43200}}`)
@@ -412,14 +415,17 @@ func TestMetrics(t *testing.T) {
 
 func TestBackup(t *testing.T) {
 	e := newEnv(t)
-	e.st.backup = []byte("bolt file bytes")
+	size, err := e.st.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := e.do(adminReq("GET", "/v1/admin/backup", ""))
-	if rec.Code != 200 || rec.Body.String() != "bolt file bytes" ||
+	if rec.Code != 200 || int64(rec.Body.Len()) != size ||
 		rec.Header().Get("Content-Type") != "application/octet-stream" ||
 		rec.Header().Get("Content-Disposition") != `attachment; filename="replyd-backup-20260102T030405Z.db"` {
-		t.Errorf("%d %q %v", rec.Code, rec.Body.String(), rec.Header())
+		t.Errorf("%d, %d bytes of %d, %v", rec.Code, rec.Body.Len(), size, rec.Header())
 	}
-	e.st.backup = nil
+	e.st.fail(errors.New("read error"), "Backup")
 	rec = e.do(adminReq("GET", "/v1/admin/backup", ""))
 	wantJSON(t, rec, 500, errJSON("internal", "Internal error."))
 	if rec.Header().Get("Content-Disposition") != "" {
