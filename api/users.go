@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -107,19 +108,38 @@ func (s *Server) userOf(c echo.Context) (userRef, error) {
 	if len(v) > s.limits.MaxIDChars {
 		return userRef{}, badRequest("user has more than %d characters", s.limits.MaxIDChars)
 	}
-	tag, err := s.pseudonym(v)
+	key, err := s.pseudonymKey()
 	if err != nil {
 		return userRef{}, err
 	}
+	uid := secret.Hash(v)
+	tag := secret.PseudonymOfHash(key, uid)
 	ref := userRef{subjects: []string{tag}, label: userLabel(tag)}
+	seen := map[string]bool{tag: true}
 	for _, u := range users {
 		if u.Tag != tag {
 			continue
 		}
 		ref.users = append(ref.users, u)
-		if u.Subject != tag {
+		if !seen[u.Subject] {
+			seen[u.Subject] = true
 			ref.subjects = append(ref.subjects, u.Subject)
 		}
+	}
+	// The user_id in every key's namespace: outcomes of inferences made
+	// without remember are kept under those subjects too.
+	keys, err := s.store.ListKeys(0, true)
+	if err != nil {
+		return userRef{}, err
+	}
+	for _, k := range keys {
+		if subj := keyNamespaceSubject(key, k.Hash, uid); !seen[subj] {
+			seen[subj] = true
+			ref.subjects = append(ref.subjects, subj)
+		}
+	}
+	if len(ref.users) == 1 {
+		ref.label = userLabel(ref.users[0].Subject)
 	}
 	return ref, nil
 }
