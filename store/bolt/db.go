@@ -155,6 +155,12 @@ func Open(path string, opts Options) (*DB, error) {
 		ReadOnly:     opts.ReadOnly,
 		OpenFile:     opts.openFile,
 		FreelistType: bolt.FreelistMapType,
+		// The freelist is not written on every commit (it is rebuilt by
+		// scanning the file when it is opened after a crash): on a small
+		// store that halves the pages a feedback or a log entry writes.
+		// Durability is bbolt's as before: a commit is on disk when it
+		// returns (the data pages and the meta page are synced).
+		NoFreelistSync: !opts.ReadOnly,
 		InitialMmapSize: func() int {
 			if strconv.IntSize == 64 {
 				return initialMmapSize

@@ -67,7 +67,11 @@ func inferenceOf(lk []byte, row inferRow) Inference {
 // when are the caller's; this is one transaction.
 func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
 	var rev uint64
-	err := db.update(func(tx *bolt.Tx) error {
+	// Batch: concurrent reports share one commit (the pages near the root
+	// and the meta page are written once for all of them). Batch may run
+	// the function more than once (a failed batch is retried one call at a
+	// time); it only depends on its arguments and the Tx.
+	err := db.noteWrite(db.batch(func(tx *bolt.Tx) error {
 		rev = 0
 		lk, row, err := inferenceRow(tx, id)
 		if err != nil {
@@ -100,7 +104,7 @@ func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
 		u.Rev++
 		rev = u.Rev
 		return putUser(tx, row.subject, u)
-	})
+	}))
 	return rev, err
 }
 

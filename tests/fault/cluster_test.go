@@ -174,7 +174,7 @@ func TestTwoBoxesOnePostgres(t *testing.T) {
 		}
 	})
 
-	t.Run("the OTP pause is global: wrong codes alternating A and B pause code login on both", func(t *testing.T) {
+	t.Run("the OTP pause is shared: wrong codes from one address alternating A and B pause that address on both", func(t *testing.T) {
 		// The resend interval (2 s here) must pass since the first code.
 		time.Sleep(time.Until(firstSend.Add(2100 * time.Millisecond)))
 		b.Must(replydproc.Request{Method: http.MethodPost, Path: "/v1/admin/otp/send"}, 200)
@@ -193,8 +193,9 @@ func TestTwoBoxesOnePostgres(t *testing.T) {
 			}
 			wantError(t, fmt.Sprintf("wrong code %d", i+1), resp, 401, "unauthorized")
 		}
-		// Three wrong codes in all (one came from the reuse above) pause
-		// login by code on every box; the right code waits too.
+		// Three wrong codes from this address in all (one came from the
+		// reuse above) pause login by code from it on every box; the right
+		// code waits too.
 		if paused < 0 || paused > 3 {
 			t.Fatalf("no pause after alternating wrong codes (paused at %d)", paused)
 		}
