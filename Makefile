@@ -119,12 +119,12 @@ bench-latency: build-native
 
 # replyd against llama.cpp's llama-server on the same GGUF files, taking
 # turns request by request (engine/llm BenchmarkVsLlamaServer). Build
-# llama-server in a temporary folder as ../shared/peers/README.md says and
+# llama-server in a temporary folder as docs/development.md says and
 # name it: LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server make bench-peer
 PEER_MODELS ?= $(SYNTH_DIR)/synth-qwen2.5-0.5b-q8_0.gguf $(SYNTH_DIR)/synth-qwen2.5-1.5b-q8_0.gguf
 PEER_ROUNDS ?= 5
 bench-peer: build-native
-	@test -x "$(LLAMA_SERVER)" || { echo "LLAMA_SERVER must name a llama-server binary (../shared/peers/README.md)"; exit 2; }
+	@test -x "$(LLAMA_SERVER)" || { echo "LLAMA_SERVER must name a llama-server binary (docs/development.md)"; exit 2; }
 	@for m in $(PEER_MODELS); do test -f $$m || $(NATIVE_BIN) models synth --shape $$(basename $$m .gguf | sed 's/^synth-//; s/-q8_0$$//') --dir $(SYNTH_DIR) >/dev/null || exit 1; \
 	  echo "== $$m"; REPLYD_BIN=$(CURDIR)/$(NATIVE_BIN) REPLYD_LLAMA_SERVER=$(LLAMA_SERVER) REPLYD_BENCH_MODEL=$$m \
 	  $(GO) test -run '^$$$$' -bench VsLlamaServer -benchtime $(PEER_ROUNDS)x -timeout 60m ./engine/llm/ || exit 1; done

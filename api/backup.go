@@ -29,7 +29,7 @@ func (s *Server) handleBackup(c echo.Context) error {
 	// as a normal error.
 	n, err := s.store.Backup(c.Response())
 	if errors.Is(err, store.ErrNotSupported) {
-		return &Error{Code: CodeNotSupported, Message: "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)", Err: err}
+		return &Error{Code: CodeNotSupported, Message: "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see docs/clustering.md)", Err: err}
 	}
 	if err != nil {
 		return fmt.Errorf("backup after %d bytes: %w", n, err)

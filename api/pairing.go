@@ -204,8 +204,8 @@ func (s *Server) handlePair(c echo.Context) error {
 // limiter against the bound of all addresses together: in memory on one
 // box, or the one boxes sharing a PostgreSQL store share, so that the
 // global bound, on which client.md's arithmetic rests, holds however many
-// boxes answer. (The per-address bound is thus per box: see README's
-// cluster section.)
+// boxes answer. (The per-address bound is thus per box: see
+// docs/clustering.md.)
 func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
 	if e := s.throttledAddr(c); e != nil {
 		return e

@@ -75,7 +75,7 @@ func (notSupportedStore) Backup(w io.Writer) (int64, error) {
 func TestBackupNotSupported(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Store = notSupportedStore{o.Store} })
 	rec := e.do(adminReq("GET", "/v1/admin/backup", ""))
-	wantJSON(t, rec, 501, errJSON("not_supported", "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)"))
+	wantJSON(t, rec, 501, errJSON("not_supported", "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see docs/clustering.md)"))
 	if cd := rec.Header().Get("Content-Disposition"); cd != "" {
 		t.Errorf("Content-Disposition %q on an error", cd)
 	}

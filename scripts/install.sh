@@ -273,8 +273,8 @@ REPLYD_TLS=auto
 # How long inference logs are kept.
 #REPLYD_LOG_RETENTION=720h
 
-# Several boxes sharing one PostgreSQL (README: "Two boxes, one PostgreSQL,
-# HAProxy in front"): the database, this box's name, HAProxy's address.
+# Several boxes sharing one PostgreSQL (docs/clustering.md): the database,
+# this box's name, HAProxy's address.
 #REPLYD_STORE_URL=postgres://replyd:PASSWORD@db.lan:5432/replyd?sslmode=verify-full&sslrootcert=/etc/replyd/db-ca.pem
 #REPLYD_NODE_NAME=box-a
 #REPLYD_TRUSTED_PROXIES=10.0.0.2

@@ -99,7 +99,7 @@ type Config struct {
 // option describes one configuration value: its flag, its environment
 // variable, its default and whether it is a secret (masked by `replyd config`).
 // Defaults that the engines or the API define are taken from there (llm.Default*,
-// api.DefaultLimits), never restated here. The README's configuration table
+// api.DefaultLimits), never restated here. docs/configuration.md's table
 // lists every option with its flag and documented default (TestOptionTable).
 type option struct {
 	flag string
@@ -167,7 +167,7 @@ func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) 
 // for the other.
 func defaultThreads() int { return runtime.NumCPU() }
 
-// documented returns the default as the README and --help state it.
+// documented returns the default as docs/configuration.md and --help state it.
 func (o option) documented() string {
 	if o.doc != "" {
 		return o.doc

@@ -11,12 +11,12 @@ import (
 )
 
 // TestOptionTable keeps the three statements of the options agreeing:
-// options() (the code), `replyd serve --help` and the README's
-// configuration table. Every option has one README row naming its
+// options() (the code), `replyd serve --help` and the configuration table
+// of docs/configuration.md. Every option has one table row naming its
 // environment variable, its flag and its documented default; the table has
 // no other rows; --help names every flag with its variable and default.
 func TestOptionTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,16 +39,16 @@ func TestOptionTable(t *testing.T) {
 		}
 		cells := strings.Split(line, "|")
 		if len(cells) < 5 {
-			t.Fatalf("README configuration row with %d cells: %s", len(cells), line)
+			t.Fatalf("docs/configuration.md: a table row with %d cells: %s", len(cells), line)
 		}
 		env := strings.TrimSpace(cells[1])
 		if _, dup := rows[env]; dup {
-			t.Errorf("README lists %s twice", env)
+			t.Errorf("docs/configuration.md lists %s twice", env)
 		}
 		rows[env] = row{flag: strings.TrimSpace(cells[2]), def: strings.TrimSpace(cells[3])}
 	}
 	if len(rows) == 0 {
-		t.Fatal("README has no configuration table")
+		t.Fatal("docs/configuration.md has no configuration table")
 	}
 
 	var help bytes.Buffer
@@ -58,15 +58,15 @@ func TestOptionTable(t *testing.T) {
 	for _, o := range options() {
 		r, ok := rows[o.env]
 		if !ok {
-			t.Errorf("README's configuration table lacks %s (--%s)", o.env, o.flag)
+			t.Errorf("docs/configuration.md's table lacks %s (--%s)", o.env, o.flag)
 			continue
 		}
 		delete(rows, o.env)
 		if r.flag != "--"+o.flag {
-			t.Errorf("README: %s has flag %q, the code --%s", o.env, r.flag, o.flag)
+			t.Errorf("docs/configuration.md: %s has flag %q, the code --%s", o.env, r.flag, o.flag)
 		}
 		if r.def != o.documented() {
-			t.Errorf("README: %s defaults to %q, the code to %q", o.env, r.def, o.documented())
+			t.Errorf("docs/configuration.md: %s defaults to %q, the code to %q", o.env, r.def, o.documented())
 		}
 		want := fmt.Sprintf("(env %s, default %q", o.env, o.documented())
 		if !strings.Contains(help.String(), "-"+o.flag+" value") || !strings.Contains(help.String(), want) {
@@ -74,6 +74,6 @@ func TestOptionTable(t *testing.T) {
 		}
 	}
 	for env := range rows {
-		t.Errorf("README lists %s, which is no option", env)
+		t.Errorf("docs/configuration.md lists %s, which is no option", env)
 	}
 }

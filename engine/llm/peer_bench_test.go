@@ -23,7 +23,7 @@ import (
 // llama-server on the same GGUF file and the same rendered prompt, taking
 // turns request by request, for 1 and for 4 candidates. It runs only with
 // REPLYD_LLAMA_SERVER naming a llama-server binary, built as
-// ../shared/peers/README.md says (never part of replyd):
+// docs/development.md says (never part of replyd):
 //
 //	REPLYD_LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server \
 //	REPLYD_BENCH_MODEL=~/.cache/replyd/synth/synth-qwen2.5-0.5b-q8_0.gguf \

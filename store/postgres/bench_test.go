@@ -102,7 +102,7 @@ func BenchmarkRequestStoreWork(b *testing.B) {
 
 // BenchmarkAppendLogParallel measures durable log appends into PostgreSQL
 // from many concurrent requests (as several boxes send them): appends/s is
-// the figure the README's "how many boxes" arithmetic starts from.
+// the figure docs/clustering.md's "how many boxes" arithmetic starts from.
 func BenchmarkAppendLogParallel(b *testing.B) {
 	pg := benchStore(b)
 	entry := store.LogEntry{Level: store.LevelInfo, Message: "infer ok: 3 candidates in 212 ms", ResourceType: store.ResourceAPIKey,

@@ -480,7 +480,7 @@ const scrubTimeout = 2 * time.Minute
 // of at the next scheduled checkpoint. It returns what it could not do (""
 // when all went well); the deletion itself stands either way. The
 // write-ahead log keeps the old rows until its segments are recycled
-// (README).
+// (docs/clustering.md).
 func (s *Store) scrubMemory() string {
 	var problems []string
 	for _, stmt := range []string{"VACUUM (FULL) memory_users", "VACUUM memory_pairs, memory_texts", "CHECKPOINT"} {

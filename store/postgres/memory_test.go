@@ -47,7 +47,7 @@ func filesHolding(t *testing.T, dir string, b []byte) []string {
 // out. Several users, the deleted ones among them, updated often (each
 // update leaves an old row version with the key), and statistics gathered
 // as autovacuum would gather them. The write-ahead log still holds the key
-// until its segment is removed: README's way to force that (wal_recycle
+// until its segment is removed: docs/clustering.md's way to force that (wal_recycle
 // off, pg_switch_wal, CHECKPOINT) leaves no copy in pg_wal either.
 func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
 	srv := pgtest.StartWith(t, pgtest.Options{Settings: map[string]string{"wal_recycle": "off"}})
@@ -103,7 +103,7 @@ func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
 			t.Errorf("the write-ahead log holds %s's key no more before it was switched: the search cannot see it", victim)
 		}
 	}
-	// What README tells the operator to run once the user is deleted.
+	// What docs/clustering.md tells the operator to run once the user is deleted.
 	var lsn string
 	query(t, url, "SELECT pg_switch_wal()::text", &lsn)
 	exec(t, url, "CHECKPOINT")
@@ -115,7 +115,7 @@ func TestDeleteUserLeavesNoKeyOnDisk(t *testing.T) {
 }
 
 // TestDeleteUserAsAnOrdinaryUser: replyd's own database user (the owner of
-// its tables, not a superuser, as README sets it up) may run the VACUUM
+// its tables, not a superuser, as docs/clustering.md sets it up) may run the VACUUM
 // FULL; CHECKPOINT needs the pg_checkpoint role, and without it the
 // deletion still succeeds and says what is left undone.
 func TestDeleteUserAsAnOrdinaryUser(t *testing.T) {
