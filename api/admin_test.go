@@ -199,7 +199,8 @@ func atoi(s string) int {
 }
 
 // TestOTPAttackerCannotBurnOrReplaceTheCode: wrong guesses and sends from
-// other addresses leave the administrator's code working.
+// other addresses leave the administrator's sent code working, at once:
+// three wrong codes from another address pause that address only.
 func TestOTPAttackerCannotBurnOrReplaceTheCode(t *testing.T) {
 	e := newEnv(t)
 	const admin, attacker = "10.0.0.5", "10.0.0.66"
@@ -215,16 +216,18 @@ func TestOTPAttackerCannotBurnOrReplaceTheCode(t *testing.T) {
 		wantJSON(t, otpVerify(e, otherCode(code, 1+i), attacker), 401, msgWrongCode)
 	}
 	wantJSON(t, otpVerify(e, code, attacker), 401, msgWrongCode)
-	// Three wrong codes paused the code login for a minute; after it the
-	// admin's code still works from the admin's address.
-	wantJSON(t, otpVerify(e, code, admin), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 60 s (the admin key still works)"))
-	e.clock.Advance(time.Minute)
+	// Three wrong codes paused the attacker's address, not the admin's.
+	wantJSON(t, otpVerify(e, code, attacker), 429, errJSON("rate_limited", "too many wrong codes from this address: login by code from it is paused for 60 s (other addresses, and the admin key, still work)"))
 	if rec := otpVerify(e, code, admin); rec.Code != 200 {
-		t.Fatalf("the admin's code after the attacker's guesses: %d %s", rec.Code, rec.Body)
+		t.Fatalf("the admin's code after three wrong codes from another address: %d %s", rec.Code, rec.Body)
 	}
 }
 
-func TestOTPPerAddressLimit(t *testing.T) {
+// TestOTPWrongCodesPerAddressAndSlash64: an address's wrong codes pause it
+// (and its IPv6 /64) with a doubling back-off shared through the store,
+// never another address; its own sent code is voided after three wrong
+// codes; the in-memory limit of OTPMaxAttempts in 15 minutes stays.
+func TestOTPWrongCodesPerAddressAndSlash64(t *testing.T) {
 	e := newEnv(t)
 	const a, b = "10.0.0.7", "10.0.0.8"
 	otpSend(e, a)
@@ -232,70 +235,128 @@ func TestOTPPerAddressLimit(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		wantJSON(t, otpVerify(e, otherCode(code, i), a), 401, msgWrongCode)
 	}
-	e.clock.Advance(time.Minute) // the first global lock
-	for i := 4; i <= 5; i++ {
-		wantJSON(t, otpVerify(e, otherCode(code, i), a), 401, msgWrongCode)
+	paused := func(secs int) string {
+		return errJSON("rate_limited", fmt.Sprintf("too many wrong codes from this address: login by code from it is paused for %d s (other addresses, and the admin key, still work)", secs))
 	}
-	// Five wrong codes from a in 15 minutes: a is refused, even the right
-	// code, until its window closes.
+	wantJSON(t, otpVerify(e, code, a), 429, paused(60))
+	// Another address is checked as ever.
+	otpSend(e, b)
+	if rec := otpVerify(e, e.notifier.lastCode(), b); rec.Code != 200 {
+		t.Fatalf("another address during a's pause: %d %s", rec.Code, rec.Body)
+	}
+	// Three wrong codes voided a's code: after the pause it no longer works.
+	e.clock.Advance(time.Minute)
+	wantJSON(t, otpVerify(e, code, a), 401, msgWrongCode)
+	// Five wrong codes from a in 15 minutes: the in-memory limit.
+	wantJSON(t, otpVerify(e, otherCode(code, 9), a), 401, msgWrongCode)
 	wantJSON(t, otpVerify(e, code, a), 429, errJSON("rate_limited", "5 wrong codes from this address: retry in 840 s"))
-	// Not a global lock: another address is still checked.
-	wantJSON(t, otpVerify(e, otherCode(code, 77), b), 401, msgWrongCode)
 	e.clock.Advance(14 * time.Minute)
 	otpSend(e, a)
 	if rec := otpVerify(e, e.notifier.lastCode(), a); rec.Code != 200 {
 		t.Fatalf("a new code after the window: %d %s", rec.Code, rec.Body)
 	}
+
+	// IPv6: the addresses of one /64 share a back-off; another /64 not.
+	const v6a, v6b, v6other = "2001:db8:1:2::10", "2001:db8:1:2::20", "2001:db8:1:3::10"
+	for i := 0; i < 3; i++ {
+		wantJSON(t, otpVerify(e, fmt.Sprintf("%08d", 40+i), []string{v6a, v6b}[i%2]), 401, msgWrongCode)
+	}
+	for _, addr := range []string{v6a, v6b} {
+		if rec := otpVerify(e, "00000099", addr); rec.Code != 429 {
+			t.Errorf("%s after three wrong codes from its /64: %d %s", addr, rec.Code, rec.Body)
+		}
+	}
+	wantJSON(t, otpVerify(e, "00000099", v6other), 401, msgWrongCode)
 }
 
-// TestOTPGlobalLock checks the back-off: every otpGlobalFailures wrong codes
-// from any addresses pause the code login, each time twice as long, the
-// administrator is told, and the admin key keeps working throughout.
-func TestOTPGlobalLock(t *testing.T) {
-	e := newEnv(t)
-	guess := 0
-	wrong := func() *httptest.ResponseRecorder {
-		guess++
-		return otpVerify(e, fmt.Sprintf("%08d", guess), fmt.Sprintf("10.1.%d.%d", guess/200, guess%200))
-	}
+// TestOTPBackoffDoubles: each pause of an address is twice as long as the
+// one before, at most otpLockMax, and a quiet day steps it back.
+func TestOTPBackoffDoubles(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Limits.OTPMaxAttempts = 1000 })
+	const a = "10.3.0.1"
 	for round, lock := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute} {
 		for i := 0; i < otpGlobalFailures; i++ {
-			wantJSON(t, wrong(), 401, msgWrongCode)
+			wantJSON(t, otpVerify(e, fmt.Sprintf("%08d", i), a), 401, msgWrongCode)
 		}
-		rec := wrong()
-		wantJSON(t, rec, 429, errJSON("rate_limited", fmt.Sprintf("too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", int(lock/time.Second))))
-		if got := rec.Header().Get("Retry-After"); got != fmt.Sprint(int(lock/time.Second)) {
-			t.Errorf("round %d: Retry-After %s", round, got)
+		rec := otpVerify(e, "00000000", a)
+		if rec.Code != 429 || rec.Header().Get("Retry-After") != fmt.Sprint(int(lock/time.Second)) {
+			t.Fatalf("round %d: %d Retry-After %s, want %s", round, rec.Code, rec.Header().Get("Retry-After"), lock)
 		}
 		if rec := e.do(adminReq("GET", "/v1/admin/keys", "")); rec.Code != 200 {
-			t.Fatalf("round %d: the admin key during the lock: %d", round, rec.Code)
+			t.Fatalf("round %d: the admin key during the pause: %d", round, rec.Code)
 		}
-		e.clock.Advance(lock - time.Second)
-		wantJSON(t, wrong(), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 1 s (the admin key still works)"))
-		e.clock.Advance(time.Second)
+		e.clock.Advance(lock)
 	}
-	// The administrator was told each time, without a code.
-	waitFor(t, func() bool { return len(e.notifier.textsCopy()) == 4 })
-	for _, txt := range e.notifier.textsCopy() {
-		if !strings.Contains(txt, "login by code is paused until") {
-			t.Errorf("alert %q", txt)
-		}
-	}
-	for _, c := range e.notifier.codesCopy() {
-		if c != "" {
-			t.Errorf("an alert carried code %q", c)
-		}
-	}
-	// The level decays by one a quiet day: after two quiet days the next
-	// lock is back to 4 minutes (level 4 - 2 = 2).
 	e.clock.Advance(48 * time.Hour)
 	for i := 0; i < otpGlobalFailures; i++ {
-		wantJSON(t, wrong(), 401, msgWrongCode)
+		wantJSON(t, otpVerify(e, fmt.Sprintf("%08d", i), a), 401, msgWrongCode)
 	}
-	wantJSON(t, wrong(), 429, errJSON("rate_limited", "too many wrong codes from all addresses: login by code is paused for 240 s (the admin key still works)"))
-	// The lock never exceeds a day.
-	if otpRule.Length(40) != otpLockMax || otpRule.Length(0) != otpLockBase {
-		t.Errorf("lock lengths %s, %s", otpRule.Length(0), otpRule.Length(40))
+	if rec := otpVerify(e, "00000000", a); rec.Header().Get("Retry-After") != "240" {
+		t.Errorf("after two quiet days: Retry-After %s, want 240", rec.Header().Get("Retry-After"))
+	}
+	if otpAddrRule.Length(40) != otpLockMax || otpAddrRule.Length(0) != otpLockBase {
+		t.Errorf("lock lengths %s, %s", otpAddrRule.Length(0), otpAddrRule.Length(40))
+	}
+}
+
+// TestOTPGlobalAuthenticatorLock: wrong authenticator codes from one
+// address never pause the others; from several addresses they pause the
+// authenticator login for everyone (each time twice as long, the
+// administrator told), while a sent code from its own address and the
+// admin key keep working.
+func TestOTPGlobalAuthenticatorLock(t *testing.T) {
+	e := newEnv(t)
+	rec := e.do(adminReq("POST", "/v1/admin/totp/enroll", ""))
+	var en totpEnrollResponse
+	decode(t, rec, &en)
+	now := e.clock.Now()
+	good, err := totp.GenerateCodeCustom(en.Secret, now, totpOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongTOTP := fmt.Sprintf("%06d", (atoi(good)+500000)%1000000)
+	// One address alone: its own pause, nobody else's.
+	for i := 0; i < otpGlobalFailures; i++ {
+		wantJSON(t, otpVerify(e, wrongTOTP, "10.4.0.1"), 401, msgWrongCode)
+	}
+	if rec := otpVerify(e, good, "10.4.0.2"); rec.Code != 200 {
+		t.Fatalf("another address's authenticator code after one address's wrong codes: %d %s", rec.Code, rec.Body)
+	}
+	// From several addresses: the authenticator login pauses for everyone,
+	// charged for every wrong code (4 so far: one pause at level 0; the
+	// first 3 came from one address).
+	e.clock.Advance(time.Hour)
+	otpSend(e, "10.4.0.9")
+	sent := e.notifier.lastCode()
+	wantJSON(t, otpVerify(e, wrongTOTP, "10.4.1.1"), 401, msgWrongCode)
+	now = e.clock.Now()
+	good, _ = totp.GenerateCodeCustom(en.Secret, now, totpOpts)
+	rec = otpVerify(e, good, "10.4.0.3")
+	wantJSON(t, rec, 429, errJSON("rate_limited", "too many wrong authenticator codes from several addresses: authenticator login is paused for 60 s (sent codes and the admin key still work)"))
+	// A sent code from its own address still works, and the admin key.
+	if rec := otpVerify(e, sent, "10.4.0.9"); rec.Code != 200 {
+		t.Fatalf("a sent code during the authenticator pause: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do(adminReq("GET", "/v1/admin/keys", "")); rec.Code != 200 {
+		t.Fatalf("the admin key during the pause: %d", rec.Code)
+	}
+	// The administrator was told, without a code.
+	waitFor(t, func() bool {
+		for _, txt := range e.notifier.textsCopy() {
+			if strings.Contains(txt, "login with the authenticator app is paused until") {
+				return true
+			}
+		}
+		return false
+	})
+	// Next round, from two addresses: twice as long. (Of the 4 wrong codes
+	// the first pause was charged for, one was left over.)
+	e.clock.Advance(time.Minute)
+	for i := 0; i < otpGlobalFailures-1; i++ {
+		wantJSON(t, otpVerify(e, wrongTOTP, fmt.Sprint("10.4.2.", i)), 401, msgWrongCode)
+	}
+	if rec := otpVerify(e, good, "10.4.0.3"); rec.Header().Get("Retry-After") != "120" {
+		t.Errorf("second authenticator pause: %d Retry-After %s, want 120", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
 
@@ -323,18 +384,39 @@ func TestOTPExpiry(t *testing.T) {
 
 func TestOTPSendGlobalThrottle(t *testing.T) {
 	e := newEnv(t)
-	for i := 0; i < otpSendBurst; i++ {
+	for i := 0; i < otpSendGlobalBurst; i++ {
 		if rec := otpSend(e, fmt.Sprintf("10.2.0.%d", i)); rec.Code != 200 {
 			t.Fatalf("send %d: %d %s", i, rec.Code, rec.Body)
 		}
 	}
-	wantJSON(t, otpSend(e, "10.2.0.99"), 429, errJSON("rate_limited", "too many codes were asked for from all addresses; retry in 600 s"))
-	e.clock.Advance(otpSendRefill)
+	wantJSON(t, otpSend(e, "10.2.0.99"), 429, errJSON("rate_limited", "too many codes were asked for from all addresses; retry in 300 s"))
+	e.clock.Advance(otpSendGlobalRefill)
 	if rec := otpSend(e, "10.2.0.99"); rec.Code != 200 {
 		t.Fatalf("after the refill: %d %s", rec.Code, rec.Body)
 	}
-	if n := len(e.notifier.codesCopy()); n != otpSendBurst+1 {
-		t.Errorf("%d codes delivered, want %d", n, otpSendBurst+1)
+	if n := len(e.notifier.codesCopy()); n != otpSendGlobalBurst+1 {
+		t.Errorf("%d codes delivered, want %d", n, otpSendGlobalBurst+1)
+	}
+}
+
+// TestOTPSendOneAddressCannotDrainOthers: one address asking as often as
+// it may never uses up what the other addresses may ask for.
+func TestOTPSendOneAddressCannotDrainOthers(t *testing.T) {
+	e := newEnv(t)
+	const greedy = "10.5.0.1"
+	for i := 0; i < 24*6; i++ { // a day of asking every 10 minutes and 30 s between
+		for range otpSendBurst + 1 {
+			otpSend(e, greedy)
+			e.clock.Advance(31 * time.Second)
+		}
+		if rec := otpSend(e, fmt.Sprint("10.5.1.", i%200)); rec.Code != 200 {
+			t.Fatalf("round %d: another address was refused: %d %s", i, rec.Code, rec.Body)
+		}
+		e.clock.Advance(10*time.Minute - time.Duration(otpSendBurst+1)*31*time.Second)
+	}
+	rec := otpSend(e, greedy)
+	if rec.Code == 429 && !strings.Contains(rec.Body.String(), "from this address") {
+		t.Errorf("the greedy address's refusal: %s", rec.Body)
 	}
 }
 
@@ -734,14 +816,20 @@ func TestKeyCreateWarnings(t *testing.T) {
 	}
 }
 
-// TestOTPAttackBound: the arithmetic client.md states keeps a sent code's
-// chance under 0.1% a year.
+// TestOTPAttackBound: the arithmetic client.md states, and that it is
+// stated there.
 func TestOTPAttackBound(t *testing.T) {
 	b := otpAttackBound()
-	if b.Levels != 11 || b.Guesses != 2235 || b.SentPercent >= 0.1 {
+	if b.Levels != 11 || b.Locks != 744 || b.AddrGuesses != 2235 || b.TOTPGuesses != 4467 || b.SentCodes != 105414 || b.SentGuesses != 316242 {
 		t.Errorf("bound %+v", b)
 	}
-	if md := string(newEnv(t).srv.clientMD); !strings.Contains(md, "2,235") && !strings.Contains(md, "2235") {
-		t.Error("client.md does not state the bound")
+	if b.SentPercent >= 0.5 || b.TOTPPercent >= 1.5 {
+		t.Errorf("chances %.3f%% (sent), %.3f%% (authenticator) a year", b.SentPercent, b.TOTPPercent)
+	}
+	md := string(newEnv(t).srv.clientMD)
+	for _, want := range []string{"2235", "4467", "316242", "105414"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("client.md does not state %s", want)
+		}
 	}
 }

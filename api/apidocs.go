@@ -76,6 +76,10 @@ type docData struct {
 	OTPLockDecayHours     int64
 	OTPSendBurst          int
 	OTPSendRefillMinutes  int64
+	OTPSendGlobalBurst    int
+	OTPSendGlobalMinutes  int64
+	OTPGlobalSources      int
+	OTPCodeFailures       int
 	OTPBound              otpBound
 	OTPBoundSent          string
 	OTPBoundTOTP          string
@@ -155,6 +159,10 @@ func (s *Server) docData() docData {
 		OTPLockDecayHours:     int64(otpLockDecay / time.Hour),
 		OTPSendBurst:          otpSendBurst,
 		OTPSendRefillMinutes:  int64(otpSendRefill / time.Minute),
+		OTPSendGlobalBurst:    otpSendGlobalBurst,
+		OTPSendGlobalMinutes:  int64(otpSendGlobalRefill / time.Minute),
+		OTPGlobalSources:      otpGlobalSources,
+		OTPCodeFailures:       otpCodeFailures,
 		OTPBound:              bound,
 		OTPBoundSent:          strconv.FormatFloat(bound.SentPercent, 'g', 2, 64),
 		OTPBoundTOTP:          strconv.FormatFloat(bound.TOTPPercent, 'g', 2, 64),

@@ -116,11 +116,11 @@ func TestTLSFiles(t *testing.T) {
 func TestM4AAvailability(t *testing.T) {
 	avail := false
 	e := newEnv(t, func(o *Options) { o.M4A = func() bool { return avail } })
-	if rec := e.do(httptest.NewRequest("GET", "/healthz", nil)); !strings.Contains(rec.Body.String(), `"m4a":false`) {
+	if rec := e.do(adminReq("GET", "/healthz", "")); !strings.Contains(rec.Body.String(), `"m4a":false`) {
 		t.Errorf("healthz without ffmpeg: %s", rec.Body.String())
 	}
 	avail = true
-	if rec := e.do(httptest.NewRequest("GET", "/healthz", nil)); !strings.Contains(rec.Body.String(), `"m4a":true`) {
+	if rec := e.do(adminReq("GET", "/healthz", "")); !strings.Contains(rec.Body.String(), `"m4a":true`) {
 		t.Errorf("healthz with ffmpeg: %s", rec.Body.String())
 	}
 	if rec := e.do(adminReq("GET", "/v1/admin/status", "")); !strings.Contains(rec.Body.String(), `"m4a":true`) {

@@ -93,35 +93,53 @@ func isKeyHash(h string) bool {
 // An API key is never an admin credential.
 func (s *Server) adminAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Request().Header
-		key, session := h.Get(HeaderAdminKey), h.Get(HeaderAdminSession)
-		if key == "" && session == "" {
-			return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
+		if err := s.adminCredential(c); err != nil {
+			return err
 		}
-		if key != "" && len(key) <= maxSecretHeader {
-			ok, err := s.checkAdminKey(c, key)
-			if err != nil {
-				return err
-			}
-			if ok {
-				c.Set(adminViaKey, true)
-				return next(c)
-			}
-		}
-		if session != "" && len(session) <= maxSecretHeader {
-			ok, err := s.store.SessionValid(secret.Hash(session), s.now())
-			if err != nil {
-				return err
-			}
-			if ok {
-				return next(c)
-			}
-		}
-		if e := s.authFailed(c, failAdmin); e != nil {
-			return e
-		}
-		return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
+		return next(c)
 	}
+}
+
+// adminCredential checks the admin headers as adminAuth does: nil for a
+// valid X-ADMIN-KEY (then c carries adminViaKey) or X-ADMIN-SESSION, else
+// the 401 or 429 to answer, an invalid credential counted as a failed
+// authentication of the client address.
+func (s *Server) adminCredential(c echo.Context) error {
+	h := c.Request().Header
+	key, session := h.Get(HeaderAdminKey), h.Get(HeaderAdminSession)
+	if key == "" && session == "" {
+		return errorf(CodeUnauthorized, "an admin credential is required: send %s or %s", HeaderAdminSession, HeaderAdminKey)
+	}
+	if key != "" && len(key) <= maxSecretHeader {
+		ok, err := s.checkAdminKey(c, key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			c.Set(adminViaKey, true)
+			return nil
+		}
+	}
+	if session != "" && len(session) <= maxSecretHeader {
+		ok, err := s.store.SessionValid(secret.Hash(session), s.now())
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+	}
+	if e := s.authFailed(c, failAdmin); e != nil {
+		return e
+	}
+	return errorf(CodeUnauthorized, "the admin credential is invalid or expired")
+}
+
+// viaAdminKey reports whether the request was admitted with X-ADMIN-KEY
+// (not a session).
+func viaAdminKey(c echo.Context) bool {
+	v, _ := c.Get(adminViaKey).(bool)
+	return v
 }
 
 const adminViaKey = "replyd.admin_via_key"

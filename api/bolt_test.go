@@ -128,7 +128,7 @@ func TestBoltFeedbackAndMemory(t *testing.T) {
 	if st.AcceptanceRate == nil || *st.AcceptanceRate != 1 {
 		t.Errorf("acceptance_rate = %v", st.AcceptanceRate)
 	}
-	pairs, _, err := db.MemoryPairs(e.subject("sam"))
+	pairs, _, err := db.MemoryPairs(e.memSubject(k.APIKey, "sam"))
 	if err != nil || len(pairs) != 1 || pairs[0].Partner != "MARKER-TEA?" || pairs[0].Reply != "reply 1" {
 		t.Fatalf("pairs: %+v %v", pairs, err)
 	}

@@ -36,6 +36,17 @@ func (e *env) subject(userID string) string {
 	return s
 }
 
+// memSubject is how user_id is stored for requests of the API key key
+// (userSubject): its memory and its statistics.
+func (e *env) memSubject(key, userID string) string {
+	e.t.Helper()
+	s, _, err := e.srv.userSubject(secret.Hash(key), userID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
 // infer makes one inference with key and returns its inference_id.
 func (e *env) infer(key, payload string) string {
 	e.t.Helper()
@@ -253,7 +264,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 
 	const partner = "Fancy a cuppa, SECRET-PARTNER?"
 	a := e.infer("valid", `{"remember":true,"user_id":"sam/ward 3","messages":[{"role":"speaker","content":"`+partner+`"}]}`)
-	if got := e.inf.last().MemoryUser; got != e.subject("sam/ward 3") {
+	if got := e.inf.last().MemoryUser; got != e.memSubject("valid", "sam/ward 3") {
 		t.Errorf("MemoryUser = %q, want the user's subject", got)
 	}
 	b := e.infer("valid", `{"user_id":"kim","messages":[{"role":"speaker","content":"Walk?"}]}`)
@@ -264,9 +275,9 @@ func TestRememberAndUserAdmin(t *testing.T) {
 		fbOK(a, "edited", 20-13-1, false, true))
 	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+b+`","spoken_text":"KIM-TEXT not kept"}`)), 200, fbOK(b, "typed", 0, false, false))
 
-	p := userLabel(e.subject("sam/ward 3"))
+	p := userLabel(e.memSubject("valid", "sam/ward 3"))
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/users", "")), 200,
-		`{"items":[{"user":"`+p+`","pairs":1,"created_at":"2026-01-02T03:04:05Z","last_at":"2026-01-02T03:04:05Z"}],"count":1}`)
+		`{"items":[{"user":"`+p+`","pairs":1,"created_at":"2026-01-02T03:04:05Z","last_at":"2026-01-02T03:04:05Z","keys":["`+secret.Hash("valid")+`"]}],"count":1}`)
 
 	for _, target := range []string{"/v1/admin/users/" + p + "/pairs?format=jsonl", "/v1/admin/users/sam%2Fward%203/pairs"} {
 		rec := e.do(adminReq("GET", target, ""))
@@ -288,7 +299,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	}
 	hv := secret.Hash("valid")
 	wantA := `{"messages":[{"role":"speaker","content":"` + partner + `"}],"reply":"reply 2 SECRET-REPLY","inference_id":"` + a + `","at":"2026-01-02T03:04:05Z","user":"` + p + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"edited","chosen_rank":2,"spoken_chars":20,"keystrokes_saved":6}`
-	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.subject("kim")) + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
+	wantB := `{"inference_id":"` + b + `","at":"2026-01-02T03:04:05Z","user":"` + userLabel(e.memSubject("valid", "kim")) + `","api_key_hash":"` + hv + `","prompt_version":"1","outcome":"typed","spoken_chars":17,"keystrokes_saved":0}`
 	if lines[0] != wantA || lines[1] != wantB {
 		t.Errorf("outcomes:\n got %s\n     %s\nwant %s\n     %s", lines[0], lines[1], wantA, wantB)
 	}

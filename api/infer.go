@@ -267,8 +267,9 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if err != nil {
 		return err
 	}
+	tag := ""
 	if req.UserID != "" {
-		if st.subject, err = s.pseudonym(req.UserID); err != nil {
+		if st.subject, tag, err = s.userSubject(st.keyHash, req.UserID); err != nil {
 			return err
 		}
 	}
@@ -371,6 +372,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if req.MemoryUser != "" && res.PartnerTurn != "" {
 		// Nothing to pair a reply with when the partner said nothing.
 		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
+		inf.UserTag = tag
 	}
 	st.inference = inf
 	// Feedback may arrive before the log entry is written: until it is, it

@@ -153,11 +153,11 @@ func TestInferRequestReachesEngine(t *testing.T) {
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("engine request:\n got %+v\nwant %+v", got, want)
 	}
-	// The stats subject is the keyed pseudonym of user_id, never the id
-	// itself nor its bare SHA-256.
+	// The stats subject is the keyed pseudonym of user_id in the key's
+	// namespace, never the id itself nor its bare SHA-256.
 	logs := e.st.logsCopy()
 	key, _ := e.st.InstallationSecret(store.SecretPseudonym)
-	if len(logs) != 1 || logs[0].Subject != secret.Pseudonym(key, "u-1") {
+	if len(logs) != 1 || logs[0].Subject != keyNamespaceSubject(key, logs[0].ResourceID, secret.Hash("u-1")) || logs[0].Subject == secret.Pseudonym(key, "u-1") {
 		t.Errorf("subject = %+v, want the pseudonym of user_id", logs)
 	}
 	if want := "infer ok: 5 candidates in 0 ms (audio 4.2 s)"; logs[0].Message != want {

@@ -29,6 +29,9 @@ type keyCreateRequest struct {
 	Scopes             *[]string `json:"scopes"`
 	RateLimitPerMinute *int      `json:"rate_limit_per_minute"`
 	Status             *string   `json:"status"`
+	// MemoryUser, a pseudonym from GET /v1/admin/users, links the new key
+	// to that user's memory (additive).
+	MemoryUser string `json:"memory_user"`
 }
 
 // keyCreateResponse is APIKeyCreateResponse: the only place api_key appears.
@@ -93,7 +96,7 @@ func toKeyRecord(k store.APIKey) keyRecord {
 // rate_limit_per_minute DefaultRateLimit, status active. rate_limit_per_minute
 // 0 means unlimited. A key created with status revoked is revoked at once.
 func (s *Server) handleCreateKey(c echo.Context) error {
-	k, err := s.readKeySettings(c)
+	k, memSubject, err := s.readKeySettings(c)
 	if err != nil {
 		return err
 	}
@@ -115,6 +118,12 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 	}
 	s.adminLog(c, store.LevelInfo, k.Hash, "api key created: status %s, scopes [%s], %d requests/min",
 		k.Status, strings.Join(k.Scopes, ","), k.RateLimitPerMinute)
+	if memSubject != "" {
+		if err := s.store.LinkMemory(k.Hash, memSubject); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		s.adminLog(c, store.LevelInfo, "user:"+userLabel(memSubject), "linked API key %s to the memory of user %s", shortHash(k.Hash), userLabel(memSubject))
+	}
 	resp := toKeyCreateResponse(key, k)
 	resp.Warnings = warnings
 	return c.JSON(http.StatusOK, resp)
@@ -122,21 +131,22 @@ func (s *Server) handleCreateKey(c echo.Context) error {
 
 // readKeySettings reads the optional APIKeyCreateRequest body of
 // POST /v1/admin/keys and POST /v1/admin/pairings and returns the key it
-// describes, without Hash and CreatedAt.
-func (s *Server) readKeySettings(c echo.Context) (store.APIKey, error) {
+// describes, without Hash and CreatedAt, and the subject of the memory
+// user its memory_user names ("" for none).
+func (s *Server) readKeySettings(c echo.Context) (store.APIKey, string, error) {
 	var req keyCreateRequest
 	if err := s.readJSON(c, &req, true); err != nil {
-		return store.APIKey{}, err
+		return store.APIKey{}, "", err
 	}
 	if n := utf8.RuneCountInString(req.ClientID); n > maxClientIDChars {
-		return store.APIKey{}, badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
+		return store.APIKey{}, "", badRequest("client_id has %d characters; the limit is %d", n, maxClientIDChars)
 	}
 	scopes := []string{ScopeInfer}
 	if req.Scopes != nil {
 		scopes = []string{}
 		for i, sc := range *req.Scopes {
 			if !slices.Contains(knownScopes, sc) {
-				return store.APIKey{}, badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
+				return store.APIKey{}, "", badRequest("scopes[%d] is not a known scope; known scopes: %s", i, strings.Join(knownScopes, ", "))
 			}
 			if !slices.Contains(scopes, sc) {
 				scopes = append(scopes, sc)
@@ -147,17 +157,21 @@ func (s *Server) readKeySettings(c echo.Context) (store.APIKey, error) {
 	if req.RateLimitPerMinute != nil {
 		limit = *req.RateLimitPerMinute
 		if limit < 0 || limit > s.limits.MaxRateLimit {
-			return store.APIKey{}, badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
+			return store.APIKey{}, "", badRequest("rate_limit_per_minute must be between 0 (unlimited) and %d", s.limits.MaxRateLimit)
 		}
 	}
 	status := store.StatusActive
 	if req.Status != nil {
 		status = *req.Status
 		if status != store.StatusActive && status != store.StatusRevoked {
-			return store.APIKey{}, badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
+			return store.APIKey{}, "", badRequest("status must be %q or %q", store.StatusActive, store.StatusRevoked)
 		}
 	}
-	return store.APIKey{ClientID: req.ClientID, Status: status, Scopes: scopes, RateLimitPerMinute: limit}, nil
+	memSubject, err := s.memorySubjectOf(req.MemoryUser)
+	if err != nil {
+		return store.APIKey{}, "", err
+	}
+	return store.APIKey{ClientID: req.ClientID, Status: status, Scopes: scopes, RateLimitPerMinute: limit}, memSubject, nil
 }
 
 // newAPIKey mints a key and returns it with its hash.

@@ -40,52 +40,101 @@ const (
 	// otpAddrFailWindow is the window of the per-address limit on wrong
 	// codes (Limits.OTPMaxAttempts).
 	otpAddrFailWindow = 15 * time.Minute
-	// otpGlobalFailures wrong codes, from any addresses on any box, start
-	// a lock of the code login: the first lasts otpLockBase, each next one
-	// twice as long up to otpLockMax. The level behind the doubling drops
-	// by one for every otpLockDecay without a wrong code (otpRule; the
+	// otpGlobalFailures wrong codes start a pause: of their address (and
+	// its IPv6 /64) for any code, and, when they came from at least
+	// otpGlobalSources addresses, of authenticator codes from everyone.
+	// The first lasts otpLockBase, each next one twice as long up to
+	// otpLockMax; the level behind the doubling drops by one for every
+	// otpLockDecay without a wrong code (otpAddrRule, otpGlobalRule; the
 	// store keeps the state, so every box shares it).
 	otpGlobalFailures = 3
+	otpGlobalSources  = 2
 	otpLockBase       = time.Minute
 	otpLockMax        = 24 * time.Hour
 	otpLockDecay      = 24 * time.Hour
-	// otpSendBurst codes may be sent at once, from all addresses
-	// together; the allowance refills by one every otpSendRefill.
-	otpSendBurst  = 3
-	otpSendRefill = 10 * time.Minute
+	// otpCodeFailures wrong codes from the address a sent code is bound
+	// to void that code (a new one must be asked for): a sent code can be
+	// guessed at most this many times.
+	otpCodeFailures = 3
+	// otpSendBurst codes may be sent at once to one address (IPv6: /64),
+	// its allowance refilling by one every otpSendRefill; all addresses
+	// together otpSendGlobalBurst at once, refilling by one every
+	// otpSendGlobalRefill: twice as fast as one address may ask, so that
+	// one address cannot use up what the others may ask for.
+	otpSendBurst        = 3
+	otpSendRefill       = 10 * time.Minute
+	otpSendGlobalBurst  = 6
+	otpSendGlobalRefill = 5 * time.Minute
 )
+
+// Guard scopes in the store: "" is the global guard of authenticator codes,
+// otpAddrScope one address's (or /64's) back-off, otpCodeScope the wrong
+// guesses at the sent code of one exact address.
+const (
+	otpGlobalScope = ""
+	otpAddrPrefix  = "addr:"
+	otpCodePrefix  = "code:"
+)
+
+func otpAddrScope(addr string) string { return otpAddrPrefix + addrBucket(addr) }
+func otpCodeScope(addr string) string { return otpCodePrefix + addr }
 
 // otpBound is the arithmetic client.md states: the most wrong codes the
 // limits allow in a year, whatever the attacker does, and the chance that
 // they find a sent code or an authenticator code.
 //
-// Every otpGlobalFailures wrong codes start a lock, during which nothing is
-// checked. A lock at a level whose length is under otpLockMax raises the
-// level by one, and only a quiet otpLockDecay lowers it by one, so each such
-// level sees at most one lock more than the decays: at most levels + days
-// locks in a year. A lock at otpLockMax lasts a day: at most days + 1. Each
-// lock follows otpGlobalFailures wrong codes, and fewer than that follow the
-// last one. Each wrong code is one guess at one code: a sent code is valid
-// only from the address that asked for it (1 in 10^otpDigits); an
-// authenticator accepts 2·totpSkew+1 codes at a time (of 10^totpDigits).
+// One address (IPv6: one /64) alone: every otpGlobalFailures of its wrong
+// codes start a pause of that address, during which nothing from it is
+// checked. A pause at a level whose length is under otpLockMax raises the
+// level by one, and only a quiet otpLockDecay lowers it by one, so each
+// such level sees at most one pause more than the decays: at most levels +
+// days pauses in a year; a pause at otpLockMax lasts a day: at most days +
+// 1. Each pause follows otpGlobalFailures wrong codes, and fewer than that
+// follow the last one: AddrGuesses.
+//
+// Authenticator codes from many addresses: the global guard counts every
+// wrong authenticator code and, once they came from otpGlobalSources
+// addresses, pauses them all, charged one pause length (at the next level)
+// for every otpGlobalFailures of them: the same count of pauses, so at most
+// otpGlobalFailures × Locks charged wrong codes, plus those of the one
+// address whose wrong codes since the last pause were never charged
+// (bounded by that address's own AddrGuesses). An authenticator accepts
+// 2·totpSkew+1 codes at a time (of 10^totpDigits).
+//
+// Sent codes: a code is valid only from the address that asked for it and
+// is voided after otpCodeFailures wrong codes from that address, so each
+// code sent can be guessed otpCodeFailures times; the codes one appliance
+// can send in a year are bounded by the global send allowance (1 in
+// 10^otpDigits each guess).
 type otpBound struct {
-	Levels, Locks, Guesses   int
+	Levels, Locks            int
+	AddrGuesses, TOTPGuesses int
+	SentCodes, SentGuesses   int
 	SentPercent, TOTPPercent float64
 }
 
-// otpRule is the lock as the store applies it.
-var otpRule = store.OTPLockRule{Every: otpGlobalFailures, Base: otpLockBase, Max: otpLockMax, Decay: otpLockDecay}
+// otpAddrRule is an address's back-off; otpGlobalRule the global one of
+// authenticator codes, which only wrong codes from several addresses trip.
+var (
+	otpAddrRule   = store.OTPLockRule{Every: otpGlobalFailures, Base: otpLockBase, Max: otpLockMax, Decay: otpLockDecay}
+	otpGlobalRule = store.OTPLockRule{Every: otpGlobalFailures, Base: otpLockBase, Max: otpLockMax, Decay: otpLockDecay, Sources: otpGlobalSources}
+	// otpCodeRule only counts: its "pause" voids the address's code.
+	otpCodeRule = store.OTPLockRule{Every: otpCodeFailures, Base: time.Nanosecond, Max: time.Nanosecond, Decay: otpLockDecay}
+)
 
 func otpAttackBound() otpBound {
 	const days = 366
 	var b otpBound
-	for otpRule.Length(b.Levels) < otpLockMax {
+	for otpAddrRule.Length(b.Levels) < otpLockMax {
 		b.Levels++
 	}
 	b.Locks = b.Levels + 2*days + 1
-	b.Guesses = otpGlobalFailures * (b.Locks + 1)
-	b.SentPercent = 100 * float64(b.Guesses) / math.Pow10(otpDigits)
-	b.TOTPPercent = 100 * float64(b.Guesses) * float64(2*totpSkew+1) / math.Pow10(totpDigits)
+	b.AddrGuesses = otpGlobalFailures * (b.Locks + 1)
+	b.TOTPGuesses = otpGlobalFailures*b.Locks + b.AddrGuesses
+	b.SentCodes = otpSendGlobalBurst + int(days*24*time.Hour/otpSendGlobalRefill)
+	b.SentGuesses = otpCodeFailures * b.SentCodes
+	b.SentPercent = 100 * float64(b.SentGuesses) / math.Pow10(otpDigits)
+	b.TOTPPercent = 100 * float64(b.TOTPGuesses) * float64(2*totpSkew+1) / math.Pow10(totpDigits)
 	return b
 }
 
@@ -99,15 +148,37 @@ type otpGuard struct {
 	maxAddrFails int
 	addrFails    window.Counter[struct{}] // addrBucket -> wrong codes, windows of otpAddrFailWindow
 
-	tokens   float64 // global send allowance
-	tokensAt time.Time
+	global sendAllowance
+	addrs  map[string]*sendAllowance // addrBucket -> its send allowance
+}
+
+// sendAllowance is a token bucket of code sends.
+type sendAllowance struct {
+	tokens float64
+	at     time.Time
+}
+
+// take refills a up to burst (one token per refill since its last use)
+// and takes one token; when there is none it returns the wait for one.
+func (a *sendAllowance) take(now time.Time, burst float64, refill time.Duration) (time.Duration, bool) {
+	if a.at.IsZero() {
+		a.tokens = burst
+	} else if now.After(a.at) {
+		a.tokens = min(burst, a.tokens+float64(now.Sub(a.at))/float64(refill))
+	}
+	a.at = now
+	if a.tokens < 1 {
+		return time.Duration((1 - a.tokens) * float64(refill)), false
+	}
+	a.tokens--
+	return 0, true
 }
 
 func newOTPGuard(l Limits) *otpGuard {
 	return &otpGuard{
 		maxAddrFails: l.OTPMaxAttempts,
 		addrFails:    window.Counter[struct{}]{Length: otpAddrFailWindow},
-		tokens:       otpSendBurst,
+		addrs:        map[string]*sendAllowance{},
 	}
 }
 
@@ -132,31 +203,48 @@ func (g *otpGuard) failAddr(addr string, now time.Time) {
 	g.addrFails.Add(addrBucket(addr), now)
 }
 
-// takeSendToken admits a send against the allowance of all addresses
-// together: otpSendBurst at once, refilled one per otpSendRefill. (The
-// per-address interval is the store's: SaveOTP, shared by every box.)
-func (g *otpGuard) takeSendToken(now time.Time) *Error {
+// takeSendToken admits a send to addr against its address's allowance
+// (otpSendBurst at once, refilled one per otpSendRefill) and that of all
+// addresses together (otpSendGlobalBurst, one per otpSendGlobalRefill).
+// (The per-address interval is the store's: SaveOTP, shared by every box.)
+func (g *otpGuard) takeSendToken(addr string, now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.tokensAt.IsZero() && now.After(g.tokensAt) {
-		g.tokens = min(otpSendBurst, g.tokens+float64(now.Sub(g.tokensAt))/float64(otpSendRefill))
+	k := addrBucket(addr)
+	a := g.addrs[k]
+	if a == nil {
+		if len(g.addrs) >= maxTrackedAddrs {
+			for k, old := range g.addrs {
+				if now.Sub(old.at) >= otpSendBurst*otpSendRefill {
+					delete(g.addrs, k)
+				}
+			}
+		}
+		a = &sendAllowance{}
+		g.addrs[k] = a
 	}
-	g.tokensAt = now
-	if g.tokens < 1 {
-		wait := time.Duration((1 - g.tokens) * float64(otpSendRefill))
+	saved := *a
+	if wait, ok := a.take(now, otpSendBurst, otpSendRefill); !ok {
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"too many codes were asked for from this address; retry in %d s", retryAfterSeconds(wait))}
+	}
+	if wait, ok := g.global.take(now, otpSendGlobalBurst, otpSendGlobalRefill); !ok {
+		*a = saved
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"too many codes were asked for from all addresses; retry in %d s", retryAfterSeconds(wait))}
 	}
-	g.tokens--
 	return nil
 }
 
-// giveSendToken returns a token takeSendToken took for a send that did not
-// happen (the address's interval refused it).
-func (g *otpGuard) giveSendToken() {
+// giveSendToken returns the tokens takeSendToken took for a send that did
+// not happen (the address's interval refused it).
+func (g *otpGuard) giveSendToken(addr string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.tokens = min(otpSendBurst, g.tokens+1)
+	g.global.tokens = min(otpSendGlobalBurst, g.global.tokens+1)
+	if a := g.addrs[addrBucket(addr)]; a != nil {
+		a.tokens = min(otpSendBurst, a.tokens+1)
+	}
 }
 
 // otpSendResponse is the body of POST /v1/admin/otp/send; it never holds the
@@ -172,7 +260,7 @@ type otpSendResponse struct {
 // the client address that asked (replacing only that address's earlier
 // code) with an OTPTTL lifetime, and delivers it through the Notifier.
 // Sends are throttled per address (OTPResendInterval, in the store, so on
-// every box) and globally (429). A failed delivery is
+// every box; an allowance per address and one of all addresses, 429). A failed delivery is
 // 502, counted in replyd_otp_delivery_failures_total, and does not hold the
 // address's next try back.
 func (s *Server) handleOTPSend(c echo.Context) error {
@@ -186,18 +274,18 @@ func (s *Server) handleOTPSend(c echo.Context) error {
 	s.otpMu.Lock()
 	defer s.otpMu.Unlock()
 	addr, now := ClientAddr(c), s.now()
-	if e := s.otp.takeSendToken(now); e != nil {
+	if e := s.otp.takeSendToken(addr, now); e != nil {
 		return e
 	}
 	code, err := secret.Digits(otpDigits)
 	if err != nil {
-		s.otp.giveSendToken()
+		s.otp.giveSendToken(addr)
 		return err
 	}
 	expires := now.Add(s.limits.OTPTTL)
 	retry, err := s.store.SaveOTP(addr, secret.Hash(code), now, expires, s.limits.OTPResendInterval)
 	if err != nil || retry > 0 {
-		s.otp.giveSendToken()
+		s.otp.giveSendToken(addr)
 		if err != nil {
 			return err
 		}
@@ -248,12 +336,8 @@ const wrongCodeMessage = "the code is wrong, has expired, was already used, or w
 
 // handleOTPVerify checks a sent code (8 digits, valid only from the address
 // that asked for it) or, once TOTP is enrolled, an authenticator app's code
-// (6 digits). A wrong code is 401; it counts against the address
-// (OTPMaxAttempts per 15 minutes, in memory) and towards the lock every box
-// shares (one small store write: at most otpGlobalFailures before each
-// lock, while nothing is checked during one), which notifies the admin
-// channel when it starts. Neither limit ever spends or replaces a code. Success creates a session of SessionTTL from 32
-// random bytes, stored only as its hash.
+// (6 digits), under the limits of checkLoginCode. Success creates a session
+// of SessionTTL from 32 random bytes, stored only as its hash.
 func (s *Server) handleOTPVerify(c echo.Context) error {
 	var req otpVerifyRequest
 	if err := s.readJSON(c, &req, false); err != nil {
@@ -266,46 +350,14 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 	if !isDigits(code) || (len(code) != otpDigits && len(code) != totpDigits) {
 		return badRequest("code must be the %d digits of a sent code or the %d digits of an authenticator app", otpDigits, totpDigits)
 	}
-	addr, now := ClientAddr(c), s.now()
-	if e := s.otp.admitAddr(addr, now); e != nil {
-		quietAccessLog(c)
-		return e
-	}
-	until, err := s.store.OTPLock(now)
-	if err != nil {
+	if err := s.checkLoginCode(c, code); err != nil {
 		return err
-	}
-	if !until.IsZero() {
-		quietAccessLog(c)
-		wait := until.Sub(now)
-		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-			"too many wrong codes from all addresses: login by code is paused for %d s (the admin key still works)", retryAfterSeconds(wait))}
-	}
-	var ok bool
-	if len(code) == otpDigits {
-		ok, err = s.store.UseOTP(addr, secret.Hash(code), now)
-	} else {
-		ok, err = s.checkTOTP(code, now)
-	}
-	if err != nil {
-		return err
-	}
-	if !ok {
-		s.countFailure(addr, failLoginCode)
-		s.otp.failAddr(addr, now)
-		until, err := s.store.OTPFailed(now, otpRule)
-		if err != nil {
-			return err
-		}
-		if !until.IsZero() {
-			s.otpLocked(c, until)
-		}
-		return errorf(CodeUnauthorized, "%s", wrongCodeMessage)
 	}
 	token, err := secret.Token("")
 	if err != nil {
 		return err
 	}
+	now := s.now()
 	expires := now.Add(s.limits.SessionTTL)
 	if err := s.store.CreateSession(secret.Hash(token), expires); err != nil {
 		return err
@@ -318,15 +370,103 @@ func (s *Server) handleOTPVerify(c echo.Context) error {
 	return c.JSON(http.StatusOK, otpVerifyResponse{SessionToken: token, ExpiresAt: expires.UTC()})
 }
 
-// otpLocked logs the start of a lock of the code login and tells the
-// administrator through the channel (in the background: the answer to the
-// wrong guess does not wait for it).
+// checkLoginCode checks code (otpDigits: the sent code of the request's
+// address, spent when it matches; totpDigits: the authenticator's) and
+// returns nil when it logs in, else the error to answer. A wrong code is
+// 401 with one message whatever the reason; it counts against its address
+// (OTPMaxAttempts per 15 minutes, in memory; and the address's back-off in
+// the store, otpAddrRule, shared by every box), a wrong sent code also
+// against the code of its address (voided after otpCodeFailures), and a
+// wrong authenticator code towards the global back-off, which only wrong
+// codes from several addresses trip and which then pauses authenticator
+// codes alone: so no address can pause another's sent code, and none
+// alone the authenticator login. The admin key is never limited here.
+func (s *Server) checkLoginCode(c echo.Context, code string) error {
+	addr, now := ClientAddr(c), s.now()
+	if e := s.otp.admitAddr(addr, now); e != nil {
+		quietAccessLog(c)
+		return e
+	}
+	until, err := s.store.OTPLock(otpAddrScope(addr), now)
+	if err != nil {
+		return err
+	}
+	if !until.IsZero() {
+		quietAccessLog(c)
+		wait := until.Sub(now)
+		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+			"too many wrong codes from this address: login by code from it is paused for %d s (other addresses, and the admin key, still work)", retryAfterSeconds(wait))}
+	}
+	isTOTP := len(code) == totpDigits
+	if isTOTP {
+		until, err := s.store.OTPLock(otpGlobalScope, now)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
+			quietAccessLog(c)
+			wait := until.Sub(now)
+			return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+				"too many wrong authenticator codes from several addresses: authenticator login is paused for %d s (sent codes and the admin key still work)", retryAfterSeconds(wait))}
+		}
+	}
+	var ok bool
+	if isTOTP {
+		ok, err = s.checkTOTP(code, now)
+	} else {
+		ok, err = s.store.UseOTP(addr, secret.Hash(code), now)
+	}
+	if err != nil || ok {
+		return err
+	}
+	s.countFailure(addr, failLoginCode)
+	s.otp.failAddr(addr, now)
+	bucket := addrBucket(addr)
+	paused, err := s.store.OTPFailed(otpAddrScope(addr), bucket, now, otpAddrRule)
+	if err != nil {
+		return err
+	}
+	if !paused.IsZero() {
+		s.metrics.otpLocks.Inc()
+		s.adminLog(c, store.LevelWarn, "otp", "login by code from %s paused until %s after %d wrong codes", bucket, paused.UTC().Format(time.RFC3339), otpGlobalFailures)
+	}
+	if isTOTP {
+		until, err := s.store.OTPFailed(otpGlobalScope, bucket, now, otpGlobalRule)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
+			s.otpLocked(c, until)
+		}
+	} else {
+		voided, err := s.store.OTPFailed(otpCodeScope(addr), addr, now, otpCodeRule)
+		if err != nil {
+			return err
+		}
+		if !voided.IsZero() {
+			if err := s.store.DeleteOTP(addr); err != nil {
+				return err
+			}
+		}
+	}
+	return errorf(CodeUnauthorized, "%s", wrongCodeMessage)
+}
+
+// otpLocked logs the start of a pause of the authenticator login and tells
+// the administrator through the channel (in the background: the answer to
+// the wrong guess does not wait for it).
 func (s *Server) otpLocked(c echo.Context, until time.Time) {
-	msg := fmt.Sprintf("replyd: %d wrong admin login codes in a row; login by code is paused until %s. The admin key still works.",
-		otpGlobalFailures, until.UTC().Format("2006-01-02 15:04 UTC"))
+	msg := fmt.Sprintf("replyd: wrong authenticator codes from several addresses; login with the authenticator app is paused until %s. Sent codes and the admin key still work.",
+		until.UTC().Format("2006-01-02 15:04 UTC"))
 	s.metrics.otpLocks.Inc()
-	s.adminLog(c, store.LevelWarn, "otp", "login by code paused until %s after %d wrong codes", until.UTC().Format(time.RFC3339), otpGlobalFailures)
-	s.reqLogger(c).Warn("login by code paused after wrong codes", "until", until.UTC().Format(time.RFC3339))
+	s.adminLog(c, store.LevelWarn, "otp", "authenticator login paused until %s after wrong codes from several addresses", until.UTC().Format(time.RFC3339))
+	s.reqLogger(c).Warn("authenticator login paused after wrong codes", "until", until.UTC().Format(time.RFC3339))
+	s.tellAdmin(msg, until)
+}
+
+// tellAdmin sends msg (no code) through the OTP channel in the background,
+// when one is configured.
+func (s *Server) tellAdmin(msg string, until time.Time) {
 	if s.notifier == nil {
 		return
 	}
@@ -335,7 +475,7 @@ func (s *Server) otpLocked(c echo.Context, until time.Time) {
 		defer cancel()
 		if err := s.notifier.Send(ctx, "", msg, until); err != nil {
 			s.metrics.otpDeliveryFailures.Inc()
-			s.log.Warn("telling the administrator about the paused login failed", "error", err.Error())
+			s.log.Warn("telling the administrator through the OTP channel failed", "error", err.Error())
 		}
 	}()
 }
@@ -382,12 +522,53 @@ type totpEnrollResponse struct {
 	QRSVG      string `json:"qr_svg"`
 }
 
+// totpEnrollRequest is the optional body of POST /v1/admin/totp/enroll.
+type totpEnrollRequest struct {
+	// Code is a code sent through the OTP channel to this address: what
+	// an admin session must add to enroll or replace the authenticator.
+	Code string `json:"code"`
+}
+
 // handleTOTPEnroll serves POST /v1/admin/totp/enroll: a new 160-bit TOTP
 // secret, stored as an installation secret (replacing any earlier one, whose
 // authenticator entry then stops working) and shown once, with the
 // otpauth:// URL an authenticator app scans and that URL's QR code (an
-// inline SVG, as pairing's).
+// inline SVG, as pairing's). A session alone is not enough (a stolen
+// session must not become a lasting login, nor replace the admin's real
+// authenticator): the request needs X-ADMIN-KEY, or a code sent through
+// the OTP channel to this address (POST /v1/admin/otp/send) in its code
+// field, checked and spent as a login code is. The OTP channel is told of
+// every enrolment.
 func (s *Server) handleTOTPEnroll(c echo.Context) error {
+	var req totpEnrollRequest
+	if err := s.readJSON(c, &req, true); err != nil {
+		return err
+	}
+	code := strings.TrimSpace(req.Code)
+	via := "admin key"
+	if !viaAdminKey(c) {
+		switch {
+		case code == "" && (s.totpOnly || s.notifier == nil):
+			return errorf(CodeForbidden, "enrolling or replacing the authenticator app needs the admin key (%s): no OTP channel is configured to send a code", HeaderAdminKey)
+		case code == "":
+			return errorf(CodeForbidden, "enrolling or replacing the authenticator app needs the admin key, or a code sent through the OTP channel: call POST /v1/admin/otp/send and repeat this request with {\"code\": the %d digits}", otpDigits)
+		case !isDigits(code) || len(code) != otpDigits:
+			return badRequest("code must be the %d digits of a code sent through the OTP channel", otpDigits)
+		}
+		if err := s.checkLoginCode(c, code); err != nil {
+			var ae *Error
+			if errors.As(err, &ae) && ae.Code == CodeUnauthorized {
+				// 401 would read as an expired session to the admin page.
+				return errorf(CodeForbidden, "%s", wrongCodeMessage)
+			}
+			return err
+		}
+		via = "session and a sent code"
+	}
+	_, replaced, err := s.store.Secret(store.SecretTOTP)
+	if err != nil {
+		return err
+	}
 	key, err := totp.Generate(totp.GenerateOpts{
 		Issuer:      "replyd",
 		AccountName: "admin",
@@ -406,7 +587,12 @@ func (s *Server) handleTOTPEnroll(c echo.Context) error {
 	if err := s.store.SetSecret(store.SecretTOTP, []byte(key.Secret())); err != nil {
 		return err
 	}
-	s.adminLog(c, store.LevelInfo, "totp", "authenticator app enrolled (any earlier enrolment no longer works)")
+	what := "enrolled"
+	if replaced {
+		what = "replaced (the earlier one no longer works)"
+	}
+	s.adminLog(c, store.LevelWarn, "totp", "authenticator app %s, authorised by the %s", what, via)
+	s.tellAdmin(fmt.Sprintf("replyd: an authenticator app was %s for the admin login (authorised by the %s). If this was not you, enroll again with the admin key and change the admin key.", what, via), s.now())
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusOK, totpEnrollResponse{Secret: key.Secret(), OTPAuthURL: key.URL(), QRSVG: svg})
 }

@@ -28,7 +28,7 @@ func seedTraffic(t *testing.T, e *env) {
 	e.do(inferReq(t, "valid", payloadPart(`{"messages":[{"role":"robot"}]}`)))        // t0, 400, subject = key hash
 	e.clock.Advance(time.Hour)                                                        //
 	ok("other", "bob")                                                                // t0+1h
-	ok("other", "alice")                                                              // t0+1h
+	ok("other", "alice")                                                              // t0+1h: another key's alice, another user
 	e.do(adminReq("POST", "/v1/admin/system-prompt", `{"prompt":"p","version":"a"}`)) // t0+1h admin
 	e.clock.Advance(time.Hour)
 }
@@ -113,10 +113,10 @@ func TestStats(t *testing.T) {
 		body   string
 	}{
 		// alice (hashed), the key hash of the failed call, bob: 3 users in 4 calls.
-		{"", 200, `{"since":"2026-01-01T05:04:05Z","window_seconds":86400,"total_requests":4,"active_users":3,` + all + `}`},
+		{"", 200, `{"since":"2026-01-01T05:04:05Z","window_seconds":86400,"total_requests":4,"active_users":4,` + all + `}`},
 		{"window=90m", 200, `{"since":"2026-01-02T03:34:05Z","window_seconds":5400,"total_requests":2,"active_users":2,` + late + `}`},
-		{"since=" + url.QueryEscape("2026-01-02T03:04:05Z") + "&window=1m", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3,` + all + `}`},
-		{"window=2h&bucket=1h", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":3,` + all + `,
+		{"since=" + url.QueryEscape("2026-01-02T03:04:05Z") + "&window=1m", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":4,` + all + `}`},
+		{"window=2h&bucket=1h", 200, `{"since":"2026-01-02T03:04:05Z","window_seconds":7200,"total_requests":4,"active_users":4,` + all + `,
 		  "series":[{"start":"2026-01-02T03:04:05Z","total_requests":2,"active_users":2,"outcomes":0,"accepted":0},{"start":"2026-01-02T04:04:05Z","total_requests":2,"active_users":2,"outcomes":0,"accepted":0}]}`},
 		{"window=5m", 200, `{"since":"2026-01-02T04:59:05Z","window_seconds":300,"total_requests":0,"active_users":0,` + none + `}`},
 		// A clock ahead of the box's: an empty window, not an error.

@@ -80,6 +80,8 @@ type pairingResponse struct {
 	Status             string    `json:"status"`
 	Scopes             []string  `json:"scopes"`
 	RateLimitPerMinute int       `json:"rate_limit_per_minute"`
+	// MemoryUser is the memory_user the paired key will be linked to.
+	MemoryUser string `json:"memory_user,omitempty"`
 }
 
 // handleCreatePairing serves POST /v1/admin/pairings: the optional body of
@@ -87,7 +89,7 @@ type pairingResponse struct {
 // answers its code, expiry, /app/ link and the link's QR code. No key exists
 // until the code is redeemed with POST /v1/pair.
 func (s *Server) handleCreatePairing(c echo.Context) error {
-	k, err := s.readKeySettings(c)
+	k, memSubject, err := s.readKeySettings(c)
 	if err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func (s *Server) handleCreatePairing(c echo.Context) error {
 		return err
 	}
 	now := s.now().UTC()
-	p := store.Pairing{CodeHash: secret.Hash(code), Key: k, CreatedAt: now, ExpiresAt: now.Add(s.limits.PairingTTL)}
+	p := store.Pairing{CodeHash: secret.Hash(code), Key: k, CreatedAt: now, ExpiresAt: now.Add(s.limits.PairingTTL), MemorySubject: memSubject}
 	err = s.store.CreatePairing(p, s.limits.MaxPendingPairings, now)
 	if errors.Is(err, store.ErrLimit) {
 		return errorf(CodeConflict, "%d pairing codes are waiting to be used; use one or let them expire (they work for %s) before making another",
@@ -120,7 +122,16 @@ func (s *Server) handleCreatePairing(c echo.Context) error {
 		Status:             k.Status,
 		Scopes:             k.Scopes,
 		RateLimitPerMinute: k.RateLimitPerMinute,
+		MemoryUser:         optLabel(memSubject),
 	})
+}
+
+// optLabel is the user label of subject, "" for none.
+func optLabel(subject string) string {
+	if subject == "" {
+		return ""
+	}
+	return userLabel(subject)
 }
 
 // appBaseURL is the absolute URL of /app/: under the configured public URL,
@@ -140,11 +151,15 @@ type pairRequest struct {
 	Code string `json:"code"`
 }
 
+// wrongPairingCodeMessage is the one answer to a pairing code that does not
+// pair.
+const wrongPairingCodeMessage = "the pairing code is not valid: it is wrong, has expired or was already used; check it, or make a new one on the admin page (Keys, Add tablet)"
+
 // handlePair serves POST /v1/pair: {"code"} with no credential. Within the
 // throttle, a pending, unexpired code mints the key the admin described and
 // answers exactly what POST /v1/admin/keys answers; the code then stops
-// working. Wrong and expired codes are 401, a used one 409, too many tries
-// 429 with Retry-After.
+// working. Wrong, expired and used codes are the same 401 (one message, so
+// that nobody learns a code was real), too many tries 429 with Retry-After.
 func (s *Server) handlePair(c echo.Context) error {
 	now := s.now()
 	if err := s.pairThrottle(c, now); err != nil {
@@ -167,16 +182,12 @@ func (s *Server) handlePair(c echo.Context) error {
 	}
 	k, err := s.store.RedeemPairing(secret.Hash(code), hash, now.UTC())
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		// A wrong code is a failed authentication of the address (counted
-		// in memory, logged once a minute); an expired or used one was a
-		// real code.
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExpired), errors.Is(err, store.ErrUsed):
+		// Wrong, expired and used codes get one answer, and each counts as
+		// a failed authentication of the address (in memory, logged once a
+		// minute): the answer never tells a caller that a code was real.
 		s.countFailure(ClientAddr(c), failPairingCode)
-		return errorf(CodeUnauthorized, "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
-	case errors.Is(err, store.ErrExpired):
-		return errorf(CodeUnauthorized, "the pairing code has expired (codes work for %s): make a new one on the admin page", formatWindow(s.limits.PairingTTL))
-	case errors.Is(err, store.ErrUsed):
-		return errorf(CodeConflict, "the pairing code was already used: make a new one on the admin page to pair another tablet")
+		return errorf(CodeUnauthorized, "%s", wrongPairingCodeMessage)
 	case err != nil:
 		return err
 	}

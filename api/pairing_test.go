@@ -79,9 +79,9 @@ func TestPairingMintsTheKeyOnce(t *testing.T) {
 	}
 	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), 200, okTextOnly)
 
-	// Single use.
-	wantJSON(t, e.do(pairReq(`{"code":"`+p.PairingCode+`"}`, "")), 409,
-		errJSON("conflict", "the pairing code was already used: make a new one on the admin page to pair another tablet"))
+	// Single use: a used code answers exactly as a wrong one.
+	wantJSON(t, e.do(pairReq(`{"code":"`+p.PairingCode+`"}`, "")), 401,
+		errJSON("unauthorized", "the pairing code is not valid: it is wrong, has expired or was already used; check it, or make a new one on the admin page (Keys, Add tablet)"))
 	rec = e.do(adminReq("GET", "/v1/admin/keys", ""))
 	if !strings.Contains(rec.Body.String(), `"count":1`) {
 		t.Errorf("keys after a reused code: %s", rec.Body.String())
@@ -100,7 +100,7 @@ func TestPairingMintsTheKeyOnce(t *testing.T) {
 func TestPairingErrors(t *testing.T) {
 	e := newEnv(t)
 	p := e.mustPairing("")
-	notValid := errJSON("unauthorized", "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
+	notValid := errJSON("unauthorized", "the pairing code is not valid: it is wrong, has expired or was already used; check it, or make a new one on the admin page (Keys, Add tablet)")
 	wantJSON(t, e.do(pairReq(`{"code":"22222222"}`, "192.0.2.1:1")), 401, notValid)
 	wantJSON(t, e.do(pairReq(`{"code":"ABC"}`, "192.0.2.2:1")), 400,
 		errJSON("invalid_request", "code must be the 8 letters and digits shown on the admin page, for example 7KQ3-MZ2A"))
@@ -113,10 +113,9 @@ func TestPairingErrors(t *testing.T) {
 	wantJSON(t, e.do(httptest.NewRequest(http.MethodPost, "/v1/admin/pairings", nil)), 401,
 		errJSON("unauthorized", "an admin credential is required: send X-ADMIN-SESSION or X-ADMIN-KEY"))
 
-	// Expired: said once, then the pairing is gone.
+	// Expired: answered as a wrong code, and the pairing is gone.
 	e.clock.Advance(10 * time.Minute)
-	wantJSON(t, e.do(pairReq(`{"code":"`+p.PairingCode+`"}`, "192.0.2.4:1")), 401,
-		errJSON("unauthorized", "the pairing code has expired (codes work for 10m): make a new one on the admin page"))
+	wantJSON(t, e.do(pairReq(`{"code":"`+p.PairingCode+`"}`, "192.0.2.4:1")), 401, notValid)
 	wantJSON(t, e.do(pairReq(`{"code":"`+p.PairingCode+`"}`, "192.0.2.4:1")), 401, notValid)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[],"count":0}`)
 }

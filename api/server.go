@@ -268,6 +268,8 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, a+"/users", s.handleListUsers, s.adminAuth)
 	get(e, a+"/users/:user/pairs", s.handleUserPairs, s.adminAuth)
 	e.DELETE(a+"/users/:user", s.handleDeleteUser, s.adminAuth)
+	e.POST(a+"/users/:user/keys", s.handleLinkUserKey, s.adminAuth)
+	e.DELETE(a+"/users/:user/keys/:api_key_hash", s.handleUnlinkUserKey, s.adminAuth)
 	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
 	e.POST(a+"/totp/enroll", s.handleTOTPEnroll, s.adminAuth)
 

@@ -23,24 +23,24 @@ import (
 
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)
-	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
+	rec := e.do(adminReq("GET", "/healthz", ""))
 	wantJSON(t, rec, 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e.health.set(engine.EngineStatus{Name: "llm", Model: "/m/llm.gguf"}, engine.EngineStatus{Name: "stt", Ready: true})
-	rec = e.do(httptest.NewRequest("GET", "/healthz", nil))
+	rec = e.do(adminReq("GET", "/healthz", ""))
 	wantJSON(t, rec, 503, `{"status":"loading","reason":"the models are loading","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 	if rec.Header().Get("Retry-After") != "5" {
 		t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
 	}
 
 	e.health.set(engine.EngineStatus{Name: "llm", Error: "bad magic"}, engine.EngineStatus{Name: "stt"})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 503, `{"status":"error","reason":"a model failed to load","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":false,"demo":false},{"name":"stt","ready":false,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 
 	e2 := newEnv(t, func(o *Options) { o.Health = nil })
-	wantJSON(t, e2.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[],"m4a":false,"storage":{"writable":true}}`)
+	wantJSON(t, e2.do(adminReq("GET", "/healthz", "")), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[],"m4a":false,"storage":{"writable":true}}`)
 
 	// Voice activity detection is reported as "vad": on, or off when its
 	// model is missing; off never makes the service unhealthy.
@@ -49,11 +49,38 @@ func TestHealthz(t *testing.T) {
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Ready: true}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"on","storage":{"writable":true}}`)
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"on","storage":{"writable":true}}`)
 	e.health.mu.Lock()
 	e.health.vad = engine.EngineStatus{Name: "vad", Error: "open models/silero_vad_v5.onnx: no such file"}
 	e.health.mu.Unlock()
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"off","storage":{"writable":true}}`)
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"stt","ready":true,"demo":false},{"name":"llm","ready":true,"demo":false}],"m4a":false,"vad":"off","storage":{"writable":true}}`)
+}
+
+// TestHealthzAnonymous: without a credential /healthz answers the status
+// alone (whatever it is); a tablet's key or an admin credential gets the
+// details; an invalid credential gets the anonymous answer and counts as a
+// failed authentication.
+func TestHealthzAnonymous(t *testing.T) {
+	e := newEnv(t)
+	e.health.set(engine.EngineStatus{Name: "llm", Ready: true, Demo: true}, engine.EngineStatus{Name: "stt", Ready: true})
+	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok"}`)
+	full := `{"status":"ok","node":"box-test","demo_models":true,"engines":[{"name":"llm","ready":true,"demo":true},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, full)
+	key := e.addKey("tablet-key-healthz", 60)
+	req := httptest.NewRequest("GET", "/healthz", nil)
+	req.Header.Set(HeaderAPIKey, key)
+	wantJSON(t, e.do(req), 200, full)
+	for _, h := range []string{HeaderAPIKey, HeaderAdminKey, HeaderAdminSession} {
+		req := httptest.NewRequest("GET", "/healthz", nil)
+		req.Header.Set(h, "not-a-credential")
+		wantJSON(t, e.do(req), 200, `{"status":"ok"}`)
+	}
+	e.health.set(engine.EngineStatus{Name: "llm"}, engine.EngineStatus{Name: "stt", Ready: true})
+	rec := e.do(httptest.NewRequest("GET", "/healthz", nil))
+	wantJSON(t, rec, 503, `{"status":"loading"}`)
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("no Retry-After while loading")
+	}
 }
 
 // TestHealthzDegraded: failing writes or a nearly full data disk make
@@ -65,13 +92,13 @@ func TestHealthzDegraded(t *testing.T) {
 		o.DiskFree = func() (int64, error) { return free, nil }
 		o.Limits.MinFreeBytes = 512 << 20
 	})
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true,"free_bytes":629145600}}`)
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true,"free_bytes":629145600}}`)
 	free = 100 << 20
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"degraded","reason":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"degraded","reason":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
 	  "storage":{"writable":true,"free_bytes":104857600,"problem":"only 100.0 MiB free on the data disk (warning below 512.0 MiB)"}}`)
 	free = 0
 	e.st.fail(fmt.Errorf("store x: %w: no space left on device", store.ErrNoSpace), "Ping")
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200, `{"status":"degraded","reason":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200, `{"status":"degraded","reason":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,
 	  "storage":{"writable":false,"free_bytes":0,"problem":"writes fail: the data disk is full; only 0 bytes free on the data disk (warning below 512.0 MiB)"}}`)
 	rec := e.do(adminReq("GET", "/v1/admin/status", ""))
 	if !strings.Contains(rec.Body.String(), `"status":"degraded","storage":{"writable":false,"free_bytes":0,"problem":"writes fail: the data disk is full`) {
@@ -79,7 +106,7 @@ func TestHealthzDegraded(t *testing.T) {
 	}
 	// Loading still wins over degraded.
 	e.health.set(engine.EngineStatus{Name: "llm"}, engine.EngineStatus{Name: "stt", Ready: true})
-	if rec := e.do(httptest.NewRequest("GET", "/healthz", nil)); rec.Code != 503 || !strings.Contains(rec.Body.String(), `"status":"loading"`) {
+	if rec := e.do(adminReq("GET", "/healthz", "")); rec.Code != 503 || !strings.Contains(rec.Body.String(), `"status":"loading"`) {
 		t.Errorf("loading and degraded: %d %s", rec.Code, rec.Body)
 	}
 }
@@ -333,12 +360,12 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 
 func TestRequestID(t *testing.T) {
 	e := newEnv(t)
-	req := httptest.NewRequest("GET", "/healthz", nil)
+	req := adminReq("GET", "/healthz", "")
 	req.Header.Set("X-Request-ID", "tablet-7.abc")
 	if got := e.do(req).Header().Get("X-Request-ID"); got != "tablet-7.abc" {
 		t.Errorf("X-Request-ID = %q", got)
 	}
-	req = httptest.NewRequest("GET", "/healthz", nil)
+	req = adminReq("GET", "/healthz", "")
 	req.Header.Set("X-Request-ID", "bad id\nwith newline")
 	if got := e.do(req).Header().Get("X-Request-ID"); !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(got) {
 		t.Errorf("generated X-Request-ID = %q", got)

@@ -49,7 +49,9 @@ type healthResponse struct {
 	Storage storageView `json:"storage"`
 }
 
-// handleHealthz serves GET /healthz: 200 {"status":"ok"} when every engine
+// handleHealthz serves GET /healthz. Without a credential the answer is
+// {"status"} alone; with a valid X-API-KEY or admin credential it carries
+// the details below. 200 {"status":"ok"} when every engine
 // is ready and the store takes writes; 200 {"status":"degraded","reason":…}
 // when the engines are ready but the store cannot be reached (requests that
 // need it get 503 store_unavailable until it is back), writes to it fail (a
@@ -84,16 +86,46 @@ func (s *Server) handleHealthz(c echo.Context) error {
 	var degraded bool
 	degraded, out.Storage = s.storageState(c)
 	c.Response().Header().Set("Cache-Control", "no-store")
+	c.Response().Header().Add(echo.HeaderVary, HeaderAPIKey+", "+HeaderAdminKey+", "+HeaderAdminSession)
+	status := http.StatusOK
 	if out.Status != "ok" {
 		if out.Status == "loading" {
 			c.Response().Header().Set("Retry-After", fmt.Sprint(retryAfterSeconds(s.limits.NotReadyRetryAfter)))
 		}
-		return c.JSON(http.StatusServiceUnavailable, out)
-	}
-	if degraded {
+		status = http.StatusServiceUnavailable
+	} else if degraded {
 		out.Status, out.Reason = "degraded", out.Storage.Problem
 	}
-	return c.JSON(http.StatusOK, out)
+	if !s.healthDetails(c) {
+		return c.JSON(status, healthStatusOnly{Status: out.Status})
+	}
+	return c.JSON(status, out)
+}
+
+// healthStatusOnly is /healthz for a caller without a credential: a load
+// balancer or systemd needs the status and nothing else (no node name, no
+// demo flag, no disk figures).
+type healthStatusOnly struct {
+	Status string `json:"status"`
+}
+
+// healthDetails reports whether /healthz may show its details: the request
+// carries a valid, active X-API-KEY or a valid admin credential. An invalid
+// credential counts as a failed authentication of the address, as anywhere
+// else (so /healthz is no free oracle for guessing keys), and gets the
+// anonymous answer.
+func (s *Server) healthDetails(c echo.Context) bool {
+	h := c.Request().Header
+	if h.Get(HeaderAdminKey) != "" || h.Get(HeaderAdminSession) != "" {
+		if s.adminCredential(c) == nil {
+			return true
+		}
+	}
+	if h.Get(HeaderAPIKey) != "" {
+		_, _, err := s.apiKey(c)
+		return err == nil
+	}
+	return false
 }
 
 // storeHealth pings the store (bounded by healthPingTimeout) and returns ""

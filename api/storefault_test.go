@@ -34,12 +34,12 @@ func TestStoreUnavailable(t *testing.T) {
 			t.Errorf("%s: Retry-After = %q, want 5", name, got)
 		}
 	}
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200,
 		`{"status":"degraded","reason":"the store (database) cannot be reached","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":false,"problem":"the store (database) cannot be reached"}}`)
 
 	e.st.fail(nil)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(2), 1))
-	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
+	wantJSON(t, e.do(adminReq("GET", "/healthz", "")), 200,
 		`{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 }
 

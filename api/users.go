@@ -9,11 +9,13 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
 )
 
@@ -38,6 +40,17 @@ type memoryUserJSON struct {
 	Pairs     int        `json:"pairs"`
 	CreatedAt time.Time  `json:"created_at"`
 	LastAt    *time.Time `json:"last_at"`
+	// Keys are the api_key_hash of the keys that read and write this
+	// memory: the one that made it and those an admin linked.
+	Keys []string `json:"keys"`
+}
+
+func toMemoryUserJSON(u store.MemoryUser) memoryUserJSON {
+	keys := u.Keys
+	if keys == nil {
+		keys = []string{}
+	}
+	return memoryUserJSON{User: userLabel(u.Subject), Pairs: u.Pairs, CreatedAt: u.CreatedAt.UTC(), LastAt: optTime(u.LastAt), Keys: keys}
 }
 
 type usersResponse struct {
@@ -46,7 +59,7 @@ type usersResponse struct {
 }
 
 // handleListUsers serves GET /v1/admin/users: every user with a memory, by
-// pseudonym, with the number of pairs kept.
+// pseudonym, with the number of pairs kept and the keys that use it.
 func (s *Server) handleListUsers(c echo.Context) error {
 	users, err := s.store.MemoryUsers()
 	if err != nil {
@@ -54,42 +67,191 @@ func (s *Server) handleListUsers(c echo.Context) error {
 	}
 	out := usersResponse{Items: make([]memoryUserJSON, 0, len(users))}
 	for _, u := range users {
-		out.Items = append(out.Items, memoryUserJSON{User: userLabel(u.Subject), Pairs: u.Pairs, CreatedAt: u.CreatedAt.UTC(), LastAt: optTime(u.LastAt)})
+		out.Items = append(out.Items, toMemoryUserJSON(u))
 	}
 	out.Count = len(out.Items)
 	return c.JSON(http.StatusOK, out)
 }
 
+// userRef is what the {user} path parameter names: the stored subjects and
+// the label the admin log uses.
+type userRef struct {
+	subjects []string
+	label    string
+	users    []store.MemoryUser // the memory users among them
+}
+
 // userOf resolves the {user} path parameter: a listed pseudonym ("p_…"),
-// else a user_id as tablets send it (URL-escaped in the path). It returns
-// the subject and its pseudonym.
-func (s *Server) userOf(c echo.Context) (string, string, error) {
+// else a user_id as tablets send it (URL-escaped in the path). A user_id
+// names every memory kept for it, whichever keys use them (one per key
+// namespace, see userSubject), and the subject memories from before
+// memories were scoped to keys had (its tag).
+func (s *Server) userOf(c echo.Context) (userRef, error) {
 	v := c.Param("user")
 	if u, err := url.PathUnescape(v); err == nil {
 		v = u
 	}
 	if v == "" {
-		return "", "", badRequest("user is required: a pseudonym from /v1/admin/users or a user_id")
+		return userRef{}, badRequest("user is required: a pseudonym from /v1/admin/users or a user_id")
+	}
+	users, err := s.store.MemoryUsers()
+	if err != nil {
+		return userRef{}, err
 	}
 	if strings.HasPrefix(v, pseudonymPrefix) {
-		users, err := s.store.MemoryUsers()
-		if err != nil {
-			return "", "", err
-		}
 		for _, u := range users {
 			if userLabel(u.Subject) == v {
-				return u.Subject, v, nil
+				return userRef{subjects: []string{u.Subject}, label: v, users: []store.MemoryUser{u}}, nil
 			}
 		}
 	}
 	if len(v) > s.limits.MaxIDChars {
-		return "", "", badRequest("user has more than %d characters", s.limits.MaxIDChars)
+		return userRef{}, badRequest("user has more than %d characters", s.limits.MaxIDChars)
 	}
-	subj, err := s.pseudonym(v)
+	key, err := s.pseudonymKey()
 	if err != nil {
-		return "", "", err
+		return userRef{}, err
 	}
-	return subj, userLabel(subj), nil
+	uid := secret.Hash(v)
+	tag := secret.PseudonymOfHash(key, uid)
+	ref := userRef{subjects: []string{tag}, label: userLabel(tag)}
+	seen := map[string]bool{tag: true}
+	for _, u := range users {
+		if u.Tag != tag {
+			continue
+		}
+		ref.users = append(ref.users, u)
+		if !seen[u.Subject] {
+			seen[u.Subject] = true
+			ref.subjects = append(ref.subjects, u.Subject)
+		}
+	}
+	// The user_id in every key's namespace: outcomes of inferences made
+	// without remember are kept under those subjects too.
+	keys, err := s.store.ListKeys(0, true)
+	if err != nil {
+		return userRef{}, err
+	}
+	for _, k := range keys {
+		if subj := keyNamespaceSubject(key, k.Hash, uid); !seen[subj] {
+			seen[subj] = true
+			ref.subjects = append(ref.subjects, subj)
+		}
+	}
+	if len(ref.users) == 1 {
+		ref.label = userLabel(ref.users[0].Subject)
+	}
+	return ref, nil
+}
+
+// oneMemoryUser resolves {user} to exactly one memory user, for linking.
+func (s *Server) oneMemoryUser(c echo.Context) (store.MemoryUser, error) {
+	ref, err := s.userOf(c)
+	if err != nil {
+		return store.MemoryUser{}, err
+	}
+	switch len(ref.users) {
+	case 0:
+		return store.MemoryUser{}, errorf(CodeNotFound, "no remembered replies are kept for this user")
+	case 1:
+		return ref.users[0], nil
+	}
+	return store.MemoryUser{}, errorf(CodeConflict, "this user_id has %d memories, one for each tablet that made one; name one by its pseudonym from GET /v1/admin/users", len(ref.users))
+}
+
+// linkRequest is the body of POST /v1/admin/users/{user}/keys.
+type linkRequest struct {
+	APIKeyHash string `json:"api_key_hash"`
+}
+
+// handleLinkUserKey serves POST /v1/admin/users/{user}/keys: the key named
+// by api_key_hash reads and writes this memory from now on when it sends
+// the memory's user_id (one person's second tablet or phone), in place of
+// a memory of its own for that user_id. It answers the user as listed.
+func (s *Server) handleLinkUserKey(c echo.Context) error {
+	var req linkRequest
+	if err := s.readJSON(c, &req, false); err != nil {
+		return err
+	}
+	if !isKeyHash(req.APIKeyHash) {
+		return badRequest("api_key_hash must be 64 lowercase hex characters: the api_key_hash of a key from GET /v1/admin/keys")
+	}
+	u, err := s.oneMemoryUser(c)
+	if err != nil {
+		return err
+	}
+	if err := s.store.LinkMemory(req.APIKeyHash, u.Subject); errors.Is(err, store.ErrNotFound) {
+		return errorf(CodeNotFound, "no API key has this api_key_hash (or the user was deleted meanwhile)")
+	} else if err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, "user:"+userLabel(u.Subject), "linked API key %s to the memory of user %s", shortHash(req.APIKeyHash), userLabel(u.Subject))
+	return s.answerMemoryUser(c, u.Subject)
+}
+
+// handleUnlinkUserKey serves DELETE /v1/admin/users/{user}/keys/{api_key_hash}:
+// the key no longer uses this memory (a key keeps reaching a memory it made
+// itself: revoke the key, or delete the user, to end that).
+func (s *Server) handleUnlinkUserKey(c echo.Context) error {
+	hash := c.Param("api_key_hash")
+	if !isKeyHash(hash) {
+		return badRequest("api_key_hash must be 64 lowercase hex characters")
+	}
+	u, err := s.oneMemoryUser(c)
+	if err != nil {
+		return err
+	}
+	if err := s.store.UnlinkMemory(hash, u.Subject); errors.Is(err, store.ErrNotFound) {
+		return errorf(CodeNotFound, "this API key is not linked to this user's memory")
+	} else if err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, "user:"+userLabel(u.Subject), "unlinked API key %s from the memory of user %s", shortHash(hash), userLabel(u.Subject))
+	return s.answerMemoryUser(c, u.Subject)
+}
+
+// answerMemoryUser answers 200 with the memory user as GET /v1/admin/users
+// lists it.
+func (s *Server) answerMemoryUser(c echo.Context, subject string) error {
+	users, err := s.store.MemoryUsers()
+	if err != nil {
+		return err
+	}
+	for _, u := range users {
+		if u.Subject == subject {
+			return c.JSON(http.StatusOK, toMemoryUserJSON(u))
+		}
+	}
+	return errorf(CodeNotFound, "no remembered replies are kept for this user")
+}
+
+// shortHash is the first 12 digits of a key hash, for log messages.
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// memorySubjectOf resolves the optional memory_user of a key or pairing
+// request to the subject of one memory user; "" for none.
+func (s *Server) memorySubjectOf(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if !strings.HasPrefix(v, pseudonymPrefix) {
+		return "", badRequest("memory_user must be a user's pseudonym (p_…) from GET /v1/admin/users")
+	}
+	users, err := s.store.MemoryUsers()
+	if err != nil {
+		return "", err
+	}
+	for _, u := range users {
+		if userLabel(u.Subject) == v {
+			return u.Subject, nil
+		}
+	}
+	return "", errorf(CodeNotFound, "memory_user: no remembered replies are kept for this user")
 }
 
 // requireJSONL checks the format query parameter: jsonl (the default) is
@@ -141,17 +303,25 @@ func (s *Server) handleUserPairs(c echo.Context) error {
 	if err := requireJSONL(c); err != nil {
 		return err
 	}
-	subj, pseudo, err := s.userOf(c)
+	ref, err := s.userOf(c)
 	if err != nil {
 		return err
 	}
-	pairs, rev, err := s.store.MemoryPairs(subj)
-	if err != nil {
-		return err
+	pseudo := ref.label
+	var pairs []store.Pair
+	found := false
+	for _, subj := range ref.subjects {
+		ps, rev, err := s.store.MemoryPairs(subj)
+		if err != nil {
+			return err
+		}
+		found = found || rev != 0
+		pairs = append(pairs, ps...)
 	}
-	if rev == 0 {
+	if !found {
 		return errorf(CodeNotFound, "no remembered replies are kept for this user")
 	}
+	slices.SortStableFunc(pairs, func(a, b store.Pair) int { return a.At.Compare(b.At) })
 	s.adminLog(c, store.LevelInfo, "user:"+pseudo, "exported %d remembered pairs of user %s", len(pairs), pseudo)
 	enc := streamJSONL(c, pseudo+"-pairs.jsonl")
 	for _, p := range pairs {
@@ -180,16 +350,34 @@ type userDeletionJSON struct {
 // user's key, pairs, texts awaiting feedback and outcomes, and overwrites
 // the data file's free pages, all before it answers.
 func (s *Server) handleDeleteUser(c echo.Context) error {
-	subj, pseudo, err := s.userOf(c)
+	ref, err := s.userOf(c)
 	if err != nil {
 		return err
 	}
-	d, err := s.store.DeleteUser(subj)
-	if errors.Is(err, store.ErrNotFound) {
+	pseudo := ref.label
+	var d store.UserDeletion
+	found := false
+	for _, subj := range ref.subjects {
+		one, err := s.store.DeleteUser(subj)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		d.Pairs += one.Pairs
+		d.Pending += one.Pending
+		d.Outcomes += one.Outcomes
+		d.Key = d.Key || one.Key
+		d.ScrubbedPages += one.ScrubbedPages
+		d.Scrub += one.Scrub
+		if one.ScrubProblem != "" {
+			d.ScrubProblem = one.ScrubProblem
+		}
+	}
+	if !found {
 		return errorf(CodeNotFound, "nothing is stored for this user")
-	}
-	if err != nil {
-		return err
 	}
 	s.adminLog(c, store.LevelInfo, "user:"+pseudo, "deleted user %s: %d pairs, %d pending texts, %d outcomes, key destroyed: %t; %d free pages overwritten in %d ms",
 		pseudo, d.Pairs, d.Pending, d.Outcomes, d.Key, d.ScrubbedPages, d.Scrub.Milliseconds())

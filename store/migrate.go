@@ -31,8 +31,12 @@ type Snapshot struct {
 	// TOTPLastStep is the latest TOTP time step accepted (UseTOTPStep), 0
 	// when none was.
 	TOTPLastStep int64
-	// OTPGuard is the state of the pause of login by code (OTPFailed).
+	// OTPGuard is the state of the global pause of login by code
+	// (OTPFailed with scope "").
 	OTPGuard OTPGuard
+	// OTPGuards are the guards of the other scopes (client addresses), by
+	// scope; nil or empty when there are none.
+	OTPGuards map[string]OTPGuard
 	// Outcomes are the reported outcomes, by inference id
 	// (LogEntry.Inference.ID of the entries in Logs).
 	Outcomes map[string]Outcome
@@ -48,7 +52,11 @@ type Snapshot struct {
 
 // MemorySnapshot is one remembering user in a Snapshot.
 type MemorySnapshot struct {
-	Subject   string
+	Subject string
+	// Tag is the memory's MemoryUser.Tag; Keys the API key hashes linked
+	// to it (sorted).
+	Tag       string
+	Keys      []string
 	Key       []byte
 	CreatedAt time.Time
 	LastAt    time.Time

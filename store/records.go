@@ -107,6 +107,10 @@ type Pairing struct {
 	// used", and then pruned like an unused one.
 	UsedAt  time.Time
 	KeyHash string
+	// MemorySubject, when not empty, is a memory user (MemoryUser.Subject)
+	// the minted key is linked to (Store.LinkMemory): one person's second
+	// tablet or phone.
+	MemorySubject string
 }
 
 // PromptVersion is one saved version of the system prompt.
@@ -160,6 +164,11 @@ type InferenceInfo struct {
 	// user said. The store encrypts it under the user's key (Subject names
 	// the user) and keeps it only for FeedbackWindow + ReplaceWindow.
 	Remember *RememberedTexts `json:"-"`
+	// UserTag, with Remember, is the installation-wide pseudonym of the
+	// user_id (secret.Pseudonym): the store records it on a memory user it
+	// creates, with a link from the entry's key (Store.MemorySubject). It is
+	// not kept in the log.
+	UserTag string `json:"-"`
 }
 
 // RememberedTexts is the dialog text an inference of a remembering user
@@ -236,7 +245,15 @@ type Pair struct {
 // MemoryUser describes one user whose replies are remembered. Subject is
 // the same pseudonymous hash as LogEntry.Subject.
 type MemoryUser struct {
-	Subject   string
+	Subject string
+	// Tag is the installation-wide pseudonym of the user_id the memory
+	// belongs to (secret.Pseudonym); Subject is the pseudonym of that
+	// user_id within the namespace of the key that created it. For a
+	// memory from before memories were scoped to keys the two are equal.
+	Tag string
+	// Keys are the API key hashes linked to the memory (Store.LinkMemory),
+	// sorted: the one that created it and those an admin added.
+	Keys      []string
 	Pairs     int
 	CreatedAt time.Time
 	// LastAt is when a pair was last stored (zero when none was).

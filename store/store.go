@@ -110,15 +110,18 @@ type Store interface {
 	// delivered). Deleting a missing code is not an error.
 	DeleteOTP(scope string) error
 	// PruneOTPs deletes every code whose expiry is at or before now and
-	// returns how many it deleted.
+	// returns how many it deleted. It also forgets the guards of scopes
+	// other than "" that are idle at now (OTPGuard.Idle, OTPGuardIdle).
 	PruneOTPs(now time.Time) (int, error)
-	// OTPLock returns the end of the current pause of login by code (see
-	// OTPLockRule), or the zero Time when there is none at now.
-	OTPLock(now time.Time) (time.Time, error)
-	// OTPFailed counts one wrong login code at now under rule, atomically
-	// for every box, and returns the end of the pause it started (the zero
+	// OTPLock returns the end of the current pause of login by code of
+	// guard scope (see OTPLockRule: "" is the global guard, others one per
+	// client address or /64), or the zero Time when there is none at now.
+	OTPLock(scope string, now time.Time) (time.Time, error)
+	// OTPFailed counts one wrong login code from source (the client
+	// address's bucket) at now under rule in guard scope, atomically for
+	// every box, and returns the end of the pause it started (the zero
 	// Time when it started none).
-	OTPFailed(now time.Time, rule OTPLockRule) (time.Time, error)
+	OTPFailed(scope, source string, now time.Time, rule OTPLockRule) (time.Time, error)
 	// UseTOTPStep records that a TOTP code of time step step (Unix time /
 	// 30 s) was accepted and reports whether it may be: true only when step
 	// is later than every step accepted before, so that each code works
@@ -163,7 +166,9 @@ type Store interface {
 	// RedeemPairing mints the key of the pairing stored under codeHash, with
 	// hash keyHash and CreatedAt now, and marks the pairing used, in one
 	// transaction; of concurrent redemptions of one code exactly one gets
-	// the key. It returns the key, or ErrNotFound (no such pairing; nothing
+	// the key. When p.MemorySubject names a memory user that still exists,
+	// the new key is linked to it (LinkMemory) in the same transaction. It
+	// returns the key, or ErrNotFound (no such pairing; nothing
 	// is written, so guessing costs no disk), ErrExpired (the pairing
 	// expired and is deleted), ErrUsed (redeemed before) or ErrExists
 	// (keyHash is taken; nothing is written).
@@ -231,8 +236,26 @@ type Store interface {
 	// them; fn's error stops the walk and is returned.
 	Outcomes(since, until time.Time, fn func(OutcomeRecord) error) error
 
+	// MemorySubject returns the memory (subject) that key keyHash reads and
+	// writes for the user whose installation-wide pseudonym is tag (the
+	// MemoryUser.Tag, secret.Pseudonym of its user_id), or "" when the key
+	// is linked to none: the caller then uses the key's own namespace. A
+	// memory user is linked to the key that created it (AppendLog with
+	// Inference.Remember) and to those LinkMemory adds. It reads one small
+	// record, cheap enough for every inference.
+	MemorySubject(keyHash, tag string) (string, error)
+	// LinkMemory lets key keyHash read and write the memory of subject when
+	// it names that memory's user_id, in place of the key's own memory for
+	// that user_id (replacing an earlier link of the key for it). It
+	// returns ErrNotFound when there is no such memory user or key, and
+	// ErrInvalid for an empty argument.
+	LinkMemory(keyHash, subject string) error
+	// UnlinkMemory removes the link of keyHash to subject, or returns
+	// ErrNotFound when there is none.
+	UnlinkMemory(keyHash, subject string) error
 	// MemoryUsers returns every user with a memory (an encryption key), by
-	// subject, with the number of pairs kept. The result is never nil.
+	// subject, with the number of pairs kept and the keys linked to it
+	// (sorted). The result is never nil.
 	MemoryUsers() ([]MemoryUser, error)
 	// MemoryRev returns the revision of the user's pairs, which changes
 	// whenever they change; 0 when the user has no memory. It is cheap
@@ -241,7 +264,7 @@ type Store interface {
 	// MemoryPairs returns the user's pairs, decrypted, oldest first, and
 	// their revision; none (and 0) for a user without memory.
 	MemoryPairs(subject string) ([]Pair, uint64, error)
-	// DeleteUser destroys the user's encryption key, pairs, texts awaiting
+	// DeleteUser destroys the user's encryption key, links, pairs, texts awaiting
 	// feedback and reported outcomes (the log entries and their counts
 	// stay; the user's inferences can no longer be reported on), or returns
 	// ErrNotFound when nothing is stored for the user. When it returns, no

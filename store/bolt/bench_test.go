@@ -112,7 +112,7 @@ func fill100MB(b *testing.B) (*DB, string) {
 	fillLogs(b, db, 250_000, end)
 	const subject = "0000000000000000000000000000000000000000000000000000000000000007"
 	Must(b, db.bolt.Update(func(tx *bolt.Tx) error {
-		u, err := ensureUser(tx, subject, t0)
+		u, err := ensureUser(tx, subject, "", "", t0)
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func BenchmarkDeleteUser100MB(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		Must(b, db.bolt.Update(func(tx *bolt.Tx) error {
-			u, err := ensureUser(tx, subject, t0)
+			u, err := ensureUser(tx, subject, "", "", t0)
 			if err != nil {
 				return err
 			}

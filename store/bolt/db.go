@@ -35,7 +35,10 @@ import (
 //   - 3: the inferences and mem_* buckets (outcomes, the users' memory), and
 //     compact binary infer_index rows (older rows, the subject alone, are
 //     still read).
-const SchemaVersion = 3
+//   - 4: memory scoped to keys: the mem_links bucket, filled for existing
+//     memories with the keys that wrote them (migrateMemoryLinks); guards of
+//     login by code per client address (otp_guards).
+const SchemaVersion = 4
 
 // Bucket names. Every bucket is created by Open in one transaction.
 var (
@@ -55,6 +58,9 @@ var (
 	bucketMemUsers   = []byte("mem_users")  // subject -> JSON userRecord (the user's AES key)
 	bucketMemPairs   = []byte("mem_pairs")  // subject ‖ 0 ‖ log key -> sealed pair
 	bucketMemInfer   = []byte("mem_infer")  // subject ‖ 0 ‖ log key -> sealed texts awaiting feedback
+	// Schema 4.
+	bucketMemLinks  = []byte("mem_links")  // key hash ‖ 0 ‖ tag -> subject (MemorySubject)
+	bucketOTPGuards = []byte("otp_guards") // scope -> JSON OTPGuard (scopes other than "")
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -64,13 +70,14 @@ var (
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
-		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer)
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's
 // transaction.
 var migrations = map[uint64]func(*bolt.Tx) error{
 	1: migratePseudonyms,
+	3: migrateMemoryLinks,
 }
 
 // Keys inside the meta bucket.
@@ -148,6 +155,12 @@ func Open(path string, opts Options) (*DB, error) {
 		ReadOnly:     opts.ReadOnly,
 		OpenFile:     opts.openFile,
 		FreelistType: bolt.FreelistMapType,
+		// The freelist is not written on every commit (it is rebuilt by
+		// scanning the file when it is opened after a crash): on a small
+		// store that halves the pages a feedback or a log entry writes.
+		// Durability is bbolt's as before: a commit is on disk when it
+		// returns (the data pages and the meta page are synced).
+		NoFreelistSync: !opts.ReadOnly,
 		InitialMmapSize: func() int {
 			if strconv.IntSize == 64 {
 				return initialMmapSize

@@ -70,7 +70,7 @@ func putLogKey(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) ([]byte, erro
 		}
 	}
 	if inf.Remember != nil && e.Subject != "" {
-		return k, putTexts(tx, e.Subject, k, inf.Remember, now)
+		return k, putTexts(tx, e.Subject, inf.UserTag, e.ResourceID, k, inf.Remember, now)
 	}
 	return k, nil
 }

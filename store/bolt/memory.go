@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -28,7 +29,10 @@ import (
 
 // userRecord is a mem_users value.
 type userRecord struct {
-	Key       []byte    `json:"key"`
+	Key []byte `json:"key"`
+	// Tag is the user's MemoryUser.Tag; empty for memories made before
+	// memories were scoped to keys, whose tag is their subject.
+	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	LastAt    time.Time `json:"last_at,omitzero"`
 	Rev       uint64    `json:"rev"`
@@ -70,8 +74,10 @@ func putUser(tx *bolt.Tx, subject string, u *userRecord) error {
 	return tx.Bucket(bucketMemUsers).Put([]byte(subject), v)
 }
 
-// ensureUser returns the user's record, creating it with a fresh key.
-func ensureUser(tx *bolt.Tx, subject string, now time.Time) (*userRecord, error) {
+// ensureUser returns the user's record, creating it with a fresh key, tag
+// (the subject when empty) and a link from keyHash (when not empty, and the
+// key has no link for the tag yet).
+func ensureUser(tx *bolt.Tx, subject, tag, keyHash string, now time.Time) (*userRecord, error) {
 	u, err := getUser(tx, subject)
 	if err != nil || u != nil {
 		return u, err
@@ -81,13 +87,168 @@ func ensureUser(tx *bolt.Tx, subject string, now time.Time) (*userRecord, error)
 		return nil, err
 	}
 	u = &userRecord{Key: key, CreatedAt: now.UTC(), Rev: 1}
-	return u, putUser(tx, subject, u)
+	if tag != subject {
+		u.Tag = tag
+	}
+	if err := putUser(tx, subject, u); err != nil {
+		return nil, err
+	}
+	if tag == "" {
+		tag = subject
+	}
+	if keyHash != "" && tx.Bucket(bucketMemLinks).Get(linkKey(keyHash, tag)) == nil {
+		if err := putLink(tx, keyHash, tag, subject); err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+// tagOf is the user's tag.
+func (u *userRecord) tagOf(subject string) string {
+	if u.Tag != "" {
+		return u.Tag
+	}
+	return subject
+}
+
+// linkKey is the mem_links key of key keyHash's link for tag.
+func linkKey(keyHash, tag string) []byte {
+	k := make([]byte, 0, len(keyHash)+1+len(tag))
+	k = append(k, keyHash...)
+	k = append(k, 0)
+	return append(k, tag...)
+}
+
+func putLink(tx *bolt.Tx, keyHash, tag, subject string) error {
+	return tx.Bucket(bucketMemLinks).Put(linkKey(keyHash, tag), []byte(subject))
+}
+
+// linksOf returns the key hashes linked to each subject, sorted.
+func linksOf(tx *bolt.Tx) (map[string][]string, error) {
+	out := map[string][]string{}
+	b := tx.Bucket(bucketMemLinks)
+	if b == nil {
+		return out, nil
+	}
+	err := b.ForEach(func(k, v []byte) error {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 {
+			return errBadRow
+		}
+		out[string(v)] = append(out[string(v)], string(k[:i]))
+		return nil
+	})
+	for _, keys := range out {
+		slices.Sort(keys)
+	}
+	return out, err
+}
+
+// deleteLinksTo deletes every link to subject.
+func deleteLinksTo(tx *bolt.Tx, subject string) error {
+	b := tx.Bucket(bucketMemLinks)
+	if b == nil {
+		return nil
+	}
+	_, err := deleteWhere(b, func(_, v []byte) bool { return string(v) == subject })
+	return err
+}
+
+// MemorySubject returns the memory key keyHash is linked to for tag, or "".
+func (db *DB) MemorySubject(keyHash, tag string) (string, error) {
+	var subject string
+	err := db.view(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMemLinks); b != nil {
+			subject = string(b.Get(linkKey(keyHash, tag)))
+		}
+		return nil
+	})
+	return subject, err
+}
+
+// LinkMemory links key keyHash to the memory user subject, under the
+// user's tag, replacing the key's earlier link for that tag.
+func (db *DB) LinkMemory(keyHash, subject string) error {
+	if keyHash == "" || subject == "" {
+		return invalid("empty key hash or subject")
+	}
+	return db.update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketKeys).Get([]byte(keyHash)) == nil {
+			return fmt.Errorf("store: API key: %w", ErrNotFound)
+		}
+		u, err := getUser(tx, subject)
+		if err != nil {
+			return err
+		}
+		if u == nil {
+			return fmt.Errorf("store: memory user: %w", ErrNotFound)
+		}
+		return putLink(tx, keyHash, u.tagOf(subject), subject)
+	})
+}
+
+// UnlinkMemory removes key keyHash's link to subject.
+func (db *DB) UnlinkMemory(keyHash, subject string) error {
+	return db.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMemLinks)
+		prefix := append([]byte(keyHash), 0)
+		var dead [][]byte
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if string(v) == subject {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+		}
+		if len(dead) == 0 {
+			return fmt.Errorf("store: memory link: %w", ErrNotFound)
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// migrateMemoryLinks gives every memory of a file of schema 3 (found by
+// the user_id's pseudonym alone, its tag) to the keys that wrote it: the
+// keys of the inferences whose pairs or awaiting texts it holds.
+func migrateMemoryLinks(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketInferIdx)
+	links := tx.Bucket(bucketMemLinks)
+	for _, b := range [][]byte{bucketMemPairs, bucketMemInfer} {
+		c := tx.Bucket(b).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 {
+				continue
+			}
+			subject, lk := string(k[:i]), k[i+1:]
+			v := idx.Get(lk)
+			if v == nil {
+				continue // its log entry was pruned: the key is not known
+			}
+			row, err := decodeRow(v)
+			if err != nil {
+				return err
+			}
+			if row.keyHash == "" || links.Get(linkKey(row.keyHash, subject)) != nil {
+				continue
+			}
+			if err := putLink(tx, row.keyHash, subject, subject); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // putTexts stores an inference's partner turn and candidates, encrypted,
 // until its feedback arrives.
-func putTexts(tx *bolt.Tx, subject string, logKey []byte, t *RememberedTexts, now time.Time) error {
-	u, err := ensureUser(tx, subject, now)
+func putTexts(tx *bolt.Tx, subject, tag, keyHash string, logKey []byte, t *RememberedTexts, now time.Time) error {
+	u, err := ensureUser(tx, subject, tag, keyHash, now)
 	if err != nil {
 		return err
 	}
@@ -154,6 +315,10 @@ func (db *DB) MemoryUsers() ([]MemoryUser, error) {
 	out := []MemoryUser{}
 	err := db.view(func(tx *bolt.Tx) error {
 		pairs := tx.Bucket(bucketMemPairs)
+		links, err := linksOf(tx)
+		if err != nil {
+			return err
+		}
 		return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
 			var u userRecord
 			if err := json.Unmarshal(v, &u); err != nil {
@@ -161,7 +326,7 @@ func (db *DB) MemoryUsers() ([]MemoryUser, error) {
 			}
 			subject := string(k)
 			out = append(out, MemoryUser{
-				Subject: subject, Pairs: countPrefix(pairs, memPrefix(subject)),
+				Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Pairs: countPrefix(pairs, memPrefix(subject)),
 				CreatedAt: u.CreatedAt, LastAt: u.LastAt, Rev: u.Rev,
 			})
 			return nil
@@ -241,6 +406,9 @@ func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
 			if err := users.Delete([]byte(subject)); err != nil {
 				return err
 			}
+		}
+		if err := deleteLinksTo(tx, subject); err != nil {
+			return err
 		}
 		var err error
 		if d.Pairs, err = deletePrefix(tx.Bucket(bucketMemPairs), memPrefix(subject)); err != nil {
@@ -372,6 +540,9 @@ func (db *DB) PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, erro
 			old := (pairsBefore.IsZero() || u.CreatedAt.Before(pairsBefore)) && u.CreatedAt.Before(textsBefore)
 			if old && countPrefix(tx.Bucket(bucketMemPairs), prefix) == 0 && countPrefix(tx.Bucket(bucketMemInfer), prefix) == 0 {
 				if err := users.Delete([]byte(s)); err != nil {
+					return err
+				}
+				if err := deleteLinksTo(tx, s); err != nil {
 					return err
 				}
 				p.Users++

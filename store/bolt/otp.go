@@ -120,7 +120,10 @@ func (db *DB) PruneOTPs(now time.Time) (int, error) {
 			var rec otpRecord
 			return json.Unmarshal(v, &rec) != nil || !now.Before(rec.ExpiresAt)
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return pruneOTPGuards(tx, now)
 	})
 	return n, err
 }

@@ -67,7 +67,11 @@ func inferenceOf(lk []byte, row inferRow) Inference {
 // when are the caller's; this is one transaction.
 func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
 	var rev uint64
-	err := db.update(func(tx *bolt.Tx) error {
+	// Batch: concurrent reports share one commit (the pages near the root
+	// and the meta page are written once for all of them). Batch may run
+	// the function more than once (a failed batch is retried one call at a
+	// time); it only depends on its arguments and the Tx.
+	err := db.noteWrite(db.batch(func(tx *bolt.Tx) error {
 		rev = 0
 		lk, row, err := inferenceRow(tx, id)
 		if err != nil {
@@ -100,7 +104,7 @@ func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
 		u.Rev++
 		rev = u.Rev
 		return putUser(tx, row.subject, u)
-	})
+	}))
 	return rev, err
 }
 
@@ -187,13 +191,17 @@ func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
 	if err != nil {
 		return err
 	}
+	links, err := linksOf(tx)
+	if err != nil {
+		return err
+	}
 	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
 		var u userRecord
 		if err := json.Unmarshal(v, &u); err != nil {
 			return fmt.Errorf("store: decode memory user: %w", err)
 		}
 		subject := string(k)
-		m := MemorySnapshot{Subject: subject, Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
+		m := MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
 			Rev: u.Rev, Pairs: []Pair{}, Texts: map[string]RememberedTexts{}}
 		prefix := memPrefix(subject)
 		c := tx.Bucket(bucketMemPairs).Cursor()
@@ -256,8 +264,20 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 			return invalid("a memory user with an empty subject or a key of %d bytes", len(m.Key))
 		}
 		u := &userRecord{Key: m.Key, CreatedAt: m.CreatedAt, LastAt: m.LastAt, Rev: m.Rev}
+		if m.Tag != m.Subject {
+			u.Tag = m.Tag
+		}
 		if err := putUser(tx, m.Subject, u); err != nil {
 			return err
+		}
+		for _, k := range m.Keys {
+			lk := linkKey(k, u.tagOf(m.Subject))
+			if k == "" || tx.Bucket(bucketMemLinks).Get(lk) != nil {
+				return invalid("a key is linked to two memories of one user, or is empty")
+			}
+			if err := putLink(tx, k, u.tagOf(m.Subject), m.Subject); err != nil {
+				return err
+			}
 		}
 		remembered := func(r *inferRow) { r.remembered = true }
 		for _, p := range m.Pairs {
@@ -281,7 +301,7 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 			if lk == nil {
 				continue
 			}
-			if err := putTexts(tx, m.Subject, lk, &t, m.CreatedAt); err != nil {
+			if err := putTexts(tx, m.Subject, m.Tag, "", lk, &t, m.CreatedAt); err != nil {
 				return err
 			}
 			if err := update(id, remembered); err != nil {

@@ -131,6 +131,19 @@ func (db *DB) RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, er
 		if err := byAge.Put(timeKey(k.CreatedAt, seq), []byte(k.Hash)); err != nil {
 			return err
 		}
+		if p.MemorySubject != "" {
+			// The memory may have been deleted since: then there is
+			// nothing to link.
+			u, err := getUser(tx, p.MemorySubject)
+			if err != nil {
+				return err
+			}
+			if u != nil {
+				if err := putLink(tx, keyHash, u.tagOf(p.MemorySubject), p.MemorySubject); err != nil {
+					return err
+				}
+			}
+		}
 		p.UsedAt, p.KeyHash = now, keyHash
 		val, err := json.Marshal(p)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -51,7 +52,10 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 			snap.TOTPLastStep = int64(binary.BigEndian.Uint64(v))
 		}
 		var err error
-		if snap.OTPGuard, err = getOTPGuard(tx); err != nil {
+		if snap.OTPGuard, err = getOTPGuard(tx, ""); err != nil {
+			return err
+		}
+		if snap.OTPGuards, err = otpGuards(tx); err != nil {
 			return err
 		}
 		snap.OTPCodes = []OTPCode{}
@@ -176,8 +180,16 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
-		if snap.OTPGuard != (OTPGuard{}) {
-			if err := putOTPGuard(tx, snap.OTPGuard); err != nil {
+		if !reflect.DeepEqual(snap.OTPGuard, OTPGuard{}) {
+			if err := putOTPGuard(tx, "", snap.OTPGuard); err != nil {
+				return err
+			}
+		}
+		for scope, g := range snap.OTPGuards {
+			if scope == "" {
+				return invalid("a scoped login guard with an empty scope")
+			}
+			if err := putOTPGuard(tx, scope, g); err != nil {
 				return err
 			}
 		}

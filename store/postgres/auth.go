@@ -128,7 +128,12 @@ func (s *Store) PruneOTPs(now time.Time) (int, error) {
 	var n int
 	err := s.run("prune OTPs", func(ctx context.Context) error {
 		tag, err := s.pool.Exec(ctx, "DELETE FROM otp_codes WHERE expires_ns <= $1", ns(now))
+		if err != nil {
+			return err
+		}
 		n = int(tag.RowsAffected())
+		_, err = s.pool.Exec(ctx, "DELETE FROM otp_guards WHERE scope <> '' AND locked_until_ns <= $1 AND last_fail_ns <= $2",
+			ns(now), ns(now.Add(-store.OTPGuardIdle)))
 		return err
 	})
 	return n, err
@@ -199,12 +204,12 @@ func (s *Store) PruneSessions(now time.Time) (int, error) {
 	return n, err
 }
 
-// OTPLock reads the end of the pause of login by code; see store.Store.
-func (s *Store) OTPLock(now time.Time) (time.Time, error) {
+// OTPLock reads the end of the pause of guard scope; see store.Store.
+func (s *Store) OTPLock(scope string, now time.Time) (time.Time, error) {
 	var until time.Time
 	err := s.run("read OTP lock", func(ctx context.Context) error {
 		var v int64
-		err := s.pool.QueryRow(ctx, "SELECT locked_until_ns FROM otp_guard WHERE id = 1").Scan(&v)
+		err := s.pool.QueryRow(ctx, "SELECT locked_until_ns FROM otp_guards WHERE scope = $1", scope).Scan(&v)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -216,36 +221,58 @@ func (s *Store) OTPLock(now time.Time) (time.Time, error) {
 	return until, err
 }
 
-// OTPFailed counts a wrong code under the row lock of the one guard row, so
-// that boxes failing at once each see the other's count; see store.Store.
-func (s *Store) OTPFailed(now time.Time, rule store.OTPLockRule) (time.Time, error) {
+// OTPFailed counts a wrong code under the row lock of the scope's guard
+// row, so that boxes failing at once each see the other's count; see
+// store.Store.
+func (s *Store) OTPFailed(scope, source string, now time.Time, rule store.OTPLockRule) (time.Time, error) {
 	var until time.Time
 	err := s.tx("count OTP failure", func(ctx context.Context, tx pgx.Tx) error {
 		until = time.Time{}
-		if _, err := tx.Exec(ctx, `INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, 0, 0, 0, 0)
-			ON CONFLICT (id) DO NOTHING`); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO otp_guards (scope, fails, level, last_fail_ns, locked_until_ns) VALUES ($1, 0, 0, 0, 0)
+			ON CONFLICT (scope) DO NOTHING`, scope); err != nil {
 			return err
 		}
-		var g store.OTPGuard
-		var last, locked int64
-		if err := tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1 FOR UPDATE").Scan(&g.Fails, &g.Level, &last, &locked); err != nil {
+		g, err := scanOTPGuard(tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns, sources FROM otp_guards WHERE scope = $1 FOR UPDATE", scope))
+		if err != nil {
 			return err
 		}
-		if last != 0 {
-			g.LastFail = fromNS(last)
-		}
-		if locked != 0 {
-			g.LockedUntil = fromNS(locked)
-		}
-		g, started := rule.Next(g, now)
+		g, started := rule.Next(g, source, now)
 		if started {
 			until = g.LockedUntil
 		}
-		_, err := tx.Exec(ctx, "UPDATE otp_guard SET fails = $1, level = $2, last_fail_ns = $3, locked_until_ns = $4 WHERE id = 1",
-			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
+		_, err = tx.Exec(ctx, "UPDATE otp_guards SET fails = $1, level = $2, last_fail_ns = $3, locked_until_ns = $4, sources = $5 WHERE scope = $6",
+			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil), nonNil(g.Sources), scope)
 		return err
 	})
 	return until, err
+}
+
+// scanOTPGuard reads the columns fails, level, last_fail_ns,
+// locked_until_ns, sources of otp_guards.
+func scanOTPGuard(row pgx.Row) (store.OTPGuard, error) {
+	var g store.OTPGuard
+	var last, locked int64
+	if err := row.Scan(&g.Fails, &g.Level, &last, &locked, &g.Sources); err != nil {
+		return g, err
+	}
+	if last != 0 {
+		g.LastFail = fromNS(last)
+	}
+	if locked != 0 {
+		g.LockedUntil = fromNS(locked)
+	}
+	if len(g.Sources) == 0 {
+		g.Sources = nil
+	}
+	return g, nil
+}
+
+// nonNil is ss, or an empty slice for nil (a NOT NULL text[]).
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
 }
 
 // zeroNS is ns with the zero Time as 0 (the guard row's "never").

@@ -65,7 +65,7 @@ func (s *Store) AppendLog(e store.LogEntry) error {
 		if err != nil || texts == nil {
 			return err
 		}
-		key, err := ensureMemoryUser(ctx, tx, e.Subject, now)
+		key, err := ensureMemoryUser(ctx, tx, e.Subject, e.Inference.UserTag, e.ResourceID, now)
 		if err != nil {
 			return err
 		}

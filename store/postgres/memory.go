@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,19 +73,86 @@ func memAAD(table, subject string, seq int64) []byte {
 }
 
 // ensureMemoryUser returns the user's key, creating the user with a fresh
-// key (revision 1) when there is none; of concurrent creators on any box,
+// key (revision 1), tag (the subject when empty) and a link from keyHash
+// (when not empty) when there is none; of concurrent creators on any box,
 // one key wins and all get it.
-func ensureMemoryUser(ctx context.Context, tx pgx.Tx, subject string, now time.Time) ([]byte, error) {
+func ensureMemoryUser(ctx context.Context, tx pgx.Tx, subject, tag, keyHash string, now time.Time) ([]byte, error) {
 	key, err := store.NewUserKey()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO memory_users (subject, key, created_ns, rev) VALUES ($1, $2, $3, 1)
-		ON CONFLICT (subject) DO NOTHING`, subject, key, ns(now)); err != nil {
+	if tag == "" {
+		tag = subject
+	}
+	ct, err := tx.Exec(ctx, `INSERT INTO memory_users (subject, key, created_ns, rev, tag) VALUES ($1, $2, $3, 1, $4)
+		ON CONFLICT (subject) DO NOTHING`, subject, key, ns(now), tag)
+	if err != nil {
 		return nil, err
+	}
+	if ct.RowsAffected() > 0 && keyHash != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO memory_links (key_hash, tag, subject) VALUES ($1, $2, $3)
+			ON CONFLICT (key_hash, tag) DO NOTHING`, keyHash, tag, subject); err != nil {
+			return nil, err
+		}
 	}
 	err = tx.QueryRow(ctx, `SELECT key FROM memory_users WHERE subject = $1`, subject).Scan(&key)
 	return key, err
+}
+
+// keysOrNil copies keys, nil when there are none.
+func keysOrNil(keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	return slices.Clone(keys)
+}
+
+// MemorySubject reads the key's link for tag; see store.Store.
+func (s *Store) MemorySubject(keyHash, tag string) (string, error) {
+	var subject string
+	err := s.run("read memory link", func(ctx context.Context) error {
+		err := s.pool.QueryRow(ctx, `SELECT subject FROM memory_links WHERE key_hash = $1 AND tag = $2`, keyHash, tag).Scan(&subject)
+		if errors.Is(err, pgx.ErrNoRows) {
+			subject = ""
+			return nil
+		}
+		return err
+	})
+	return subject, err
+}
+
+// LinkMemory links a key to a memory user; see store.Store.
+func (s *Store) LinkMemory(keyHash, subject string) error {
+	if keyHash == "" || subject == "" {
+		return invalid("empty key hash or subject")
+	}
+	return s.tx("link memory", func(ctx context.Context, tx pgx.Tx) error {
+		var known bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE hash = $1)`, keyHash).Scan(&known); err != nil {
+			return err
+		}
+		if !known {
+			return fmt.Errorf("store: API key: %w", store.ErrNotFound)
+		}
+		ct, err := tx.Exec(ctx, `INSERT INTO memory_links (key_hash, tag, subject)
+			SELECT $1, tag, subject FROM memory_users WHERE subject = $2
+			ON CONFLICT (key_hash, tag) DO UPDATE SET subject = EXCLUDED.subject`, keyHash, subject)
+		if err == nil && ct.RowsAffected() == 0 {
+			err = fmt.Errorf("store: memory user: %w", store.ErrNotFound)
+		}
+		return err
+	})
+}
+
+// UnlinkMemory removes a key's link to a memory user; see store.Store.
+func (s *Store) UnlinkMemory(keyHash, subject string) error {
+	return s.run("unlink memory", func(ctx context.Context) error {
+		ct, err := s.pool.Exec(ctx, `DELETE FROM memory_links WHERE key_hash = $1 AND subject = $2`, keyHash, subject)
+		if err == nil && ct.RowsAffected() == 0 {
+			err = fmt.Errorf("store: memory link: %w", store.ErrNotFound)
+		}
+		return err
+	})
 }
 
 // userKey returns the user's key, nil when the user has no memory.
@@ -284,8 +352,9 @@ func (s *Store) Outcomes(since, until time.Time, fn func(store.OutcomeRecord) er
 func (s *Store) MemoryUsers() ([]store.MemoryUser, error) {
 	out := []store.MemoryUser{}
 	err := s.run("read memory users", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, `SELECT u.subject, u.created_ns, u.last_ns, u.rev,
-				(SELECT count(*) FROM memory_pairs p WHERE p.subject = u.subject)
+		rows, err := s.pool.Query(ctx, `SELECT u.subject, u.tag, u.created_ns, u.last_ns, u.rev,
+				(SELECT count(*) FROM memory_pairs p WHERE p.subject = u.subject),
+				(SELECT coalesce(array_agg(l.key_hash ORDER BY l.key_hash), '{}') FROM memory_links l WHERE l.subject = u.subject)
 			FROM memory_users u ORDER BY u.subject`)
 		if err != nil {
 			return err
@@ -295,7 +364,10 @@ func (s *Store) MemoryUsers() ([]store.MemoryUser, error) {
 			var created int64
 			var last *int64
 			var rev int64
-			err := r.Scan(&u.Subject, &created, &last, &rev, &u.Pairs)
+			err := r.Scan(&u.Subject, &u.Tag, &created, &last, &rev, &u.Pairs, &u.Keys)
+			if len(u.Keys) == 0 {
+				u.Keys = nil
+			}
 			u.CreatedAt, u.LastAt, u.Rev = fromNS(created), fromNullNS(last), uint64(rev)
 			return u, err
 		})
@@ -490,7 +562,9 @@ func readMemory(ctx context.Context, tx pgx.Tx, snap *store.Snapshot) error {
 	}); err != nil {
 		return err
 	}
-	rows, err = tx.Query(ctx, `SELECT subject, key, created_ns, last_ns, rev FROM memory_users ORDER BY subject`)
+	rows, err = tx.Query(ctx, `SELECT u.subject, u.tag, u.key, u.created_ns, u.last_ns, u.rev,
+			(SELECT coalesce(array_agg(l.key_hash ORDER BY l.key_hash), '{}') FROM memory_links l WHERE l.subject = u.subject)
+		FROM memory_users u ORDER BY u.subject`)
 	if err != nil {
 		return err
 	}
@@ -499,9 +573,9 @@ func readMemory(ctx context.Context, tx pgx.Tx, snap *store.Snapshot) error {
 	var created int64
 	var last *int64
 	var rev int64
-	if _, err := pgx.ForEachRow(rows, []any{&m.Subject, &m.Key, &created, &last, &rev}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&m.Subject, &m.Tag, &m.Key, &created, &last, &rev, &m.Keys}, func() error {
 		byUser[m.Subject] = len(snap.Memory)
-		snap.Memory = append(snap.Memory, store.MemorySnapshot{Subject: m.Subject, Key: append([]byte(nil), m.Key...),
+		snap.Memory = append(snap.Memory, store.MemorySnapshot{Subject: m.Subject, Tag: m.Tag, Keys: keysOrNil(m.Keys), Key: append([]byte(nil), m.Key...),
 			CreatedAt: fromNS(created), LastAt: fromNullNS(last), Rev: uint64(rev), Pairs: []store.Pair{}, Texts: map[string]store.RememberedTexts{}})
 		return nil
 	}); err != nil {
@@ -554,12 +628,24 @@ func importMemory(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		if m.Subject == "" || len(m.Key) == 0 {
 			return invalid("a memory user with an empty subject or key")
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO memory_users (subject, key, created_ns, last_ns, rev) VALUES ($1, $2, $3, $4, $5)`,
-			m.Subject, m.Key, ns(m.CreatedAt), nullNS(m.LastAt), int64(m.Rev)); err != nil {
+		tag := m.Tag
+		if tag == "" {
+			tag = m.Subject
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO memory_users (subject, key, created_ns, last_ns, rev, tag) VALUES ($1, $2, $3, $4, $5, $6)`,
+			m.Subject, m.Key, ns(m.CreatedAt), nullNS(m.LastAt), int64(m.Rev), tag); err != nil {
 			if isUniqueViolation(err) {
 				return fmt.Errorf("store: import: memory user repeats: %w", store.ErrInvalid)
 			}
 			return err
+		}
+		for _, k := range m.Keys {
+			if _, err := tx.Exec(ctx, `INSERT INTO memory_links (key_hash, tag, subject) VALUES ($1, $2, $3)`, k, tag, m.Subject); err != nil {
+				if isUniqueViolation(err) {
+					return fmt.Errorf("store: import: a key is linked to two memories of one user: %w", store.ErrInvalid)
+				}
+				return err
+			}
 		}
 		seqOf := func(id string) (int64, bool, error) {
 			var seq int64

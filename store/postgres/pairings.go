@@ -48,9 +48,9 @@ func (s *Store) CreatePairing(p store.Pairing, maxPending int, now time.Time) er
 				return fmt.Errorf("store: %d pairings are pending: %w", pending, store.ErrLimit)
 			}
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (code_hash) DO NOTHING`,
-			p.CodeHash, p.Key.ClientID, status, p.Key.Scopes, p.Key.RateLimitPerMinute, ns(p.CreatedAt), ns(p.ExpiresAt))
+		tag, err := tx.Exec(ctx, `INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, memory_subject)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (code_hash) DO NOTHING`,
+			p.CodeHash, p.Key.ClientID, status, p.Key.Scopes, p.Key.RateLimitPerMinute, ns(p.CreatedAt), ns(p.ExpiresAt), p.MemorySubject)
 		if err == nil && tag.RowsAffected() == 0 {
 			err = fmt.Errorf("store: pairing: %w", store.ErrExists)
 		}
@@ -71,9 +71,10 @@ func (s *Store) RedeemPairing(codeHash, keyHash string, now time.Time) (store.AP
 		outcome = nil
 		var expires int64
 		var used *int64
-		err := tx.QueryRow(ctx, `SELECT client_id, status, scopes, rate_limit_per_minute, expires_ns, used_ns
+		var memSubject string
+		err := tx.QueryRow(ctx, `SELECT client_id, status, scopes, rate_limit_per_minute, expires_ns, used_ns, memory_subject
 			FROM pairings WHERE code_hash = $1 FOR UPDATE`, codeHash).
-			Scan(&k.ClientID, &k.Status, &k.Scopes, &k.RateLimitPerMinute, &expires, &used)
+			Scan(&k.ClientID, &k.Status, &k.Scopes, &k.RateLimitPerMinute, &expires, &used, &memSubject)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			outcome = store.ErrNotFound
@@ -101,6 +102,15 @@ func (s *Store) RedeemPairing(codeHash, keyHash string, now time.Time) (store.AP
 		if tag.RowsAffected() == 0 {
 			outcome = store.ErrExists
 			return nil
+		}
+		if memSubject != "" {
+			// The memory may have been deleted since: then there is
+			// nothing to link.
+			if _, err := tx.Exec(ctx, `INSERT INTO memory_links (key_hash, tag, subject)
+				SELECT $1, tag, subject FROM memory_users WHERE subject = $2
+				ON CONFLICT (key_hash, tag) DO UPDATE SET subject = EXCLUDED.subject`, keyHash, memSubject); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, "UPDATE pairings SET used_ns = $2, key_hash = $3 WHERE code_hash = $1", codeHash, ns(now), keyHash)
 		return err

@@ -2,9 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -137,21 +137,39 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if snap.OTPCodes == nil {
 		snap.OTPCodes = []store.OTPCode{}
 	}
-	var last, locked int64
-	err = tx.QueryRow(ctx, "SELECT fails, level, last_fail_ns, locked_until_ns FROM otp_guard WHERE id = 1").Scan(&snap.OTPGuard.Fails, &snap.OTPGuard.Level, &last, &locked)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
+	if rows, err = tx.Query(ctx, "SELECT scope, fails, level, last_fail_ns, locked_until_ns, sources FROM otp_guards ORDER BY scope"); err != nil {
 		return snap, err
-	default:
+	}
+	var scope string
+	for rows.Next() {
+		var g store.OTPGuard
+		var last, locked int64
+		if err := rows.Scan(&scope, &g.Fails, &g.Level, &last, &locked, &g.Sources); err != nil {
+			rows.Close()
+			return snap, err
+		}
 		if last != 0 {
-			snap.OTPGuard.LastFail = fromNS(last)
+			g.LastFail = fromNS(last)
 		}
 		if locked != 0 {
-			snap.OTPGuard.LockedUntil = fromNS(locked)
+			g.LockedUntil = fromNS(locked)
 		}
+		if len(g.Sources) == 0 {
+			g.Sources = nil
+		}
+		if scope == "" {
+			snap.OTPGuard = g
+			continue
+		}
+		if snap.OTPGuards == nil {
+			snap.OTPGuards = map[string]store.OTPGuard{}
+		}
+		snap.OTPGuards[scope] = g
 	}
-	if rows, err = tx.Query(ctx, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash
+	if err := rows.Err(); err != nil {
+		return snap, err
+	}
+	if rows, err = tx.Query(ctx, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash, memory_subject
 		FROM pairings ORDER BY code_hash`); err != nil {
 		return snap, err
 	}
@@ -160,7 +178,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 		var created, expires int64
 		var used *int64
 		var keyHash *string
-		err := r.Scan(&p.CodeHash, &p.Key.ClientID, &p.Key.Status, &p.Key.Scopes, &p.Key.RateLimitPerMinute, &created, &expires, &used, &keyHash)
+		err := r.Scan(&p.CodeHash, &p.Key.ClientID, &p.Key.Status, &p.Key.Scopes, &p.Key.RateLimitPerMinute, &created, &expires, &used, &keyHash, &p.MemorySubject)
 		p.CreatedAt, p.ExpiresAt, p.UsedAt = fromNS(created), fromNS(expires), fromNullNS(used)
 		if keyHash != nil {
 			p.KeyHash = *keyHash
@@ -190,7 +208,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guard, sessions, pairings, logs, rate_windows, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, memory_links, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -199,7 +217,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var held bool
 			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settings) OR EXISTS (SELECT 1 FROM api_keys)
-				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guard)
+				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guards)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
 				OR EXISTS (SELECT 1 FROM pairings)`).Scan(&held)
@@ -234,9 +252,19 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	if snap.TOTPLastStep > 0 {
 		batch.Queue("INSERT INTO settings (name, value) VALUES ($1, $2)", settingTOTPLastStep, strconv.FormatInt(snap.TOTPLastStep, 10))
 	}
-	if g := snap.OTPGuard; g != (store.OTPGuard{}) {
-		batch.Queue("INSERT INTO otp_guard (id, fails, level, last_fail_ns, locked_until_ns) VALUES (1, $1, $2, $3, $4)",
-			g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil))
+	guards := map[string]store.OTPGuard{}
+	for scope, g := range snap.OTPGuards {
+		if scope == "" {
+			return invalid("a scoped login guard with an empty scope")
+		}
+		guards[scope] = g
+	}
+	if g := snap.OTPGuard; !reflect.DeepEqual(g, store.OTPGuard{}) {
+		guards[""] = g
+	}
+	for scope, g := range guards {
+		batch.Queue("INSERT INTO otp_guards (scope, fails, level, last_fail_ns, locked_until_ns, sources) VALUES ($1, $2, $3, $4, $5, $6)",
+			scope, g.Fails, g.Level, zeroNS(g.LastFail), zeroNS(g.LockedUntil), nonNil(g.Sources))
 	}
 	for _, o := range snap.OTPCodes {
 		if o.Scope == "" || o.Hash == "" {
@@ -268,9 +296,9 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		if p.KeyHash != "" {
 			keyHash = &p.KeyHash
 		}
-		batch.Queue(`INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.CodeHash, p.Key.ClientID, p.Key.Status, p.Key.Scopes, p.Key.RateLimitPerMinute,
-			ns(p.CreatedAt), ns(p.ExpiresAt), nullNS(p.UsedAt), keyHash)
+		batch.Queue(`INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash, memory_subject)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, p.CodeHash, p.Key.ClientID, p.Key.Status, p.Key.Scopes, p.Key.RateLimitPerMinute,
+			ns(p.CreatedAt), ns(p.ExpiresAt), nullNS(p.UsedAt), keyHash, p.MemorySubject)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		if isUniqueViolation(err) {

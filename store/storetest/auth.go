@@ -348,7 +348,7 @@ func otpGuardShared(t *testing.T, e Env) {
 	rule := store.OTPLockRule{Every: 3, Base: time.Minute, Max: time.Hour, Decay: 24 * time.Hour}
 	lock := func(at time.Time) time.Time {
 		t.Helper()
-		u, err := s.OTPLock(at)
+		u, err := s.OTPLock("", at)
 		Must(t, err)
 		return u
 	}
@@ -357,7 +357,7 @@ func otpGuardShared(t *testing.T, e Env) {
 	}
 	fail := func(at time.Time) time.Time {
 		t.Helper()
-		u, err := s.OTPFailed(at, rule)
+		u, err := s.OTPFailed("", "10.0.0.1", at, rule)
 		Must(t, err)
 		return u
 	}
@@ -378,7 +378,7 @@ func otpGuardShared(t *testing.T, e Env) {
 	results := make([]time.Time, 3)
 	errs := concurrently(3, func(i int) error {
 		var err error
-		results[i], err = s.OTPFailed(at, rule)
+		results[i], err = s.OTPFailed("", "10.0.0.1", at, rule)
 		return err
 	})
 	started := 0
@@ -404,4 +404,94 @@ func otpGuardShared(t *testing.T, e Env) {
 	if l := rule.Length(40); l != time.Hour {
 		t.Errorf("Length(40) = %s, want the maximum", l)
 	}
+}
+
+// otpGuardScopes: each scope has a guard of its own (one address's wrong
+// codes pause only that address); a rule with Sources 2 pauses only once
+// wrong codes came from two sources, and then for all of them; the guard's
+// state carries Sources; PruneOTPs forgets idle scoped guards only.
+func otpGuardScopes(t *testing.T, e Env) {
+	s := e.S
+	addr := store.OTPLockRule{Every: 3, Base: time.Minute, Max: time.Hour, Decay: 24 * time.Hour}
+	global := addr
+	global.Sources = 2
+	fail := func(scope, source string, at time.Time, rule store.OTPLockRule) time.Time {
+		t.Helper()
+		u, err := s.OTPFailed(scope, source, at, rule)
+		Must(t, err)
+		return u
+	}
+	lock := func(scope string, at time.Time) time.Time {
+		t.Helper()
+		u, err := s.OTPLock(scope, at)
+		Must(t, err)
+		return u
+	}
+	// Three wrong codes from 10.0.0.2: its scope pauses, 10.0.0.1's and
+	// the global one do not.
+	for i := range 3 {
+		u := fail("addr:10.0.0.2", "10.0.0.2", T0, addr)
+		if (i == 2) != !u.IsZero() {
+			t.Fatalf("wrong code %d from one address: pause %v", i+1, u)
+		}
+		if u := fail("", "10.0.0.2", T0, global); !u.IsZero() {
+			t.Fatalf("wrong codes from one source paused the global guard until %v", u)
+		}
+	}
+	if u := lock("addr:10.0.0.2", T0); !u.Equal(T0.Add(time.Minute)) {
+		t.Errorf("the address's pause = %v, want T0+1m", u)
+	}
+	if !lock("addr:10.0.0.1", T0).IsZero() || !lock("", T0).IsZero() {
+		t.Error("one address's wrong codes paused another scope")
+	}
+	// Three more from the same source keep the global guard open; one from
+	// a second source pauses it, charged for all seven: two lengths.
+	at := T0.Add(2 * time.Minute)
+	for range 3 {
+		if u := fail("", "10.0.0.2", at, global); !u.IsZero() {
+			t.Fatalf("one source paused the global guard until %v", u)
+		}
+	}
+	if u := fail("", "10.0.0.3", at, global); !u.Equal(at.Add(time.Minute + 2*time.Minute)) {
+		t.Errorf("the global pause after 7 wrong codes from two sources ends %v, want +3m", u)
+	}
+	if u := lock("", at); !u.Equal(at.Add(3 * time.Minute)) {
+		t.Errorf("OTPLock of the global guard = %v", u)
+	}
+	// Concurrent wrong codes from two sources (as from two boxes) are each
+	// counted once: every pause turns Every of them into one level.
+	at = at.Add(time.Hour)
+	errs := concurrently(6, func(i int) error {
+		_, err := s.OTPFailed("", fmt.Sprint("10.0.1.", i%2), at, global)
+		return err
+	})
+	for _, err := range errs {
+		Must(t, err)
+	}
+	Must(t, s.Snapshot(func(snap store.Snapshot) error {
+		g := snap.OTPGuard
+		if n := 3*(g.Level-2) + g.Fails; n != 1+6 {
+			t.Errorf("global guard after 6 concurrent wrong codes: level %d, fails %d: %d counted, want 7", g.Level, g.Fails, n)
+		}
+		return nil
+	}))
+	// Pruning: codes as before; an idle address guard goes, a paused or
+	// recent one and the global one stay.
+	_ = fail("addr:10.0.0.9", "10.0.0.9", at, addr)
+	later := T0.Add(store.OTPGuardIdle + 2*time.Minute)
+	if _, err := s.PruneOTPs(later); err != nil {
+		t.Fatal(err)
+	}
+	Must(t, s.Snapshot(func(snap store.Snapshot) error {
+		if _, ok := snap.OTPGuards["addr:10.0.0.2"]; ok {
+			t.Error("an idle address guard was kept")
+		}
+		if _, ok := snap.OTPGuards["addr:10.0.0.9"]; !ok {
+			t.Error("a recent address guard was forgotten")
+		}
+		if snap.OTPGuard.LastFail.IsZero() {
+			t.Error("the global guard was forgotten")
+		}
+		return nil
+	}))
 }

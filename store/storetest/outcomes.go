@@ -20,6 +20,7 @@ type Inf struct {
 	Version string
 	Cands   []string
 	Partner string // non-empty: made with remember: true
+	Tag     string // the user's InferenceInfo.UserTag (with Partner)
 	Status  int    // 0: 200
 	Code    string
 	Latency int64
@@ -44,6 +45,7 @@ func MustInfer(tb testing.TB, s store.Store, i Inf) {
 		e.Inference = &store.InferenceInfo{ID: i.ID, PromptVersion: i.Version, CandidateChars: chars}
 		if i.Partner != "" {
 			e.Inference.Remember = &store.RememberedTexts{Partner: i.Partner, Candidates: i.Cands}
+			e.Inference.UserTag = i.Tag
 		}
 	}
 	MustAppend(tb, s, e)
@@ -209,8 +211,8 @@ func memoryPairs(t *testing.T, e Env) {
 	users, err := s.MemoryUsers()
 	Must(t, err)
 	wantUsers := []store.MemoryUser{
-		{Subject: "s1", Pairs: 1, CreatedAt: T0, LastAt: ts, Rev: rev2},
-		{Subject: "s2", Pairs: 0, CreatedAt: T0, Rev: users[1].Rev},
+		{Subject: "s1", Tag: "s1", Keys: []string{"k"}, Pairs: 1, CreatedAt: T0, LastAt: ts, Rev: rev2},
+		{Subject: "s2", Tag: "s2", Keys: []string{"k"}, Pairs: 0, CreatedAt: T0, Rev: users[1].Rev},
 	}
 	if diff := cmp.Diff(wantUsers, users); diff != "" {
 		t.Errorf("MemoryUsers (-want +got):\n%s", diff)
@@ -380,5 +382,92 @@ func outcomesExport(t *testing.T, e Env) {
 	Must(t, s.Outcomes(T0.Add(10*time.Second), T0.Add(20*time.Second), func(store.OutcomeRecord) error { calls++; return nil }))
 	if calls != 7 { // 10..19 without 12, 15, 18
 		t.Errorf("%d outcomes in [10 s, 20 s), want 7", calls)
+	}
+}
+
+// memoryLinks: a memory user is linked to the key that created it, under
+// the user's tag; another key sees no link for that tag (it uses its own
+// namespace) until an admin links it, directly or through a pairing; a
+// link can be removed; deleting the user removes its links.
+func memoryLinks(t *testing.T, e Env) {
+	s := e.S
+	MustCreateKey(t, s, "kA", T0)
+	MustCreateKey(t, s, "kB", T0)
+	MustInfer(t, s, Inf{Key: "kA", Subject: "sA-bob", ID: "i1", Version: "1", Cands: []string{"Yes."}, Partner: "Tea?", Tag: "tag-bob"})
+	subject := func(key, tag string) string {
+		t.Helper()
+		subj, err := s.MemorySubject(key, tag)
+		Must(t, err)
+		return subj
+	}
+	if got := subject("kA", "tag-bob"); got != "sA-bob" {
+		t.Errorf("the creating key's subject for its user = %q", got)
+	}
+	if got := subject("kB", "tag-bob"); got != "" {
+		t.Errorf("another key's subject for the same user_id = %q, want none", got)
+	}
+	if got := subject("kA", "tag-alice"); got != "" {
+		t.Errorf("the key's subject for another user_id = %q", got)
+	}
+	users := func() []store.MemoryUser {
+		t.Helper()
+		us, err := s.MemoryUsers()
+		Must(t, err)
+		return us
+	}
+	if us := users(); len(us) != 1 || us[0].Tag != "tag-bob" || !cmp.Equal(us[0].Keys, []string{"kA"}) {
+		t.Fatalf("MemoryUsers = %+v", us)
+	}
+
+	wantErr(t, "LinkMemory of an unknown user", s.LinkMemory("kB", "nobody"), store.ErrNotFound)
+	wantErr(t, "LinkMemory of an unknown key", s.LinkMemory("kZ", "sA-bob"), store.ErrNotFound)
+	wantErr(t, "LinkMemory with an empty key", s.LinkMemory("", "sA-bob"), store.ErrInvalid)
+	Must(t, s.LinkMemory("kB", "sA-bob"))
+	Must(t, s.LinkMemory("kB", "sA-bob")) // again: no change
+	if got := subject("kB", "tag-bob"); got != "sA-bob" {
+		t.Errorf("the linked key's subject = %q", got)
+	}
+	if us := users(); !cmp.Equal(us[0].Keys, []string{"kA", "kB"}) {
+		t.Errorf("linked keys = %v", us[0].Keys)
+	}
+	// The linked key's inferences and feedback use the memory: a pair.
+	MustInfer(t, s, Inf{At: time.Second, Key: "kB", Subject: "sA-bob", ID: "i2", Version: "1", Cands: []string{"Later."}, Partner: "Walk?", Tag: "tag-bob"})
+	_, err := s.SetOutcome("i2", Spoken(1, 6, T0.Add(time.Minute)), "Later.")
+	Must(t, err)
+	if pairs, _, _ := s.MemoryPairs("sA-bob"); len(pairs) != 1 || pairs[0].InferenceID != "i2" {
+		t.Errorf("pairs after the linked key's feedback = %+v", pairs)
+	}
+
+	Must(t, s.UnlinkMemory("kB", "sA-bob"))
+	wantErr(t, "UnlinkMemory twice", s.UnlinkMemory("kB", "sA-bob"), store.ErrNotFound)
+	if got := subject("kB", "tag-bob"); got != "" {
+		t.Errorf("the unlinked key's subject = %q", got)
+	}
+
+	// A pairing that names the memory links the key it mints.
+	p := pairingFor("pair-bob", "bob's phone")
+	p.MemorySubject = "sA-bob"
+	Must(t, s.CreatePairing(p, 10, T0))
+	_, err = s.RedeemPairing("pair-bob", "kC", T0.Add(time.Second))
+	Must(t, err)
+	if got := subject("kC", "tag-bob"); got != "sA-bob" {
+		t.Errorf("the paired key's subject = %q", got)
+	}
+	// A pairing naming a memory deleted since links nothing.
+	p = pairingFor("pair-gone", "gone")
+	p.MemorySubject = "deleted-since"
+	Must(t, s.CreatePairing(p, 10, T0))
+	_, err = s.RedeemPairing("pair-gone", "kD", T0.Add(time.Second))
+	Must(t, err)
+
+	_, err = s.DeleteUser("sA-bob")
+	Must(t, err)
+	for _, k := range []string{"kA", "kC"} {
+		if got := subject(k, "tag-bob"); got != "" {
+			t.Errorf("after DeleteUser, %s's subject = %q", k, got)
+		}
+	}
+	if us := users(); len(us) != 0 {
+		t.Errorf("MemoryUsers after DeleteUser = %+v", us)
 	}
 }

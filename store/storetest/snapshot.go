@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -39,9 +40,13 @@ func Fill(t testing.TB, s store.Store) {
 	}
 	rule := store.OTPLockRule{Every: 2, Base: time.Minute, Max: time.Hour, Decay: time.Hour}
 	for range 3 {
-		if _, err := s.OTPFailed(T0, rule); err != nil {
+		if _, err := s.OTPFailed("", "10.0.0.1", T0, rule); err != nil {
 			t.Fatal(err)
 		}
+	}
+	rule.Sources = 2
+	if _, err := s.OTPFailed("addr:10.0.0.7", "10.0.0.7", T0, rule); err != nil {
+		t.Fatal(err)
 	}
 	Must(t, s.CreatePairing(pairingFor("pair-pending", "ward 4"), 10, T0))
 	Must(t, s.CreatePairing(pairingFor("pair-used", "ward 5"), 10, T0))
@@ -58,8 +63,9 @@ func Fill(t testing.TB, s store.Store) {
 	}
 	// Outcomes and a remembering user: a pair, texts awaiting feedback, and
 	// an outcome of a user without memory.
-	MustInfer(t, s, Inf{At: 20 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m1", Version: "1", Cands: []string{"Yes.", "No."}, Partner: "Tea?"})
-	MustInfer(t, s, Inf{At: 21 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m2", Version: "beta", Cands: []string{"Later."}, Partner: "Walk?"})
+	MustInfer(t, s, Inf{At: 20 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m1", Version: "1", Cands: []string{"Yes.", "No."}, Partner: "Tea?", Tag: "tag-mem"})
+	MustInfer(t, s, Inf{At: 21 * time.Second, Key: "k1", Subject: "mem", ID: "inf-m2", Version: "beta", Cands: []string{"Later."}, Partner: "Walk?", Tag: "tag-mem"})
+	Must(t, s.LinkMemory("k3", "mem"))
 	MustInfer(t, s, Inf{At: 22 * time.Second, Key: "k3", Subject: "plain", ID: "inf-p1", Version: "beta", Cands: []string{"Fine."}})
 	MustInfer(t, s, Inf{At: 23 * time.Second, Key: "k3", Subject: "plain", Status: 502, Code: "llm_failed"})
 	_, err = s.SetOutcome("inf-m1", Spoken(1, 4, T0.Add(time.Minute)), "Yes.")
@@ -164,7 +170,7 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 		if ok, _ := s.UseTOTPStep(100); ok {
 			t.Error("a used TOTP step was accepted again")
 		}
-		if u, _ := s.OTPLock(T0); !u.Equal(T0.Add(time.Minute)) {
+		if u, _ := s.OTPLock("", T0); !u.Equal(T0.Add(time.Minute)) {
 			t.Errorf("the pause did not carry: %v", u)
 		}
 		if ks := listKeys(t, s, 0, true); fmt.Sprint(ks) != "[k3 k-paired k2 k1]" {
@@ -181,7 +187,7 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 	c, d := e.Open(), e.Open()
 	Must(t, c.Snapshot(func(snap store.Snapshot) error { return d.Import(snap, false) }))
 	SameData(t, c, d)
-	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || f.Snap.OTPGuard != (store.OTPGuard{}) {
+	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || !reflect.DeepEqual(f.Snap.OTPGuard, store.OTPGuard{}) || len(f.Snap.OTPGuards) != 0 {
 		t.Errorf("empty store's snapshot: %+v", f)
 	}
 }

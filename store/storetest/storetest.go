@@ -64,6 +64,7 @@ var scenarios = []scenario{
 	{"otp/delete-prune", otpDeletePrune},
 	{"otp/resend-interval-shared", otpResend},
 	{"otp/pause-shared-by-boxes", otpGuardShared},
+	{"otp/pause-per-scope-and-several-sources", otpGuardScopes},
 	{"otp/invalid", otpInvalid},
 	{"otp/concurrent-right-code-once", otpConcurrentRight},
 	{"totp/each-step-once", totpSteps},
@@ -100,6 +101,7 @@ var scenarios = []scenario{
 	{"memory/pairs-and-revision", memoryPairs},
 	{"memory/delete-user", memoryDeleteUser},
 	{"memory/prune", memoryPrune},
+	{"memory/links-scope-to-keys", memoryLinks},
 
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},

@@ -301,6 +301,7 @@ async function main() {
       REPLYD_WHISPER_MODEL: whisper,
       REPLYD_OTP_CHANNEL: 'webhook',
       REPLYD_OTP_WEBHOOK_URL: hook.url,
+      REPLYD_OTP_RESEND_INTERVAL: '3s',
     }, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
@@ -457,8 +458,22 @@ async function main() {
       const methods = async () => page.$$eval('#signin-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
       equal((await methods())['Authenticator app'], 'not set up', 'before enrolment');
       equal((await methods())['Codes sent'], 'through webhook', 'the code channel');
-      await answered('/v1/admin/totp/enroll', null, () => page.click('#totp-enroll'));
+      // Signed in with a session: setting one up asks for a code sent now
+      // (a session alone cannot enroll).
+      await page.click('#totp-enroll');
+      await until(() => page.isVisible('#totp-confirm'), 'the code confirmation');
+      const sentCodes = () => hook.messages.filter((m) => m.json && m.json.code);
+      await until(async () => (await page.textContent('#totp-sent')).trim() || (await page.textContent('#signin-error')).trim(), 'the code note');
+      if (sentCodes().length < 2) {
+        // The resend interval since the sign-in code had not passed yet.
+        await new Promise((r) => setTimeout(r, 3500));
+        await page.click('#totp-resend');
+      }
+      const confirmCode = await until(() => sentCodes()[1], 'a second code at the webhook', 15000);
+      await page.fill('#totp-code', String(confirmCode.json.code));
+      await answered('/v1/admin/totp/enroll', null, () => page.click('#totp-confirm-submit'));
       await until(() => page.isVisible('#totp-new'), 'the new secret panel');
+      check(await page.isHidden('#totp-confirm'), 'the code confirmation stays after enrolment');
       equal(await page.evaluate(() => document.activeElement.id), 'totp-new', 'focus after enrolment');
       check(/will not be shown again/.test(await page.textContent('#totp-new')), 'no "will not be shown again" warning');
       const secret = (await page.textContent('#totp-secret')).trim();

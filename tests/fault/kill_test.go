@@ -15,11 +15,12 @@ import (
 	"github.com/replyd/replyd/internal/testutil"
 )
 
-// TestKill9DuringBurst kills replyd with SIGKILL while key creations and
-// inferences are being answered, restarts it on the same store and checks
-// that nothing acknowledged was lost: every key whose creation was answered
-// 200 is in the key list and there are at least as many successful infer log
-// entries as 200 infer answers. It runs on both stores: the bbolt file (which
+// TestKill9DuringBurst kills replyd with SIGKILL while key creations,
+// inferences and feedback are being answered, restarts it on the same store
+// and checks that nothing acknowledged was lost: every key whose creation
+// was answered 200 is in the key list, there are at least as many
+// successful infer log entries as 200 infer answers, and every feedback
+// answered 200 is in the outcome export (feedback shares commits: issue 26). It runs on both stores: the bbolt file (which
 // must also pass `replyd check` before the restart) and PostgreSQL.
 func TestKill9DuringBurst(t *testing.T) {
 	t.Run("bbolt", func(t *testing.T) {
@@ -47,6 +48,7 @@ func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Re
 		mu        sync.Mutex
 		ackedKeys = map[string]bool{} // api_key_hash answered 200
 		ackedInfr int                 // infer answered 200
+		ackedFb   = map[string]bool{} // inference_id whose feedback was answered 200
 	)
 	inferAcked := make(chan struct{}, 1) // signalled on every 200 infer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,6 +82,19 @@ func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Re
 					select {
 					case inferAcked <- struct{}{}:
 					default:
+					}
+					var r struct {
+						InferenceID string `json:"inference_id"`
+					}
+					if json.Unmarshal(resp.Body, &r) != nil || r.InferenceID == "" {
+						continue
+					}
+					fb, err := p.Do(ctx, replydproc.Request{Method: http.MethodPost, Path: "/v1/feedback", Header: map[string]string{"X-API-KEY": inferKey.APIKey},
+						JSON: map[string]any{"inference_id": r.InferenceID, "chosen_rank": 1}, Timeout: 30 * time.Second})
+					if err == nil && fb.Status == http.StatusOK {
+						mu.Lock()
+						ackedFb[r.InferenceID] = true
+						mu.Unlock()
 					}
 				}
 			}
@@ -122,7 +137,7 @@ func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Re
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("killed with %d key creations and %d inferences acknowledged", len(ackedKeys), ackedInfr)
+	t.Logf("killed with %d key creations, %d inferences and %d feedbacks acknowledged", len(ackedKeys), ackedInfr, len(ackedFb))
 	if len(ackedKeys) == 0 || ackedInfr == 0 {
 		t.Fatalf("the burst never got going (%d keys, %d inferences acknowledged)", len(ackedKeys), ackedInfr)
 	}
@@ -175,6 +190,29 @@ func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Re
 	}
 	if ok < ackedInfr {
 		t.Errorf("%d successful infer log entries after kill -9 and restart, but %d inferences were answered 200", ok, ackedInfr)
+	}
+
+	body = p2.Must(replydproc.Request{Method: http.MethodGet, Path: "/v1/admin/outcomes?format=jsonl", Header: p2.AdminHeader()}, http.StatusOK)
+	reported := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var o struct {
+			InferenceID string `json:"inference_id"`
+		}
+		if line != "" && json.Unmarshal([]byte(line), &o) == nil {
+			reported[o.InferenceID] = true
+		}
+	}
+	lostFb := 0
+	for id := range ackedFb {
+		if !reported[id] {
+			lostFb++
+		}
+	}
+	if len(ackedFb) == 0 {
+		t.Error("no feedback was acknowledged before the kill: nothing was tested")
+	}
+	if lostFb > 0 {
+		t.Errorf("%d of %d acknowledged feedbacks are gone after kill -9 and restart", lostFb, len(ackedFb))
 	}
 	p2.Stop()
 }

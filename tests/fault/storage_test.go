@@ -57,7 +57,7 @@ func healthStorage(t *testing.T, p *testutil.Replyd) (string, map[string]any) {
 		Status  string         `json:"status"`
 		Storage map[string]any `json:"storage"`
 	}
-	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/healthz"}, 200), &h); err != nil {
+	if err := json.Unmarshal(p.Must(replydproc.Request{Method: http.MethodGet, Path: "/healthz", Header: p.AdminHeader()}, 200), &h); err != nil {
 		t.Fatal(err)
 	}
 	return h.Status, h.Storage

@@ -3,12 +3,13 @@ import { api, auth, onUnauthorized } from './api.js';
 import { $, showError, fmtTime } from './util.js';
 import status from './status.js';
 import keys from './keys.js';
+import users from './users.js';
 import prompt from './prompt.js';
 import logs from './logs.js';
 import stats from './stats.js';
 import tryit from './try.js';
 
-const views = { status, keys, prompt, logs, stats, try: tryit };
+const views = { status, keys, users, prompt, logs, stats, try: tryit };
 let current = null;
 
 /**

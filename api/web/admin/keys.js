@@ -73,11 +73,28 @@ async function revoke(k) {
 
 /** The key settings of the create form (the body of POST /v1/admin/keys). */
 function keySettings() {
-  return {
+  const body = {
     client_id: $('#kc-client').value.trim(),
     scopes: $('#kc-scopes').value.split(/[\s,]+/).filter(Boolean),
     rate_limit_per_minute: Number($('#kc-rate').value),
   };
+  if ($('#kc-memory').value) body.memory_user = $('#kc-memory').value;
+  return body;
+}
+
+/** Fills the "Remembered replies" choice with the users kept. */
+async function loadUsers() {
+  const sel = $('#kc-memory');
+  try {
+    const r = await api('GET', '/v1/admin/users');
+    const chosen = sel.value;
+    sel.replaceChildren(h('option', { value: '', text: 'Its own' }),
+      ...((r && r.items) || []).map((u) => h('option', { value: u.user, text: `Shared with ${u.user}` })));
+    sel.value = chosen;
+    if (sel.value !== chosen) sel.value = '';
+  } catch {
+    // The key can be created without: the choice stays "Its own".
+  }
 }
 
 async function create(ev) {
@@ -135,6 +152,7 @@ export default {
   enter() {
     $('#keys-msg').textContent = '';
     load();
+    loadUsers();
   },
   // The key is never shown again once the admin leaves the view.
   leave() {

@@ -2,7 +2,7 @@
 // offers, and setting up an authenticator app (TOTP). The secret and its QR
 // code are shown in this panel only, until Done or until the view is left;
 // no page or API call shows them again.
-import { api } from './api.js';
+import { api, auth } from './api.js';
 import { $, h, showError } from './util.js';
 
 let ctx;
@@ -46,16 +46,16 @@ function hide() {
   $('#totp-qr').replaceChildren();
 }
 
-async function enroll() {
-  if (last.totp_enrolled && !(await ctx.confirm('Replace the authenticator app?',
-    'The app set up before stops working: its codes no longer sign in. Add replyd to the app again with the new secret.',
-    'Replace'))) return;
+/** Enrolls (or replaces) the authenticator app; code is a code sent through
+ * the channel, which a session needs (the admin key does not). */
+async function enrollWith(code) {
   const btn = $('#totp-enroll');
   btn.disabled = true;
   hide();
   try {
-    const r = await api('POST', '/v1/admin/totp/enroll');
+    const r = await api('POST', '/v1/admin/totp/enroll', code ? { json: { code } } : {});
     showError($('#signin-error'), null);
+    hideConfirm();
     $('#totp-secret').textContent = grouped(r.secret);
     try {
       $('#totp-qr').replaceChildren(svgOf(r.qr_svg));
@@ -67,20 +67,71 @@ async function enroll() {
     render({ ...last, totp_enrolled: true });
   } catch (err) {
     showError($('#signin-error'), err);
+    if (code) $('#totp-code').select();
   } finally {
     btn.disabled = false;
   }
+}
+
+/** Asks replyd to send a code for the confirmation. */
+async function sendCode() {
+  $('#totp-sent').textContent = '';
+  try {
+    const r = await api('POST', '/v1/admin/otp/send', { anonymous: true });
+    $('#totp-sent').textContent = `Code sent${r && r.channel ? ` through ${r.channel}` : ''}.`;
+    showError($('#signin-error'), null);
+  } catch (err) {
+    showError($('#signin-error'), err);
+  }
+}
+
+function hideConfirm() {
+  $('#totp-confirm').hidden = true;
+  $('#totp-code').value = '';
+  $('#totp-sent').textContent = '';
+}
+
+async function enroll() {
+  if (last.totp_enrolled && !(await ctx.confirm('Replace the authenticator app?',
+    'The app set up before stops working: its codes no longer sign in. Add replyd to the app again with the new secret.',
+    'Replace'))) return;
+  if (!auth.isSession()) {
+    await enrollWith('');
+    return;
+  }
+  // A session alone cannot enroll: confirm with a code sent now.
+  if (!last.otp_channel || last.otp_channel === 'totp') {
+    showError($('#signin-error'), new Error('No channel is configured to send a code: sign in with the admin key to set up or replace the authenticator app.'));
+    return;
+  }
+  hide();
+  $('#totp-confirm').hidden = false;
+  $('#totp-confirm-h').focus();
+  await sendCode();
+  $('#totp-code').focus();
 }
 
 export default {
   init(c) {
     ctx = c;
     $('#totp-enroll').addEventListener('click', enroll);
+    $('#totp-confirm').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      enrollWith($('#totp-code').value.replace(/\s+/g, ''));
+    });
+    $('#totp-resend').addEventListener('click', sendCode);
+    $('#totp-cancel').addEventListener('click', () => {
+      hideConfirm();
+      $('#totp-enroll').focus();
+    });
     $('#totp-done').addEventListener('click', () => {
       hide();
       $('#totp-enroll').focus();
     });
   },
   render,
-  hide,
+  hide() {
+    hide();
+    hideConfirm();
+  },
 };
