@@ -314,11 +314,19 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithTimeout(reqCtx, s.limits.InferTimeout)
 	defer cancel()
+	// A newer request of this key for the same dialog cancels this one.
+	ctx, supersede := context.WithCancelCause(ctx)
+	defer supersede(nil)
+	defer s.flights.start(st.keyHash, req.DialogID, supersede)()
 	ctx = engine.WithRequestID(ctx, c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err := s.inferer.Infer(ctx, req)
 	st.audioSeconds = res.AudioSeconds
 	if err != nil {
-		err = s.inferError(reqCtx, err)
+		if engine.KindOf(err) == engine.KindCanceled && reqCtx.Err() == nil && superseded(ctx) {
+			err = &Error{Code: CodeSuperseded, Message: "a newer request for the same dialog_id replaced this one; do not retry it", Err: err}
+		} else {
+			err = s.inferError(reqCtx, err)
+		}
 		if events != nil && events.started {
 			st.streamed = true
 			ae := toAPIError(err)

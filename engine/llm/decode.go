@@ -31,6 +31,11 @@ type run struct {
 	// wait for a whole transcription that started in between, again and
 	// again, so the oldest request would finish last.
 	held int
+	// aborts counts decodes stopped inside llama.cpp (0 or 1).
+	aborts int
+	// stopAbort ends the watch that aborts a running decode when ctx is
+	// done (abort.go); nil before the first decode.
+	stopAbort func()
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -66,16 +71,30 @@ func (r *run) decode() error {
 		n = r.held
 	}
 	r.e.lctx.setThreads(n)
+	if r.stopAbort == nil {
+		r.stopAbort = r.e.lctx.abort.on(r.ctx)
+	}
+	if h := r.e.decodeHook; h != nil {
+		h(r.steps - 1)
+	}
 	if err := r.e.lctx.Decode(r.e.batch); err != nil {
+		if aborted(r.ctx, err) {
+			r.aborts++
+			return canceled(r.ctx.Err())
+		}
 		return engine.Errorf(engine.KindLLM, err, "language model decode failed")
 	}
 	return nil
 }
 
-// release gives back the cores the job held.
+// release gives back the cores the job held and ends its abort watch.
 func (r *run) release() {
 	r.e.opts.CPU.Release(r.held)
 	r.held = 0
+	if r.stopAbort != nil {
+		r.stopAbort()
+		r.stopAbort = nil
+	}
 }
 
 // serve handles one request on the owner goroutine. A request canceled
@@ -88,7 +107,8 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	reqID := engine.RequestID(j.ctx)
 	defer func() {
 		if engine.KindOf(err) == engine.KindCanceled {
-			e.log.Info("generation canceled: stopped sampling", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx))
+			e.log.Info("generation canceled: stopped", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx),
+				"aborted_in_decode", r.aborts > 0, "prompt_cached_tokens", len(e.cur.tokens))
 		}
 	}()
 	if err := j.ctx.Err(); err != nil {
@@ -241,7 +261,9 @@ func (e *Engine) prefill(j *job) error {
 		return err
 	}
 	if reuse < len(tokens) {
-		if _, err := e.evalPrompt(&run{e: e, ctx: j.ctx, ahead: true}, promptSeq, tokens, reuse, false); err != nil {
+		r := &run{e: e, ctx: j.ctx, ahead: true}
+		defer r.release()
+		if _, err := e.evalPrompt(r, promptSeq, tokens, reuse, false); err != nil {
 			return err
 		}
 	}

@@ -173,6 +173,9 @@ type Engine struct {
 	// stepHook, when set (tests), runs on the owner goroutine before every
 	// decode of a request with the decode's ordinal number.
 	stepHook func(step int)
+	// decodeHook, when set (tests), runs right before llama.cpp's decode,
+	// after the checks of the request's context.
+	decodeHook func(step int)
 
 	mu      sync.Mutex
 	pending []*job
