@@ -249,6 +249,12 @@ type inferResponse struct {
 	Candidates  []answerCandidate `json:"candidates"`
 	TimingsMS   timingsMS         `json:"timings_ms"`
 	InferenceID string            `json:"inference_id"`
+	// HistoryTurnsSent is how many messages came before the partner's
+	// current turn; HistoryTurnsUsed how many of them, the most recent,
+	// went into the prompt (client.md, "How much history is used"). Both
+	// are present exactly when the request sent such messages.
+	HistoryTurnsSent *int `json:"history_turns_sent,omitempty"`
+	HistoryTurnsUsed *int `json:"history_turns_used,omitempty"`
 }
 
 // runInfer validates the payload against the audio part, runs the inference
@@ -355,6 +361,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 			Queue:      res.Timings.Queue.Milliseconds(),
 			Total:      s.now().Sub(st.start).Milliseconds(),
 		},
+	}
+	if res.HistorySent > 0 {
+		sent, used := res.HistorySent, res.HistoryUsed
+		out.HistoryTurnsSent, out.HistoryTurnsUsed = &sent, &used
 	}
 	for i, cand := range res.Candidates {
 		rank := cand.Rank

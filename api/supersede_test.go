@@ -86,3 +86,39 @@ func TestInferSuperseded(t *testing.T) {
 		}
 	}
 }
+
+// TestInferHistoryCounts: the answer says how many messages came before the
+// partner's turn and how many went into the prompt, as the engine reports
+// them; a request with no earlier messages has neither field.
+func TestInferHistoryCounts(t *testing.T) {
+	e := newEnv(t)
+	e.addKey("valid", 0)
+	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
+		res, err := echoInferer(ctx, req)
+		if len(req.Messages) > 1 {
+			res.HistorySent, res.HistoryUsed = len(req.Messages)-1, 1
+		}
+		return res, err
+	}
+	for _, c := range []struct {
+		payload string
+		want    string
+	}{
+		{`{"messages":[{"role":"speaker","content":"Hi"},{"role":"disabled_person","content":"Hello"},{"role":"speaker","content":"Tea?"}]}`,
+			`"history_turns_sent":2,"history_turns_used":1`},
+		{simplePayload, ""},
+	} {
+		body, ct := multipartBody(t, payloadPart(c.payload))
+		req := httptest.NewRequest(http.MethodPost, "/v1/infer", body)
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set(HeaderAPIKey, "valid")
+		rec := e.do(req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		got := rec.Body.String()
+		if c.want == "" && strings.Contains(got, "history_turns") || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%s: body %s, want %q", c.payload, got, c.want)
+		}
+	}
+}

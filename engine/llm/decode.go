@@ -302,7 +302,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 	budget := e.budget()
 	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
 	if len(examples) > 0 {
-		tokens, msgs, err := e.fitPrompt(req, budget-ExampleTokenBudget)
+		tokens, msgs, err := e.fitPrompt(req, budget-ExampleTokenBudget, gen)
 		switch {
 		case err == nil:
 			for _, f := range exampleFits {
@@ -324,7 +324,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 		}
 		e.log.Debug("no room for remembered examples: the prompt goes without them")
 	}
-	tokens, _, err := e.fitPrompt(req, budget)
+	tokens, _, err := e.fitPrompt(req, budget, gen)
 	return tokens, err
 }
 
@@ -332,10 +332,29 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 // oldest turns (see promptTokens), and returns its tokens and messages.
 // With a TranscriptReserve, the partner's current turn counts as at least
 // that long, as headTokens counts it.
-func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []chatMessage, error) {
+//
+// Before that it cuts the history to the cold-prompt target (fitHistory),
+// and records in gen how many history messages the request sent and how
+// many went into the prompt.
+func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int, gen *engine.Generation) ([]int, []chatMessage, error) {
 	var tokens []int
 	turns := e.withSampled(req.DialogID, dialogTurns(req.Messages))
-	msgs, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
+	keep := lastSpeaker(turns)
+	system := systemMessage(req)
+	reserve := 0
+	if len(req.Examples) > 0 {
+		reserve = ExampleTokenBudget
+	}
+	cut, err := e.fitHistory(req.DialogID, system, turns, keep, budget, reserve, func(msgs []chatMessage) ([]int, error) { return e.render(msgs, true) })
+	if err != nil {
+		return nil, nil, promptError(err, budget)
+	}
+	all := turns
+	turns = turns[cut:]
+	if cut > 0 {
+		e.log.Debug("history cut to the cold-prompt target", "dropped_turns", cut, "history_budget_tokens", e.historyBudget())
+	}
+	msgs, dropped, err := fitTurns(system, turns, keep-cut, func(msgs []chatMessage) (bool, error) {
 		var err error
 		if tokens, err = e.render(msgs, true); err != nil {
 			return false, err
@@ -358,6 +377,7 @@ func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []cha
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
 	}
+	gen.HistorySent, gen.HistoryUsed = historyCounts(all, keep, cut+dropped)
 	return tokens, msgs, nil
 }
 
@@ -383,8 +403,16 @@ func (e *Engine) headTokens(req engine.GenerateRequest) ([]int, error) {
 	if n := len(turns); n > 0 && turns[n-1].role == "user" {
 		turns = turns[:n-1]
 	}
+	// The same cut as the request's own prompt will make, the transcript
+	// counted as TranscriptReserve tokens.
+	cut, err := e.fitHistory(req.DialogID, systemMessage(req), turns, len(turns), budget-max(req.TranscriptReserve, 0), max(req.TranscriptReserve, 0),
+		func(msgs []chatMessage) ([]int, error) { return e.render(msgs, false) })
+	if err != nil {
+		return nil, promptError(err, budget)
+	}
+	turns = turns[cut:]
 	var tokens []int
-	_, _, err := fitTurns(systemMessage(req), turns, -1, func(msgs []chatMessage) (bool, error) {
+	_, _, err = fitTurns(systemMessage(req), turns, -1, func(msgs []chatMessage) (bool, error) {
 		var err error
 		tokens, err = e.render(msgs, false)
 		return len(tokens)+req.TranscriptReserve <= budget, err
