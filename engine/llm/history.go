@@ -24,7 +24,9 @@ import (
 const promptRateTokens = 256
 
 // measurePromptRate evaluates a prompt of promptRateTokens tokens on every
-// thread and returns the prompt speed in tokens a second.
+// thread and returns the prompt speed in tokens a second: the fastest of up
+// to three rounds, so that a start-up beside a busy process does not fix a
+// small budget for the process's life.
 func (e *Engine) measurePromptRate() (float64, error) {
 	req := engine.GenerateRequest{SystemPrompt: defaultSystemPrompt,
 		Profile: engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Language: "en"}}
@@ -35,17 +37,26 @@ func (e *Engine) measurePromptRate() (float64, error) {
 		}
 		if len(tokens) >= promptRateTokens || i > 200 {
 			tokens = tokens[:min(len(tokens), promptRateTokens)]
-			e.leaveCurrent()
-			r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
-			t0 := time.Now()
-			_, err := e.evalPrompt(r, promptSeq, tokens, 0, false)
-			d := time.Since(t0)
-			r.release()
-			e.leaveCurrent()
-			if err != nil {
-				return 0, err
+			// The fastest of up to three rounds (other processes only
+			// ever add time), fewer when one round takes long.
+			var best time.Duration
+			start := time.Now()
+			for round := 0; round < 3 && (round == 0 || time.Since(start) < 3*time.Second); round++ {
+				e.leaveCurrent()
+				r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+				t0 := time.Now()
+				_, err := e.evalPrompt(r, promptSeq, tokens, 0, false)
+				d := time.Since(t0)
+				r.release()
+				e.leaveCurrent()
+				if err != nil {
+					return 0, err
+				}
+				if best == 0 || d < best {
+					best = d
+				}
 			}
-			return float64(len(tokens)) / max(d.Seconds(), 1e-6), nil
+			return float64(len(tokens)) / max(best.Seconds(), 1e-6), nil
 		}
 		req.Messages = append(req.Messages, engine.Message{Role: engine.RoleSpeaker, Content: "Would you like some tea or coffee before the physio comes at ten, or shall we wait?"},
 			engine.Message{Role: engine.RoleDisabledPerson, Content: "Tea please, with milk."})

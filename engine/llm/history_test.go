@@ -96,3 +96,15 @@ func TestHistoryCutInBlocks(t *testing.T) {
 	}
 	t.Logf("%d warm and %d cold turns; uncached tokens by turn: %v", warm, cold, uncachedLog)
 }
+
+// TestPromptRateMeasured: without an injected speed, Open measures one and
+// the budget follows from it; without a target there is no budget.
+func TestPromptRateMeasured(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 8, MaxCandidates: 2, ColdPromptTarget: time.Second})
+	if e.promptRate <= 0 || e.historyBudget() != max(int(e.promptRate), 1) {
+		t.Errorf("prompt speed %v tokens/s, budget %d tokens for 1 s", e.promptRate, e.historyBudget())
+	}
+	if e := openDemo(t, Options{MaxReplyTokens: 8, MaxCandidates: 2}); e.historyBudget() != 0 || e.promptRate != 0 {
+		t.Errorf("without a target: speed %v, budget %d", e.promptRate, e.historyBudget())
+	}
+}
