@@ -33,7 +33,7 @@ const (
 // DefaultColdPromptTarget is the default REPLYD_COLD_PROMPT_TARGET. A turn
 // the user waits for is its prompt, then its replies (1 to 3 s on a 2-core
 // box at both Qwen2.5 shapes); 4 s of uncached prompt at the measured
-// prompt speed (docs/history-budget.md) keeps a cold turn's total well
+// prompt speed (docs/history-budget.md, "Measurements") keeps a cold turn's total well
 // inside 10 s and a dialog sent cold from timing out, while a dialog's
 // usual warm turn (a few dozen new tokens) never comes near it.
 const DefaultColdPromptTarget = 4 * time.Second
