@@ -37,6 +37,9 @@ const (
 	CodeRequestTimeout       = "request_timeout"
 	CodeStoreUnavailable     = "store_unavailable"
 	CodeNotSupported         = "not_supported"
+	// CodeSuperseded: a newer request of the same key for the same
+	// dialog_id arrived while this one ran; not retryable.
+	CodeSuperseded = "superseded"
 )
 
 // storeRetryAfter is the Retry-After sent with store_unavailable: about the
@@ -72,6 +75,7 @@ var codeStatus = map[string]int{
 	CodeRequestTimeout:       http.StatusRequestTimeout,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
 	CodeNotSupported:         http.StatusNotImplemented,
+	CodeSuperseded:           http.StatusConflict,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.

@@ -249,6 +249,12 @@ type inferResponse struct {
 	Candidates  []answerCandidate `json:"candidates"`
 	TimingsMS   timingsMS         `json:"timings_ms"`
 	InferenceID string            `json:"inference_id"`
+	// HistoryTurnsSent is how many messages came before the partner's
+	// current turn; HistoryTurnsUsed how many of them, the most recent,
+	// went into the prompt (client.md, "How much history is used"). Both
+	// are present exactly when the request sent such messages.
+	HistoryTurnsSent *int `json:"history_turns_sent,omitempty"`
+	HistoryTurnsUsed *int `json:"history_turns_used,omitempty"`
 }
 
 // runInfer validates the payload against the audio part, runs the inference
@@ -315,11 +321,19 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithTimeout(reqCtx, s.limits.InferTimeout)
 	defer cancel()
+	// A newer request of this key for the same dialog cancels this one.
+	ctx, supersede := context.WithCancelCause(ctx)
+	defer supersede(nil)
+	defer s.flights.start(st.keyHash, req.DialogID, supersede)()
 	ctx = engine.WithRequestID(ctx, c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err := s.inferer.Infer(ctx, req)
 	st.audioSeconds = res.AudioSeconds
 	if err != nil {
-		err = s.inferError(reqCtx, err)
+		if engine.KindOf(err) == engine.KindCanceled && reqCtx.Err() == nil && superseded(ctx) {
+			err = &Error{Code: CodeSuperseded, Message: "a newer request for the same dialog_id replaced this one; do not retry it", Err: err}
+		} else {
+			err = s.inferError(reqCtx, err)
+		}
 		if events != nil && events.started {
 			st.streamed = true
 			ae := toAPIError(err)
@@ -348,6 +362,10 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 			Queue:      res.Timings.Queue.Milliseconds(),
 			Total:      s.now().Sub(st.start).Milliseconds(),
 		},
+	}
+	if res.HistorySent > 0 {
+		sent, used := res.HistorySent, res.HistoryUsed
+		out.HistoryTurnsSent, out.HistoryTurnsUsed = &sent, &used
 	}
 	for i, cand := range res.Candidates {
 		rank := cand.Rank

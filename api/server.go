@@ -105,6 +105,7 @@ type Server struct {
 	pairAddrs store.MemoryLimiter // the pairing throttle per client address, this box's own
 	refusals  refusalLog          // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
+	flights   *dialogFlights // the inference in flight per key and dialog_id
 	rand      io.Reader
 	otpMu     sync.Mutex // serialises OTP sends
 	otp       *otpGuard
@@ -176,6 +177,7 @@ func New(o Options) *Server {
 	}
 	s.started = s.now()
 	s.recent = newRecentInferences(recentMax)
+	s.flights = newDialogFlights()
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)

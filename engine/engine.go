@@ -123,6 +123,8 @@ type Result struct {
 	// Examples is the number of the user's remembered replies that went into
 	// the prompt, and ExampleTokens the prompt tokens they took.
 	Examples, ExampleTokens int
+	// HistorySent and HistoryUsed: see Generation.
+	HistorySent, HistoryUsed int
 	// RecallErr is why the remembered replies could not be read, if they
 	// could not; the inference went on without them.
 	RecallErr error
@@ -226,6 +228,11 @@ type Generation struct {
 	GenTokens    int
 	// Examples went into the prompt, taking ExampleTokens of it.
 	Examples, ExampleTokens int
+	// HistorySent is how many (non-empty) messages of the dialog came
+	// before the partner's current turn; HistoryUsed how many of them, the
+	// most recent, went into the prompt (the rest were cut to the
+	// cold-prompt target or the context).
+	HistorySent, HistoryUsed int
 }
 
 // Generator produces candidate replies. Implementations must be safe for

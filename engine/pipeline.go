@@ -190,6 +190,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
+	res.HistorySent, res.HistoryUsed = gen.HistorySent, gen.HistoryUsed
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

@@ -30,6 +30,14 @@ const (
 	DefaultVADModel = "models/silero_vad_v5.onnx"
 )
 
+// DefaultColdPromptTarget is the default REPLYD_COLD_PROMPT_TARGET. A turn
+// the user waits for is its prompt, then its replies (1 to 3 s on a 2-core
+// box at both Qwen2.5 shapes); 4 s of uncached prompt at the measured
+// prompt speed (docs/history-budget.md, "Measurements") keeps a cold turn's total well
+// inside 10 s and a dialog sent cold from timing out, while a dialog's
+// usual warm turn (a few dozen new tokens) never comes near it.
+const DefaultColdPromptTarget = 4 * time.Second
+
 // Config is replyd's whole configuration. Values come from flags, which
 // override REPLYD_* environment variables, which override the defaults.
 type Config struct {
@@ -61,6 +69,9 @@ type Config struct {
 	MaxReplyTokens int
 	PrefixCacheMiB int
 	Seed           int
+	// ColdPromptTarget bounds the uncached prompt of one request in time
+	// (llm.Options.ColdPromptTarget); 0: only the context bounds it.
+	ColdPromptTarget time.Duration
 
 	OTPChannel       string
 	OTPWebhookURL    string
@@ -206,6 +217,7 @@ func options() []option {
 		intOpt("max-reply-tokens", "REPLYD_MAX_REPLY_TOKENS", strconv.Itoa(llm.DefaultMaxReplyTokens), "token cap of one candidate reply (a few words; a reply also ends at its first newline)", func(c *Config) *int { return &c.MaxReplyTokens }),
 		intOpt("prefix-cache-mib", "REPLYD_PREFIX_CACHE_MIB", strconv.Itoa(llm.DefaultPrefixCacheMiB), "memory bound of the dialog prefix cache", func(c *Config) *int { return &c.PrefixCacheMiB }),
 		intOpt("seed", "REPLYD_SEED", "0", "base sampling seed (0 = random)", func(c *Config) *int { return &c.Seed }),
+		durOpt("cold-prompt-target", "REPLYD_COLD_PROMPT_TARGET", FormatDuration(DefaultColdPromptTarget), "time a request's uncached prompt may take at the prompt speed measured at start-up: older history is cut, in blocks, to fit it (0: only the context bounds the history)", func(c *Config) *time.Duration { return &c.ColdPromptTarget }),
 
 		strOpt("otp-channel", notify.EnvChannel, "console", "how admin login codes are delivered: console (a terminal, else a 0600 file in the data dir), webhook, telegram, ntfy, gotify; or totp (an authenticator app, nothing is sent)", false, func(c *Config) *string { return &c.OTPChannel }),
 		durOpt("otp-ttl", "REPLYD_OTP_TTL", FormatDuration(lim.OTPTTL), "lifetime of a sent login code", func(c *Config) *time.Duration { return &c.OTPTTL }),
@@ -359,6 +371,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyMiB < 1 {
 		errs = append(errs, errors.New("REPLYD_MAX_BODY_MIB must be at least 1"))
+	}
+	if c.ColdPromptTarget < 0 {
+		errs = append(errs, errors.New("REPLYD_COLD_PROMPT_TARGET must not be negative"))
 	}
 	if c.MaxAudio <= 0 || c.InferTimeout <= 0 || c.SessionTTL <= 0 {
 		errs = append(errs, errors.New("REPLYD_MAX_AUDIO, REPLYD_INFER_TIMEOUT and REPLYD_SESSION_TTL must be positive"))

@@ -96,9 +96,12 @@ func (e *engines) load(cfg *Config, cpu *engine.Cores, log *slog.Logger) error {
 		MaxCandidates:  maxCandidates,
 		PrefixCacheMiB: cfg.PrefixCacheMiB,
 		Decoding:       decoding,
-		CPU:            cpu,
-		Demo:           isDemoModel(cfg.LLMModel),
-		Logger:         log.With("engine", "llm"),
+		// The history's time budget (history.go), at the prompt speed
+		// Open measures.
+		ColdPromptTarget: cfg.ColdPromptTarget,
+		CPU:              cpu,
+		Demo:             isDemoModel(cfg.LLMModel),
+		Logger:           log.With("engine", "llm"),
 	})
 	if err != nil {
 		e.setError("llm", err)

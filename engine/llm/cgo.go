@@ -92,6 +92,11 @@ func replydLlamaLog(level C.int, text *C.char, _ unsafe.Pointer) {
 	if line == "" {
 		return
 	}
+	if cLog.level > slog.LevelDebug && abortsRaised.Load() > 0 {
+		// A cancelled request's decode was aborted (abort.go): llama.cpp
+		// reports the stopped computation as failed.
+		cLog.level = slog.LevelDebug
+	}
 	if cLog.level >= slog.LevelError && len(cLog.lastErr) < 1000 {
 		if cLog.lastErr != "" {
 			cLog.lastErr += "; "

@@ -75,6 +75,7 @@ type kvContext struct {
 	raw     *C.struct_llama_context
 	nVocab  int
 	threads int
+	abort   abortFlag // stops a running decode (abort.go)
 }
 
 // contextConfig is what newKVContext needs to size the context.
@@ -112,7 +113,11 @@ func newKVContext(model *llama.Model, cfg contextConfig) (*kvContext, error) {
 	if got := int(C.llama_n_ctx(raw)); got < cfg.cells {
 		return nil, fmt.Errorf("llama.cpp made a context of %d cells, not %d", got, cfg.cells)
 	}
-	return &kvContext{Context: lctx, raw: raw, nVocab: model.NumVocab(), threads: cfg.threads}, nil
+	abort, err := setAbort(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &kvContext{Context: lctx, raw: raw, nVocab: model.NumVocab(), threads: cfg.threads, abort: abort}, nil
 }
 
 // paramsOf returns the C struct inside the binding's ContextParams after

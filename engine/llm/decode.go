@@ -31,6 +31,11 @@ type run struct {
 	// wait for a whole transcription that started in between, again and
 	// again, so the oldest request would finish last.
 	held int
+	// aborts counts decodes stopped inside llama.cpp (0 or 1).
+	aborts int
+	// stopAbort ends the watch that aborts a running decode when ctx is
+	// done (abort.go); nil before the first decode.
+	stopAbort func()
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -66,16 +71,30 @@ func (r *run) decode() error {
 		n = r.held
 	}
 	r.e.lctx.setThreads(n)
+	if r.stopAbort == nil {
+		r.stopAbort = r.e.lctx.abort.on(r.ctx)
+	}
+	if h := r.e.decodeHook; h != nil {
+		h(r.steps - 1)
+	}
 	if err := r.e.lctx.Decode(r.e.batch); err != nil {
+		if aborted(r.ctx, err) {
+			r.aborts++
+			return canceled(r.ctx.Err())
+		}
 		return engine.Errorf(engine.KindLLM, err, "language model decode failed")
 	}
 	return nil
 }
 
-// release gives back the cores the job held.
+// release gives back the cores the job held and ends its abort watch.
 func (r *run) release() {
 	r.e.opts.CPU.Release(r.held)
 	r.held = 0
+	if r.stopAbort != nil {
+		r.stopAbort()
+		r.stopAbort = nil
+	}
 }
 
 // serve handles one request on the owner goroutine. A request canceled
@@ -88,7 +107,8 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	reqID := engine.RequestID(j.ctx)
 	defer func() {
 		if engine.KindOf(err) == engine.KindCanceled {
-			e.log.Info("generation canceled: stopped sampling", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx))
+			e.log.Info("generation canceled: stopped", "request_id", reqID, "decode_steps", r.steps, "cause", context.Cause(j.ctx),
+				"aborted_in_decode", r.aborts > 0, "prompt_cached_tokens", len(e.cur.tokens))
 		}
 	}()
 	if err := j.ctx.Err(); err != nil {
@@ -241,7 +261,9 @@ func (e *Engine) prefill(j *job) error {
 		return err
 	}
 	if reuse < len(tokens) {
-		if _, err := e.evalPrompt(&run{e: e, ctx: j.ctx, ahead: true}, promptSeq, tokens, reuse, false); err != nil {
+		r := &run{e: e, ctx: j.ctx, ahead: true}
+		defer r.release()
+		if _, err := e.evalPrompt(r, promptSeq, tokens, reuse, false); err != nil {
 			return err
 		}
 	}
@@ -280,7 +302,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 	budget := e.budget()
 	examples := req.Examples[:min(len(req.Examples), engine.MaxExamples)]
 	if len(examples) > 0 {
-		tokens, msgs, err := e.fitPrompt(req, budget-ExampleTokenBudget)
+		tokens, msgs, err := e.fitPrompt(req, budget-ExampleTokenBudget, gen)
 		switch {
 		case err == nil:
 			for _, f := range exampleFits {
@@ -302,7 +324,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 		}
 		e.log.Debug("no room for remembered examples: the prompt goes without them")
 	}
-	tokens, _, err := e.fitPrompt(req, budget)
+	tokens, _, err := e.fitPrompt(req, budget, gen)
 	return tokens, err
 }
 
@@ -310,10 +332,29 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 // oldest turns (see promptTokens), and returns its tokens and messages.
 // With a TranscriptReserve, the partner's current turn counts as at least
 // that long, as headTokens counts it.
-func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []chatMessage, error) {
+//
+// Before that it cuts the history to the cold-prompt target (fitHistory),
+// and records in gen how many history messages the request sent and how
+// many went into the prompt.
+func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int, gen *engine.Generation) ([]int, []chatMessage, error) {
 	var tokens []int
 	turns := e.withSampled(req.DialogID, dialogTurns(req.Messages))
-	msgs, dropped, err := fitTurns(systemMessage(req), turns, lastSpeaker(turns), func(msgs []chatMessage) (bool, error) {
+	keep := lastSpeaker(turns)
+	system := systemMessage(req)
+	reserve := 0
+	if len(req.Examples) > 0 {
+		reserve = ExampleTokenBudget
+	}
+	cut, err := e.fitHistory(req.DialogID, system, turns, keep, budget, reserve, func(msgs []chatMessage) ([]int, error) { return e.render(msgs, true) })
+	if err != nil {
+		return nil, nil, promptError(err, budget)
+	}
+	all := turns
+	turns = turns[cut:]
+	if cut > 0 {
+		e.log.Debug("history cut to the cold-prompt target", "dropped_turns", cut, "history_budget_tokens", e.historyBudget())
+	}
+	msgs, dropped, err := fitTurns(system, turns, keep-cut, func(msgs []chatMessage) (bool, error) {
 		var err error
 		if tokens, err = e.render(msgs, true); err != nil {
 			return false, err
@@ -336,6 +377,7 @@ func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int) ([]int, []cha
 	if dropped > 0 {
 		e.log.Debug("dropped oldest turns to fit the context", "dropped_turns", dropped)
 	}
+	gen.HistorySent, gen.HistoryUsed = historyCounts(all, keep, cut+dropped)
 	return tokens, msgs, nil
 }
 
@@ -361,8 +403,16 @@ func (e *Engine) headTokens(req engine.GenerateRequest) ([]int, error) {
 	if n := len(turns); n > 0 && turns[n-1].role == "user" {
 		turns = turns[:n-1]
 	}
+	// The same cut as the request's own prompt will make, the transcript
+	// counted as TranscriptReserve tokens.
+	cut, err := e.fitHistory(req.DialogID, systemMessage(req), turns, len(turns), budget-max(req.TranscriptReserve, 0), max(req.TranscriptReserve, 0),
+		func(msgs []chatMessage) ([]int, error) { return e.render(msgs, false) })
+	if err != nil {
+		return nil, promptError(err, budget)
+	}
+	turns = turns[cut:]
 	var tokens []int
-	_, _, err := fitTurns(systemMessage(req), turns, -1, func(msgs []chatMessage) (bool, error) {
+	_, _, err = fitTurns(systemMessage(req), turns, -1, func(msgs []chatMessage) (bool, error) {
 		var err error
 		tokens, err = e.render(msgs, false)
 		return len(tokens)+req.TranscriptReserve <= budget, err

@@ -121,9 +121,18 @@ type Options struct {
 	// CPU is the budget shared with the speech engine: every decode takes
 	// between 1 and Threads cores from it and runs that many threads. Nil
 	// means Threads always.
-	CPU    *engine.Cores
-	Demo   bool // the model is a generated demo model (reported in Status)
-	Logger *slog.Logger
+	CPU *engine.Cores
+	// ColdPromptTarget bounds the time a request's uncached prompt takes:
+	// the history is cut (in blocks, see history.go) so that its uncached
+	// tokens fit what the prompt speed evaluates in that time. Zero: no
+	// bound but the context.
+	ColdPromptTarget time.Duration
+	// PromptRate is the prompt speed in tokens a second that
+	// ColdPromptTarget is turned into tokens with; zero measures it once
+	// in Open.
+	PromptRate float64
+	Demo       bool // the model is a generated demo model (reported in Status)
+	Logger     *slog.Logger
 }
 
 // mode selects how candidates are generated. Production uses modeAuto; the
@@ -168,11 +177,17 @@ type Engine struct {
 	// of n sequences (0 when not measured).
 	batched  []bool
 	stepCost []time.Duration
-	nReq     atomic.Uint64
+	// promptRate is Options.PromptRate or the prompt speed Open measured,
+	// in tokens a second (0 without a ColdPromptTarget).
+	promptRate float64
+	nReq       atomic.Uint64
 
 	// stepHook, when set (tests), runs on the owner goroutine before every
 	// decode of a request with the decode's ordinal number.
 	stepHook func(step int)
+	// decodeHook, when set (tests), runs right before llama.cpp's decode,
+	// after the checks of the request's context.
+	decodeHook func(step int)
 
 	mu      sync.Mutex
 	pending []*job
@@ -309,6 +324,16 @@ func Open(opts Options) (*Engine, error) {
 		return fail("warm-up decode failed: " + err.Error())
 	}
 	e.chooseDecoding()
+	if opts.ColdPromptTarget > 0 {
+		e.promptRate = opts.PromptRate
+		if e.promptRate <= 0 {
+			if e.promptRate, err = e.measurePromptRate(); err != nil {
+				return fail("measuring the prompt speed failed: " + err.Error())
+			}
+		}
+		log.Info("history budget set", "prompt_tokens_per_s", int(e.promptRate), "cold_prompt_target_ms", opts.ColdPromptTarget.Milliseconds(),
+			"history_budget_tokens", e.historyBudget())
+	}
 	e.loaded = time.Now()
 	log.Info("language model loaded", "model", path, "arch", info.Arch, "backend", backend,
 		"gpu_layers", ngl, "threads", opts.Threads, "ctx_per_seq", opts.ContextPerSeq, "kv_cells", cells,

@@ -458,7 +458,7 @@ func TestCancelStopsSampling(t *testing.T) {
 	if len(after) > 0 {
 		t.Errorf("decode steps %v ran after the request was canceled at step %d", after, cancelAt)
 	}
-	want := `msg="generation canceled: stopped sampling" component=llm request_id=req-cancel-7 decode_steps=` + strconv.Itoa(cancelAt+1) + " cause=\"context canceled\""
+	want := `msg="generation canceled: stopped" component=llm request_id=req-cancel-7 decode_steps=` + strconv.Itoa(cancelAt+1) + " cause=\"context canceled\" aborted_in_decode=false"
 	if !strings.Contains(buf.String(), want) {
 		t.Errorf("log lacks %q:\n%.3000s", want, buf.String())
 	}

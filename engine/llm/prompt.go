@@ -72,6 +72,7 @@ type turn struct {
 	role    string // "user" (the speaker) or "assistant" (the AAC user)
 	content string
 	tokens  []int // the sampled tokens of an offered reply (withSampled), or nil
+	msgs    int   // the request's messages joined into this turn
 }
 
 // dialogTurns maps the dialog to chat turns: the speaker is the chat's user
@@ -91,9 +92,10 @@ func dialogTurns(msgs []engine.Message) []turn {
 		}
 		if n := len(out); n > 0 && out[n-1].role == role {
 			out[n-1].content += "\n" + c
+			out[n-1].msgs++
 			continue
 		}
-		out = append(out, turn{role: role, content: c})
+		out = append(out, turn{role: role, content: c, msgs: 1})
 	}
 	return out
 }

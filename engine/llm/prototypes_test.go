@@ -10,18 +10,21 @@ import (
 )
 
 // TestPrototypesMatchLlamaH compares the llama.cpp prototypes declared by
-// hand in cgo.go with llama.h of the ollama module in go.mod: the same
+// hand in cgo.go and abort.go with llama.h of the ollama module in go.mod: the same
 // return type and parameter types (names aside, typedefs resolved). C links
 // by name only, so after an ollama upgrade that changed one of them the
 // build would succeed and the call would break at run time; this test
 // fails instead, naming the function.
 func TestPrototypesMatchLlamaH(t *testing.T) {
-	src, err := os.ReadFile("cgo.go")
-	if err != nil {
-		t.Fatal(err)
+	var preamble string
+	for _, f := range []string{"cgo.go", "abort.go"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(src)
+		preamble += s[strings.Index(s, "/*"):strings.Index(s, "*/")] + "\n"
 	}
-	preamble := string(src)
-	preamble = preamble[strings.Index(preamble, "/*"):strings.Index(preamble, "*/")]
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/ollama/ollama").Output()
 	if err != nil {
 		t.Fatalf("locating the ollama module: %v", err)
@@ -36,8 +39,8 @@ func TestPrototypesMatchLlamaH(t *testing.T) {
 	for _, m := range decl.FindAllStringSubmatch(preamble, -1) {
 		ours[m[2]] = [2]string{m[1], m[3]}
 	}
-	if len(ours) < 5 {
-		t.Fatalf("found %d prototypes in cgo.go's preamble, want the 5 it declares", len(ours))
+	if len(ours) < 6 {
+		t.Fatalf("found %d prototypes in the preambles of cgo.go and abort.go, want the 6 they declare", len(ours))
 	}
 	theirs := map[string][2]string{}
 	for _, m := range decl.FindAllStringSubmatch(string(header), -1) {
@@ -66,8 +69,9 @@ func TestPrototypesMatchLlamaH(t *testing.T) {
 
 // aliases resolve the typedefs llama.h uses to what cgo.go spells out.
 var aliases = map[string]string{
-	"llama_token":       "int32_t",
-	"ggml_log_callback": "replyd_log_callback",
+	"llama_token":         "int32_t",
+	"ggml_log_callback":   "replyd_log_callback",
+	"ggml_abort_callback": "replyd_abort_callback",
 }
 
 // typeOf normalises a C type: one space between tokens, typedefs resolved.
