@@ -276,7 +276,7 @@ func Open(opts Options) (*Engine, error) {
 	// One pool of cells: the longest prompt with its first candidate's
 	// reply, and the other candidates' replies.
 	cells := opts.ContextPerSeq + (opts.MaxCandidates-1)*opts.MaxReplyTokens
-	lctx, err := newKVContext(model, contextConfig{cells: cells, seqs: 1 + opts.MaxCandidates, threads: opts.Threads})
+	lctx, err := newKVContext(model, contextConfig{cells: cells, seqs: 1 + opts.MaxCandidates, threads: opts.Threads, gpu: backend != "cpu"})
 	if err != nil {
 		reason := takeLastCError()
 		llama.FreeModel(model)
