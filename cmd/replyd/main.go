@@ -46,7 +46,8 @@ Usage:
   replyd models demo [--dir DIR]        write the tiny random-weight demo models
   replyd models synth --shape NAME [--type T] [--dir DIR]
                                         write a random-weight model with the shape of Whisper
-                                        tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B; prints its path
+                                        tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B (with Qwen's
+                                        tokenizer, --tokenizer FILE); prints its path
   replyd models steps --model FILE [--seqs N] [--contexts N,N,...]
                                         time decode steps after prompts of those lengths (JSON)
   replyd models verify [--dir DIR]      check model files against models/manifest.json
