@@ -178,7 +178,13 @@ func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 	}
 	t := answer.Timings
 	tt.Decode, tt.STT, tt.Prompt, tt.Generation, tt.Queue, tt.Server = t.Decode, t.STT, t.Prompt, t.Generation, t.Queue, t.Total
+	// The server's output reaches its buffer through a pipe, maybe after
+	// the answer.
 	g, n, err := lastGenerated(d.srv.Output())
+	for deadline := time.Now().Add(10 * time.Second); err == nil && n == d.generated && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		g, n, err = lastGenerated(d.srv.Output())
+	}
 	if err != nil {
 		return turnTimes{}, err
 	}
