@@ -39,7 +39,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-peer fuzz loadtest clean
+.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-long bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -122,8 +122,15 @@ SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
 bench-latency: build-native qwen-tokenizer
 	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
 
+# A long conversation: LONG_TURNS typed turns of realistic length in one
+# dialog on each shape, every turn printed, turn LONG_TURNS against turn 2.
+LONG_TURNS ?= 50
+bench-long: build-native qwen-tokenizer
+	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) -long $(LONG_TURNS) $(BENCH_LATENCY_FLAGS)
+
 # replyd against llama.cpp's llama-server on the same GGUF files, taking
-# turns request by request (engine/llm BenchmarkVsLlamaServer). Build
+# turns request by request (engine/llm BenchmarkVsLlamaServer), and a cold
+# prompt of about 2,000 tokens on each (BenchmarkColdPromptVsLlamaServer). Build
 # llama-server in a temporary folder as docs/development.md says and
 # name it: LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server make bench-peer
 PEER_MODELS ?= $(SYNTH_DIR)/synth-qwen2.5-0.5b-q8_0.gguf $(SYNTH_DIR)/synth-qwen2.5-1.5b-q8_0.gguf

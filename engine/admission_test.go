@@ -145,7 +145,7 @@ func (stubLLM) Generate(context.Context, GenerateRequest) (Generation, error) {
 }
 
 // TestAdmissionBeforeDecode: a recording the speech-to-text stage refuses
-// is never decoded, and decodes run within the Decodes bound.
+// is never decoded, and decodes run within the scheduler's decode limit.
 func TestAdmissionBeforeDecode(t *testing.T) {
 	var mu sync.Mutex
 	decoded, running, peak := 0, 0, 0
@@ -166,9 +166,8 @@ func TestAdmissionBeforeDecode(t *testing.T) {
 		STT:      stubSTT{},
 		LLM:      stubLLM{},
 		MaxAudio: time.Minute,
+		Sched:    NewScheduler(SchedulerConfig{STTQueue: 3, MaxDecodes: 2}),
 	}
-	p.STTStage.Max = 3
-	p.Decodes.Max = 2
 	req := Request{Messages: []Message{{Role: RoleSpeaker, Audio: true}}, Audio: []byte("RIFF")}
 
 	errs := make(chan error, 5)
@@ -176,7 +175,7 @@ func TestAdmissionBeforeDecode(t *testing.T) {
 		go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
 	}
 	// Wait until the stage is full (two decoding, one waiting for a slot).
-	for deadline := time.Now().Add(5 * time.Second); p.STTStage.InFlight() < 3; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); p.Sched.STT.InFlight() < 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stage did not fill")
 		}
@@ -196,16 +195,16 @@ func TestAdmissionBeforeDecode(t *testing.T) {
 			t.Errorf("admitted request: %v", err)
 		}
 	}
-	if p.STTStage.InFlight() != 0 {
-		t.Errorf("%d left in the stage", p.STTStage.InFlight())
+	if p.Sched.STT.InFlight() != 0 {
+		t.Errorf("%d left in the stage", p.Sched.STT.InFlight())
 	}
 	// A decode error leaves the stage too.
 	p.Decode = func([]byte, time.Duration) ([]float32, error) { return nil, errors.New("bad") }
 	if _, err := p.Infer(context.Background(), req); KindOf(err) != KindUnsupportedAudio {
 		t.Errorf("decode error: %v", err)
 	}
-	if p.STTStage.InFlight() != 0 {
-		t.Errorf("a failed decode left %d in the stage", p.STTStage.InFlight())
+	if p.Sched.STT.InFlight() != 0 {
+		t.Errorf("a failed decode left %d in the stage", p.Sched.STT.InFlight())
 	}
 }
 

@@ -236,7 +236,9 @@ type Generation struct {
 }
 
 // Generator produces candidate replies. Implementations must be safe for
-// concurrent use; a full queue returns ErrOverloaded at once.
+// concurrent use. The pipeline's Scheduler admits requests (Scheduler.LLM)
+// before Generate; an implementation serves them in arrival order and
+// returns a KindCanceled error when ctx ends first.
 type Generator interface {
 	Generate(ctx context.Context, req GenerateRequest) (Generation, error)
 }

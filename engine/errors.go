@@ -47,7 +47,10 @@ func Errorf(kind Kind, cause error, format string, args ...any) *Error {
 	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...), Err: cause}
 }
 
-// ErrOverloaded is returned by a Generator whose queue is full.
+// ErrOverloaded refuses a request at once, before any of its work: a stage
+// of the Scheduler holds its most requests, or the request's expected wait
+// is longer than its deadline or than the Workload bound allows. Retrying
+// after a short while may succeed.
 var ErrOverloaded = &Error{Kind: KindOverloaded, Message: "the inference queue is full; retry shortly"}
 
 // KindOf returns the Kind of err: the Kind of the first *Error in its chain,

@@ -27,9 +27,9 @@ func (s *growingSTT) Transcribe(_ context.Context, _ []float32, opts TranscribeO
 // cores, grows into the cores nobody uses, gives them back when another
 // stage asks for one, and leaves the whole budget free when it ends.
 func TestTranscriptionBorrowsFreeCores(t *testing.T) {
-	cpu := NewCores(2)
+	cpu := NewScheduler(SchedulerConfig{Cores: 2, STTThreads: 1})
 	stt := &growingSTT{}
-	p := &Pipeline{CPU: cpu, STTThreads: 1, STT: stt}
+	p := &Pipeline{Sched: cpu, STT: stt}
 	served := make(chan int, 1)
 	stt.between = func() {
 		go func() {
@@ -61,10 +61,10 @@ func TestTranscriptionBorrowsFreeCores(t *testing.T) {
 // pipeline (here the language model's), a transcription keeps to its own
 // cores even when the others are free.
 func TestTranscriptionBorrowsOnlyAlone(t *testing.T) {
-	cpu := NewCores(2)
+	cpu := NewScheduler(SchedulerConfig{Cores: 2, STTThreads: 1})
 	stt := &growingSTT{between: func() {}}
-	p := &Pipeline{CPU: cpu, STTThreads: 1, STT: stt}
-	done, err := p.LLMStage.Enter(context.Background())
+	p := &Pipeline{Sched: cpu, STT: stt}
+	done, err := cpu.LLM.Enter(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 type turnTimes struct {
 	Decode, STT, Prompt, Generation, Queue, Server float64
 	ToTranscript, Wall                             float64
+	// gen is the server's "generated" debug line of the turn.
+	gen generated
 }
 
 // fields lists the columns printed, in order.
@@ -88,6 +90,10 @@ type dialog struct {
 	typed      bool
 	history    []message
 	n          int
+	generated  int // "generated" lines in the server's log so far
+	// say, when set, gives the partner's typed words of turn n (from 1)
+	// instead of the clip's.
+	say func(n int) string
 }
 
 func newDialog(s *server, key, id string, candidates int, c clip, typed bool) *dialog {
@@ -100,8 +106,12 @@ func newDialog(s *server, key, id string, candidates int, c clip, typed bool) *d
 func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 	d.n++
 	partner := message{Role: "speaker", Audio: true}
+	words := d.clip.words
+	if d.say != nil {
+		words = d.say(d.n)
+	}
 	if d.typed {
-		partner = message{Role: "speaker", Content: d.clip.words}
+		partner = message{Role: "speaker", Content: words}
 	}
 	payload, err := json.Marshal(map[string]any{
 		"messages":                  append(slices.Clone(d.history), partner),
@@ -168,7 +178,21 @@ func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 	}
 	t := answer.Timings
 	tt.Decode, tt.STT, tt.Prompt, tt.Generation, tt.Queue, tt.Server = t.Decode, t.STT, t.Prompt, t.Generation, t.Queue, t.Total
-	said := d.clip.words
+	// The server's output reaches its buffer through a pipe, maybe after
+	// the answer.
+	g, n, err := lastGenerated(d.srv.Output())
+	for deadline := time.Now().Add(10 * time.Second); err == nil && n == d.generated && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		g, n, err = lastGenerated(d.srv.Output())
+	}
+	if err != nil {
+		return turnTimes{}, err
+	}
+	if n != d.generated+1 {
+		return turnTimes{}, fmt.Errorf("the server logged %d \"generated\" lines for %d turns (is its log level debug and its format json?)", n, d.n)
+	}
+	d.generated, tt.gen = n, g
+	said := words
 	if answer.Transcript != nil {
 		said = *answer.Transcript
 	}

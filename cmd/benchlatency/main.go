@@ -15,6 +15,19 @@
 // over the going-on turns (every turn after the first) and the ratio of the
 // two servers' medians; with -text the partner's turns are typed (the clip's
 // real words) instead of recorded.
+//
+// Going-on generation is also given as a ratio to what its decodes cost
+// bare: after the turns, `replyd models steps` times one decode step of 1
+// to -candidates sequences after each turn's prompt length (the median of
+// -step-rounds), and each turn's generation time is divided by the sum, over
+// the decodes it ran (the server's "generated" debug line counts them by
+// their number of sequences), of those step times. A ratio of 1 means that
+// generating costs nothing beyond the decodes themselves.
+//
+// With -long N it runs the long-conversation benchmark instead: one server,
+// one dialog of N typed turns of realistic length (two to four everyday
+// sentences a partner turn, the first candidate taken as the reply), and
+// prints every turn and the ratio of turn N to turn 2.
 package main
 
 import (
@@ -25,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +56,8 @@ type config struct {
 	text       bool
 	env        []string
 	logs       string
+	long       int
+	stepRounds int
 }
 
 func main() {
@@ -66,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.text, "text", false, "type the partner's turns (the clip's words) instead of sending the recording")
 	env := fs.String("env", "", "extra REPLYD_NAME=value settings for both servers, comma-separated")
 	fs.StringVar(&c.logs, "logs", "", "directory to write each server's log to (with -env REPLYD_LOG_LEVEL=debug, Whisper's mel, encoder and decoder times)")
+	fs.IntVar(&c.long, "long", 0, "run the long-conversation benchmark: one dialog of this many typed turns (e.g. 50)")
+	fs.IntVar(&c.stepRounds, "step-rounds", 7, "reference decode steps timed per size and prompt length (the median is used)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -73,8 +91,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if *env != "" {
 		c.env = strings.Split(*env, ",")
 	}
-	if c.turns < 1 || c.candidates < 1 || c.seconds <= 0 {
-		return c, fmt.Errorf("-turns, -candidates and -seconds must be positive")
+	if c.turns < 1 || c.candidates < 1 || c.seconds <= 0 || c.stepRounds < 1 {
+		return c, fmt.Errorf("-turns, -candidates, -seconds and -step-rounds must be positive")
+	}
+	if c.long != 0 && c.long < 3 {
+		return c, fmt.Errorf("-long must be at least 3 turns")
 	}
 	return c, nil
 }
@@ -105,8 +126,21 @@ func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "clinic scenario: %s, %.1f s partner utterance (%s), %d candidates, %d going-on turns; host load %s\n",
-		cfg.whisper, cfg.seconds, clip.source, cfg.candidates, cfg.turns, loadAverage())
+	if cfg.long > 0 {
+		fmt.Fprintf(stdout, "long conversation: %d typed turns, %d candidates; host %s\n", cfg.long, cfg.candidates, hostLoad())
+		for _, shape := range cfg.llms {
+			llmPath, err := ensureModel(ctx, cfg.bin, cfg.models, shape)
+			if err != nil {
+				return err
+			}
+			if err := benchLong(ctx, cfg, shape, whisperPath, llmPath, stdout, stderr); err != nil {
+				return fmt.Errorf("%s: %w", shape, err)
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(stdout, "clinic scenario: %s, %.1f s partner utterance (%s), %d candidates, %d going-on turns; host %s\n",
+		cfg.whisper, cfg.seconds, clip.source, cfg.candidates, cfg.turns, hostLoad())
 	for _, shape := range cfg.llms {
 		llmPath, err := ensureModel(ctx, cfg.bin, cfg.models, shape)
 		if err != nil {
@@ -132,7 +166,9 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 			"REPLYD_LLM_MODEL=" + llmPath,
 			"REPLYD_WHISPER_MODEL=" + whisperPath,
 			"REPLYD_OVERLAP=" + v.overlap,
-			"REPLYD_LOG_LEVEL=warn",
+			// The "generated" lines count each request's decodes.
+			"REPLYD_LOG_LEVEL=debug",
+			"REPLYD_LOG_FORMAT=json",
 			// A slow box is measured, not answered with 503 timeout.
 			"REPLYD_INFER_TIMEOUT=10m",
 		}, cfg.env...)
@@ -188,5 +224,50 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 			fmt.Fprintf(stdout, "peak RSS %s: %d MiB\n", variants[i].name, rss>>20)
 		}
 	}
+	for _, s := range servers {
+		_ = s.stop()
+	}
+	var contexts []int
+	for _, ts := range goingOn {
+		for _, t := range ts {
+			contexts = append(contexts, t.gen.PromptTokens)
+		}
+	}
+	steps, err := measureSteps(ctx, cfg.bin, llmPath, cfg.candidates, contexts, cfg.stepRounds)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "going-on generation / its decodes at reference step times (replyd models steps, median of %d; host %s):\n", cfg.stepRounds, hostLoad())
+	for i, ts := range goingOn {
+		var ratios, gens, refs []float64
+		rounds := 0
+		for _, t := range ts {
+			ref := steps.reference(t.gen)
+			if ref <= 0 {
+				continue
+			}
+			ratios = append(ratios, t.Generation/ref)
+			gens = append(gens, t.Generation)
+			refs = append(refs, ref)
+			rounds += t.gen.rounds()
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		fmt.Fprintf(stdout, "  %-10s ratio %.2f (median of %d turns; generation %.0f ms against %.0f ms of reference steps, %.1f decodes a turn)\n",
+			variants[i].name, median(ratios), len(ratios), median(gens), median(refs), float64(rounds)/float64(len(ratios)))
+	}
 	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }

@@ -86,11 +86,42 @@ func (s *server) stop() error {
 	return err
 }
 
-// loadAverage is the host's 1-minute load average, to judge the figures by.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+// lastStat is /proc/stat's cpu line at the previous hostLoad.
+var lastStat []int64
+
+// hostLoad is the host's 1-minute load average and the share of CPU time
+// stolen by the hypervisor since the previous call (since boot at the
+// first), to judge the figures by.
+func hostLoad() string {
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = string(bytes.Fields(b)[0])
 	}
-	return string(bytes.Fields(b)[0])
+	steal := "unknown"
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		var now []int64
+		for _, x := range f[1:] {
+			n, _ := strconv.ParseInt(x, 10, 64)
+			now = append(now, n)
+		}
+		var total, st int64
+		for i, n := range now {
+			if i < len(lastStat) {
+				n -= lastStat[i]
+			}
+			if i < 8 { // user nice system idle iowait irq softirq steal
+				total += n
+			}
+			if i == 7 {
+				st = n
+			}
+		}
+		if total > 0 {
+			steal = fmt.Sprintf("%.1f%%", 100*float64(st)/float64(total))
+		}
+		lastStat = now
+	}
+	return "load " + load + ", steal " + steal
 }

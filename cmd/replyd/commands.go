@@ -45,6 +45,8 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "synth":
 		return cmdModelsSynth(args, stdout, stderr)
+	case "steps":
+		return cmdModelsSteps(context.Background(), args, stdout, stderr)
 	case "verify":
 		dir := fs.String("dir", "models", "directory holding the model files")
 		if err := fs.Parse(args); err != nil {
@@ -52,7 +54,7 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		}
 		return verifyModels(*dir, stdout)
 	default:
-		return fmt.Errorf("models: unknown subcommand %q (demo, synth, verify)", sub)
+		return fmt.Errorf("models: unknown subcommand %q (demo, synth, steps, verify)", sub)
 	}
 }
 

@@ -64,7 +64,7 @@ func isDemoModel(path string) bool {
 // load loads Whisper, then the language model, one after the other (they
 // would only compete for the same cores). It returns the first error, which
 // names the file and the reason.
-func (e *engines) load(cfg *Config, cpu *engine.Cores, log *slog.Logger) error {
+func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) error {
 	t0 := time.Now()
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
 		Threads: cfg.SpeechThreadsMax(),

@@ -6,6 +6,7 @@
 //	replyd admin-key --reset  make a new admin key (replyd must be stopped)
 //	replyd models demo        write the tiny demo models
 //	replyd models synth       write a random-weight model with a real model's shape
+//	replyd models steps       time decode steps of a language model (benchmarks)
 //	replyd models verify      check model files against the manifest
 //	replyd transcribe FILE    transcribe a recording with a Whisper model
 //	replyd backup --out FILE  hot, consistent copy of the data file
@@ -47,6 +48,8 @@ Usage:
                                         write a random-weight model with the shape of Whisper
                                         tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B (with Qwen's
                                         tokenizer, --tokenizer FILE); prints its path
+  replyd models steps --model FILE [--seqs N] [--contexts N,N,...]
+                                        time decode steps after prompts of those lengths (JSON)
   replyd models verify [--dir DIR]      check model files against models/manifest.json
   replyd transcribe --model PATH [--language xx] [--threads N] [--json] FILE
   replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)

@@ -109,10 +109,18 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("ffmpeg is not installed: M4A/AAC recordings (what iOS records) are refused with 415; install ffmpeg (Debian package ffmpeg) to accept them")
 	}
 
-	// One CPU budget for both engines: their busy threads never exceed it.
-	cpu := engine.NewCores(cfg.CPUCores)
+	// One scheduler for both engines: their busy threads never exceed the
+	// cores. Each stage admits one in service plus the waiting ones; beyond
+	// that, or when the wait would outlast the request's deadline, 503
+	// overloaded at once. These stages are the only bound of the engines'
+	// queues.
+	cpu := engine.NewScheduler(engine.SchedulerConfig{
+		Cores: cfg.CPUCores, STTThreads: cfg.SpeechThreads(),
+		STTQueue: cfg.STTQueueSize + 1, LLMQueue: cfg.QueueSize + 1,
+		MaxWaitRatio: cfg.MaxWaitRatio, MaxDecodes: cfg.MaxDecodes,
+	})
 	pipe := &engine.Pipeline{Decode: audio.Decoder{TempDir: tempDir}.Decode, STT: s.eng, LLM: s.eng, MaxAudio: cfg.MaxAudio,
-		Memory: recall.New(db, 0), CPU: cpu, STTThreads: cfg.SpeechThreads(), Overlap: cfg.Overlap == "on"}
+		Memory: recall.New(db, 0), Sched: cpu, Overlap: cfg.Overlap == "on"}
 	det, vadStatus := loadVAD(cfg.VADModel, s.log)
 	if det != nil {
 		pipe.VAD = det
@@ -120,13 +128,6 @@ func (s *Server) Run(ctx context.Context) error {
 	s.eng.mu.Lock()
 	s.eng.vad = vadStatus
 	s.eng.mu.Unlock()
-	// One in service plus the waiting ones; beyond that, or when the wait
-	// would outlast the request's deadline, 503 overloaded at once. These
-	// stages are the only bound of the engines' queues.
-	pipe.STTStage.Max = cfg.STTQueueSize + 1
-	pipe.LLMStage.Max = cfg.QueueSize + 1
-	pipe.Workload.MaxWaitRatio = cfg.MaxWaitRatio
-	pipe.Decodes.Max = cfg.MaxDecodes
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio

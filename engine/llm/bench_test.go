@@ -99,10 +99,10 @@ func benchRequest(turns int, n int, dialogID string) engine.GenerateRequest {
 }
 
 // timed runs one request and returns its wall time and result.
-func timed(b *testing.B, e *Engine, req engine.GenerateRequest, m mode) (time.Duration, engine.Generation) {
+func timed(b *testing.B, e *Engine, req engine.GenerateRequest, d Decoding) (time.Duration, engine.Generation) {
 	b.Helper()
 	t0 := time.Now()
-	g, err := e.generate(context.Background(), req, m)
+	g, err := e.generate(context.Background(), req, d)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,14 +127,14 @@ func BenchmarkCandidates(b *testing.B) {
 	var promptTime, genTime time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d, g := timed(b, e, benchRequest(3, 1, ""), modeBatched)
+		d, g := timed(b, e, benchRequest(3, 1, ""), DecodeBatched)
 		n1 += d
-		d, _ = timed(b, e, benchRequest(3, 4, ""), modeNaive)
+		d, _ = timed(b, e, benchRequest(3, 4, ""), decodeNaive)
 		naive += d
-		d, _ = timed(b, e, benchRequest(3, 4, ""), modeShared)
+		d, _ = timed(b, e, benchRequest(3, 4, ""), DecodeSequential)
 		shared += d
 		var g4 engine.Generation
-		d, g4 = timed(b, e, benchRequest(3, 4, ""), modeBatched)
+		d, g4 = timed(b, e, benchRequest(3, 4, ""), DecodeBatched)
 		batched += d
 		promptTok += g.PromptTokens
 		promptTime += g.Prompt
@@ -196,14 +196,14 @@ func BenchmarkContinuousBatchingBound(b *testing.B) {
 	var tok2x4, tok1x8 int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d1, g1 := timed(b, e, req1, modeBatched)
-		d2, g2 := timed(b, e, req2, modeBatched)
+		d1, g1 := timed(b, e, req1, DecodeBatched)
+		d2, g2 := timed(b, e, req2, DecodeBatched)
 		wallA += d1 + d2
 		prompt1 += g1.Prompt
 		prompt2 += g2.Prompt
 		gen2x4 += g1.Generation + g2.Generation
 		tok2x4 += g1.GenTokens + g2.GenTokens
-		_, g8 := timed(b, e, req8, modeBatched)
+		_, g8 := timed(b, e, req8, DecodeBatched)
 		gen1x8 += g8.Generation
 		tok1x8 += g8.GenTokens
 	}
@@ -236,11 +236,11 @@ func BenchmarkDialogPrefix(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		d, g := timed(b, e, benchRequest(11, 1, id), modeBatched)
+		d, g := timed(b, e, benchRequest(11, 1, id), DecodeBatched)
 		warm += d
 		cached += g.CachedTokens
 		prompt += g.PromptTokens
-		d, _ = timed(b, e, benchRequest(11, 1, ""), modeBatched)
+		d, _ = timed(b, e, benchRequest(11, 1, ""), DecodeBatched)
 		cold += d
 	}
 	b.StopTimer()
@@ -289,10 +289,10 @@ func BenchmarkDecoding(b *testing.B) {
 					req := benchRequest(3, n, "")
 					for k := 0; k < 2; k++ {
 						if (i+k)%2 == 0 {
-							_, g := timed(b, e, req, modeBatched)
+							_, g := timed(b, e, req, DecodeBatched)
 							batched[n] += g.Generation
 						} else {
-							_, g := timed(b, e, req, modeShared)
+							_, g := timed(b, e, req, DecodeSequential)
 							sequential[n] += g.Generation
 						}
 					}

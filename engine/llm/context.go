@@ -83,14 +83,31 @@ type contextConfig struct {
 	cells   int // KV cells shared by every sequence
 	seqs    int
 	threads int
+	// gpu: the layers run on a GPU backend, where llama.cpp decides on
+	// flash attention itself.
+	gpu bool
 }
 
 // newKVContext creates a context whose sequences share one pool of KV cells
 // (llama.cpp's unified KV cache): copying a prompt to the candidate
 // sequences only tags its cells, and the pool is sized for one prompt and
 // the replies, not for every sequence. Embeddings are not extracted.
+//
+// On the CPU, attention runs as two matrix products and a softmax, not as
+// llama.cpp's fused flash-attention kernel (which its "auto" setting picks
+// on every backend): the CPU kernel walks the cached cells one query row at
+// a time, so attention over a long dialog dominated every turn. Profiled
+// on Qwen2.5-0.5B's shape (docs/performance-conversation.md), attention
+// cost 1.9x the weights' products in a 159-token prompt chunk after 2,560
+// cached tokens with the fused kernel and 0.66x without; 0.34x and 0.12x in
+// a decode step of 3 sequences. The compute buffer is the same size either
+// way (the logits of a whole batch dominate it).
 func newKVContext(model *llama.Model, cfg contextConfig) (*kvContext, error) {
-	cp := llama.NewContextParams(cfg.cells, promptChunk, cfg.seqs, cfg.threads, ml.FlashAttentionAuto, "")
+	fa := ml.FlashAttentionDisabled
+	if cfg.gpu {
+		fa = ml.FlashAttentionAuto
+	}
+	cp := llama.NewContextParams(cfg.cells, promptChunk, cfg.seqs, cfg.threads, fa, "")
 	p, err := paramsOf(&cp)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,10 @@ type run struct {
 	// stopAbort ends the watch that aborts a running decode when ctx is
 	// done (abort.go); nil before the first decode.
 	stopAbort func()
+	// genSteps[k] counts the candidates' decodes of k sequences (the
+	// "generated" debug line reports them; cmd/benchlatency compares the
+	// generation's time with as many reference steps, StepTimes).
+	genSteps []int
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -53,7 +57,7 @@ func (r *run) decode() error {
 	n := r.held
 	switch {
 	case r.ahead:
-		got, err := cpu.AcquireIdle(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+		got, err := cpu.AcquireAt(r.ctx, engine.PriorityAhead, max(r.minThreads, 1), r.e.opts.Threads)
 		if err != nil {
 			return canceled(err)
 		}
@@ -135,8 +139,8 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.PromptTokens = len(tokens)
 
 	var logits []float32
-	if j.mode == modeNaive {
-		// Naive mode evaluates the prompt per candidate below.
+	if j.decoding == decodeNaive {
+		// Naive decoding evaluates the prompt per candidate below.
 		e.leaveCurrent()
 	} else {
 		reuse, err := e.prepare(req.DialogID, tokens, len(tokens)-1)
@@ -155,11 +159,11 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.Prompt = time.Since(start)
 
 	start = time.Now()
-	m := j.mode
-	if m == modeAuto {
-		m = modeShared
+	m := j.decoding
+	if m == DecodeAuto {
+		m = DecodeSequential
 		if e.batched[n] {
-			m = modeBatched
+			m = DecodeBatched
 		}
 	}
 	seen := map[string]bool{}
@@ -181,16 +185,16 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		}
 		var err error
 		switch m {
-		case modeBatched:
+		case DecodeBatched:
 			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands)
-		case modeShared:
+		case DecodeSequential:
 			// Each keeps its cells: the pool has room for every candidate.
 			for _, c := range cands {
 				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}); err != nil {
 					break
 				}
 			}
-		case modeNaive:
+		case decodeNaive:
 			for _, c := range cands {
 				var l []float32
 				if l, err = e.evalPrompt(r, c.seq, tokens, 0, true); err != nil {
@@ -214,7 +218,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		}
 		out = append(out, uniqueCandidates(done, seen)...)
 	}
-	if m != modeNaive {
+	if m != decodeNaive {
 		e.park(req.DialogID, len(tokens), last)
 	} else {
 		e.freeGen()
@@ -231,13 +235,9 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		})
 	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
-		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "candidates", len(gen.Candidates), "decoding", m.String(),
+		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(),
 		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds())
 	return gen, nil
-}
-
-func (m mode) String() string {
-	return [...]string{"auto", "batched", "sequential", "naive"}[m]
 }
 
 // prefill evaluates the head of a Prefill job's prompt into the prompt
@@ -600,6 +600,10 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 		if len(active) == 0 {
 			return nil
 		}
+		if k := len(active); k >= len(r.genSteps) {
+			r.genSteps = append(r.genSteps, make([]int, k+1-len(r.genSteps))...)
+		}
+		r.genSteps[len(active)]++
 		if err := r.decode(); err != nil {
 			return err
 		}

@@ -29,8 +29,8 @@ import (
 	"github.com/replyd/replyd/engine"
 )
 
-// DefaultThreads is Options.Threads when zero: cores-1, at least 1, so one
-// core stays free for the HTTP server and speech-to-text.
+// DefaultThreads is Options.Threads when zero: the number of cores less
+// one, at least 1.
 func DefaultThreads() int { return max(runtime.NumCPU()-1, 1) }
 
 // Defaults applied by Open to zero Options fields.
@@ -71,26 +71,33 @@ const (
 	// DecodeAuto times both ways at Open, after the warm-up, and picks
 	// the faster one for each number of candidates.
 	DecodeAuto Decoding = iota
-	// DecodeBatched samples all candidates together, one decode per step.
+	// DecodeBatched evaluates the prompt once, shared by all candidates,
+	// and samples them together, one decode per step.
 	DecodeBatched
-	// DecodeSequential samples the candidates one after another, each from
-	// the shared prompt.
+	// DecodeSequential evaluates the prompt once and samples the
+	// candidates one after another, each from the shared prompt.
 	DecodeSequential
+	// decodeNaive evaluates the prompt again for every candidate, one
+	// after another: the baseline benchmarks compare with. Options and
+	// ParseDecoding never give it.
+	decodeNaive
 )
 
-// String returns "auto", "batched" or "sequential".
+// String returns "auto", "batched", "sequential" (or "naive").
 func (d Decoding) String() string {
 	switch d {
 	case DecodeBatched:
 		return "batched"
 	case DecodeSequential:
 		return "sequential"
+	case decodeNaive:
+		return "naive"
 	default:
 		return "auto"
 	}
 }
 
-// ParseDecoding parses what String returns.
+// ParseDecoding parses what String returns for the three Options values.
 func ParseDecoding(s string) (Decoding, error) {
 	for _, d := range []Decoding{DecodeAuto, DecodeBatched, DecodeSequential} {
 		if s == d.String() {
@@ -121,7 +128,7 @@ type Options struct {
 	// CPU is the budget shared with the speech engine: every decode takes
 	// between 1 and Threads cores from it and runs that many threads. Nil
 	// means Threads always.
-	CPU *engine.Cores
+	CPU *engine.Scheduler
 	// ColdPromptTarget bounds the time a request's uncached prompt takes:
 	// the history is cut (in blocks, see history.go) so that its uncached
 	// tokens fit what the prompt speed evaluates in that time. Zero: no
@@ -134,17 +141,6 @@ type Options struct {
 	Demo       bool // the model is a generated demo model (reported in Status)
 	Logger     *slog.Logger
 }
-
-// mode selects how candidates are generated. Production uses modeAuto; the
-// others exist so benchmarks and the start-up timing can compare them.
-type mode int
-
-const (
-	modeAuto    mode = iota // batched or shared, as Open measured
-	modeBatched             // prompt once, shared by all candidates, one decode per step
-	modeShared              // prompt once, shared, candidates generated one after another
-	modeNaive               // prompt evaluated again for every candidate, one after another
-)
 
 // Engine generates candidate replies. It implements engine.Generator,
 // engine.Prefiller and engine.StatusReporter and is safe for concurrent use.
@@ -205,12 +201,13 @@ type current struct {
 }
 
 type job struct {
-	ctx     context.Context
-	req     engine.GenerateRequest
-	mode    mode
-	prefill bool // evaluate the prompt up to the last turn only; nobody waits
-	queued  time.Time
-	res     chan jobResult
+	ctx      context.Context
+	req      engine.GenerateRequest
+	decoding Decoding     // DecodeAuto: as Open measured
+	prefill  bool         // evaluate the prompt up to the last turn only; nobody waits
+	fn       func() error // run on the owner goroutine instead of a request (StepTimes)
+	queued   time.Time
+	res      chan jobResult
 }
 
 type jobResult struct {
@@ -294,7 +291,7 @@ func Open(opts Options) (*Engine, error) {
 	// One pool of cells: the longest prompt with its first candidate's
 	// reply, and the other candidates' replies.
 	cells := opts.ContextPerSeq + (opts.MaxCandidates-1)*opts.MaxReplyTokens
-	lctx, err := newKVContext(model, contextConfig{cells: cells, seqs: 1 + opts.MaxCandidates, threads: opts.Threads})
+	lctx, err := newKVContext(model, contextConfig{cells: cells, seqs: 1 + opts.MaxCandidates, threads: opts.Threads, gpu: backend != "cpu"})
 	if err != nil {
 		reason := takeLastCError()
 		llama.FreeModel(model)
@@ -375,12 +372,12 @@ func (e *Engine) warmUp() error {
 // clamped to 1..MaxCandidates and Temperature to 0..2; temperature 0 makes
 // the first candidate greedy and samples the others at 0.5 so they differ.
 // Requests wait in arrival order, without a bound of their own: the
-// pipeline's LLMStage admits them (REPLYD_QUEUE_SIZE). A cancelled context or
+// pipeline's Scheduler admits them (REPLYD_QUEUE_SIZE). A cancelled context or
 // passed deadline returns a KindCanceled error, taking the request out of
 // the queue or stopping its decode and freeing its sequences. After Close it
 // returns KindNotReady.
 func (e *Engine) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
-	return e.generate(ctx, req, modeAuto)
+	return e.generate(ctx, req, DecodeAuto)
 }
 
 // Prefill implements engine.Prefiller: it queues the evaluation of req's
@@ -393,11 +390,11 @@ func (e *Engine) Prefill(ctx context.Context, req engine.GenerateRequest) {
 	}
 }
 
-func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, m mode) (engine.Generation, error) {
+func (e *Engine) generate(ctx context.Context, req engine.GenerateRequest, d Decoding) (engine.Generation, error) {
 	if err := ctx.Err(); err != nil {
 		return engine.Generation{}, canceled(err)
 	}
-	j := &job{ctx: ctx, req: req, mode: m, queued: time.Now(), res: make(chan jobResult, 1)}
+	j := &job{ctx: ctx, req: req, decoding: d, queued: time.Now(), res: make(chan jobResult, 1)}
 	if err := e.enqueue(j); err != nil {
 		return engine.Generation{}, err
 	}
@@ -524,6 +521,14 @@ func (e *Engine) loop() {
 		e.running = !j.prefill
 		e.mu.Unlock()
 
+		if j.fn != nil {
+			err := j.fn()
+			e.mu.Lock()
+			e.running = false
+			e.mu.Unlock()
+			j.res <- jobResult{err: err}
+			continue
+		}
 		if j.prefill {
 			if err := e.prefill(j); err != nil && engine.KindOf(err) != engine.KindCanceled {
 				e.log.Warn("prefill failed", "error", err.Error())

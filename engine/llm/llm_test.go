@@ -344,13 +344,13 @@ func TestGenerateRepeatableWithSeed(t *testing.T) {
 func TestGenerationModesAgree(t *testing.T) {
 	e := openDemo(t, Options{MaxReplyTokens: 16})
 	want := texts(mustGenerate(t, e, request(3, 5)))
-	for _, m := range []mode{modeShared, modeNaive} {
+	for _, m := range []Decoding{DecodeSequential, decodeNaive} {
 		g, err := e.generate(context.Background(), request(3, 5), m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d := cmp.Diff(want, texts(g)); d != "" {
-			t.Errorf("mode %d differs from batched (-batched +mode):\n%s", m, d)
+			t.Errorf("%v decoding differs from batched (-batched +%v):\n%s", m, m, d)
 		}
 	}
 }

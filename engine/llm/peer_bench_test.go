@@ -196,6 +196,11 @@ type llamaServer struct {
 }
 
 func startLlamaServer(bin, model string, threads int) (*llamaServer, error) {
+	return startLlamaServerArgs(bin, model, "-t", fmt.Sprint(threads), "-tb", fmt.Sprint(threads), "-c", "8192", "-np", "4")
+}
+
+// startLlamaServerArgs starts llama-server on model with args.
+func startLlamaServerArgs(bin, model string, args ...string) (*llamaServer, error) {
 	addr, err := replydproc.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -205,8 +210,7 @@ func startLlamaServer(bin, model string, threads int) (*llamaServer, error) {
 		return nil, err
 	}
 	s := &llamaServer{url: "http://" + addr}
-	s.cmd = exec.Command(bin, "-m", model, "-t", fmt.Sprint(threads), "-tb", fmt.Sprint(threads), "-c", "8192", "-np", "4",
-		"--host", host, "--port", port)
+	s.cmd = exec.Command(bin, append([]string{"-m", model, "--host", host, "--port", port}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
@@ -282,6 +286,11 @@ type replydServer struct {
 }
 
 func startReplyd(bin, model string, threads, replyTokens int) (*replydServer, error) {
+	return startReplydContext(bin, model, threads, replyTokens, 2048)
+}
+
+// startReplydContext is startReplyd with REPLYD_LLM_CONTEXT ctxTokens.
+func startReplydContext(bin, model string, threads, replyTokens, ctxTokens int) (*replydServer, error) {
 	dir, err := os.MkdirTemp("", "replyd-peer-bench")
 	if err != nil {
 		return nil, err
@@ -295,7 +304,7 @@ func startReplyd(bin, model string, threads, replyTokens int) (*replydServer, er
 	p, err := replydproc.Start(replydproc.Options{Bin: bin, DataDir: dir + "/data", Env: map[string]string{
 		"REPLYD_LLM_MODEL": model, "REPLYD_WHISPER_MODEL": strings.TrimSpace(string(out)),
 		"REPLYD_THREADS": fmt.Sprint(threads), "REPLYD_CPU_CORES": fmt.Sprint(threads),
-		"REPLYD_MAX_REPLY_TOKENS": fmt.Sprint(replyTokens), "REPLYD_LLM_CONTEXT": "2048",
+		"REPLYD_MAX_REPLY_TOKENS": fmt.Sprint(replyTokens), "REPLYD_LLM_CONTEXT": fmt.Sprint(ctxTokens),
 		"REPLYD_INFER_TIMEOUT": "10m", "REPLYD_LOG_LEVEL": "warn"}})
 	if err != nil {
 		os.RemoveAll(dir)

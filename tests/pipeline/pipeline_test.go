@@ -220,7 +220,7 @@ func (o *orderLLM) Generate(ctx context.Context, req engine.GenerateRequest) (en
 type budgetSTT struct {
 	engine.Transcriber
 	log  *orderLog
-	cpu  *engine.Cores
+	cpu  *engine.Scheduler
 	free int
 }
 
@@ -238,11 +238,11 @@ func TestPipelineOverlap(t *testing.T) {
 	s, l := engines(t)
 	for _, overlap := range []bool{true, false} {
 		log := &orderLog{}
-		cpu := engine.NewCores(2)
+		cpu := engine.NewScheduler(engine.SchedulerConfig{Cores: 2, STTThreads: 1})
 		lm := &orderLLM{Engine: l, log: log}
 		stt := &budgetSTT{Transcriber: s, log: log, cpu: cpu}
 		p := &engine.Pipeline{Decode: audio.Decode, STT: stt, LLM: lm, MaxAudio: 10 * time.Second,
-			CPU: cpu, STTThreads: 1, Overlap: overlap}
+			Sched: cpu, Overlap: overlap}
 		msgs := []engine.Message{
 			{Role: engine.RoleSpeaker, Content: "Good morning! Did you sleep well?"},
 			{Role: engine.RoleDisabledPerson, Content: "Yes thanks."},
@@ -306,7 +306,8 @@ func TestPipelineWorkloadShedsEarly(t *testing.T) {
 	stt := &gateSTT{Transcriber: s, entered: make(chan struct{}, 4), gate: make(chan struct{})}
 	decoded := 0
 	var mu sync.Mutex
-	p := &engine.Pipeline{STT: stt, LLM: l, MaxAudio: 10 * time.Second, Workload: engine.Workload{MaxWaitRatio: 1},
+	p := &engine.Pipeline{STT: stt, LLM: l, MaxAudio: 10 * time.Second,
+		Sched: engine.NewScheduler(engine.SchedulerConfig{MaxWaitRatio: 1}),
 		Decode: func(b []byte, max time.Duration) ([]float32, error) {
 			mu.Lock()
 			decoded++
@@ -325,7 +326,7 @@ func TestPipelineWorkloadShedsEarly(t *testing.T) {
 	go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
 	<-stt.entered // the first holds the speech engine
 	go func() { _, err := p.Infer(context.Background(), req); errs <- err }()
-	for p.STTStage.InFlight() != 2 {
+	for p.Sched.STT.InFlight() != 2 {
 		time.Sleep(time.Millisecond) // the second waits for its turn
 	}
 	mu.Lock()
@@ -345,8 +346,8 @@ func TestPipelineWorkloadShedsEarly(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if p.Workload.Outstanding() != 0 {
-		t.Errorf("work still reserved: %v", p.Workload.Outstanding())
+	if p.Sched.Work.Outstanding() != 0 {
+		t.Errorf("work still reserved: %v", p.Sched.Work.Outstanding())
 	}
 }
 

@@ -1,0 +1,411 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSchedulerGrantsWithinTheBudget(t *testing.T) {
+	c := NewCores(4)
+	ctx := context.Background()
+	if n, _ := c.Acquire(ctx, 1, 3); n != 3 {
+		t.Fatalf("first grant %d, want 3", n)
+	}
+	if n, _ := c.Acquire(ctx, 1, 3); n != 1 {
+		t.Fatalf("second grant %d, want the 1 left", n)
+	}
+	if c.Free() != 0 {
+		t.Fatalf("free %d after granting the whole budget", c.Free())
+	}
+	// A waiter needing 3 is first in line: a later one needing 1 waits
+	// behind it even when 1 core is free.
+	big := make(chan int, 1)
+	small := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 3, 3); big <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	go func() { n, _ := c.Acquire(ctx, 1, 4); small <- n }()
+	waitFor(t, func() bool { return c.waiting() == 2 })
+	c.Release(1) // the 1 taken second
+	select {
+	case <-small:
+		t.Fatal("a later waiter overtook the first one")
+	default:
+	}
+	c.Release(3)
+	if n := <-big; n != 3 {
+		t.Fatalf("first waiter got %d", n)
+	}
+	if n := <-small; n != 1 {
+		t.Fatalf("second waiter got %d, want the 1 left", n)
+	}
+	c.Release(3)
+	c.Release(1)
+	if c.Free() != 4 {
+		t.Fatalf("free %d after every release", c.Free())
+	}
+}
+
+func TestSchedulerCancelledWaiterTakesNothing(t *testing.T) {
+	c := NewCores(2)
+	n, _ := c.Acquire(context.Background(), 2, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := c.Acquire(ctx, 2, 2); errc <- err }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	// A waiter behind the cancelled one is served when it leaves.
+	got := make(chan int, 1)
+	go func() { n, _ := c.Acquire(context.Background(), 1, 1); got <- n }()
+	waitFor(t, func() bool { return c.waiting() == 2 })
+	c.Release(1)
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if n := <-got; n != 1 {
+		t.Fatalf("the waiter behind got %d", n)
+	}
+	c.Release(n - 1)
+	c.Release(1)
+	if c.Free() != 2 {
+		t.Fatalf("free %d", c.Free())
+	}
+	var none *Scheduler
+	if n, err := none.Acquire(context.Background(), 1, 3); n != 3 || err != nil {
+		t.Fatalf("nil budget granted %d, %v", n, err)
+	}
+}
+
+// waiting counts the committed work waiting for cores.
+func (s *Scheduler) waiting() int { return s.waitingAt(PriorityCommitted) }
+
+// waitingAt counts the waiters of priority p.
+func (s *Scheduler) waitingAt(p Priority) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters[p])
+}
+
+// waitFor polls cond until it holds (other goroutines must reach a state).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestTranscriptTokenCap(t *testing.T) {
+	for _, tc := range []struct {
+		speech time.Duration
+		cap    int
+	}{
+		{0, 0}, {time.Second, 44}, {5 * time.Second, 92}, {30 * time.Second, 392}, {31 * time.Second, 32*2 + 372},
+	} {
+		if got := TranscriptTokenCap(tc.speech); got != tc.cap {
+			t.Errorf("TranscriptTokenCap(%v) = %d, want %d", tc.speech, got, tc.cap)
+		}
+	}
+	if got := TranscriptReserve(5 * time.Second); got != 2*92+16 {
+		t.Errorf("TranscriptReserve(5s) = %d", got)
+	}
+}
+
+func TestSchedulerIdleWorkComesLast(t *testing.T) {
+	c := NewCores(2)
+	ctx := context.Background()
+	held, _ := c.Acquire(ctx, 2, 2)
+	idle := make(chan int, 1)
+	go func() { n, _ := c.AcquireAt(ctx, PriorityAhead, 1, 2); idle <- n }()
+	waitFor(t, func() bool { return c.waitingAt(PriorityAhead) == 1 })
+	busy := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 1, 1); busy <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	c.Release(held)
+	// The later Acquire is served first; the idle work gets what is left.
+	if n := <-busy; n != 1 {
+		t.Fatalf("Acquire got %d", n)
+	}
+	if n := <-idle; n != 1 {
+		t.Fatalf("the ahead work got %d, want the one core left", n)
+	}
+	c.Release(2)
+
+	// While an Acquire waits, idle work does not take the free core.
+	one, _ := c.Acquire(ctx, 1, 1)
+	both := make(chan int, 1)
+	go func() { n, _ := c.Acquire(ctx, 2, 2); both <- n }()
+	waitFor(t, func() bool { return c.waiting() == 1 })
+	go func() { n, _ := c.AcquireAt(ctx, PriorityAhead, 1, 1); idle <- n }()
+	waitFor(t, func() bool { return c.waitingAt(PriorityAhead) == 1 })
+	select {
+	case <-idle:
+		t.Fatal("idle work took a core an Acquire waits for")
+	default:
+	}
+	c.Release(one)
+	c.Release(<-both)
+	if n := <-idle; n != 1 {
+		t.Fatalf("the ahead work got %d", n)
+	}
+}
+
+// TestSchedulerLends: a transcription grows into cores that are free while
+// nobody waits, gives back all but its own as soon as anybody waits (committed
+// or ahead work), and never goes below its own.
+func TestSchedulerLends(t *testing.T) {
+	c := NewCores(3)
+	ctx := context.Background()
+	base, _ := c.Acquire(ctx, 1, 1)
+	held := c.Lend(base, base, 3)
+	if held != 3 || c.Free() != 0 {
+		t.Fatalf("grew to %d (free %d), want all 3", held, c.Free())
+	}
+	// Somebody waits: back to its own 1, and the waiter is served.
+	got := make(chan int, 1)
+	go func() { n, _ := c.AcquireAt(ctx, PriorityAhead, 1, 2); got <- n }()
+	waitFor(t, func() bool { return c.Contended() })
+	if held = c.Lend(base, held, 3); held != 1 {
+		t.Fatalf("held %d with a waiter, want 1", held)
+	}
+	if n := <-got; n != 2 {
+		t.Fatalf("the waiter got %d, want the 2 given back", n)
+	}
+	// Nothing free: it keeps its own.
+	if held = c.Lend(base, held, 3); held != 1 {
+		t.Fatalf("held %d with nothing free, want 1", held)
+	}
+	c.Release(2)
+	// Asked for fewer than it holds (the encoder is done): gives back.
+	if held = c.Lend(base, held, 3); held != 3 {
+		t.Fatalf("held %d", held)
+	}
+	if held = c.Lend(base, held, 1); held != 1 || c.Free() != 2 {
+		t.Fatalf("held %d, free %d after giving back; want 1 and 2", held, c.Free())
+	}
+	c.Release(held)
+	if c.Free() != 3 {
+		t.Fatalf("free %d at the end", c.Free())
+	}
+}
+
+// TestSchedulerServesByPriority: with every core held, waiters of all four
+// priorities queue; released cores go to voice detection first, then
+// committed work in arrival order, then work ahead, then speculative work,
+// whatever order they came in.
+func TestSchedulerServesByPriority(t *testing.T) {
+	s := NewCores(1)
+	ctx := context.Background()
+	held, _ := s.Acquire(ctx, 1, 1)
+	order := make(chan string, 5)
+	queue := func(name string, p Priority) {
+		before := s.waitingAt(p)
+		go func() {
+			n, err := s.AcquireAt(ctx, p, 1, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- name
+			s.Release(n)
+		}()
+		waitFor(t, func() bool { return s.waitingAt(p) == before+1 })
+	}
+	queue("speculative", PrioritySpeculative)
+	queue("ahead", PriorityAhead)
+	queue("committed 1", PriorityCommitted)
+	queue("voice", PriorityVoice)
+	queue("committed 2", PriorityCommitted)
+	s.Release(held)
+	var got []string
+	for range 5 {
+		got = append(got, <-order)
+	}
+	want := []string{"voice", "committed 1", "committed 2", "ahead", "speculative"}
+	if !slices.Equal(got, want) {
+		t.Errorf("served %v, want %v", got, want)
+	}
+	if s.Free() != 1 {
+		t.Errorf("free %d at the end", s.Free())
+	}
+}
+
+// TestSchedulerLowerPriorityWaitsForFreeCore: a free core does not go to
+// work of a lower priority while work of a higher one waits for more
+// cores than are free.
+func TestSchedulerLowerPriorityWaitsForFreeCore(t *testing.T) {
+	s := NewCores(2)
+	ctx := context.Background()
+	one, _ := s.Acquire(ctx, 1, 1)
+	both := make(chan int, 1)
+	go func() { n, _ := s.Acquire(ctx, 2, 2); both <- n }()
+	waitFor(t, func() bool { return s.waiting() == 1 })
+	spec := make(chan int, 1)
+	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); spec <- n }()
+	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	if n := s.TryAcquire(1); n != 0 {
+		t.Errorf("TryAcquire took %d while committed work waits", n)
+	}
+	select {
+	case <-spec:
+		t.Fatal("speculative work took the core committed work waits for")
+	default:
+	}
+	s.Release(one)
+	s.Release(<-both)
+	if n := <-spec; n != 1 {
+		t.Fatalf("speculative work got %d", n)
+	}
+	s.Release(1)
+}
+
+// TestSchedulerSpeculativeYields: speculative work keeps its cores at a
+// yield point while nobody waits, gives them all back when work of a higher
+// priority waits, and continues once that work is done; committed work
+// never yields to anyone.
+func TestSchedulerSpeculativeYields(t *testing.T) {
+	s := NewCores(2)
+	ctx := context.Background()
+	held, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 2)
+	if held != 2 {
+		t.Fatalf("speculative work got %d cores of 2 free", held)
+	}
+	if n, err := s.Yield(ctx, PrioritySpeculative, held); n != 2 || err != nil {
+		t.Fatalf("yield with nobody waiting: %d, %v; want 2 kept", n, err)
+	}
+	// Another speculative waiter is not of a higher priority.
+	other := make(chan int, 1)
+	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); other <- n }()
+	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	if n, _ := s.Yield(ctx, PrioritySpeculative, held); n != 2 {
+		t.Fatalf("yielded to work of its own priority (holds %d)", n)
+	}
+	// Committed work arrives: the next yield point gives it the cores.
+	committed := make(chan int, 1)
+	go func() { n, _ := s.Acquire(ctx, 2, 2); committed <- n }()
+	waitFor(t, func() bool { return s.waiting() == 1 })
+	yielded := make(chan int, 1)
+	go func() { n, _ := s.Yield(ctx, PrioritySpeculative, held); yielded <- n }()
+	c := <-committed
+	if c != 2 {
+		t.Fatalf("committed work got %d, want both cores", c)
+	}
+	select {
+	case n := <-yielded:
+		t.Fatalf("the yielding work came back with %d cores while committed work holds both", n)
+	default:
+	}
+	// The committed work's own yield points keep its cores.
+	if n, _ := s.Yield(ctx, PriorityCommitted, c); n != c {
+		t.Fatalf("committed work yielded (holds %d)", n)
+	}
+	s.Release(c)
+	// The speculative waiter queued first is served first, then the
+	// yielded work with what is left.
+	if n := <-other; n != 1 {
+		t.Fatalf("the earlier speculative waiter got %d", n)
+	}
+	if n := <-yielded; n != 1 {
+		t.Fatalf("the yielded work came back with %d, want the 1 left", n)
+	}
+	s.Release(2)
+	if s.Free() != 2 {
+		t.Fatalf("free %d at the end", s.Free())
+	}
+	// A yield point whose context ends while it waits holds nothing.
+	held, _ = s.AcquireAt(ctx, PrioritySpeculative, 2, 2)
+	go func() { n, _ := s.Acquire(ctx, 2, 2); committed <- n }()
+	waitFor(t, func() bool { return s.waiting() == 1 })
+	yctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { n, err := s.Yield(yctx, PrioritySpeculative, held); yielded <- n; errc <- err }()
+	c = <-committed
+	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	cancel()
+	if n, err := <-yielded, <-errc; n != 0 || err != context.Canceled {
+		t.Fatalf("cancelled yield: %d, %v", n, err)
+	}
+	s.Release(c)
+	if s.Free() != 2 {
+		t.Fatalf("free %d after the cancelled yield", s.Free())
+	}
+}
+
+// TestSchedulerLendsOnlyAlone: a transcription borrows free cores only
+// while it is the only request in the stages, gives them back when another
+// request enters a stage, and does not give them up to speculative work.
+func TestSchedulerLendsOnlyAlone(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{Cores: 2, STTThreads: 1})
+	ctx := context.Background()
+	sttDone, _ := s.STT.Enter(ctx)
+	threads, grow, end, err := s.BeginTranscription(ctx)
+	if err != nil || threads != 1 {
+		t.Fatalf("began on %d threads (%v), want STTThreads 1", threads, err)
+	}
+	if n := grow(2); n != 2 {
+		t.Fatalf("alone it grew to %d, want 2", n)
+	}
+	// Speculative work waiting does not take the lent core.
+	spec := make(chan int, 1)
+	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); spec <- n }()
+	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	if n := grow(2); n != 2 {
+		t.Fatalf("gave back a lent core for speculative work (holds %d)", n)
+	}
+	// Another request in the language-model stage: back to its own core,
+	// which the speculative waiter then gets.
+	llmDone, _ := s.LLM.Enter(ctx)
+	if n := grow(2); n != 1 {
+		t.Fatalf("with another request in the stages it holds %d, want 1", n)
+	}
+	if n := <-spec; n != 1 {
+		t.Fatalf("the speculative waiter got %d", n)
+	}
+	s.Release(1)
+	llmDone(0)
+	// A second transcription waits for the first's turn.
+	second := make(chan int, 1)
+	go func() {
+		n, _, end2, err := s.BeginTranscription(ctx)
+		if err == nil {
+			end2()
+		}
+		second <- n
+	}()
+	select {
+	case <-second:
+		t.Fatal("a second transcription began while the first ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	end()
+	sttDone(0)
+	if n := <-second; n != 1 {
+		t.Fatalf("the second transcription began on %d", n)
+	}
+	if s.Free() != 2 {
+		t.Fatalf("free %d at the end", s.Free())
+	}
+}
+
+// TestSchedulerDecodeLimit: at most MaxDecodes recordings are decoded at
+// once, each on one core.
+func TestSchedulerDecodeLimit(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{Cores: 2, MaxDecodes: 1})
+	ctx := context.Background()
+	end, err := s.BeginDecode(ctx)
+	if err != nil || s.Free() != 1 {
+		t.Fatalf("first decode: %v, free %d", err, s.Free())
+	}
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.BeginDecode(tctx); KindOf(err) != KindCanceled {
+		t.Fatalf("second decode at once: %v, want it to wait until its deadline", err)
+	}
+	end()
+	if s.Free() != 2 {
+		t.Fatalf("free %d after the decode", s.Free())
+	}
+}
