@@ -54,6 +54,8 @@ type Request struct {
 	Temperature   float64 // 0..2, already defaulted by the API
 	// Seed makes sampling repeatable when non-zero.
 	Seed uint32
+	// Steer, when set, constrains every candidate (a steered request).
+	Steer *Steer
 
 	// SystemPrompt is the current system prompt from the store.
 	SystemPrompt string
@@ -126,6 +128,9 @@ type Result struct {
 	// RecallErr is why the remembered replies could not be read, if they
 	// could not; the inference went on without them.
 	RecallErr error
+	// SteerExhausted: a steered request got fewer distinct matching
+	// candidates than it asked for within the reply budget.
+	SteerExhausted bool
 }
 
 // Example is one remembered exchange of the AAC user: what the partner said
@@ -206,6 +211,8 @@ type GenerateRequest struct {
 	N           int
 	Temperature float64
 	Seed        uint32
+	// Steer, when set, constrains every candidate: none breaks it.
+	Steer *Steer
 
 	// TranscriptReserve is how many prompt tokens the partner's current turn
 	// may take when its text comes from a recording: the prompt is fitted to
@@ -226,6 +233,9 @@ type Generation struct {
 	GenTokens    int
 	// Examples went into the prompt, taking ExampleTokens of it.
 	Examples, ExampleTokens int
+	// SteerExhausted: fewer distinct candidates meeting req.Steer than
+	// asked for could be sampled within the reply budget.
+	SteerExhausted bool
 }
 
 // Generator produces candidate replies. Implementations must be safe for
