@@ -110,10 +110,12 @@ type Server struct {
 	pairAddrs *memoryLimiter    // the pairing throttle per client address, this box's own
 	refusals  refusalLog        // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
-	rand      io.Reader
-	otpMu     sync.Mutex // serialises OTP sends
-	otp       *otpGuard
-	totpOnly  bool
+	// steerBudget is the per-key budget of steered requests (steer.go).
+	steerBudget steerBuckets
+	rand        io.Reader
+	otpMu       sync.Mutex // serialises OTP sends
+	otp         *otpGuard
+	totpOnly    bool
 
 	failures  *authFailures
 	failMu    sync.Mutex

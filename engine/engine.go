@@ -40,10 +40,13 @@ type Request struct {
 	Messages []Message
 	Profile  Profile
 
-	UserID        string
-	DialogID      string
-	StepID        string
-	TimeWindowSec int
+	UserID   string
+	DialogID string
+	// ParentInferenceID is the turn a steered request refines (the API's
+	// concern; the pipeline ignores it).
+	ParentInferenceID string
+	StepID            string
+	TimeWindowSec     int
 
 	// MemoryUser names the user whose remembered replies may go into the
 	// prompt as examples (the payload's remember: true); "" for none. It is

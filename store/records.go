@@ -36,6 +36,9 @@ const (
 	StreamAdmin = "admin"
 	// StreamAuth holds the aggregated failed-authentication entries.
 	StreamAuth = "auth"
+	// StreamSteer holds the entries of steered infer calls, which count as
+	// the turn they refine, not as inferences of their own.
+	StreamSteer = "steer"
 )
 
 // Errors returned by the store, tested with errors.Is.

@@ -226,6 +226,9 @@ func (p *Program) Feed(st State, b []byte) (next State, ok, end bool) {
 // written and c meets the constraint. A newline is not a byte to Step: it
 // ends the reply (see Feed and CanEnd).
 func (p *Program) Step(st State, c byte) (State, bool) {
+	if p.Unconstrained(st) {
+		return st, true // whatever the cleaning keeps of it
+	}
 	if st.np == 0 && c < utf8.RuneSelf {
 		return p.stepRune(st, rune(c))
 	}
@@ -412,7 +415,7 @@ func (p *Program) CanEnd(st State) bool {
 // constraint as long as the reply does not end before CanEnd: the sampler
 // needs no mask there (a prefix's free continuation).
 func (p *Program) Unconstrained(st State) bool {
-	return int(st.seg) < len(p.segs) && p.segs[st.seg].kind == segFree && st.pos != 0
+	return st.np == 0 && int(st.seg) < len(p.segs) && p.segs[st.seg].kind == segFree && st.pos != 0
 }
 
 // InFreeWord reports whether, from st, any run of word runes may be
@@ -441,3 +444,7 @@ func (p *Program) Accepts(text string) bool {
 	}
 	return ok && p.CanEnd(st)
 }
+
+// Partial reports whether st ends inside a character (an incomplete UTF-8
+// sequence).
+func (st State) Partial() bool { return st.np != 0 }
