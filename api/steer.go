@@ -163,7 +163,7 @@ func (s *Server) startSteer(c echo.Context, st *inferState, req engine.Request, 
 	}
 	st.steered = true
 	now := s.now()
-	if err := s.limiter.Refund(st.keyHash+budgetInfer, now); err != nil {
+	if err := s.store.Refund(st.keyHash+budgetInfer, now); err != nil {
 		s.reqLogger(c).Warn("giving a steered request back to the rate limit failed", "error", err.Error())
 	}
 	if ok, retry := s.steerBudget.take(st.keyHash, now); !ok {

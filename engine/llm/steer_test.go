@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,4 +177,80 @@ func TestSteerHealing(t *testing.T) {
 			t.Errorf("healing allows %q as the first token", p)
 		}
 	}
+}
+
+// openQwenVocab opens an engine on a small model with Qwen2.5's real
+// byte-level BPE vocabulary (skipped loudly without Qwen's tokenizer.json).
+func openQwenVocab(t *testing.T) *Engine {
+	t.Helper()
+	e, err := Open(Options{ModelPath: qwenVocabModel(t), Seed: 11, PrefixCacheMiB: 8, ContextPerSeq: 1024, MaxCandidates: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestSteerQwenVocab is the property test, the mask's agreement with the
+// oracle and token healing on Qwen2.5's real vocabulary.
+func TestSteerQwenVocab(t *testing.T) {
+	e := openQwenVocab(t)
+	t.Run("constraints", func(t *testing.T) {
+		n := 1000
+		if testing.Short() {
+			n = 100
+		}
+		rate := checkSteered(t, e, rand.New(rand.NewPCG(7, 8)), n)
+		t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
+		if rate < 0.95 {
+			t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
+		}
+	})
+	t.Run("mask", func(t *testing.T) {
+		checkMasks(t, e, rand.New(rand.NewPCG(9, 10)), 12)
+	})
+	t.Run("healing", func(t *testing.T) {
+		s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
+		sr, err := e.newSteerRun(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := e.model.Tokenize("I would", false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(sr.keptText) != "I would" || !slices.Equal(sr.kept, want) {
+			t.Fatalf("kept %q %v, want \"I would\" %v", sr.keptText, sr.kept, want)
+		}
+		like, err := e.model.Tokenize(" like", false, false)
+		if err != nil || len(like) != 1 {
+			t.Fatalf("\" like\" is %v (%v), want one token", like, err)
+		}
+		m := sr.mask(sr.start, sr.limit, true)
+		allowed := func(id int) bool { return m[id>>6]&(1<<(id&63)) != 0 }
+		if !allowed(like[0]) {
+			t.Error("healing refuses \" like\" as the first token")
+		}
+		n := 0
+		for id, p := range e.sv.pieces {
+			if allowed(id) {
+				n++
+				if !bytes.HasPrefix(p, []byte(" li")) {
+					t.Errorf("healing allows %q as the first token", p)
+				}
+			}
+		}
+		t.Logf("%d tokens may begin the healed word", n)
+		req := request(4, 5)
+		req.Steer = &s
+		g := mustGenerate(t, e, req)
+		if len(g.Candidates) == 0 {
+			t.Fatal("no candidates")
+		}
+		for _, c := range g.Candidates {
+			if !strings.HasPrefix(c.Text, "I would li") || strings.HasPrefix(c.Text, "I would li ") {
+				t.Errorf("candidate %q does not continue the word of %q", c.Text, s.Prefix)
+			}
+		}
+	})
 }

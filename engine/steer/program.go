@@ -232,20 +232,20 @@ func (p *Program) Step(st State, c byte) (State, bool) {
 	if st.np == 0 && c < utf8.RuneSelf {
 		return p.stepRune(st, rune(c))
 	}
-	if st.np == 3 {
-		return st, false
-	}
-	st.pend[st.np] = c
-	st.np++
-	buf := st.pend[:st.np]
-	if !utf8.FullRune(buf) {
-		if st.np == 1 && !utf8.RuneStart(c) || st.np == 1 && c >= 0xf5 {
+	var buf [4]byte
+	copy(buf[:], st.pend[:st.np])
+	buf[st.np] = c
+	n := int(st.np) + 1
+	if !utf8.FullRune(buf[:n]) {
+		if n == 1 && !utf8.RuneStart(c) || n == 4 {
 			return st, false
 		}
+		copy(st.pend[:], buf[:3])
+		st.np = uint8(n)
 		return st, true
 	}
-	r, n := utf8.DecodeRune(buf)
-	if r == utf8.RuneError || n != len(buf) {
+	r, size := utf8.DecodeRune(buf[:n])
+	if r == utf8.RuneError || size != n {
 		return st, false
 	}
 	st.np, st.pend = 0, [3]byte{}

@@ -89,6 +89,8 @@ func TestMatches(t *testing.T) {
 		{w("w"), "well-known", true},
 		{w("w", "k"), "well-known", false},
 		{w("3"), "3pm", true},
+		{w("x", "a"), "x\U000E0101y 😀 ab", true},
+		{w("x", "a"), "x😀ab", true},
 		{engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}, "I would like tea", true},
 		{engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}, "I would li", false},
 		{engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would "}, "I would", false},

@@ -146,7 +146,7 @@ func Example(rng *rand.Rand, s engine.Steer) string {
 // a case flipped, spaces or punctuation added.
 func Mutate(rng *rand.Rand, text string) string {
 	rs := []rune(text)
-	alphabet := []rune("abqxzAQXZ019 '’-‐,.!\t\"é") // no newline: it ends a reply
+	alphabet := []rune("abqxzAQXZ019 '’-‐,.!\t\"é😀\U000E0101") // no newline: it ends a reply
 	for range 1 + rng.IntN(3) {
 		i := 0
 		if len(rs) > 0 {
