@@ -283,6 +283,8 @@ type inferResponse struct {
 func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	req, audioIdx, err := parsePayload(f.payload, s.limits)
 	if err != nil {
+		// A malformed steered request is logged as one (steer.go).
+		st.steered = toAPIError(err).Code == CodeInvalidPayload
 		return err
 	}
 	if req.UserID != "" {
