@@ -200,6 +200,7 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
 	res.HistorySent, res.HistoryUsed = gen.HistorySent, gen.HistoryUsed
+	res.SteerExhausted = gen.SteerExhausted
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation
@@ -231,6 +232,7 @@ func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message,
 		N:                 req.MaxCandidates,
 		Temperature:       req.Temperature,
 		Seed:              req.Seed,
+		Steer:             req.Steer,
 		TranscriptReserve: reserve,
 	}
 }
