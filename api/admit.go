@@ -18,6 +18,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/window"
 	"github.com/replyd/replyd/store"
 )
 
@@ -391,25 +392,21 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// refusalLog remembers, per key, when a refusal by its rate limit was last
+// refusalLog counts, per key, the refusals by its rate limit that were
 // logged, so that a key holder flooding past its limit adds at most one log
 // entry a window (the refusals are still counted in the metrics).
 type refusalLog struct {
 	mu     sync.Mutex
-	logged map[string]time.Time
+	logged window.Counter[struct{}]
 }
 
 // first reports whether a refusal of key at now is the first to be logged
-// in a window, and records it if so.
+// in a window, and counts it if so.
 func (r *refusalLog) first(key string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if last, ok := r.logged[key]; ok && !store.RateWindowOver(last, now) {
-		return false
-	}
-	if r.logged == nil || len(r.logged) >= maxTrackedAddrs {
-		r.logged = make(map[string]time.Time) // forgetting only logs one more
-	}
-	r.logged[key] = now
-	return true
+	r.logged.Length = store.RateWindow
+	r.logged.Prune(now)
+	ok, _ := r.logged.Allow(key, 1, now)
+	return ok
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/internal/window"
 	"github.com/replyd/replyd/store"
 )
 
@@ -37,19 +38,23 @@ const maxTrackedAddrs = 1024
 // one host owns a whole /64) in fixed one-minute windows. It is safe for
 // concurrent use.
 type authFailures struct {
-	mu      sync.Mutex
-	limit   int // failures in a window after which the address is throttled
-	windows map[string]*failWindow
-	other   *failWindow // addresses beyond maxTrackedAddrs
+	mu    sync.Mutex
+	limit int                          // failures in a window after which the address is throttled
+	addrs *window.Counter[failKinds]   // by address (or /64)
+	other *window.Counter[*otherAddrs] // addresses beyond maxTrackedAddrs, under one key
 }
 
-type failWindow struct {
-	addr   string // the address or "/64", or "other addresses"
-	start  time.Time
-	count  int
-	addrs  map[string]struct{} // only for other: distinct addresses, bounded
-	byKind map[string]int
+// failKinds counts a window's failures by kind.
+type failKinds map[string]int
+
+// otherAddrs are the failures of addresses beyond maxTrackedAddrs.
+type otherAddrs struct {
+	kinds failKinds
+	addrs map[string]struct{} // distinct addresses, bounded
 }
+
+// otherKey is the one key of authFailures.other.
+const otherKey = "other addresses"
 
 // failSummary is one aggregated log entry.
 type failSummary struct {
@@ -61,7 +66,7 @@ type failSummary struct {
 }
 
 func newAuthFailures(limit int) *authFailures {
-	return &authFailures{limit: limit, windows: make(map[string]*failWindow)}
+	return &authFailures{limit: limit, addrs: window.New[failKinds](authFailWindow), other: window.New[*otherAddrs](authFailWindow)}
 }
 
 // blocked reports whether addr has used up its failures in the current
@@ -69,15 +74,11 @@ func newAuthFailures(limit int) *authFailures {
 func (f *authFailures) blocked(addr string, now time.Time) (bool, time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w := f.windows[addrBucket(addr)]
-	if w == nil || !inWindow(w, now) || w.count < f.limit {
+	w := f.addrs.Current(addrBucket(addr), now)
+	if w == nil || w.N < f.limit {
 		return false, 0
 	}
-	return true, w.start.Add(authFailWindow).Sub(now)
-}
-
-func inWindow(w *failWindow, now time.Time) bool {
-	return !now.Before(w.start) && now.Sub(w.start) < authFailWindow
+	return true, f.addrs.Left(w, now)
 }
 
 // record counts one failure of kind from addr. It returns the summaries of
@@ -87,21 +88,22 @@ func (f *authFailures) record(addr, kind string, now time.Time) []failSummary {
 	defer f.mu.Unlock()
 	out := f.closed(now, false)
 	key := addrBucket(addr)
-	w := f.windows[key]
-	if w == nil && len(f.windows) >= maxTrackedAddrs {
-		if f.other == nil {
-			f.other = &failWindow{addr: "other addresses", start: now, addrs: map[string]struct{}{}, byKind: map[string]int{}}
+	if f.addrs.Current(key, now) == nil && f.addrs.Len() >= maxTrackedAddrs {
+		w := f.other.Add(otherKey, now)
+		if w.Data == nil {
+			w.Data = &otherAddrs{kinds: failKinds{}, addrs: map[string]struct{}{}}
 		}
-		w = f.other
-		if len(w.addrs) < maxTrackedAddrs {
-			w.addrs[key] = struct{}{}
+		w.Data.kinds[kind]++
+		if len(w.Data.addrs) < maxTrackedAddrs {
+			w.Data.addrs[key] = struct{}{}
 		}
-	} else if w == nil {
-		w = &failWindow{addr: key, start: now, byKind: map[string]int{}}
-		f.windows[key] = w
+		return out
 	}
-	w.count++
-	w.byKind[kind]++
+	w := f.addrs.Add(key, now)
+	if w.Data == nil {
+		w.Data = failKinds{}
+	}
+	w.Data[kind]++
 	return out
 }
 
@@ -117,26 +119,19 @@ func (f *authFailures) flush(now time.Time, all bool) []failSummary {
 func (f *authFailures) pending() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.windows) > 0 || f.other != nil
+	return f.addrs.Len() > 0 || f.other.Len() > 0
 }
 
 // closed removes and summarises the windows that ended by now. The caller
 // holds f.mu.
 func (f *authFailures) closed(now time.Time, all bool) []failSummary {
 	var out []failSummary
-	take := func(w *failWindow) {
-		out = append(out, failSummary{addr: w.addr, count: w.count, nAddrs: len(w.addrs), byKind: w.byKind, started: w.start})
-	}
-	for k, w := range f.windows {
-		if all || !inWindow(w, now) {
-			take(w)
-			delete(f.windows, k)
-		}
-	}
-	if f.other != nil && (all || !inWindow(f.other, now)) {
-		take(f.other)
-		f.other = nil
-	}
+	f.addrs.Close(now, all, func(addr string, w *window.Window[failKinds]) {
+		out = append(out, failSummary{addr: addr, count: w.N, byKind: w.Data, started: w.Start})
+	})
+	f.other.Close(now, all, func(_ string, w *window.Window[*otherAddrs]) {
+		out = append(out, failSummary{addr: otherKey, count: w.N, nAddrs: len(w.Data.addrs), byKind: w.Data.kinds, started: w.Start})
+	})
 	slices.SortFunc(out, func(a, b failSummary) int { return a.started.Compare(b.started) })
 	return out
 }
@@ -239,6 +234,7 @@ func (s *Server) writeFailSummaries(sums []failSummary) {
 			ResourceType: store.ResourceClient,
 			ResourceID:   sum.addr,
 			StreamName:   store.StreamAuth,
+			Node:         s.node,
 		}
 		if err := s.store.AppendLog(e); err != nil {
 			s.log.Error("appending the failed-authentication log entry failed", "error", err.Error())

@@ -62,7 +62,7 @@ func TestFailedAuthIsThrottledNotLogged(t *testing.T) {
 	var got []string
 	for _, l := range e.st.logsCopy() {
 		if l.StreamName == store.StreamAuth {
-			if l.Level != store.LevelWarn || l.ResourceType != store.ResourceClient || !l.Timestamp.Equal(t0.Add(time.Minute)) {
+			if l.Level != store.LevelWarn || l.ResourceType != store.ResourceClient || !l.Timestamp.Equal(t0.Add(time.Minute)) || l.Node != "box-test" {
 				t.Errorf("entry %+v", l)
 			}
 			got = append(got, l.ResourceID+": "+l.Message)

@@ -19,12 +19,7 @@ func TestBoltScenarios(t *testing.T) {
 	e := newEnv(t)
 	db := e.st
 
-	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-1","rate_limit_per_minute":2}`))
-	var k struct {
-		APIKey     string `json:"api_key"`
-		APIKeyHash string `json:"api_key_hash"`
-	}
-	decode(t, rec, &k)
+	rec, k := e.createKey(`{"client_id":"ward-1","rate_limit_per_minute":2}`)
 	wantJSON(t, rec, 200, `{"api_key":"`+k.APIKey+`","api_key_hash":"`+k.APIKeyHash+`","client_id":"ward-1","status":"active",
 	  "scopes":["infer"],"rate_limit_per_minute":2,"created_at":"2026-01-02T03:04:05Z"}`)
 

@@ -107,6 +107,22 @@ func (e *env) addKey(key string, limit int, scopes ...string) string {
 	return key
 }
 
+// createdKey is what POST /v1/admin/keys answers about the new key.
+type createdKey struct {
+	APIKey     string `json:"api_key"`
+	APIKeyHash string `json:"api_key_hash"`
+}
+
+// createKey creates a key through the admin API with the JSON body and
+// returns the answer and the key it names.
+func (e *env) createKey(body string) (*httptest.ResponseRecorder, createdKey) {
+	e.t.Helper()
+	rec := e.do(adminReq("POST", "/v1/admin/keys", body))
+	var k createdKey
+	decode(e.t, rec, &k)
+	return rec, k
+}
+
 // part is one multipart part of an inference body.
 type part struct {
 	name     string

@@ -19,6 +19,7 @@ import (
 	"github.com/pquerna/otp/totp"
 
 	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/internal/window"
 	"github.com/replyd/replyd/store"
 )
 
@@ -145,7 +146,7 @@ type otpGuard struct {
 	mu sync.Mutex
 
 	maxAddrFails int
-	addrFails    map[string]*addrFails // addrBucket -> wrong codes in the window
+	addrFails    window.Counter[struct{}] // addrBucket -> wrong codes, windows of otpAddrFailWindow
 
 	global sendAllowance
 	addrs  map[string]*sendAllowance // addrBucket -> its send allowance
@@ -173,15 +174,10 @@ func (a *sendAllowance) take(now time.Time, burst float64, refill time.Duration)
 	return 0, true
 }
 
-type addrFails struct {
-	start time.Time
-	count int
-}
-
 func newOTPGuard(l Limits) *otpGuard {
 	return &otpGuard{
 		maxAddrFails: l.OTPMaxAttempts,
-		addrFails:    map[string]*addrFails{},
+		addrFails:    window.Counter[struct{}]{Length: otpAddrFailWindow},
 		addrs:        map[string]*sendAllowance{},
 	}
 }
@@ -191,8 +187,8 @@ func newOTPGuard(l Limits) *otpGuard {
 func (g *otpGuard) admitAddr(addr string, now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if f := g.addrFails[addrBucket(addr)]; f != nil && now.Sub(f.start) < otpAddrFailWindow && f.count >= g.maxAddrFails {
-		wait := f.start.Add(otpAddrFailWindow).Sub(now)
+	if w := g.addrFails.Current(addrBucket(addr), now); w != nil && w.N >= g.maxAddrFails {
+		wait := g.addrFails.Left(w, now)
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"%d wrong codes from this address: retry in %d s", g.maxAddrFails, retryAfterSeconds(wait))}
 	}
@@ -203,26 +199,8 @@ func (g *otpGuard) admitAddr(addr string, now time.Time) *Error {
 func (g *otpGuard) failAddr(addr string, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := addrBucket(addr)
-	f := g.addrFails[k]
-	if f == nil || now.Sub(f.start) >= otpAddrFailWindow || now.Before(f.start) {
-		g.sweepAddrFails(now)
-		f = &addrFails{start: now}
-		g.addrFails[k] = f
-	}
-	f.count++
-}
-
-// sweepAddrFails forgets closed windows once the map grows; g.mu is held.
-func (g *otpGuard) sweepAddrFails(now time.Time) {
-	if len(g.addrFails) < maxTrackedAddrs {
-		return
-	}
-	for k, f := range g.addrFails {
-		if now.Sub(f.start) >= otpAddrFailWindow {
-			delete(g.addrFails, k)
-		}
-	}
+	g.addrFails.Prune(now)
+	g.addrFails.Add(addrBucket(addr), now)
 }
 
 // takeSendToken admits a send to addr against its address's allowance

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"time"
+
+	"github.com/replyd/replyd/internal/window"
 )
 
 // Store is replyd's persistent state: the contract every implementation
@@ -322,10 +324,10 @@ const RateWindow = time.Minute
 
 // RateLimiter admits a key's requests under its rate_limit_per_minute, in
 // fixed windows of RateWindow: a window opens with the first request after
-// the previous one closed. One box uses an in-memory limiter (api's); boxes
-// that share a PostgreSQL store share its limiter (store/postgres), so that
-// the limit holds across all of them. storetest.RunLimiter states the
-// contract for both.
+// the previous one closed. The bbolt store (one box) counts in memory
+// (MemoryLimiter); boxes that share a PostgreSQL store share its limiter
+// (store/postgres), so that the limit holds across all of them. The
+// ratelimit scenarios of storetest state the contract for both.
 type RateLimiter interface {
 	// Allow admits one request for key at now when fewer than limit were
 	// admitted in the key's current window, and counts it. A limit of 0 or
@@ -345,6 +347,4 @@ type RateLimiter interface {
 // RateWindowOver reports whether a window that opened at start is over at
 // now, so that a request at now opens a new one. Both limiters use it (the
 // PostgreSQL one in SQL of the same meaning).
-func RateWindowOver(start, now time.Time) bool {
-	return !now.Before(start.Add(RateWindow)) || now.Before(start.Add(-RateWindow))
-}
+func RateWindowOver(start, now time.Time) bool { return window.Over(RateWindow, start, now) }

@@ -23,17 +23,3 @@ func TestContract(t *testing.T) {
 		return db
 	})
 }
-
-// TestLimiterContract runs the store.RateLimiter scenarios on the bbolt
-// store's limiter.
-func TestLimiterContract(t *testing.T) {
-	storetest.RunLimiter(t, func(t testing.TB) store.RateLimiter {
-		path := filepath.Join(t.TempDir(), "replyd.db")
-		db, err := bolt.Open(path, bolt.Options{})
-		if err != nil {
-			t.Fatalf("Open(%s): %v", path, err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		return db
-	})
-}

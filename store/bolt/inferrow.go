@@ -102,17 +102,10 @@ func (r *rowReader) uvarint() uint64 {
 	return v
 }
 
+// varint reads a zig-zag signed varint, as binary.AppendVarint writes it.
 func (r *rowReader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errBadRow
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	u := r.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 // bytes returns the next string's bytes, aliasing the input.

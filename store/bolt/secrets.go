@@ -21,16 +21,8 @@ func (db *DB) InstallationSecret(name string) ([]byte, error) {
 	if name == "" {
 		return nil, invalid("empty secret name")
 	}
-	var out []byte
-	err := db.view(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketSecrets); b != nil {
-			if v := b.Get([]byte(name)); v != nil {
-				out = append([]byte(nil), v...)
-			}
-		}
-		return nil
-	})
-	if err != nil || out != nil {
+	out, ok, err := db.Secret(name)
+	if err != nil || ok {
 		return out, err
 	}
 	err = db.update(func(tx *bolt.Tx) error {

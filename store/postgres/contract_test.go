@@ -31,12 +31,3 @@ func mustOpen(t testing.TB, url string, opts postgres.Options) *postgres.Store {
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
-
-// TestLimiterContract runs the store.RateLimiter scenarios on the limiter
-// boxes share through PostgreSQL.
-func TestLimiterContract(t *testing.T) {
-	srv := pgtest.Start(t)
-	storetest.RunLimiter(t, func(t testing.TB) store.RateLimiter {
-		return mustOpen(t, srv.NewDatabase(t), postgres.Options{})
-	})
-}

@@ -7,33 +7,10 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// LimiterOpener returns a fresh store.RateLimiter (nothing counted yet) and
-// releases it when t ends.
-type LimiterOpener func(t testing.TB) store.RateLimiter
-
-// limiterScenarios state the store.RateLimiter contract.
-var limiterScenarios = []struct {
-	name string
-	run  func(t *testing.T, l store.RateLimiter)
-}{
-	{"window-limit-and-retry", limiterWindow},
-	{"unlimited-and-independent-keys", limiterUnlimitedAndKeys},
-	{"clock-skew-and-clock-set-back", limiterClocks},
-	{"limit-lowered-mid-window", limiterLowered},
-	{"concurrent-exact", limiterConcurrent},
-	{"refund-shed-requests", limiterRefund},
-}
-
-// RunLimiter runs every limiter scenario as a parallel subtest of t, each on
-// a fresh limiter from open.
-func RunLimiter(t *testing.T, open LimiterOpener) {
-	t.Helper()
-	for _, sc := range limiterScenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			t.Parallel()
-			sc.run(t, open(t))
-		})
-	}
+// limiter adapts a scenario of the RateLimiter part of the contract (every
+// Store is a RateLimiter) to the scenario table.
+func limiter(run func(t *testing.T, l store.RateLimiter)) func(t *testing.T, e Env) {
+	return func(t *testing.T, e Env) { run(t, e.S) }
 }
 
 // allow calls l.Allow and checks the outcome (and, when refused, the retry).

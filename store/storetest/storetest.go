@@ -107,6 +107,14 @@ var scenarios = []scenario{
 	{"ops/ping-describe-size-backup", opsBasics},
 	{"snapshot/import-round-trip", snapshotRoundTrip},
 	{"snapshot/import-refuses-or-replaces", snapshotImportRefusesOrReplaces},
+
+	// Rate limits (ratelimit.go).
+	{"ratelimit/window-limit-and-retry", limiter(limiterWindow)},
+	{"ratelimit/unlimited-and-independent-keys", limiter(limiterUnlimitedAndKeys)},
+	{"ratelimit/clock-skew-and-clock-set-back", limiter(limiterClocks)},
+	{"ratelimit/limit-lowered-mid-window", limiter(limiterLowered)},
+	{"ratelimit/concurrent-exact", limiter(limiterConcurrent)},
+	{"ratelimit/refund-shed-requests", limiter(limiterRefund)},
 }
 
 // Run runs every scenario as a parallel subtest of t, each on a fresh store
