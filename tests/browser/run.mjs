@@ -192,7 +192,7 @@ async function checkPhoneLayout(where) {
 // The request each view makes to fill itself.
 const viewData = {
   status: '/v1/admin/status', keys: '/v1/admin/keys', prompt: '/v1/admin/system-prompt/history',
-  logs: '/v1/admin/logs', stats: '/v1/admin/stats', try: '/v1/admin/keys',
+  logs: '/v1/admin/logs', stats: '/v1/admin/stats', try: '/v1/admin/keys', users: '/v1/admin/users',
 };
 
 /** Waits for the next answer to path (and query) and for the page to draw it. */
@@ -819,11 +819,54 @@ async function main() {
       await shot('11-prompt-acceptance-desktop');
     });
 
+    await step('users: a remembered user\'s memory is used by its own tablet only, until the Users view links another', async () => {
+      const admin = { 'X-ADMIN-KEY': adminKey };
+      const mk = async (name) => {
+        const r = await apiJSON(base, 'POST', '/v1/admin/keys', admin, { client_id: `${name}-${nonce}` });
+        equal(r.status, 200, `create ${name}`);
+        return r.json;
+      };
+      const tablet = await mk('e2e-bob-tablet');
+      const phone = await mk('e2e-bob-phone');
+      const remember = async (key, content) => {
+        const fd = new FormData();
+        fd.append('payload', JSON.stringify({ user_id: `e2e-bob-${nonce}`, remember: true, messages: [{ role: 'speaker', content }] }));
+        const r = await fetch(`${base}/v1/infer`, { method: 'POST', headers: { 'X-API-KEY': key }, body: fd });
+        const { inference_id: id } = await r.json();
+        equal(r.status, 200, 'remembering inference');
+        const fb = await apiJSON(base, 'POST', '/v1/feedback', { 'X-API-KEY': key }, { inference_id: id, spoken_text: 'Yes please, with milk.' });
+        equal(fb.status, 200, `feedback: ${fb.text}`);
+      };
+      const pairsOf = async () => (await apiJSON(base, 'GET', '/v1/admin/users', admin)).json.items
+        .filter((u) => (u.keys || []).includes(tablet.api_key_hash)).map((u) => u.pairs);
+      await remember(tablet.api_key, 'Would you like some tea?');
+      // The phone names the same user_id: a memory of its own, not the tablet's.
+      await remember(phone.api_key, 'Shall we go out?');
+      equal(JSON.stringify(await pairsOf()), '[1]', "the tablet's memory after the phone's feedback");
+
+      await go('users');
+      const row = `#users-table tr:has(li span[title="${tablet.api_key_hash}"])`;
+      await until(async () => (await page.$$(row)).length === 1, "the tablet's user in the list");
+      check((await page.textContent(row)).includes(`e2e-bob-tablet-${nonce}`), 'the tablet named in its row');
+      await page.selectOption(`${row} select`, phone.api_key_hash);
+      await page.click(`${row} button[data-action="link"]`);
+      await until(() => page.isVisible('#confirm'), 'the link question');
+      await answered(`/v1/admin/users/${await page.getAttribute(row, 'data-user')}/keys`, null, () => page.click('#confirm-ok'));
+      await until(async () => (await page.textContent(row)).includes(`e2e-bob-phone-${nonce}`), 'the phone listed beside the tablet');
+      await checkLabels('users');
+      await checkContrast('users');
+      await checkAxe('users');
+      await shot('12-users-desktop');
+      // Linked, the phone adds to the tablet's memory.
+      await remember(phone.api_key, 'Cold today, isn\'t it?');
+      equal(JSON.stringify(await pairsOf()), '[2]', "the tablet's memory after the linked phone's feedback");
+    });
+
         await step('phone (390×844): every view fits without sideways scrolling, tables and charts included, light and dark', async () => {
       await page.setViewportSize(PHONE);
       for (const scheme of ['light', 'dark']) {
         await page.emulateMedia({ colorScheme: scheme });
-        for (const v of ['status', 'keys', 'prompt', 'logs', 'stats', 'try']) {
+        for (const v of ['status', 'keys', 'users', 'prompt', 'logs', 'stats', 'try']) {
           await go(v);
           const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
           check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);
