@@ -407,7 +407,7 @@ async function main() {
       await setSettings(() => page.uncheck('#s-dwell'));
     });
 
-    await step('Type: a reply of one\'s own is spoken and appended; None fit opens it', async () => {
+    await step('Type: a reply of one\'s own is spoken and appended; after None fit (which opens the Spell board) too', async () => {
       await page.click('#type-open');
       await page.fill('#type-text', 'See you tomorrow.');
       await axe('with the Type field open');
@@ -421,9 +421,12 @@ async function main() {
       };
       page.on('response', onFeedback);
       await page.click('#none-fit');
-      check(await page.isVisible('#type-form'), 'None fit did not open Type');
-      equal(await page.evaluate(() => document.activeElement.id), 'type-text', 'focus after None fit');
+      check(await page.isVisible('#spell'), 'None fit did not open the Spell board');
+      check(await page.evaluate(() => document.activeElement.closest('#sp-keys') !== null), 'the focus is not on the letter board after None fit');
       equal((await candidates()).length, 0, 'candidates after None fit');
+      await page.click('#sp-close');
+      check(await page.isHidden('#spell'), 'Close left the board open');
+      await page.click('#type-open');
       await page.fill('#type-text', 'Water, please.');
       await page.keyboard.press('Enter');
       equal((await spoken()).at(-1), 'Water, please.', 'reply after None fit');
