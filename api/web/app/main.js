@@ -161,7 +161,10 @@ function noneFit() {
     report({ none_fit: true });
   }
   clearCandidates();
-  openSpell();
+  // Steering refines an answer with an inference_id; without one (an
+  // older replyd) the user types.
+  if (t && t.parentId) openSpell();
+  else openCompose('type');
 }
 
 /** none_fit goes with a reply of the user's own when it is reported for
