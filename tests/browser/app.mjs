@@ -139,7 +139,8 @@ async function recordInfers(p = page) {
     const x = r.url().endsWith('/v1/infer') && byId(r.request());
     if (!x) return;
     try {
-      const text = await r.text();
+      // An event stream is UTF-8 whatever its Content-Type says.
+      const text = (await r.body()).toString('utf8');
       x.answer = answerOf(text, r.headers()['content-type'] || '');
       x.status = r.status();
     } catch {
@@ -773,7 +774,7 @@ async function main() {
       await page.click('#s-save');
     });
 
-    await step('nothing fits (steer_exhausted, no reply): the page offers "spell a word" and keeps the letters; the ABC layout', async () => {
+    await step('nothing fits (steer_exhausted, no reply): the page offers "spell a word" and keeps the letters; the ABC layout; keyboard and dwell type on the board', async () => {
       await setSettings(() => page.selectOption('#s-board', 'abc'));
       await partnerSays('Which film shall we watch?');
       await page.click('#spell-open');
@@ -781,8 +782,18 @@ async function main() {
       // An answer with no reply is played to the page: the demo model
       // finds a reply for nearly every constraint.
       await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ response: [], inference_id: 'inf_AAAAAAAAAAAAAAAAAAAAAA', steer_mode: 'words', steer_exhausted: true }) }));
-      await page.click('#sp-keys [data-key="q"]');
-      await page.click('#sp-keys [data-key="z"]');
+      // A hardware keyboard types on the board; dwell selects a key.
+      await page.keyboard.press('q');
+      await setSettings(async () => {
+        await page.check('#s-dwell');
+        await page.fill('#s-dwell-ms', '1');
+      });
+      const z = await page.locator('#sp-keys [data-key="z"]').boundingBox();
+      await page.mouse.move(z.x + z.width / 2, z.y + z.height / 2, { steps: 3 });
+      await until(() => page.evaluate(() => document.querySelector('#sp-keys .dwelling') !== null), 'the dwell ring on a key');
+      await until(async () => (await page.$$eval('#sp-typed .letter-chip', (cs) => cs.length)) === 2, 'the key selected by dwell', 5000);
+      await page.mouse.move(2, 2);
+      await setSettings(() => page.uncheck('#s-dwell'));
       await until(() => page.isVisible('#sp-spell-word'), 'the "spell a word" offer');
       check(/No reply fits/.test(await page.textContent('#sp-status')), 'no "nothing fits" status');
       equal(await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' ')), 'q z', 'the letters kept');

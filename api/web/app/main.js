@@ -337,7 +337,7 @@ async function steerNow(steer, looking = T.looking, noneText = null) {
     if (sp.req !== r) return; // a key replaced it
     done();
     if (controller.signal.aborted) {
-      board.setStatus(T.failed('replyd took too long to answer.'));
+      board.setStatus(T.failed(T.tooSlow));
     } else if (err instanceof ReplydError && err.status === 429 && err.retryAfter) {
       board.setStatus(T.tooFast(err.retryAfter));
       sp.timer = setTimeout(() => steerNow(steer, looking, noneText), err.retryAfter * 1000);

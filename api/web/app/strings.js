@@ -36,6 +36,7 @@ export const T = Object.freeze({
   wordsOf: (n) => `Change a word of reply ${n}`,
   tooFast: (s) => `Too many requests: asking again in ${s} s.`,
   failed: (msg) => `Could not look for replies: ${msg}`,
+  tooSlow: 'replyd took too long to answer.',
   layoutLabel: 'Letter board',
   layoutQwerty: 'QWERTY',
   layoutAbc: 'ABC',
