@@ -83,7 +83,7 @@ const bubbles = () => page.$$eval('#log .bubble', (lis) => lis.map((li) => ({ ro
 
 /** Words as the steer contract counts them (runs of letters, marks and
  * digits joined by inner apostrophes or hyphens). */
-const WORD = /[\p{L}\p{M}\p{N}]+(?:['’-][\p{L}\p{M}\p{N}]+)*/gu;
+const WORD = /[\p{L}\p{M}\p{Nd}]+(?:['’‐-][\p{L}\p{M}\p{Nd}]+)*/gu;
 const wordsOf = (text) => text.match(WORD) || [];
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 

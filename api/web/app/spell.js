@@ -14,7 +14,7 @@ export const LAYOUTS = Object.freeze({
  * letters, combining marks and digits, joined by inner apostrophes or
  * hyphens ("I'm", "well-known"); punctuation between them is no word. */
 export function wordsOf(text) {
-  return text.match(/[\p{L}\p{M}\p{N}]+(?:['’-][\p{L}\p{M}\p{N}]+)*/gu) || [];
+  return text.match(/[\p{L}\p{M}\p{Nd}]+(?:['’‐-][\p{L}\p{M}\p{Nd}]+)*/gu) || [];
 }
 
 /** The most words and characters the steer payload takes. */
