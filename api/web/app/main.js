@@ -327,6 +327,9 @@ async function steerNow(steer, looking = T.looking, noneText = null) {
     if (list.length) {
       showCandidates(list, res.inference_id);
       board.setStatus(T.found(list.length));
+      // The word chip the user tapped is gone with its reply: the focus
+      // goes to the best alternative rather than to the page.
+      if (document.activeElement === document.body && !access.scanning()) $('#cands .cand').focus();
     } else if (steer.replace) {
       board.setStatus(noneText); // the replies shown stay
     } else {

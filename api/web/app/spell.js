@@ -228,6 +228,10 @@ export class Board {
     if (change()) this.on.press();
     this.offer(false);
     this.draw();
+    // A control that the change disabled (Clear, Delete) gives the focus
+    // to the first key, not to the page.
+    const f = document.activeElement;
+    if (f && f.disabled && this.host.contains(f)) this.keys.querySelector('button').focus();
   }
 
   mode(m) {
@@ -294,6 +298,8 @@ export class Board {
     this.speakBtn.disabled = !t.spoken();
     this.host.querySelector('#sp-del').disabled = words ? !t.entries.length : !t.text;
     this.host.querySelector('#sp-clear').disabled = t.empty();
+    const f = document.activeElement;
+    const focused = f && this.chips.contains(f) ? f.dataset.entry : undefined;
     const kids = [];
     if (t.empty()) {
       kids.push(el('span', { class: 'typed-empty', text: words ? T.typedEmptyWords : T.typedEmptyStart }));
@@ -311,6 +317,10 @@ export class Board {
       kids.push(el('span', { class: 'typed-text', id: 'sp-prefix', text: t.prefix() }), el('span', { class: 'caret', 'aria-hidden': 'true' }));
     }
     this.chips.replaceChildren(...kids);
+    if (focused !== undefined) {
+      const again = this.chips.querySelector(`[data-entry="${focused}"]`);
+      if (again) again.focus();
+    }
     this.hint.textContent = words && t.open >= 0 ? T.spellingWord(t.open, t.entries[t.open]) : words && t.entries.length ? T.chipHint : '';
   }
 }
