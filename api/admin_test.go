@@ -127,8 +127,8 @@ func TestOTPFullFlow(t *testing.T) {
 	if !strings.Contains(e.notifier.texts[0], code) {
 		t.Errorf("message text does not carry the code")
 	}
-	if e.st.otps["192.0.2.1"].hash != secret.Hash(code) || len(e.st.otps) != 1 {
-		t.Errorf("the store does not hold the code's hash under the client address: %+v", e.st.otps)
+	if codes := e.st.snapshot(t).OTPCodes; len(codes) != 1 || codes[0].Scope != "192.0.2.1" || codes[0].Hash != secret.Hash(code) {
+		t.Errorf("the store does not hold the code's hash under the client address: %+v", codes)
 	}
 
 	// One send per 30 s from an address.
@@ -151,7 +151,7 @@ func TestOTPFullFlow(t *testing.T) {
 	if len(v.SessionToken) != 43 {
 		t.Errorf("session token %q is not 32 bytes in base64url", v.SessionToken)
 	}
-	if _, ok := e.st.sessions[secret.Hash(v.SessionToken)]; !ok || len(e.st.sessions) != 1 {
+	if ss := e.st.snapshot(t).Sessions; len(ss) != 1 || ss[0].TokenHash != secret.Hash(v.SessionToken) {
 		t.Errorf("the store does not hold exactly the token's hash")
 	}
 
@@ -344,7 +344,7 @@ func TestOTPErrors(t *testing.T) {
 	wantJSON(t, otpSend(e), 502, errJSON("otp_delivery_failed", "the code could not be delivered through the console channel; check its configuration"))
 	// A failed delivery is counted apart and does not hold the next try
 	// back; the undelivered code is gone.
-	if len(e.st.otps) != 0 {
+	if codes := e.st.snapshot(t).OTPCodes; len(codes) != 0 {
 		t.Errorf("an undelivered code stayed stored")
 	}
 	wantJSON(t, otpSend(e), 502, errJSON("otp_delivery_failed", "the code could not be delivered through the console channel; check its configuration"))

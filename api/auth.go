@@ -1,16 +1,12 @@
 package api
 
 // Who is calling: the credential headers, the API key vocabulary and the two
-// admission checks (a tablet's key on /v1/infer, an administrator on
-// /v1/admin).
+// credential checks (a tablet's key on /v1/infer, an administrator on
+// /v1/admin). Whether a caller's request then gets in is admit.go's.
 
 import (
 	"errors"
-	"fmt"
-	"net/http"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -74,77 +70,6 @@ func (s *Server) apiKey(c echo.Context) (store.APIKey, string, error) {
 func isAuthFailure(err error) bool {
 	var ae *Error
 	return errors.As(err, &ae) && (ae.Code == CodeUnauthorized || ae.Code == CodeRateLimited)
-}
-
-// Rate-limit budgets: each key has one of rate_limit_per_minute requests
-// for inferences and another, as large, for feedback, so that reporting an
-// outcome never costs an inference.
-const (
-	budgetInfer    = ""
-	budgetFeedback = "#feedback"
-)
-
-// budgetExceeded is the message of a 429 per budget.
-var budgetExceeded = map[string]string{
-	budgetInfer:    "rate limit of %d requests per minute exceeded for this API key; retry in %d s",
-	budgetFeedback: "feedback rate limit of %d reports per minute exceeded for this API key; retry in %d s",
-}
-
-// admit checks the key's scope and its rate limit in budget (the box's own,
-// or the one shared through PostgreSQL), and records its use (at most once a
-// minute per key). A request of budgetInfer that ends shed (503) is given
-// back (refundIfShed).
-func (s *Server) admit(c echo.Context, key store.APIKey, budget string) error {
-	if !slices.Contains(key.Scopes, ScopeInfer) {
-		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
-	}
-	now := s.now()
-	ok, retry, err := s.limiter.Allow(key.Hash+budget, key.RateLimitPerMinute, now)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		s.metrics.rateLimited.Inc()
-		return &Error{
-			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf(budgetExceeded[budget], key.RateLimitPerMinute, retryAfterSeconds(retry)),
-			RetryAfter: retry,
-		}
-	}
-	// The store persists "last used" at most once a minute (the one place
-	// that rule lives); the calls in between cost a map lookup.
-	if err := s.store.TouchKey(key.Hash, now); err != nil {
-		s.reqLogger(c).Warn("recording the key's last use failed", "error", err.Error())
-	}
-	return nil
-}
-
-// enterInflight admits one more inference of key unless MaxInflightPerKey
-// are in progress (429). On success the caller must call release when the
-// request ends.
-func (s *Server) enterInflight(key store.APIKey) (release func(), err error) {
-	if !s.inflight.enter(key.Hash, s.limits.MaxInflightPerKey) {
-		s.metrics.rateLimited.Inc()
-		return nil, &Error{
-			Code:       CodeRateLimited,
-			Message:    fmt.Sprintf("this API key already has %d requests in progress; retry when one has finished", s.limits.MaxInflightPerKey),
-			RetryAfter: time.Second,
-		}
-	}
-	return func() { s.inflight.leave(key.Hash) }, nil
-}
-
-// refundIfShed gives the request back to the key's inference budget when it
-// ended in a 503 (overloaded, not ready, timeout): the client is told to
-// retry, and the retry must not find the limit used up by requests replyd
-// refused.
-func (s *Server) refundIfShed(keyHash string, errp *error) {
-	if *errp == nil || toAPIError(*errp).Status() != http.StatusServiceUnavailable {
-		return
-	}
-	if err := s.limiter.Refund(keyHash+budgetInfer, s.now()); err != nil {
-		s.log.Warn("giving a shed request back to the rate limit failed", "error", err.Error())
-	}
 }
 
 // isKeyHash reports whether h looks like an api_key_hash.

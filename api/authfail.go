@@ -245,16 +245,3 @@ func (s *Server) writeFailSummaries(sums []failSummary) {
 		}
 	}
 }
-
-// Close logs the failed authentications still being counted and stops the
-// flush timer. Call it before closing the store; the Server keeps serving.
-func (s *Server) Close() {
-	s.failMu.Lock()
-	s.closed = true
-	if s.failTimer != nil {
-		s.failTimer.Stop()
-		s.failTimer = nil
-	}
-	s.failMu.Unlock()
-	s.writeFailSummaries(s.failures.flush(s.now(), true))
-}

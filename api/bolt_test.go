@@ -9,41 +9,15 @@ import (
 
 	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
-
-// newBoltEnv is newEnv on the real bbolt store in a temp file.
-func newBoltEnv(t *testing.T) (*env, *store.DB) {
-	t.Helper()
-	clock := &fakeClock{t: t0}
-	db, err := store.Open(filepath.Join(t.TempDir(), "replyd.db"), store.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	if err := db.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, func(o *Options) { o.Store = db; o.Now = clock.Now })
-	e.clock = clock
-	e.st = nil // every check goes through HTTP
-	return e, db
-}
-
-// addKeyTo stores an API key in db directly and returns its secret.
-func (e *env) addKeyTo(db *store.DB, key string, limit int) string {
-	e.t.Helper()
-	if err := db.CreateKey(store.APIKey{Hash: secret.Hash(key), ClientID: "tablet-" + key, Status: store.StatusActive,
-		Scopes: []string{ScopeInfer}, RateLimitPerMinute: limit, CreatedAt: e.clock.Now()}); err != nil {
-		e.t.Fatal(err)
-	}
-	return key
-}
 
 // TestBoltScenarios runs the main flows against the real store: key
 // lifecycle, inference, revocation, logs, stats, prompt versions, OTP login
 // and logout, and backup.
 func TestBoltScenarios(t *testing.T) {
-	e, db := newBoltEnv(t)
+	e := newEnv(t)
+	db := e.st
 
 	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-1","rate_limit_per_minute":2}`))
 	var k struct {
@@ -124,7 +98,7 @@ func TestBoltScenarios(t *testing.T) {
 	if err := writeFile(back, rec.Body.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	db2, err := store.Open(back, store.Options{})
+	db2, err := bolt.Open(back, bolt.Options{})
 	if err != nil {
 		t.Fatalf("the backup does not open: %v", err)
 	}
@@ -139,7 +113,8 @@ func writeFile(path string, data []byte) error { return os.WriteFile(path, data,
 // TestBoltFeedbackAndMemory runs feedback, the stats it feeds, the memory
 // and a user's deletion against the real store.
 func TestBoltFeedbackAndMemory(t *testing.T) {
-	e, db := newBoltEnv(t)
+	e := newEnv(t)
+	db := e.st
 	rec := e.do(adminReq("POST", "/v1/admin/keys", `{"client_id":"ward-2"}`))
 	var k struct {
 		APIKey string `json:"api_key"`

@@ -152,9 +152,7 @@ func TestFeedbackStoreFailure(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 60)
 	id := e.infer("valid", simplePayload)
-	e.st.mu.Lock()
-	e.st.failWith = errors.New("disk on fire")
-	e.st.mu.Unlock()
+	e.st.fail(errors.New("disk on fire"))
 	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+id+`","chosen_rank":1}`)), 500, errJSON("internal", "Internal error."))
 }
 
@@ -192,14 +190,12 @@ func (b *blockingStore) AppendLog(e store.LogEntry) error {
 // before its log entry is on disk; a report sent at once waits for the
 // entry instead of answering 404.
 func TestFeedbackBeforeTheLogEntryIsWritten(t *testing.T) {
-	mem := newMemStore()
-	bs := &blockingStore{Store: mem, release: make(chan struct{}), held: make(chan struct{})}
-	e := newEnv(t, func(o *Options) { o.Store = bs })
-	e.st = mem
+	var bs *blockingStore
+	e := newEnv(t, func(o *Options) {
+		bs = &blockingStore{Store: o.Store, release: make(chan struct{}), held: make(chan struct{})}
+		o.Store = bs
+	})
 	e.addKey("valid", 60)
-	if err := mem.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewServer(e.h)
 	defer srv.Close()
 
@@ -270,7 +266,7 @@ func TestRememberAndUserAdmin(t *testing.T) {
 
 	p := userLabel(e.subject("sam/ward 3"))
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/users", "")), 200,
-		`{"items":[{"user":"`+p+`","pairs":1,"created_at":"2026-01-02T03:04:05Z","last_at":null}],"count":1}`)
+		`{"items":[{"user":"`+p+`","pairs":1,"created_at":"2026-01-02T03:04:05Z","last_at":"2026-01-02T03:04:05Z"}],"count":1}`)
 
 	for _, target := range []string{"/v1/admin/users/" + p + "/pairs?format=jsonl", "/v1/admin/users/sam%2Fward%203/pairs"} {
 		rec := e.do(adminReq("GET", target, ""))
@@ -297,12 +293,12 @@ func TestRememberAndUserAdmin(t *testing.T) {
 		t.Errorf("outcomes:\n got %s\n     %s\nwant %s\n     %s", lines[0], lines[1], wantA, wantB)
 	}
 
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/users/"+p, "")), 200,
+	wantDeletion(t, e.do(adminReq("DELETE", "/v1/admin/users/"+p, "")),
 		`{"user":"`+p+`","pairs":1,"pending":1,"outcomes":1,"key_destroyed":true,"scrubbed_pages":0,"scrub_ms":0}`)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/users/"+p+"/pairs", "")), 404, errJSON("not_found", "no remembered replies are kept for this user"))
 	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/users/"+p, "")), 404, errJSON("not_found", "nothing is stored for this user"))
 	// A user without memory, named by user_id: its outcomes go.
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/users/kim", "")), 200,
+	wantDeletion(t, e.do(adminReq("DELETE", "/v1/admin/users/kim", "")),
 		`{"user":"`+userLabel(e.subject("kim"))+`","pairs":0,"pending":0,"outcomes":1,"key_destroyed":false,"scrubbed_pages":0,"scrub_ms":0}`)
 
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=admin", ""))
@@ -319,13 +315,32 @@ func TestRememberAndUserAdmin(t *testing.T) {
 	}
 }
 
+// wantDeletion checks a 200 answer to DELETE /v1/admin/users/{user} against
+// want, whose scrubbed_pages and scrub_ms are 0: how many free pages the
+// scrub overwrote, and how long it took, depend on the file and the disk.
+func wantDeletion(t *testing.T, rec *httptest.ResponseRecorder, want string) {
+	t.Helper()
+	var d userDeletionJSON
+	decode(t, rec, &d)
+	d.ScrubbedPages, d.ScrubMS = 0, 0
+	got, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != 200 || compact(t, string(got)) != compact(t, want) {
+		t.Errorf("DELETE: %d\n got %s\nwant %s", rec.Code, got, want)
+	}
+}
+
 // TestDeleteUserReportsAnIncompleteScrub: when the store could not clear
 // the space a deleted user's rows took (PostgreSQL refused a VACUUM or
 // CHECKPOINT), the deletion answers 200 (it is committed) and the admin log
 // says what is incomplete, at warn level.
 func TestDeleteUserReportsAnIncompleteScrub(t *testing.T) {
 	e := newEnv(t)
-	e.st.revs[e.subject("kim")] = 1
+	e.addKey("valid", 60)
+	id := e.infer("valid", `{"remember":true,"user_id":"kim","messages":[{"role":"speaker","content":"Tea?"}]}`)
+	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+id+`","chosen_rank":1}`)), 200, fbOK(id, "spoken", 6, false, true))
 	e.st.scrubProblem = "CHECKPOINT is not permitted to this database user (grant it pg_checkpoint)"
 	if rec := e.do(adminReq("DELETE", "/v1/admin/users/kim", "")); rec.Code != 200 {
 		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)

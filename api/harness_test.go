@@ -24,12 +24,12 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 const testAdminKey = "admin-secret-for-tests"
 
-// env is one Server wired to fakes.
+// env is one Server wired to a fake engine and the real store (testStore).
 type env struct {
 	t        testing.TB
 	srv      *Server
 	h        http.Handler
-	st       *memStore
+	st       *testStore
 	inf      *fakeInferer
 	notifier *fakeNotifier
 	health   *fakeHealth
@@ -39,13 +39,14 @@ type env struct {
 // newEnv builds a Server on fakes; mod may adjust the options.
 func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
+	clock := &fakeClock{t: t0}
 	e := &env{
 		t:        t,
-		st:       newMemStore(),
+		st:       newTestStore(t, clock.Now),
 		inf:      &fakeInferer{fn: echoInferer},
 		notifier: &fakeNotifier{},
 		health:   &fakeHealth{engines: []engine.EngineStatus{{Name: "llm", Ready: true}, {Name: "stt", Ready: true}}},
-		clock:    &fakeClock{t: t0},
+		clock:    clock,
 	}
 	if err := e.st.SetAdminKeyHash(secret.Hash(testAdminKey)); err != nil {
 		t.Fatal(err)

@@ -32,6 +32,9 @@ type inferState struct {
 	// version, candidate lengths and, for remember: true, its texts (which
 	// the store keeps only encrypted).
 	inference *store.InferenceInfo
+	// steered: a steered request (steer.go), logged to the steer stream
+	// and counted as the turn it refines.
+	steered bool
 }
 
 const inferStateKey = "replyd.infer_state"
@@ -105,7 +108,7 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			Message:      msg,
 			ResourceType: store.ResourceAPIKey,
 			ResourceID:   st.keyHash,
-			StreamName:   store.StreamInfer,
+			StreamName:   streamOf(st),
 			Subject:      subject,
 			Status:       status,
 			LatencyMS:    elapsed.Milliseconds(),
@@ -121,7 +124,11 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if st.inference != nil {
 			s.recent.markWritten(st.inference.ID)
 		}
-		s.metrics.inferences.WithLabelValues(code).Inc()
+		if st.steered {
+			s.metrics.steer.requests.WithLabelValues(code).Inc()
+		} else {
+			s.metrics.inferences.WithLabelValues(code).Inc()
+		}
 		return nil
 	}
 }
@@ -156,7 +163,11 @@ func (s *Server) handleInfer(c echo.Context) (err error) {
 	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
-	defer s.refundIfShed(key.Hash, &err)
+	defer func() {
+		if !st.steered {
+			s.refundIfShed(key.Hash, &err)
+		}
+	}()
 	freeUpload, err := s.reserveUpload(c.Request())
 	if err != nil {
 		return err
@@ -214,7 +225,11 @@ func (s *Server) handleTry(c echo.Context) (err error) {
 	if err := s.admit(c, key, budgetInfer); err != nil {
 		return err
 	}
-	defer s.refundIfShed(key.Hash, &err)
+	defer func() {
+		if !st.steered {
+			s.refundIfShed(key.Hash, &err)
+		}
+	}()
 	return s.runInfer(c, st, form)
 }
 
@@ -249,6 +264,9 @@ type inferResponse struct {
 	Candidates  []answerCandidate `json:"candidates"`
 	TimingsMS   timingsMS         `json:"timings_ms"`
 	InferenceID string            `json:"inference_id"`
+	// SteerMode and SteerExhausted answer a steered request (steer.go).
+	SteerMode      string `json:"steer_mode,omitempty"`
+	SteerExhausted bool   `json:"steer_exhausted,omitempty"`
 }
 
 // runInfer validates the payload against the audio part, runs the inference
@@ -265,6 +283,8 @@ type inferResponse struct {
 func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	req, audioIdx, err := parsePayload(f.payload, s.limits)
 	if err != nil {
+		// A malformed steered request is logged as one (steer.go).
+		st.steered = toAPIError(err).Code == CodeInvalidPayload
 		return err
 	}
 	if req.UserID != "" {
@@ -278,6 +298,12 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	}
 	if audioIdx >= 0 && !f.hasAudio {
 		return badRequest("messages[%d].audio is true but the request has no audio part", audioIdx)
+	}
+	var turn string
+	if req.Steer != nil {
+		if turn, err = s.startSteer(c, st, req, f.hasAudio); err != nil {
+			return err
+		}
 	}
 	if f.hasAudio {
 		if len(f.audio) == 0 {
@@ -326,7 +352,11 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		}
 		return err
 	}
-	s.metrics.observeInference(res)
+	if st.steered {
+		s.metrics.steer.exhausted(req.Steer.Mode, res.SteerExhausted)
+	} else {
+		s.metrics.observeInference(res)
+	}
 	if req.MemoryUser != "" {
 		log := s.reqLogger(c)
 		if res.RecallErr != nil {
@@ -364,6 +394,11 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
 		return err
 	}
+	if st.steered {
+		out.SteerMode, out.SteerExhausted = string(req.Steer.Mode), res.SteerExhausted
+		s.recent.addSteered(out.InferenceID, st.keyHash, s.now(), out.Response, turn, string(req.Steer.Mode))
+		return s.sendAnswer(c, events, out)
+	}
 	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
 	for i, text := range out.Response {
 		inf.CandidateChars[i] = score.Chars(text)
@@ -376,6 +411,11 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	// Feedback may arrive before the log entry is written: until it is, it
 	// waits for it through recent.
 	s.recent.add(out.InferenceID, st.keyHash, s.now(), out.Response)
+	return s.sendAnswer(c, events, out)
+}
+
+// sendAnswer sends the answer as the candidates event or as JSON.
+func (s *Server) sendAnswer(c echo.Context, events *eventStream, out inferResponse) error {
 	if events != nil {
 		if err := events.send("candidates", out); err != nil {
 			// The client went away; the answer was computed.

@@ -397,18 +397,18 @@ func TestRateLimitWindow(t *testing.T) {
 // LastUsedAt at most once a minute: calls inside the minute leave it at the
 // first one's time.
 func TestTouchKeyThrottled(t *testing.T) {
-	e, db := newBoltEnv(t)
-	key := e.addKeyTo(db, "valid", 0)
+	e := newEnv(t)
+	key := e.addKey("valid", 0)
 	for i := 0; i < 5; i++ {
 		e.do(inferReq(t, key, payloadPart(simplePayload)))
 		e.clock.Advance(time.Second)
 	}
-	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(t0) {
+	if k, _ := e.st.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(t0) {
 		t.Errorf("LastUsedAt after 5 calls in a minute = %v, want the first call's %v", k.LastUsedAt, t0)
 	}
 	e.clock.Advance(time.Minute)
 	e.do(inferReq(t, key, payloadPart(simplePayload)))
-	if k, _ := db.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(e.clock.Now()) {
+	if k, _ := e.st.GetKey(secret.Hash(key)); !k.LastUsedAt.Equal(e.clock.Now()) {
 		t.Errorf("LastUsedAt a minute later = %v, want %v", k.LastUsedAt, e.clock.Now())
 	}
 }

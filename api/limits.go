@@ -50,7 +50,7 @@ type Limits struct {
 	// OTPTTL is the lifetime of a one-time code; OTPResendInterval the least
 	// time between two sends from one client address; OTPMaxAttempts the
 	// wrong codes one address may try in 15 minutes (a wrong code never
-	// burns the code: see otp.go for the global lock).
+	// burns the code: see login.go for the global lock).
 	OTPTTL            time.Duration
 	OTPResendInterval time.Duration
 	OTPMaxAttempts    int

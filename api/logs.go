@@ -101,7 +101,7 @@ func formatDays(d time.Duration) string {
 
 var (
 	logLevels  = []string{store.LevelInfo, store.LevelWarn, store.LevelError}
-	logStreams = []string{store.StreamInfer, store.StreamAdmin, store.StreamAuth}
+	logStreams = []string{store.StreamInfer, store.StreamAdmin, store.StreamAuth, store.StreamSteer}
 )
 
 func oneOf(v string, allowed []string) bool {

@@ -69,7 +69,7 @@ func TestLogs(t *testing.T) {
 		{"limit=0", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"limit=1001", 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000")},
 		{"level=debug", 400, errJSON("invalid_request", "level must be one of info, warn, error")},
-		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin, auth")},
+		{"stream=http", 400, errJSON("invalid_request", "stream must be one of infer, admin, auth, steer")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {

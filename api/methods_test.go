@@ -91,7 +91,6 @@ func TestHeadOnEveryGetRoute(t *testing.T) {
 // headers without copying the data file or logging a download.
 func TestHeadBackupCopiesNothing(t *testing.T) {
 	e := newEnv(t)
-	e.st.backup = []byte("bolt file bytes")
 	rec := e.do(adminReq("HEAD", "/v1/admin/backup", ""))
 	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Disposition"), "attachment; filename=") || rec.Body.Len() != 0 {
 		t.Errorf("HEAD: %d %q, %d bytes", rec.Code, rec.Header().Get("Content-Disposition"), rec.Body.Len())

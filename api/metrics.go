@@ -36,6 +36,7 @@ type metrics struct {
 	keystrokes          prometheus.Counter
 	timeToChoice        prometheus.Histogram
 	examples            prometheus.Counter
+	steer               *steerMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
@@ -107,6 +108,7 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 		Help: "Remembered replies put into prompts as examples (users with remember: true).",
 	})
 	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
+	m.steer = newSteerMetrics(reg)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
 		m.authFailures, m.otpDeliveryFailures, m.otpLocks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

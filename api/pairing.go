@@ -210,7 +210,7 @@ func (s *Server) pairThrottle(c echo.Context, now time.Time) error {
 		return refuse(addrLimit, retry, "from this address")
 	}
 	total := s.limits.PairAttemptsTotal
-	ok, retry, err := s.limiter.Allow(pairGlobalKey, total, now)
+	ok, retry, err := s.store.Allow(pairGlobalKey, total, now)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func (e *env) mustPairing(body string) pairingResponse {
 }
 
 func TestPairingMintsTheKeyOnce(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing(`{"client_id":"ward-3","rate_limit_per_minute":20}`)
 	if !regexp.MustCompile(`^[2-9A-HJ-NP-Z]{8}$`).MatchString(p.PairingCode) {
 		t.Errorf("pairing_code %q is not 8 symbols of the unambiguous alphabet", p.PairingCode)
@@ -98,7 +98,7 @@ func TestPairingMintsTheKeyOnce(t *testing.T) {
 }
 
 func TestPairingErrors(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing("")
 	notValid := errJSON("unauthorized", "the pairing code is not valid: check it, or make a new one on the admin page (Keys, Add tablet)")
 	wantJSON(t, e.do(pairReq(`{"code":"22222222"}`, "192.0.2.1:1")), 401, notValid)
@@ -148,7 +148,7 @@ func TestPairingPendingBoundAndPublicURL(t *testing.T) {
 // throttle answers 429 with Retry-After, and the real code still works once
 // the window has passed.
 func TestPairingBruteForceIsThrottled(t *testing.T) {
-	e, _ := newBoltEnv(t)
+	e := newEnv(t)
 	p := e.mustPairing(`{"client_id":"ward-9"}`)
 	l := DefaultLimits()
 
@@ -217,7 +217,7 @@ func TestPairingBruteForceIsThrottled(t *testing.T) {
 // countingLimiter is the rate limiter boxes share (store.RateLimiter; on
 // PostgreSQL each call is a statement) that counts the calls per key.
 type countingLimiter struct {
-	store.RateLimiter
+	store.MemoryLimiter
 	mu    sync.Mutex
 	calls map[string]int
 }
@@ -226,7 +226,22 @@ func (l *countingLimiter) Allow(key string, limit int, now time.Time) (bool, tim
 	l.mu.Lock()
 	l.calls[key]++
 	l.mu.Unlock()
-	return l.RateLimiter.Allow(key, limit, now)
+	return l.MemoryLimiter.Allow(key, limit, now)
+}
+
+// sharedLimiterStore is one box's store whose rate limits are those of all
+// boxes (as through PostgreSQL).
+type sharedLimiterStore struct {
+	Store
+	shared *countingLimiter
+}
+
+func (s sharedLimiterStore) Allow(key string, limit int, now time.Time) (bool, time.Duration, error) {
+	return s.shared.Allow(key, limit, now)
+}
+
+func (s sharedLimiterStore) Refund(key string, now time.Time) error {
+	return s.shared.Refund(key, now)
 }
 
 // guess is the i-th well-formed pairing code (no pairing exists in these
@@ -247,11 +262,11 @@ func guess(i int) string {
 // shared limiter, whose bound of all addresses still holds across both
 // boxes.
 func TestPairingFloodFromOneAddressSparesTheSharedLimiter(t *testing.T) {
-	shared := &countingLimiter{RateLimiter: newMemoryLimiter(), calls: map[string]int{}}
+	shared := &countingLimiter{calls: map[string]int{}}
 	clock := &fakeClock{t: t0}
 	boxes := []*env{}
 	for range 2 {
-		e := newEnv(t, func(o *Options) { o.Limiter = shared; o.Now = clock.Now })
+		e := newEnv(t, func(o *Options) { o.Store = sharedLimiterStore{o.Store, shared}; o.Now = clock.Now })
 		e.clock = clock
 		boxes = append(boxes, e)
 	}
@@ -286,8 +301,8 @@ func TestPairingFloodFromOneAddressSparesTheSharedLimiter(t *testing.T) {
 // from one address share the AuthFailuresPerMinute throttle; a throttled
 // address is refused pairing before any limiter is asked.
 func TestWrongPairingCodesAreFailedAuthentications(t *testing.T) {
-	shared := &countingLimiter{RateLimiter: newMemoryLimiter(), calls: map[string]int{}}
-	e := newEnv(t, func(o *Options) { o.Limiter = shared })
+	shared := &countingLimiter{calls: map[string]int{}}
+	e := newEnv(t, func(o *Options) { o.Store = sharedLimiterStore{o.Store, shared} })
 	l := DefaultLimits()
 	for i := 0; i < l.PairAttemptsPerAddress; i++ {
 		if rec := e.do(pairReq(`{"code":"`+guess(i)+`"}`, "")); rec.Code != 401 {

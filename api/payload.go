@@ -28,6 +28,9 @@ type wirePayload struct {
 	TimeWindowSec *int64        `json:"time_window_sec"`
 	Options       *wireOptions  `json:"options"`
 	Remember      bool          `json:"remember"`
+	// Steer and ParentInferenceID: a steered request (api/steer.go).
+	Steer             json.RawMessage `json:"steer"`
+	ParentInferenceID string          `json:"parent_inference_id"`
 }
 
 type wireMessage struct {
@@ -154,6 +157,9 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 	req.StepID = p.StepID
 	if p.TimeWindowSec != nil {
 		req.TimeWindowSec = int(*p.TimeWindowSec)
+	}
+	if err := parseSteer(p.Steer, p.ParentInferenceID, &req); err != nil {
+		return req, -1, err
 	}
 	return req, audioIdx, nil
 }

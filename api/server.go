@@ -66,10 +66,6 @@ type Options struct {
 	// Node names this box in the log entries it writes and in /healthz and
 	// /v1/admin/status (REPLYD_NODE_NAME; cmd defaults it to the hostname).
 	Node string
-	// Limiter enforces the per-key rate limits; nil means this box's own
-	// in-memory limiter. Boxes sharing a PostgreSQL store pass its limiter,
-	// so that a key's limit holds across all of them.
-	Limiter store.RateLimiter
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
 	// ClientAddr); nil trusts none.
 	TrustedProxies []*net.IPNet
@@ -106,14 +102,15 @@ type Server struct {
 
 	storeDown atomic.Bool // the last health check found the store unreachable
 
-	limiter   store.RateLimiter // per-key rate limits and the pairing throttle of all addresses
-	pairAddrs *memoryLimiter    // the pairing throttle per client address, this box's own
-	refusals  refusalLog        // rate-limit refusals logged, one a window per key
+	pairAddrs store.MemoryLimiter // the pairing throttle per client address, this box's own
+	refusals  refusalLog          // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
-	rand      io.Reader
-	otpMu     sync.Mutex // serialises OTP sends
-	otp       *otpGuard
-	totpOnly  bool
+	// steerBudget is the per-key budget of steered requests (steer.go).
+	steerBudget steerBuckets
+	rand        io.Reader
+	otpMu       sync.Mutex // serialises OTP sends
+	otp         *otpGuard
+	totpOnly    bool
 
 	failures  *authFailures
 	failMu    sync.Mutex
@@ -180,11 +177,6 @@ func New(o Options) *Server {
 		s.version = "dev"
 	}
 	s.started = s.now()
-	s.limiter = o.Limiter
-	if s.limiter == nil {
-		s.limiter = newMemoryLimiter()
-	}
-	s.pairAddrs = newMemoryLimiter()
 	s.recent = newRecentInferences(recentMax)
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly
@@ -203,7 +195,7 @@ func New(o Options) *Server {
 	if s.openAPIYAML, err = renderDoc("openapi.yaml", openAPITemplate, s.docData()); err != nil {
 		panic(err)
 	}
-	if s.static, err = newStaticFiles(web.FS()); err != nil {
+	if s.static, err = newStaticFiles(web.AdminFS()); err != nil {
 		panic(err)
 	}
 	if s.appStatic, err = newStaticFiles(web.AppFS()); err != nil {
@@ -226,6 +218,19 @@ func New(o Options) *Server {
 // no route group carries middleware: Echo answers a wrong method on a group
 // with middleware 404 through the group's catch-all, while a route's own
 // middleware keeps the router's 405 with Allow.
+// Close logs the failed authentications still being counted and stops the
+// flush timer. Call it before closing the store; the Server keeps serving.
+func (s *Server) Close() {
+	s.failMu.Lock()
+	s.closed = true
+	if s.failTimer != nil {
+		s.failTimer.Stop()
+		s.failTimer = nil
+	}
+	s.failMu.Unlock()
+	s.writeFailSummaries(s.failures.flush(s.now(), true))
+}
+
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, "/healthz", s.handleHealthz)
 	get(e, "/client.md", s.handleClientMD)

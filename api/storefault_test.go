@@ -23,9 +23,7 @@ func TestStoreUnavailable(t *testing.T) {
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, okTextOnly)
 
-	e.st.mu.Lock()
-	e.st.failWith = unreachable
-	e.st.mu.Unlock()
+	e.st.fail(unreachable)
 	want := errJSON("store_unavailable", "the database is unreachable; retry shortly")
 	for name, rec := range map[string]*httptest.ResponseRecorder{
 		"infer":      e.do(inferReq(t, "valid", payloadPart(simplePayload))),
@@ -39,16 +37,14 @@ func TestStoreUnavailable(t *testing.T) {
 	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
 		`{"status":"degraded","reason":"the store (database) cannot be reached","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":false,"problem":"the store (database) cannot be reached"}}`)
 
-	e.st.mu.Lock()
-	e.st.failWith = nil
-	e.st.mu.Unlock()
+	e.st.fail(nil)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 200, strings.Replace(okTextOnly, testID(1), testID(2), 1))
 	wantJSON(t, e.do(httptest.NewRequest("GET", "/healthz", nil)), 200,
 		`{"status":"ok","node":"box-test","demo_models":false,"engines":[{"name":"llm","ready":true,"demo":false},{"name":"stt","ready":true,"demo":false}],"m4a":false,"storage":{"writable":true}}`)
 }
 
-// failingLimiter is a shared limiter whose database is down.
-type failingLimiter struct{}
+// failingLimiter is a store whose shared rate limiter cannot be reached.
+type failingLimiter struct{ Store }
 
 func (failingLimiter) Allow(string, int, time.Time) (bool, time.Duration, error) {
 	return false, 0, unreachable
@@ -59,7 +55,7 @@ func (failingLimiter) Refund(string, time.Time) error { return unreachable }
 // TestSharedLimiterUnavailable: a key is not admitted when the shared rate
 // limit cannot be checked.
 func TestSharedLimiterUnavailable(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Limiter = failingLimiter{} })
+	e := newEnv(t, func(o *Options) { o.Store = failingLimiter{o.Store} })
 	e.addKey("valid", 60)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 503, errJSON("store_unavailable", "the database is unreachable; retry shortly"))
 	if n := e.inf.count(); n != 0 {
@@ -68,7 +64,7 @@ func TestSharedLimiterUnavailable(t *testing.T) {
 }
 
 // notSupportedStore is a store that cannot stream a backup (PostgreSQL).
-type notSupportedStore struct{ *memStore }
+type notSupportedStore struct{ Store }
 
 func (notSupportedStore) Backup(w io.Writer) (int64, error) {
 	return 0, fmt.Errorf("store: backup: %w: use pg_dump", store.ErrNotSupported)
@@ -77,7 +73,7 @@ func (notSupportedStore) Backup(w io.Writer) (int64, error) {
 // TestBackupNotSupported: on PostgreSQL the backup endpoint explains pg_dump
 // with 501 instead of sending a file.
 func TestBackupNotSupported(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Store = notSupportedStore{o.Store.(*memStore)} })
+	e := newEnv(t, func(o *Options) { o.Store = notSupportedStore{o.Store} })
 	rec := e.do(adminReq("GET", "/v1/admin/backup", ""))
 	wantJSON(t, rec, 501, errJSON("not_supported", "this replyd keeps its data in PostgreSQL, which is backed up with pg_dump, not downloaded here (see the README: two boxes, one PostgreSQL)"))
 	if cd := rec.Header().Get("Content-Disposition"); cd != "" {

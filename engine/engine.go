@@ -40,10 +40,13 @@ type Request struct {
 	Messages []Message
 	Profile  Profile
 
-	UserID        string
-	DialogID      string
-	StepID        string
-	TimeWindowSec int
+	UserID   string
+	DialogID string
+	// ParentInferenceID is the turn a steered request refines (the API's
+	// concern; the pipeline ignores it).
+	ParentInferenceID string
+	StepID            string
+	TimeWindowSec     int
 
 	// MemoryUser names the user whose remembered replies may go into the
 	// prompt as examples (the payload's remember: true); "" for none. It is
@@ -54,6 +57,8 @@ type Request struct {
 	Temperature   float64 // 0..2, already defaulted by the API
 	// Seed makes sampling repeatable when non-zero.
 	Seed uint32
+	// Steer, when set, constrains every candidate (a steered request).
+	Steer *Steer
 
 	// SystemPrompt is the current system prompt from the store.
 	SystemPrompt string
@@ -126,6 +131,9 @@ type Result struct {
 	// RecallErr is why the remembered replies could not be read, if they
 	// could not; the inference went on without them.
 	RecallErr error
+	// SteerExhausted: a steered request got fewer distinct matching
+	// candidates than it asked for within the reply budget.
+	SteerExhausted bool
 }
 
 // Example is one remembered exchange of the AAC user: what the partner said
@@ -206,6 +214,8 @@ type GenerateRequest struct {
 	N           int
 	Temperature float64
 	Seed        uint32
+	// Steer, when set, constrains every candidate: none breaks it.
+	Steer *Steer
 
 	// TranscriptReserve is how many prompt tokens the partner's current turn
 	// may take when its text comes from a recording: the prompt is fitted to
@@ -226,6 +236,9 @@ type Generation struct {
 	GenTokens    int
 	// Examples went into the prompt, taking ExampleTokens of it.
 	Examples, ExampleTokens int
+	// SteerExhausted: fewer distinct candidates meeting req.Steer than
+	// asked for could be sampled within the reply budget.
+	SteerExhausted bool
 }
 
 // Generator produces candidate replies. Implementations must be safe for

@@ -190,6 +190,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (Result, error) {
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
+	res.SteerExhausted = gen.SteerExhausted
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation
@@ -222,6 +223,7 @@ func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message,
 		N:                 req.MaxCandidates,
 		Temperature:       req.Temperature,
 		Seed:              req.Seed,
+		Steer:             req.Steer,
 		TranscriptReserve: reserve,
 	}
 }

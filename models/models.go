@@ -31,6 +31,9 @@ const (
 	KindWhisper = "whisper"
 	KindLLM     = "llm"
 	KindVAD     = "vad" // voice activity detection (Silero VAD)
+	// KindTokenizer is a tokenizer without weights: Qwen's tokenizer.json,
+	// which `replyd models synth` writes into the Qwen2.5 shapes.
+	KindTokenizer = "tokenizer"
 )
 
 // Model is one recommended file.
@@ -156,8 +159,8 @@ func ParseManifest(r io.Reader) (Manifest, error) {
 			return Manifest{}, fmt.Errorf("models: manifest: duplicate file %q", e.File)
 		case e.File != filepath.Base(e.File) || strings.HasPrefix(e.File, "."):
 			return Manifest{}, fmt.Errorf("models: manifest: file %q must be a plain file name", e.File)
-		case e.Kind != KindWhisper && e.Kind != KindLLM && e.Kind != KindVAD:
-			return Manifest{}, fmt.Errorf("models: manifest: %s: kind %q is not %q, %q or %q", e.Name, e.Kind, KindWhisper, KindLLM, KindVAD)
+		case e.Kind != KindWhisper && e.Kind != KindLLM && e.Kind != KindVAD && e.Kind != KindTokenizer:
+			return Manifest{}, fmt.Errorf("models: manifest: %s: kind %q is not %q, %q, %q or %q", e.Name, e.Kind, KindWhisper, KindLLM, KindVAD, KindTokenizer)
 		case !isHex(e.SHA256, sha256.Size):
 			return Manifest{}, fmt.Errorf("models: manifest: %s: sha256 must be empty or %d hex digits", e.Name, 2*sha256.Size)
 		case !isHex(e.SHA1, sha1.Size):

@@ -31,7 +31,7 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// Source is where the pairs come from; *store.DB implements it.
+// Source is where the pairs come from; store/bolt's DB implements it.
 type Source interface {
 	// MemoryRev returns the revision of the user's pairs (0: no memory).
 	MemoryRev(subject string) (uint64, error)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
 
 func pairs(kv ...string) []store.Pair {
@@ -139,7 +140,7 @@ func TestMemoryFollowsTheRevision(t *testing.T) {
 // inference, its feedback, then the pair is recalled; after deletion,
 // nothing is.
 func TestRecallFromTheStore(t *testing.T) {
-	db, err := store.Open(filepath.Join(t.TempDir(), "replyd.db"), store.Options{})
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "replyd.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func BenchmarkBuild10k(b *testing.B) {
 // BenchmarkRecallStore10k is BenchmarkRecall10k with the store's revision
 // read from a real bbolt file, as in production.
 func BenchmarkRecallStore10k(b *testing.B) {
-	db, err := store.Open(filepath.Join(b.TempDir(), "replyd.db"), store.Options{})
+	db, err := bolt.Open(filepath.Join(b.TempDir(), "replyd.db"), bolt.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

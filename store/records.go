@@ -1,13 +1,13 @@
-// Package store defines replyd's persistent state: the record types, the
-// Store contract (store.go) and its embedded implementation, *DB, which keeps
-// everything in one bbolt file: API keys, the admin key, system prompt
-// versions, OTP codes, admin sessions, logs, the counters behind the
-// statistics, the outcomes tablets report, and the remembered replies of
-// users who opted in. Nothing else in replyd imports bbolt. The PostgreSQL
-// implementation lives in store/postgres. Secrets are stored only as SHA-256
-// hashes, except the installation secrets (the user-id pseudonym key, the TOTP
-// secret), kept as they are because replyd must use them; remembered dialog
-// text only encrypted with AES-GCM under a key of its own user (memory.go).
+// Package store defines replyd's persistent state: the record types and the
+// Store contract (store.go) with what its implementations share (the
+// statistics' arithmetic, the sealing of remembered texts, snapshots, the
+// in-memory rate limiter). store/bolt keeps everything in one bbolt file (the
+// embedded default); store/postgres in PostgreSQL, shared by several boxes.
+// Nothing but store/bolt imports bbolt. Secrets are stored only as SHA-256
+// hashes, except the installation secrets (the user-id pseudonym key, the
+// TOTP secret), kept as they are because replyd must use them; remembered
+// dialog text only encrypted with AES-GCM under a key of its own user
+// (seal.go).
 package store
 
 import (
@@ -36,7 +36,26 @@ const (
 	StreamAdmin = "admin"
 	// StreamAuth holds the aggregated failed-authentication entries.
 	StreamAuth = "auth"
+	// StreamSteer holds the entries of steered infer calls, which count as
+	// the turn they refine, not as inferences of their own.
+	StreamSteer = "steer"
 )
+
+// Names of the installation secrets replyd keeps in the store. They live in
+// the data file, so every box of a cluster and every backup share them; they
+// are never logged and never leave the box except inside a backup.
+const (
+	// SecretPseudonym keys the HMAC that turns a payload's user_id into the
+	// stored pseudonym (see secret.Pseudonym).
+	SecretPseudonym = "pseudonym_key"
+	// SecretTOTP is the administrator's RFC 6238 secret, present once
+	// enrolled.
+	SecretTOTP = "totp"
+)
+
+// DefaultPruneBatch is the number of log entries PruneLogs deletes per
+// transaction when its batch argument is <= 0.
+const DefaultPruneBatch = 1000
 
 // Errors returned by the store, tested with errors.Is.
 var (

@@ -9,8 +9,8 @@ import (
 	"fmt"
 )
 
-// userKeySize is the size of a user's AES-256-GCM key.
-const userKeySize = 32
+// UserKeySize is the size of a user's AES-256-GCM key.
+const UserKeySize = 32
 
 // The encryption of remembered texts, shared by every Store
 // implementation: a random AES-256 key per user (NewUserKey), and strings
@@ -37,7 +37,7 @@ func OpenStrings(key, aad, sealed []byte) ([]string, error) {
 
 // newUserKey returns a fresh random AES-256 key.
 func newUserKey() ([]byte, error) {
-	k := make([]byte, userKeySize)
+	k := make([]byte, UserKeySize)
 	if _, err := rand.Read(k); err != nil {
 		return nil, fmt.Errorf("store: user key: %w", err)
 	}
@@ -78,8 +78,8 @@ func unseal(key, aad, sealed []byte) ([]byte, error) {
 var errSealed = errors.New("store: encrypted text does not open with its user's key")
 
 func gcmOf(key []byte) (cipher.AEAD, error) {
-	if len(key) != userKeySize {
-		return nil, fmt.Errorf("store: user key has %d bytes, want %d", len(key), userKeySize)
+	if len(key) != UserKeySize {
+		return nil, fmt.Errorf("store: user key has %d bytes, want %d", len(key), UserKeySize)
 	}
 	b, err := aes.NewCipher(key)
 	if err != nil {
@@ -104,14 +104,21 @@ func encodeStrings(ss ...string) []byte {
 }
 
 func decodeStrings(b []byte) ([]string, error) {
-	r := rowReader{b: b}
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(b)) {
-		return nil, errBadRow
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, errBadStrings
 	}
+	b = b[k:]
 	out := make([]string, 0, n)
 	for i := uint64(0); i < n; i++ {
-		out = append(out, r.str())
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, errBadStrings
+		}
+		out = append(out, string(b[k:k+int(l)]))
+		b = b[k+int(l):]
 	}
-	return out, r.err
+	return out, nil
 }
+
+var errBadStrings = errors.New("store: malformed remembered texts")

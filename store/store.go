@@ -7,7 +7,7 @@ import (
 )
 
 // Store is replyd's persistent state: the contract every implementation
-// keeps. Two implement it: *DB here (one bbolt file, one process: the
+// keeps. Two implement it: store/bolt (one bbolt file, one process: the
 // embedded default) and store/postgres (PostgreSQL, shared by several boxes).
 // Both run the one scenario suite in store/storetest; a behaviour that only
 // one of them has is a bug in the other. A new method goes into this
@@ -282,15 +282,17 @@ type Store interface {
 	// last write's failure until a write succeeds again, wrapping
 	// ErrNoSpace when the disk is full.
 	Ping(ctx context.Context) error
+	// RateLimiter counts each key's requests against its rate limit: in
+	// memory for the one process of a bbolt store (MemoryLimiter), in the
+	// database for the boxes that share a PostgreSQL store.
+	RateLimiter
+
 	// Describe names where the data lives for the admin page and the logs:
 	// a file path, or a database URL without its password.
 	Describe() string
 	// Close releases the store. Appends in flight finish first.
 	Close() error
 }
-
-// The bbolt store keeps the contract.
-var _ Store = (*DB)(nil)
 
 // RateWindow is the length of a rate-limit window.
 const RateWindow = time.Minute

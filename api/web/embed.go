@@ -8,14 +8,15 @@ import (
 	"io/fs"
 )
 
-//go:embed static
-var static embed.FS
+//go:embed admin
+var admin embed.FS
 
 //go:embed app
 var app embed.FS
 
-// FS returns the admin page's files, rooted so that "index.html" is the page.
-func FS() fs.FS { return sub(static, "static") }
+// AdminFS returns the admin page's files, rooted so that "index.html" is the
+// page.
+func AdminFS() fs.FS { return sub(admin, "admin") }
 
 // AppFS returns the conversation page's files, rooted so that "index.html"
 // is the page.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,14 +51,15 @@ func partnerClip(path string, seconds float64) (clip, error) {
 }
 
 // ensureModel returns the synthesised model of shape in dir, writing it with
-// `bin models synth` when it is missing.
+// `bin models synth` when it is missing, or when a language model there was
+// written before synth gave the Qwen2.5 shapes Qwen's real tokenizer.
 func ensureModel(ctx context.Context, bin, dir, shape string) (string, error) {
 	ext := ".gguf"
 	if strings.HasSuffix(shape, ".en") {
 		ext = ".bin"
 	}
 	p := filepath.Join(dir, "synth-"+shape+"-q8_0"+ext)
-	if fileExists(p) {
+	if fileExists(p) && (ext != ".gguf" || hasBPEVocab(p)) {
 		return p, nil
 	}
 	out, err := exec.CommandContext(ctx, bin, "models", "synth", "--shape", shape, "--dir", dir).Output()
@@ -67,6 +70,21 @@ func ensureModel(ctx context.Context, bin, dir, shape string) (string, error) {
 		return "", fmt.Errorf("replyd models synth wrote %q, expected %q", got, p)
 	}
 	return p, nil
+}
+
+// hasBPEVocab reports whether the GGUF file p names a pre-tokenizer
+// (tokenizer.ggml.pre), which synth writes, before the vocabulary, only
+// with Qwen's byte-level BPE vocabulary; older synthesised files spelled
+// unknown words letter by letter and hold about 3x the tokens.
+func hasBPEVocab(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 64<<10)
+	n, _ := io.ReadFull(f, head)
+	return bytes.Contains(head[:n], []byte("tokenizer.ggml.pre"))
 }
 
 func fileExists(p string) bool {

@@ -20,6 +20,7 @@ import (
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
 
 func cmdModels(args []string, stdout, stderr io.Writer) error {
@@ -187,7 +188,7 @@ func cmdBackup(ctx context.Context, args []string, getenv func(string) string, s
 // for a hot copy (GET /v1/admin/backup, bbolt's Tx.WriteTo) with the
 // configured admin key.
 func backupTo(ctx context.Context, cfg *Config, url string, w io.Writer) (int64, error) {
-	db, err := store.Open(dbPath(cfg), store.Options{Timeout: 200 * time.Millisecond, ReadOnly: true})
+	db, err := bolt.Open(dbPath(cfg), bolt.Options{Timeout: 200 * time.Millisecond, ReadOnly: true})
 	if err == nil {
 		defer db.Close()
 		return db.Backup(w)
@@ -262,7 +263,7 @@ func cmdRestore(args []string, getenv func(string) string, stdout, stderr io.Wri
 	// Hold the lock of the current file while replacing it, so a running
 	// replyd is detected instead of being pulled out from under.
 	if _, err := os.Stat(dbPath(cfg)); err == nil {
-		db, err := store.Open(dbPath(cfg), store.Options{Timeout: 200 * time.Millisecond})
+		db, err := bolt.Open(dbPath(cfg), bolt.Options{Timeout: 200 * time.Millisecond})
 		if err != nil {
 			if errors.Is(err, store.ErrLocked) {
 				return errors.New("restore: replyd is running on this data directory: stop it first")
@@ -273,7 +274,7 @@ func cmdRestore(args []string, getenv func(string) string, stdout, stderr io.Wri
 			db.Close()
 		}
 	}
-	if err := store.Restore(src, dbPath(cfg)); err != nil {
+	if err := bolt.Restore(src, dbPath(cfg)); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	fmt.Fprintf(stdout, "restore: %s now holds the backup %s\n", dbPath(cfg), src)
@@ -288,7 +289,7 @@ func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if cfg.StoreURL != "" {
 		return errPostgresManaged("check", "check its indexes with pg_amcheck (Debian's postgresql package)")
 	}
-	db, err := store.Open(dbPath(cfg), store.Options{Timeout: time.Second, ReadOnly: true})
+	db, err := bolt.Open(dbPath(cfg), bolt.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		return err
 	}

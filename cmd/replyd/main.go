@@ -45,7 +45,8 @@ Usage:
   replyd models demo [--dir DIR]        write the tiny random-weight demo models
   replyd models synth --shape NAME [--type T] [--dir DIR]
                                         write a random-weight model with the shape of Whisper
-                                        tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B; prints its path
+                                        tiny.en/base.en/small.en or Qwen2.5 0.5B/1.5B (with Qwen's
+                                        tokenizer, --tokenizer FILE); prints its path
   replyd models verify [--dir DIR]      check model files against models/manifest.json
   replyd transcribe --model PATH [--language xx] [--threads N] [--json] FILE
   replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)

@@ -59,8 +59,6 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.db = db
-	// Boxes sharing PostgreSQL share its rate limiter; one box keeps its own.
-	limiter, _ := db.(store.RateLimiter)
 
 	if err := ensureAdminKey(db, cfg.AdminKey, s.stderr, s.log); err != nil {
 		return err
@@ -149,7 +147,6 @@ func (s *Server) Run(ctx context.Context) error {
 		MetricsPublic:  cfg.MetricsAddr != "",
 		TLS:            s.tls != nil,
 		Node:           cfg.NodeName,
-		Limiter:        limiter,
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
 		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },

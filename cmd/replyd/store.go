@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 	"github.com/replyd/replyd/store/postgres"
 )
 
@@ -30,7 +31,7 @@ func openStore(ctx context.Context, cfg *Config, log *slog.Logger) (store.Store,
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 	}
-	db, err := store.Open(dbPath(cfg), store.Options{})
+	db, err := bolt.Open(dbPath(cfg), bolt.Options{})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
 
 // cmdStore runs `replyd store migrate`.
@@ -47,7 +48,7 @@ func migrateStore(ctx context.Context, from, to string, force bool, stdout io.Wr
 	if _, err := os.Stat(from); err != nil {
 		return fmt.Errorf("store migrate: %w", err)
 	}
-	src, err := store.Open(from, store.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+	src, err := bolt.Open(from, bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("store migrate: a running replyd holds %s: stop it first, so that nothing is written during the copy", from)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/replyd/replyd/internal/pgtest"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 	"github.com/replyd/replyd/store/postgres"
 	"github.com/replyd/replyd/store/storetest"
 )
@@ -30,7 +31,7 @@ func runCmd(t *testing.T, env map[string]string, args ...string) (int, string) {
 func TestStoreMigrate(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "replyd.db")
 	clk := storetest.NewClock(storetest.T0)
-	src, err := store.Open(file, store.Options{Now: clk.Now})
+	src, err := bolt.Open(file, bolt.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +91,9 @@ func TestStoreMigrate(t *testing.T) {
 	}
 }
 
-func reopen(t *testing.T, file string) *store.DB {
+func reopen(t *testing.T, file string) *bolt.DB {
 	t.Helper()
-	db, err := store.Open(file, store.Options{ReadOnly: true})
+	db, err := bolt.Open(file, bolt.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,11 @@ type synthShape struct {
 	what  string   // for the help text
 	types []string // weight types the writer can produce, default first
 	ext   string
-	write func(path, typ string) error
+	// write writes the model; tokenizer is the path of Qwen's
+	// tokenizer.json (only the Qwen2.5 shapes use it).
+	write func(path, typ, tokenizer string) error
+	// needsTokenizer marks the shapes written with Qwen's real vocabulary.
+	needsTokenizer bool
 }
 
 var synthShapes = map[string]synthShape{
@@ -41,7 +45,7 @@ var synthShapes = map[string]synthShape{
 // model about as many prompt tokens as real speech of that length.
 func whisperShape(what string, cfg func(weightType string) whisper.ModelConfig) synthShape {
 	return synthShape{what: what, types: []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "f16", "f32"}, ext: ".bin",
-		write: func(path, typ string) error {
+		write: func(path, typ, _ string) error {
 			c := cfg(typ)
 			c.Words = llm.DemoWords()
 			return whisper.WriteModel(path, c)
@@ -49,10 +53,11 @@ func whisperShape(what string, cfg func(weightType string) whisper.ModelConfig) 
 }
 
 func llmShape(what string, cfg func() llm.ModelConfig) synthShape {
-	return synthShape{what: what, types: []string{"q8_0", "q4_0", "f16", "f32"}, ext: ".gguf",
-		write: func(path, typ string) error {
+	return synthShape{what: what, types: []string{"q8_0", "q4_0", "f16", "f32"}, ext: ".gguf", needsTokenizer: true,
+		write: func(path, typ, tokenizer string) error {
 			c := cfg()
 			c.Quant = typ
+			c.Tokenizer = tokenizer
 			return llm.WriteModel(path, c)
 		}}
 }
@@ -75,8 +80,13 @@ func cmdModelsSynth(args []string, stdout, stderr io.Writer) error {
 	shape := fs.String("shape", "", "model shape: "+strings.Join(names, ", "))
 	typ := fs.String("type", "q8_0", "weight type (Whisper: q8_0, q4_0, q4_1, q5_0, q5_1, f16, f32; Qwen: q8_0, q4_0, f16, f32)")
 	dir := fs.String("dir", filepath.Dir(DefaultLLMModel), "directory to write the model into")
+	tokDefault := os.Getenv("REPLYD_QWEN_TOKENIZER")
+	if tokDefault == "" {
+		tokDefault = filepath.Join("models", "qwen-tokenizer.json")
+	}
+	tokenizer := fs.String("tokenizer", tokDefault, "Qwen's tokenizer.json, the vocabulary of the Qwen2.5 shapes (scripts/qwen-tokenizer.sh fetches it; env REPLYD_QWEN_TOKENIZER)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: replyd models synth --shape NAME [--type T] [--dir DIR]")
+		fmt.Fprintln(stderr, "Usage: replyd models synth --shape NAME [--type T] [--dir DIR] [--tokenizer FILE]")
 		fmt.Fprintln(stderr, "\nWrites a model with random weights and the shape of a real one (for measuring a box; its replies are gibberish):")
 		for _, n := range names {
 			fmt.Fprintf(stderr, "  %-13s %s\n", n, synthShapes[n].what)
@@ -97,12 +107,17 @@ func cmdModelsSynth(args []string, stdout, stderr io.Writer) error {
 	if !known {
 		return fmt.Errorf("models synth: the %s writer has no type %q (%s)", *shape, *typ, strings.Join(s.types, ", "))
 	}
+	if s.needsTokenizer {
+		if _, err := os.Stat(*tokenizer); err != nil {
+			return fmt.Errorf("models synth: the %s shape is written with Qwen's tokenizer.json, not found at %s (scripts/qwen-tokenizer.sh fetches it; --tokenizer names another)", *shape, *tokenizer)
+		}
+	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return fmt.Errorf("models synth: %w", err)
 	}
 	path := synthPath(*dir, *shape, *typ)
 	t0 := time.Now()
-	if err := s.write(path, *typ); err != nil {
+	if err := s.write(path, *typ, *tokenizer); err != nil {
 		return fmt.Errorf("models synth: %w", err)
 	}
 	st, err := os.Stat(path)

@@ -54,6 +54,8 @@ func TestModelsSynth(t *testing.T) {
 		{"synth", "--shape", "tiny", "--dir", dir},
 		{"synth", "--shape", "qwen2.5-0.5b", "--type", "q5_0", "--dir", dir},
 		{"synth", "--dir", dir},
+		// The Qwen2.5 shapes are written with Qwen's tokenizer or not at all.
+		{"synth", "--shape", "qwen2.5-0.5b", "--tokenizer", filepath.Join(dir, "absent.json"), "--dir", dir},
 	} {
 		if err := cmdModels(args, &out, &errOut); err == nil {
 			t.Errorf("%v: no error", args)

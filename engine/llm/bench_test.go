@@ -32,6 +32,15 @@ func writeBenchModel(cfg ModelConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The benchmark shapes have Qwen's real vocabulary, so a dialog costs
+	// the tokens it costs a real Qwen2.5.
+	cfg.Tokenizer = os.Getenv("REPLYD_QWEN_TOKENIZER")
+	if cfg.Tokenizer == "" {
+		cfg.Tokenizer = filepath.Join("..", "..", "models", "qwen-tokenizer.json")
+	}
+	if _, err := os.Stat(cfg.Tokenizer); err != nil {
+		return "", fmt.Errorf("the benchmark models need Qwen's tokenizer.json (scripts/qwen-tokenizer.sh fetches it): %w", err)
+	}
 	p := filepath.Join(dir, cfg.Name+".gguf")
 	return p, WriteModel(p, cfg)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/steer"
 )
 
 // This file is the owner goroutine's work for one job: fit and tokenize the
@@ -112,6 +113,15 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	if err != nil {
 		return gen, err
 	}
+	var sr *steerRun
+	if req.Steer != nil {
+		if sr, err = e.newSteerRun(*req.Steer); err != nil {
+			return gen, err
+		}
+		tokens = append(tokens, sr.kept...)
+		// Every candidate's cells must fit beside the prompt's.
+		sr.limit = max(min(sr.limit, (e.cells-len(tokens))/n-1), 1)
+	}
 	gen.PromptTokens = len(tokens)
 
 	var logits []float32
@@ -157,7 +167,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			if t == 0 && idx > 0 {
 				t = diverseTemp
 			}
-			cands = append(cands, &cand{seq: e.genSeqs[i], s: newSampler(t, seed, uint64(idx))})
+			cands = append(cands, e.newCand(e.genSeqs[i], newSampler(t, seed, uint64(idx)), sr))
 		}
 		var err error
 		switch m {
@@ -190,7 +200,10 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		var done []scored
 		for _, c := range cands {
 			gen.GenTokens += c.sampled
-			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.tokens, whole: !c.cut})
+			if c.failed {
+				continue
+			}
+			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.replyTokens(), whole: !c.cut})
 		}
 		out = append(out, uniqueCandidates(done, seen)...)
 	}
@@ -204,7 +217,8 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		out = out[:n]
 	}
 	rankCandidates(out)
-	e.offerReplies(req.DialogID, out)
+	gen.SteerExhausted = sr != nil && len(out) < n
+	e.offerReplies(req.DialogID, out, sr != nil)
 	for i, c := range out {
 		gen.Candidates = append(gen.Candidates, engine.Candidate{
 			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
@@ -493,6 +507,33 @@ type cand struct {
 	// cut: the last token's piece went on past the newline that ended the
 	// reply, so the tokens hold more than text.
 	cut bool
+	// limit is the most tokens the candidate samples (0: MaxReplyTokens).
+	limit int
+	// sr is the request's constraint (nil when not steered), st where the
+	// candidate stands in it; failed: it cannot meet it (see steerAccept).
+	sr     *steerRun
+	st     steer.State
+	failed bool
+}
+
+// newCand makes a candidate on sequence seq. A steered one's text begins
+// with the forced tokens the prompt ends with.
+func (e *Engine) newCand(seq int, s *sampler, sr *steerRun) *cand {
+	c := &cand{seq: seq, s: s, limit: e.opts.MaxReplyTokens}
+	if sr != nil {
+		c.sr, c.st, c.limit = sr, sr.start, sr.limit
+		c.text = slices.Clone(sr.keptText)
+	}
+	return c
+}
+
+// replyTokens are the reply's tokens: the forced ones of a steered request
+// and the sampled ones.
+func (c *cand) replyTokens() []int {
+	if c.sr == nil || len(c.sr.kept) == 0 {
+		return c.tokens
+	}
+	return append(slices.Clone(c.sr.kept), c.tokens...)
 }
 
 // accept takes a sampled token: a stop token or a newline ends the reply
@@ -502,9 +543,15 @@ func (c *cand) accept(e *Engine, tok int, lp float64) {
 	c.sampled++
 	if e.vocab.isStop(tok) {
 		c.done = true
+		if c.sr != nil {
+			c.steerAccept(nil, true)
+		}
 		return
 	}
 	p := e.vocab.piece(tok)
+	if c.sr != nil {
+		defer c.steerAccept(p, false)
+	}
 	if i := strings.IndexByte(string(p), '\n'); i >= 0 {
 		c.text = append(c.text, p[:i]...)
 		if i > 0 {
@@ -518,9 +565,24 @@ func (c *cand) accept(e *Engine, tok int, lp float64) {
 	c.text = append(c.text, p...)
 	c.tokens = append(c.tokens, tok)
 	c.logprob += lp
-	if len(c.tokens) >= e.opts.MaxReplyTokens {
+	limit := c.limit
+	if limit == 0 {
+		limit = e.opts.MaxReplyTokens
+	}
+	if len(c.tokens) >= limit {
 		c.done = true
 	}
+}
+
+// step samples and accepts c's next token; a steered candidate that its
+// constraint leaves no token ends, failed.
+func (c *cand) step(e *Engine, logits []float32) {
+	tok, lp, ok := c.next(logits)
+	if !ok {
+		c.done, c.failed = true, true
+		return
+	}
+	c.accept(e, tok, lp)
 }
 
 // sampleCands shares the cells of sequence from (the prompt) with each
@@ -534,8 +596,7 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 			e.lctx.KvCacheSeqCp(from, c.seq, -1, -1)
 		}
 		e.genLen[c.seq-1] = promptLen
-		tok, lp := c.s.sample(logits)
-		c.accept(e, tok, lp)
+		c.step(e, logits)
 	}
 	for pos := promptLen; ; pos++ {
 		e.batch.Clear()
@@ -554,8 +615,7 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 			return err
 		}
 		for i, c := range active {
-			tok, lp := c.s.sample(e.lctx.logits(i))
-			c.accept(e, tok, lp)
+			c.step(e, e.lctx.logits(i))
 		}
 	}
 }

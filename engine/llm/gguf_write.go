@@ -52,6 +52,15 @@ type ModelConfig struct {
 	// distributions. Zero means 0.02.
 	OutputScale float32
 	Seed        uint64
+	// Tokenizer, when set, is the path of a Hugging Face tokenizer.json of
+	// byte-level BPE (Qwen's, fetched by scripts/qwen-tokenizer.sh): the
+	// model then gets that vocabulary (tokenizer.ggml.model gpt2,
+	// pre-tokenizer qwen2, merges), tokenizing text as the real model does,
+	// padded to Vocab. Empty writes the made-up SentencePiece vocabulary.
+	Tokenizer string
+	// AddedTokens is how many of the tokenizer's added tokens (the special
+	// ones after the BPE tokens) the vocabulary keeps: Qwen2.5 has 22.
+	AddedTokens int
 }
 
 // DemoModelConfig is the tiny model WriteDemoModel writes: 2 layers of width
@@ -65,15 +74,21 @@ func DemoModelConfig() ModelConfig {
 	}
 }
 
+// QwenAddedTokens is the number of added tokens of Qwen2.5's vocabulary
+// (<|endoftext|> to <|file_sep|>, ids 151643 to 151664); Qwen3's
+// tokenizer.json has these first and four more after them.
+const QwenAddedTokens = 22
+
 // Qwen05BConfig has the dimensions of Qwen2.5-0.5B (24 layers, width 896,
 // 14 query and 2 key/value heads, 151936 tokens, tied embeddings) in q8_0,
 // written as a llama-architecture model with random weights. It is the
-// benchmark model: about 530 MB.
+// benchmark model: about 530 MB. Set Tokenizer to give it Qwen's real
+// vocabulary.
 func Qwen05BConfig() ModelConfig {
 	return ModelConfig{
 		Name: "replyd-bench-qwen2.5-0.5b-shape", Embd: 896, Heads: 14, KVHeads: 2, Layers: 24, FF: 4864,
 		Vocab: 151936, CtxTrain: 32768, RopeTheta: 1e6, Quant: "q8_0", TiedEmbeddings: true,
-		OutputScale: 0.05, Seed: 0xbe7c,
+		OutputScale: 0.05, Seed: 0xbe7c, AddedTokens: QwenAddedTokens,
 	}
 }
 
@@ -84,7 +99,7 @@ func Qwen15BConfig() ModelConfig {
 	return ModelConfig{
 		Name: "replyd-bench-qwen2.5-1.5b-shape", Embd: 1536, Heads: 12, KVHeads: 2, Layers: 28, FF: 8960,
 		Vocab: 151936, CtxTrain: 32768, RopeTheta: 1e6, Quant: "q8_0", TiedEmbeddings: true,
-		OutputScale: 0.05, Seed: 0x15b,
+		OutputScale: 0.05, Seed: 0x15b, AddedTokens: QwenAddedTokens,
 	}
 }
 
@@ -216,7 +231,18 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 	if cfg.RopeTheta == 0 {
 		cfg.RopeTheta = 10000
 	}
-	toks, scores, types := vocab(cfg)
+	var toks []string
+	var scores []float32
+	var types []int32
+	var bpe bpeVocab
+	if cfg.Tokenizer != "" {
+		if bpe, err = readBPEVocab(cfg.Tokenizer, cfg.Vocab, cfg.AddedTokens); err != nil {
+			return fmt.Errorf("write model %s: %w", path, err)
+		}
+		toks, types = bpe.tokens, bpe.types
+	} else {
+		toks, scores, types = vocab(cfg)
+	}
 	nVocab := len(toks)
 	headDim := cfg.Embd / cfg.Heads
 	kvDim := headDim * cfg.KVHeads
@@ -306,21 +332,14 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 		{arch + ".rope.freq_base", func() { w.f32v(cfg.RopeTheta) }},
 		{arch + ".attention.layer_norm_rms_epsilon", func() { w.f32v(1e-6) }},
 		{arch + ".vocab_size", func() { w.u32v(uint32(nVocab)) }},
-		{"tokenizer.ggml.model", func() { w.str("llama") }},
+	}
+	tokens := []kv{
 		{"tokenizer.ggml.tokens", func() {
 			w.u32(ggufArray)
 			w.u32(ggufString)
 			w.u64(uint64(nVocab))
 			for _, s := range toks {
 				w.rawStr(s)
-			}
-		}},
-		{"tokenizer.ggml.scores", func() {
-			w.u32(ggufArray)
-			w.u32(ggufFloat32)
-			w.u64(uint64(nVocab))
-			for _, s := range scores {
-				w.u32(math.Float32bits(s))
 			}
 		}},
 		{"tokenizer.ggml.token_type", func() {
@@ -331,13 +350,44 @@ func WriteModel(path string, cfg ModelConfig) (err error) {
 				w.u32(uint32(t))
 			}
 		}},
-		{"tokenizer.ggml.bos_token_id", func() { w.u32v(1) }},
-		{"tokenizer.ggml.eos_token_id", func() { w.u32v(4) }}, // <|im_end|>
-		{"tokenizer.ggml.unknown_token_id", func() { w.u32v(0) }},
 		{"tokenizer.ggml.add_bos_token", func() { w.u32(ggufBool); w.u8(0) }},
 		{"tokenizer.ggml.add_eos_token", func() { w.u32(ggufBool); w.u8(0) }},
-		{"tokenizer.chat_template", func() { w.str(chatMLTemplate) }},
 	}
+	if cfg.Tokenizer != "" {
+		// As convert_hf_to_gguf.py writes Qwen2.5-Instruct: byte-level
+		// BPE with Qwen2's pre-tokenizer, no scores.
+		kvs = append(kvs, kv{"tokenizer.ggml.model", func() { w.str("gpt2") }},
+			kv{"tokenizer.ggml.pre", func() { w.str("qwen2") }})
+		kvs = append(kvs, tokens...)
+		kvs = append(kvs,
+			kv{"tokenizer.ggml.merges", func() {
+				w.u32(ggufArray)
+				w.u32(ggufString)
+				w.u64(uint64(len(bpe.merges)))
+				for _, m := range bpe.merges {
+					w.rawStr(m)
+				}
+			}},
+			kv{"tokenizer.ggml.bos_token_id", func() { w.u32v(uint32(bpe.bos)) }},
+			kv{"tokenizer.ggml.eos_token_id", func() { w.u32v(uint32(bpe.eos)) }},
+			kv{"tokenizer.ggml.padding_token_id", func() { w.u32v(uint32(bpe.pad)) }})
+	} else {
+		kvs = append(kvs, kv{"tokenizer.ggml.model", func() { w.str("llama") }})
+		kvs = append(kvs, tokens...)
+		kvs = append(kvs,
+			kv{"tokenizer.ggml.scores", func() {
+				w.u32(ggufArray)
+				w.u32(ggufFloat32)
+				w.u64(uint64(nVocab))
+				for _, s := range scores {
+					w.u32(math.Float32bits(s))
+				}
+			}},
+			kv{"tokenizer.ggml.bos_token_id", func() { w.u32v(1) }},
+			kv{"tokenizer.ggml.eos_token_id", func() { w.u32v(4) }}, // <|im_end|>
+			kv{"tokenizer.ggml.unknown_token_id", func() { w.u32v(0) }})
+	}
+	kvs = append(kvs, kv{"tokenizer.chat_template", func() { w.str(chatMLTemplate) }})
 
 	w.write([]byte("GGUF"))
 	w.u32(3)

@@ -146,6 +146,7 @@ type Engine struct {
 	model   *llama.Model
 	lctx    *kvContext
 	vocab   vocabRef
+	sv      *steerVocab // the vocabulary classified for steering
 	tmpl    string
 	info    ggufInfo
 	backend string
@@ -305,6 +306,9 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.genLen = make([]int, opts.MaxCandidates)
 	e.tmpl = e.chooseTemplate(info.ChatTemplate)
+	t0 := time.Now()
+	e.sv = newSteerVocab(e.vocab, model.NumVocab())
+	log.Debug("vocabulary classified for steering", "tokens", e.sv.n, "trie_nodes", len(e.sv.all.nodes), "ms", time.Since(t0).Milliseconds())
 	if err := e.warmUp(); err != nil {
 		return fail("warm-up decode failed: " + err.Error())
 	}

@@ -38,6 +38,9 @@ type dialogReplies struct {
 const (
 	maxReplyDialogs = 256
 	maxTakenReplies = 128
+	// maxOfferedReplies bounds one turn's offered replies, which steered
+	// answers add to.
+	maxOfferedReplies = 64
 )
 
 // replyBook holds dialogReplies by dialog ID. Only the owner goroutine uses
@@ -171,8 +174,10 @@ func (e *Engine) splice(msgs []chatMessage, addAssistant bool) (tokens []int, ok
 }
 
 // offerReplies records the candidates of dialog key's answer whose tokens
-// are exactly their text.
-func (e *Engine) offerReplies(key string, out []scored) {
+// are exactly their text. A steered answer's are added to the turn's
+// offered replies (the user may still pick one shown before it); any
+// other answer's replace them.
+func (e *Engine) offerReplies(key string, out []scored, steered bool) {
 	if key == "" {
 		return
 	}
@@ -180,6 +185,12 @@ func (e *Engine) offerReplies(key string, out []scored) {
 	for _, c := range out {
 		if c.whole && c.text != "" && len(c.sampled) > 0 {
 			rs = append(rs, sampledReply{text: c.text, tokens: slices.Clone(c.sampled)})
+		}
+	}
+	if steered {
+		if d := e.replies.entry(key, false); d != nil {
+			rs = append(slices.Clone(d.offered), rs...)
+			rs = rs[max(0, len(rs)-maxOfferedReplies):]
 		}
 	}
 	e.replies.offer(key, rs)

@@ -47,6 +47,14 @@ func (s *sampler) sample(logits []float32) (int, float64) {
 	var logZ C.double
 	k := int(C.replyd_scan((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
 		(*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ))
+	tok, lp, _ := s.pick(logits, k, float64(logZ))
+	return tok, lp
+}
+
+// pick draws among the k tokens of the last scan (s.ids, s.vals) and
+// returns the token with its log-probability, logZ being the logits'
+// log-sum-exp.
+func (s *sampler) pick(logits []float32, k int, logZ float64) (int, float64, bool) {
 	choice := int(s.ids[0])
 	if s.temp > 0 && k > 1 {
 		probs := s.probs[:k]
@@ -74,7 +82,7 @@ func (s *sampler) sample(logits []float32) (int, float64) {
 			}
 		}
 	}
-	return choice, float64(logits[choice]) - float64(logZ)
+	return choice, float64(logits[choice]) - logZ, true
 }
 
 // cleanReply turns the raw bytes of a reply into display text: invalid UTF-8

@@ -47,6 +47,32 @@ static inline void insert(int32_t *ids, float *vals, int *len, int k, int32_t id
 	ids[i] = id;
 }
 
+// logsumexp returns log(sum(exp(logits))) given their largest, mx: summed
+// in float lanes over blocks of 1024 and across blocks in double.
+static double logsumexp(const float *logits, int n, float mx) {
+	double sum = 0;
+	int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+	const __m256 vmx = _mm256_set1_ps(mx);
+	while (i + 8 <= n) {
+		__m256 acc = _mm256_setzero_ps();
+		int end = i + 1024 < n ? i + 1024 : n;
+		for (; i + 8 <= end; i += 8) {
+			acc = _mm256_add_ps(acc, exp8(_mm256_sub_ps(_mm256_loadu_ps(logits + i), vmx)));
+		}
+		float lanes[8];
+		_mm256_storeu_ps(lanes, acc);
+		for (int j = 0; j < 8; j++) {
+			sum += lanes[j];
+		}
+	}
+#endif
+	for (; i < n; i++) {
+		sum += exp((double)logits[i] - mx);
+	}
+	return (double)mx + log(sum);
+}
+
 int replyd_scan(const float *logits, int n, int k, int32_t *ids, float *vals, double *logz) {
 	if (k > n) {
 		k = n;
@@ -77,29 +103,57 @@ int replyd_scan(const float *logits, int n, int k, int32_t *ids, float *vals, do
 		}
 	}
 
-	// log-sum-exp relative to the largest logit, summed in float lanes
-	// over blocks of 1024 and across blocks in double.
-	const float mx = vals[0];
-	double sum = 0;
-	i = 0;
+	*logz = logsumexp(logits, n, vals[0]);
+	return len;
+}
+
+int replyd_scan_masked(const float *logits, int n, int k, const uint8_t *allow, int32_t *ids, float *vals,
+		       double *logz) {
+	if (k > n) {
+		k = n;
+	}
+	int len = 0;
+	int i = 0;
+	float mx = -INFINITY;
+	// Top-k over the allowed logits only, eight at a time, skipping the
+	// blocks with none allowed; the largest of all logits (for the
+	// log-sum-exp) over every one.
 #if defined(__AVX2__) && defined(__FMA__)
-	const __m256 vmx = _mm256_set1_ps(mx);
-	while (i + 8 <= n) {
-		__m256 acc = _mm256_setzero_ps();
-		int end = i + 1024 < n ? i + 1024 : n;
-		for (; i + 8 <= end; i += 8) {
-			acc = _mm256_add_ps(acc, exp8(_mm256_sub_ps(_mm256_loadu_ps(logits + i), vmx)));
+	__m256 vmax = _mm256_set1_ps(-INFINITY);
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(logits + i);
+		vmax = _mm256_max_ps(vmax, v);
+		int m = allow[i >> 3];
+		if (!m) {
+			continue;
 		}
-		float lanes[8];
-		_mm256_storeu_ps(lanes, acc);
-		for (int j = 0; j < 8; j++) {
-			sum += lanes[j];
+		if (len == k) {
+			m &= _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ));
+		}
+		while (m) {
+			int j = __builtin_ctz(m);
+			m &= m - 1;
+			if (len < k || logits[i + j] > vals[k - 1]) {
+				insert(ids, vals, &len, k, i + j, logits[i + j]);
+			}
+		}
+	}
+	float lanes[8];
+	_mm256_storeu_ps(lanes, vmax);
+	for (int j = 0; j < 8; j++) {
+		if (lanes[j] > mx) {
+			mx = lanes[j];
 		}
 	}
 #endif
 	for (; i < n; i++) {
-		sum += exp((double)logits[i] - mx);
+		if (logits[i] > mx) {
+			mx = logits[i];
+		}
+		if (((allow[i >> 3] >> (i & 7)) & 1) && (len < k || logits[i] > vals[k - 1])) {
+			insert(ids, vals, &len, k, i, logits[i]);
+		}
 	}
-	*logz = (double)mx + log(sum);
+	*logz = logsumexp(logits, n, mx);
 	return len;
 }

@@ -120,3 +120,25 @@ func run(tb testing.TB, name string, args ...string) {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// QwenTokenizer returns the path of Qwen's tokenizer.json, which
+// scripts/qwen-tokenizer.sh (run by scripts/deps.sh test) fetches:
+// $REPLYD_QWEN_TOKENIZER, else models/qwen-tokenizer.json in the module.
+// Without it the test skips loudly; with REPLYD_REQUIRE_TOOLS=1 (make test)
+// or REPLYD_REQUIRE_TESTDATA=1 (.ci/run) it fails.
+func QwenTokenizer(tb testing.TB) string {
+	tb.Helper()
+	p := os.Getenv("REPLYD_QWEN_TOKENIZER")
+	if p == "" {
+		p = filepath.Join(ModuleRoot(tb), "models", "qwen-tokenizer.json")
+	}
+	if _, err := os.Stat(p); err != nil {
+		msg := "QWEN TOKENIZER (" + p + ") NOT FOUND: run scripts/qwen-tokenizer.sh; the tests of the real byte-level BPE vocabulary are NOT running"
+		if os.Getenv("REPLYD_REQUIRE_TOOLS") == "1" || os.Getenv("REPLYD_REQUIRE_TESTDATA") == "1" {
+			tb.Fatal(msg)
+		}
+		logSkip(tb.Name())
+		tb.Skip(msg)
+	}
+	return p
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/replyd/replyd/internal/pgtest"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 	"github.com/replyd/replyd/store/postgres"
 )
 
@@ -40,16 +41,16 @@ func quantiles(b *testing.B, prefix string, ds []time.Duration) {
 // touch is once a minute). On PostgreSQL all three are round trips; the
 // append is a durable commit (a WAL flush). bbolt runs the same lookup and
 // append, interleaved request by request so that both see the same machine
-// (its rate limit is api's in-memory map, which costs next to nothing).
+// (its rate limit is an in-memory map, which costs next to nothing).
 func BenchmarkRequestStoreWork(b *testing.B) {
 	pg := benchStore(b)
-	bolt, err := store.Open(filepath.Join(b.TempDir(), "replyd.db"), store.Options{})
+	bdb, err := bolt.Open(filepath.Join(b.TempDir(), "replyd.db"), bolt.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer bolt.Close()
+	defer bdb.Close()
 	key := store.APIKey{Hash: fmt.Sprintf("%064x", 1), Scopes: []string{"infer"}, RateLimitPerMinute: 1 << 30}
-	for _, s := range []store.Store{pg, bolt} {
+	for _, s := range []store.Store{pg, bdb} {
 		if err := s.CreateKey(key); err != nil {
 			b.Fatal(err)
 		}
@@ -76,10 +77,10 @@ func BenchmarkRequestStoreWork(b *testing.B) {
 		}
 		runBolt := func() {
 			t0 := time.Now()
-			if _, err := bolt.GetKey(key.Hash); err != nil {
+			if _, err := bdb.GetKey(key.Hash); err != nil {
 				b.Fatal(err)
 			}
-			if err := bolt.AppendLog(entry); err != nil {
+			if err := bdb.AppendLog(entry); err != nil {
 				b.Fatal(err)
 			}
 			boltAll = append(boltAll, time.Since(t0))

@@ -102,12 +102,12 @@ func TestOneHarnessOneWAVWriter(t *testing.T) {
 	}
 }
 
-// TestDatabaseDriversStayInTheirStores: only store imports bbolt and only
+// TestDatabaseDriversStayInTheirStores: only store/bolt imports bbolt and only
 // store/postgres (and internal/pgtest, which starts PostgreSQL for tests)
 // imports pgx; everything else reaches state through store.Store.
 func TestDatabaseDriversStayInTheirStores(t *testing.T) {
 	allowed := map[string][]string{
-		"go.etcd.io/bbolt":        {"github.com/replyd/replyd/store"},
+		"go.etcd.io/bbolt":        {"github.com/replyd/replyd/store/bolt"},
 		"github.com/jackc/pgx/v5": {"github.com/replyd/replyd/store/postgres", "github.com/replyd/replyd/internal/pgtest"},
 	}
 	for _, line := range goList(t, "-f", `{{.ImportPath}}:{{join .Imports ","}}`, "./...") {
@@ -117,6 +117,25 @@ func TestDatabaseDriversStayInTheirStores(t *testing.T) {
 				if (imp == driver || strings.HasPrefix(imp, driver+"/")) && !slices.Contains(who, pkg) {
 					t.Errorf("%s imports %s: only %v may", pkg, imp, who)
 				}
+			}
+		}
+	}
+}
+
+// TestOnlyCmdChoosesTheStore: the store implementations (store/bolt,
+// store/postgres) are imported only by cmd/replyd, which opens one; every
+// other package takes a store.Store, and the contract package imports
+// neither implementation.
+func TestOnlyCmdChoosesTheStore(t *testing.T) {
+	impls := []string{"github.com/replyd/replyd/store/bolt", "github.com/replyd/replyd/store/postgres"}
+	for _, line := range goList(t, "-f", `{{.ImportPath}}:{{join .Imports ","}}`, "./...") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		if pkg == "github.com/replyd/replyd/cmd/replyd" {
+			continue
+		}
+		for _, imp := range strings.Split(imports, ",") {
+			if slices.Contains(impls, imp) {
+				t.Errorf("%s imports %s: only cmd/replyd chooses the store", pkg, imp)
 			}
 		}
 	}

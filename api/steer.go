@@ -1,0 +1,324 @@
+package api
+
+// Steering (issue 22): a request whose payload has `steer` refines the
+// candidates of an earlier turn (`parent_inference_id`) under a constraint
+// the language model enforces while sampling. It counts as that turn: it
+// writes no inference of its own to the statistics (its log entry goes to
+// the "steer" stream) and spends the key's steering budget, sized for a
+// keystroke every 600 ms, not its inference rate limit. Feedback naming a
+// steered answer is recorded as the outcome of the turn it refined.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/steer"
+	"github.com/replyd/replyd/store"
+)
+
+// CodeInvalidPayload answers a malformed steer object or parent
+// inference id (status 400), as the steering contract names it.
+const CodeInvalidPayload = "invalid_payload"
+
+func init() { codeStatus[CodeInvalidPayload] = 400 }
+
+// The steering budget per API key: a token bucket refilled at
+// steerPerMinute a minute holding at most steerBurst requests.
+const (
+	steerPerMinute = 100
+	steerBurst     = 10
+)
+
+// wireSteer is the payload's steer object; each member is raw so that a
+// member sent as null still counts as sent.
+type wireSteer struct {
+	Words   json.RawMessage `json:"words"`
+	Prefix  json.RawMessage `json:"prefix"`
+	Replace json.RawMessage `json:"replace"`
+}
+
+type wireReplace struct {
+	Text    *string `json:"text"`
+	Word    *int    `json:"word"`
+	Initial *string `json:"initial"`
+}
+
+func invalidSteer(format string, args ...any) *Error {
+	return &Error{Code: CodeInvalidPayload, Message: fmt.Sprintf(format, args...)}
+}
+
+// parseSteer validates the payload's steer and parent_inference_id into req.
+// Errors are 400 invalid_payload naming the field; they never quote text.
+func parseSteer(raw json.RawMessage, parent string, req *engine.Request) error {
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		if parent != "" {
+			return invalidSteer("parent_inference_id is only for a steered request: send it with steer")
+		}
+		return nil
+	}
+	var w wireSteer
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return invalidSteer("steer must be an object with exactly one of words, prefix or replace")
+	}
+	var s engine.Steer
+	n := 0
+	if w.Words != nil {
+		n++
+		s.Mode = engine.SteerWords
+		if err := json.Unmarshal(w.Words, &s.Words); err != nil || s.Words == nil {
+			return invalidSteer("steer.words must be an array of strings")
+		}
+	}
+	if w.Prefix != nil {
+		n++
+		s.Mode = engine.SteerPrefix
+		if err := json.Unmarshal(w.Prefix, &s.Prefix); err != nil || bytes.Equal(w.Prefix, []byte("null")) {
+			return invalidSteer("steer.prefix must be a string")
+		}
+	}
+	if w.Replace != nil {
+		n++
+		s.Mode = engine.SteerReplace
+		var r wireReplace
+		if err := json.Unmarshal(w.Replace, &r); err != nil || bytes.Equal(w.Replace, []byte("null")) {
+			return invalidSteer("steer.replace must be an object with text, word and optionally initial")
+		}
+		if r.Text == nil {
+			return invalidSteer("steer.replace.text is required")
+		}
+		if r.Word == nil {
+			return invalidSteer("steer.replace.word is required (the 0-based index of the word to replace)")
+		}
+		s.Text, s.Word = *r.Text, *r.Word
+		if r.Initial != nil {
+			s.Initial = *r.Initial
+			if s.Initial == "" {
+				return invalidSteer("steer.replace.initial must be a single letter or digit (omit it for the word's own)")
+			}
+		}
+	}
+	if n != 1 {
+		return invalidSteer("steer must have exactly one of words, prefix or replace (it has %d)", n)
+	}
+	if err := steer.Validate(s); err != nil {
+		return invalidSteer("%s", err.Error())
+	}
+	if parent == "" {
+		return invalidSteer("parent_inference_id is required with steer: the inference_id of the turn it refines")
+	}
+	if !inferenceIDPattern.MatchString(parent) {
+		return invalidSteer("parent_inference_id is malformed: it is the inference_id of a /v1/infer answer")
+	}
+	req.Steer = &s
+	req.ParentInferenceID = parent
+	return nil
+}
+
+// steerParent resolves a steered request's parent_inference_id for the key
+// keyHash to the turn it counts as: the id itself, or the turn a steered
+// answer refined. Unknown, foreign and expired ids are one 404.
+func (s *Server) steerParent(ctx context.Context, keyHash, id string) (turn string, err error) {
+	now := s.now()
+	ri, err := s.recent.get(ctx, id, now)
+	if err != nil {
+		return "", &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}
+	}
+	if ri != nil && ri.turn != "" {
+		if ri.keyHash != keyHash {
+			return "", errNoInference()
+		}
+		id = ri.turn
+	}
+	inf, err := s.store.Inference(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", errNoInference()
+	}
+	if err != nil {
+		return "", err
+	}
+	if inf.KeyHash != keyHash || now.Sub(inf.At) > store.FeedbackWindow {
+		return "", errNoInference()
+	}
+	return id, nil
+}
+
+// startSteer admits a steered request: text only, within the key's
+// steering budget (its charge to the inference rate limit is given back),
+// refining a turn of the same key. It returns the turn's inference id.
+func (s *Server) startSteer(c echo.Context, st *inferState, req engine.Request, hasAudio bool) (string, error) {
+	if hasAudio {
+		return "", invalidSteer("a steered request has no audio part: send the parent turn's messages with its transcript")
+	}
+	st.steered = true
+	now := s.now()
+	if err := s.store.Refund(st.keyHash+budgetInfer, now); err != nil {
+		s.reqLogger(c).Warn("giving a steered request back to the rate limit failed", "error", err.Error())
+	}
+	if ok, retry := s.steerBudget.take(st.keyHash, now); !ok {
+		s.metrics.rateLimited.Inc()
+		return "", &Error{
+			Code:       CodeRateLimited,
+			Message:    fmt.Sprintf("steering budget of %d requests a minute (bursts of %d) exceeded for this API key; retry in %d s", steerPerMinute, steerBurst, retryAfterSeconds(retry)),
+			RetryAfter: retry,
+		}
+	}
+	return s.steerParent(c.Request().Context(), st.keyHash, req.ParentInferenceID)
+}
+
+// streamOf is the log stream of an infer call's entry.
+func streamOf(st *inferState) string {
+	if st.steered {
+		return store.StreamSteer
+	}
+	return store.StreamInfer
+}
+
+// steerMetrics are the Prometheus collectors of steering.
+type steerMetrics struct {
+	requests   *prometheus.CounterVec
+	exhaustedN *prometheus.CounterVec
+	ksrReplies *prometheus.CounterVec
+	ksrChars   *prometheus.CounterVec
+	ksrActions *prometheus.CounterVec
+}
+
+func newSteerMetrics(reg *prometheus.Registry) *steerMetrics {
+	labels := []string{"steer_mode", "prompt_version"}
+	m := &steerMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_steer_requests_total",
+			Help: "Steered inference requests by outcome code (ok or the error code); they are not counted in replyd_inferences_total.",
+		}, []string{"outcome"}),
+		exhaustedN: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_steer_answers_total",
+			Help: "Answered steered requests by steering mode and whether fewer matches than asked could be made (exhausted).",
+		}, []string{"steer_mode", "exhausted"}),
+		ksrReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_ksr_replies_total",
+			Help: "Spoken replies whose keys and selections were reported, by steering mode (none: unsteered) and prompt version.",
+		}, labels),
+		ksrChars: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_ksr_chars_total",
+			Help: "Characters of those replies. KSR = 1 - replyd_ksr_actions_total / replyd_ksr_chars_total.",
+		}, labels),
+		ksrActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "replyd_ksr_actions_total",
+			Help: "Keys pressed plus selections made for those replies.",
+		}, labels),
+	}
+	reg.MustRegister(m.requests, m.exhaustedN, m.ksrReplies, m.ksrChars, m.ksrActions)
+	return m
+}
+
+func (m *steerMetrics) exhausted(mode engine.SteerMode, ex bool) {
+	m.exhaustedN.WithLabelValues(string(mode), strconv.FormatBool(ex)).Inc()
+}
+
+// observeKSR counts one spoken reply of chars characters made with actions
+// keys and selections.
+func (m *steerMetrics) observeKSR(mode, version string, chars, actions int) {
+	m.ksrReplies.WithLabelValues(mode, version).Inc()
+	m.ksrChars.WithLabelValues(mode, version).Add(float64(chars))
+	m.ksrActions.WithLabelValues(mode, version).Add(float64(actions))
+}
+
+// steerBuckets is the per-key steering budget. It is safe for concurrent
+// use and kept in memory only: a restart refills every bucket.
+type steerBuckets struct {
+	mu      sync.Mutex
+	buckets map[string]*steerBucket
+	swept   time.Time
+}
+
+type steerBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take spends one request of key's bucket at now, or returns how long
+// until one is there.
+func (b *steerBuckets) take(key string, now time.Time) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buckets == nil {
+		b.buckets = map[string]*steerBucket{}
+	}
+	rate := float64(steerPerMinute) / 60 // a second
+	if now.Sub(b.swept) > time.Minute {
+		// A bucket left alone this long is full: forget it.
+		for k, x := range b.buckets {
+			if now.Sub(x.at).Seconds()*rate >= steerBurst {
+				delete(b.buckets, k)
+			}
+		}
+		b.swept = now
+	}
+	x := b.buckets[key]
+	if x == nil {
+		x = &steerBucket{tokens: steerBurst, at: now}
+		b.buckets[key] = x
+	}
+	if d := now.Sub(x.at).Seconds(); d > 0 {
+		x.tokens = math.Min(steerBurst, x.tokens+d*rate)
+		x.at = now
+	}
+	if x.tokens < 1 {
+		return false, time.Duration(math.Ceil((1-x.tokens)/rate*1000)) * time.Millisecond
+	}
+	x.tokens--
+	return true, 0
+}
+
+// KSR is the keystroke saving rate of spoken replies: (characters -
+// actions) / characters over the replies whose actions were reported.
+type ksrAcc struct {
+	Replies int
+	Chars   int
+	Actions int
+}
+
+func (a ksrAcc) rate() *float64 {
+	if a.Chars == 0 {
+		return nil
+	}
+	r := float64(a.Chars-a.Actions) / float64(a.Chars)
+	return &r
+}
+
+// ksrJSON is one group of the stats' ksr section.
+type ksrJSON struct {
+	SteerMode     string   `json:"steer_mode"`
+	PromptVersion string   `json:"prompt_version"`
+	Replies       int      `json:"replies"`
+	Chars         int      `json:"chars"`
+	Actions       int      `json:"actions"`
+	KSR           *float64 `json:"ksr"`
+}
+
+// ksrGroups turns per (mode, version) sums into the stats' ksr section,
+// sorted by mode then version.
+func ksrGroups(m map[[2]string]*ksrAcc) []ksrJSON {
+	out := make([]ksrJSON, 0, len(m))
+	for k, a := range m {
+		out = append(out, ksrJSON{SteerMode: k[0], PromptVersion: k[1], Replies: a.Replies, Chars: a.Chars, Actions: a.Actions, KSR: a.rate()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].SteerMode != out[j].SteerMode {
+			return out[i].SteerMode < out[j].SteerMode
+		}
+		return out[i].PromptVersion < out[j].PromptVersion
+	})
+	return out
+}

@@ -1,0 +1,256 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/steer"
+	"github.com/replyd/replyd/engine/steer/steertest"
+)
+
+// checkSteered runs random constraints through e and checks every
+// candidate against the oracle. It returns the share of constraints that
+// got at least one candidate.
+func checkSteered(t *testing.T, e *Engine, rng *rand.Rand, n int) float64 {
+	t.Helper()
+	got := 0
+	for i := 0; i < n; i++ {
+		s, _ := steertest.Random(rng)
+		req := request(3, uint32(1+i))
+		req.Steer = &s
+		g, err := e.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%+v: %v", s, err)
+		}
+		for _, c := range g.Candidates {
+			if !steer.Matches(s, c.Text) {
+				t.Fatalf("constraint %+v: candidate %q breaks it", s, c.Text)
+			}
+		}
+		if len(g.Candidates) > 0 {
+			got++
+		}
+		if g.SteerExhausted != (len(g.Candidates) < 3) {
+			t.Fatalf("%+v: %d candidates, SteerExhausted %v", s, len(g.Candidates), g.SteerExhausted)
+		}
+	}
+	return float64(got) / float64(n)
+}
+
+// TestSteeredCandidatesMeetConstraints is the property test on the demo
+// model's SentencePiece vocabulary: no candidate breaks its constraint,
+// and at least 95% of the constraints get a candidate.
+func TestSteeredCandidatesMeetConstraints(t *testing.T) {
+	e := openDemo(t, Options{Seed: 7})
+	n := 2000
+	if testing.Short() {
+		n = 200
+	}
+	rate := checkSteered(t, e, rand.New(rand.NewPCG(3, 4)), n)
+	t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
+	if rate < 0.95 {
+		t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
+	}
+}
+
+// TestMaskAgreesWithOracle checks the trie-walk masks against feeding
+// each token's bytes through the Program, at the states random token
+// sequences reach.
+func TestMaskAgreesWithOracle(t *testing.T) {
+	e := openDemo(t, Options{})
+	checkMasks(t, e, rand.New(rand.NewPCG(5, 6)), 150)
+}
+
+func checkMasks(t *testing.T, e *Engine, rng *rand.Rand, n int) {
+	t.Helper()
+	sv := e.sv
+	for i := 0; i < n; i++ {
+		s, target := steertest.Random(rng)
+		sr, err := e.newSteerRun(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := sr.prog
+		text := steertest.Example(rng, s)
+		if target != "" && rng.IntN(2) == 0 {
+			text = target
+		}
+		if s.Mode != engine.SteerWords {
+			text = strings.TrimPrefix(text, strings.TrimSpace(string(sr.keptText)))
+		}
+		// Walk along the text's tokens (with random detours), checking
+		// the mask at each state.
+		toks, err := e.model.Tokenize(text, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, left := sr.start, sr.limit
+		for k := 0; k <= len(toks) && left > 0; k++ {
+			first := k == 0
+			m := sr.mask(st, left, first)
+			closing := p.Need(st) > left-3
+			for id := 0; id < sv.n; id++ {
+				want := oracleAllows(sv, p, st, id, closing, left)
+				if m == nil {
+					// Unconstrained: every token, even one that writes nothing.
+					if !want && sv.pieces[id] != nil {
+						t.Fatalf("%+v at %+v: no mask but token %d %q is not allowed", s, st, id, sv.pieces[id])
+					}
+					continue
+				}
+				got := m[id>>6]&(1<<(id&63)) != 0
+				if first && sr.heal != nil && got && sr.heal[id>>6]&(1<<(id&63)) == 0 {
+					t.Fatalf("%+v: healing allows token %q outside the heal set", s, sv.pieces[id])
+				}
+				if got && !want || !got && want && !(first && sr.heal != nil) {
+					t.Fatalf("%+v at %+v (left %d): token %d %q: mask %v, oracle %v", s, st, left, id, sv.pieces[id], got, want)
+				}
+			}
+			if k == len(toks) {
+				break
+			}
+			var ok bool
+			if st, ok, _ = p.Feed(st, sv.pieces[toks[k]]); !ok {
+				break
+			}
+			left--
+		}
+	}
+}
+
+// oracleAllows decides one token by feeding its bytes through p.
+func oracleAllows(sv *steerVocab, p *steer.Program, st steer.State, id int, closing bool, left int) bool {
+	piece := sv.pieces[id]
+	if piece == nil {
+		for _, s := range sv.stops {
+			if int(s) == id {
+				return p.CanEnd(st)
+			}
+		}
+		return false
+	}
+	next, ok, end := p.Feed(st, piece)
+	if end {
+		return ok
+	}
+	if !ok || next.Partial() && !p.Unconstrained(next) {
+		return false
+	}
+	return !closing || p.Need(next) <= left-1
+}
+
+// TestSteerHealing checks token healing on the demo vocabulary: a prefix
+// ending mid-word goes into the prompt up to its last whole word, and the
+// first sampled token begins with the rest.
+func TestSteerHealing(t *testing.T) {
+	e := openDemo(t, Options{Seed: 3})
+	s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
+	sr, err := e.newSteerRun(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(sr.keptText)); got != "I would" {
+		t.Fatalf("kept %q, want %q", got, "I would")
+	}
+	if sr.heal == nil {
+		t.Fatal("no token begins with \" li\"")
+	}
+	req := request(4, 9)
+	req.Steer = &s
+	g := mustGenerate(t, e, req)
+	if len(g.Candidates) == 0 {
+		t.Fatal("no candidates")
+	}
+	for _, c := range g.Candidates {
+		if !strings.HasPrefix(c.Text, "I would li") {
+			t.Errorf("candidate %q does not continue %q", c.Text, s.Prefix)
+		}
+	}
+	m := sr.mask(sr.start, sr.limit, true)
+	for id, p := range e.sv.pieces {
+		if m[id>>6]&(1<<(id&63)) != 0 && !bytes.HasPrefix(p, []byte(" li")) {
+			t.Errorf("healing allows %q as the first token", p)
+		}
+	}
+}
+
+// openQwenVocab opens an engine on a small model with Qwen2.5's real
+// byte-level BPE vocabulary (skipped loudly without Qwen's tokenizer.json).
+func openQwenVocab(t *testing.T) *Engine {
+	t.Helper()
+	e, err := Open(Options{ModelPath: qwenVocabModel(t), Seed: 11, PrefixCacheMiB: 8, ContextPerSeq: 1024, MaxCandidates: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestSteerQwenVocab is the property test, the mask's agreement with the
+// oracle and token healing on Qwen2.5's real vocabulary.
+func TestSteerQwenVocab(t *testing.T) {
+	e := openQwenVocab(t)
+	t.Run("constraints", func(t *testing.T) {
+		n := 1000
+		if testing.Short() {
+			n = 100
+		}
+		rate := checkSteered(t, e, rand.New(rand.NewPCG(7, 8)), n)
+		t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
+		if rate < 0.95 {
+			t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
+		}
+	})
+	t.Run("mask", func(t *testing.T) {
+		checkMasks(t, e, rand.New(rand.NewPCG(9, 10)), 12)
+	})
+	t.Run("healing", func(t *testing.T) {
+		s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
+		sr, err := e.newSteerRun(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := e.model.Tokenize("I would", false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(sr.keptText) != "I would" || !slices.Equal(sr.kept, want) {
+			t.Fatalf("kept %q %v, want \"I would\" %v", sr.keptText, sr.kept, want)
+		}
+		like, err := e.model.Tokenize(" like", false, false)
+		if err != nil || len(like) != 1 {
+			t.Fatalf("\" like\" is %v (%v), want one token", like, err)
+		}
+		m := sr.mask(sr.start, sr.limit, true)
+		allowed := func(id int) bool { return m[id>>6]&(1<<(id&63)) != 0 }
+		if !allowed(like[0]) {
+			t.Error("healing refuses \" like\" as the first token")
+		}
+		n := 0
+		for id, p := range e.sv.pieces {
+			if allowed(id) {
+				n++
+				if !bytes.HasPrefix(p, []byte(" li")) {
+					t.Errorf("healing allows %q as the first token", p)
+				}
+			}
+		}
+		t.Logf("%d tokens may begin the healed word", n)
+		req := request(4, 5)
+		req.Steer = &s
+		g := mustGenerate(t, e, req)
+		if len(g.Candidates) == 0 {
+			t.Fatal("no candidates")
+		}
+		for _, c := range g.Candidates {
+			if !strings.HasPrefix(c.Text, "I would li") || strings.HasPrefix(c.Text, "I would li ") {
+				t.Errorf("candidate %q does not continue the word of %q", c.Text, s.Prefix)
+			}
+		}
+	})
+}

@@ -1,0 +1,159 @@
+package bolt
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	. "github.com/replyd/replyd/store"
+)
+
+// CreateKey stores k under k.Hash. It returns ErrExists when the hash is
+// already stored (revoked or not). A zero CreatedAt is set from the clock and
+// an empty Status becomes StatusActive.
+func (db *DB) CreateKey(k APIKey) error {
+	if k.Hash == "" {
+		return invalid("empty key hash")
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = db.now()
+	}
+	if k.Status == "" {
+		k.Status = StatusActive
+	}
+	val, err := json.Marshal(k)
+	if err != nil {
+		return fmt.Errorf("store: encode key: %w", err)
+	}
+	return db.update(func(tx *bolt.Tx) error {
+		keys := tx.Bucket(bucketKeys)
+		if keys.Get([]byte(k.Hash)) != nil {
+			return fmt.Errorf("store: key %s: %w", shortHash(k.Hash), ErrExists)
+		}
+		if err := keys.Put([]byte(k.Hash), val); err != nil {
+			return err
+		}
+		byAge := tx.Bucket(bucketKeysByAge)
+		seq, err := byAge.NextSequence()
+		if err != nil {
+			return err
+		}
+		return byAge.Put(timeKey(k.CreatedAt, seq), []byte(k.Hash))
+	})
+}
+
+// GetKey returns the key stored under hash, or ErrNotFound.
+func (db *DB) GetKey(hash string) (APIKey, error) {
+	var k APIKey
+	err := db.view(func(tx *bolt.Tx) error {
+		var err error
+		k, err = getKey(tx, hash)
+		return err
+	})
+	return k, err
+}
+
+// getKey decodes the key stored under hash inside tx.
+func getKey(tx *bolt.Tx, hash string) (APIKey, error) {
+	var k APIKey
+	v := tx.Bucket(bucketKeys).Get([]byte(hash))
+	if v == nil {
+		return k, fmt.Errorf("store: key %s: %w", shortHash(hash), ErrNotFound)
+	}
+	if err := json.Unmarshal(v, &k); err != nil {
+		return k, fmt.Errorf("store: decode key %s: %w", shortHash(hash), err)
+	}
+	return k, nil
+}
+
+// ListKeys returns up to limit keys, newest CreatedAt first (keys created in
+// the same nanosecond: last created first). Revoked keys are skipped unless
+// includeRevoked is set. A limit <= 0 means no limit.
+func (db *DB) ListKeys(limit int, includeRevoked bool) ([]APIKey, error) {
+	out := []APIKey{}
+	err := db.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketKeysByAge).Cursor()
+		for k, hash := c.Last(); k != nil; k, hash = c.Prev() {
+			key, err := getKey(tx, string(hash))
+			if err != nil {
+				return err
+			}
+			if !includeRevoked && key.Status == StatusRevoked {
+				continue
+			}
+			out = append(out, key)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RevokeKey marks the key revoked at at and returns the stored record. It is
+// idempotent: revoking a revoked key changes nothing and returns the record
+// with its first RevokedAt. An unknown hash gives ErrNotFound.
+func (db *DB) RevokeKey(hash string, at time.Time) (APIKey, error) {
+	var k APIKey
+	err := db.update(func(tx *bolt.Tx) error {
+		var err error
+		if k, err = getKey(tx, hash); err != nil {
+			return err
+		}
+		if k.Status == StatusRevoked && !k.RevokedAt.IsZero() {
+			return nil
+		}
+		k.Status = StatusRevoked
+		k.RevokedAt = at
+		return putKey(tx, k)
+	})
+	return k, err
+}
+
+// TouchKey records that the key was used at at. To spare an fsync on every
+// authenticated request it persists at most once per minute per key (tracked
+// in memory, so a restart allows one early write); calls inside that minute
+// return nil without touching the file and without checking that the key
+// exists. A persisted touch of an unknown key gives ErrNotFound. LastUsedAt
+// never moves backwards.
+func (db *DB) TouchKey(hash string, at time.Time) error {
+	if !db.touches.Begin(hash, at) {
+		return nil
+	}
+	err := db.update(func(tx *bolt.Tx) error {
+		k, err := getKey(tx, hash)
+		if err != nil {
+			return err
+		}
+		if !at.After(k.LastUsedAt) {
+			return nil
+		}
+		k.LastUsedAt = at
+		return putKey(tx, k)
+	})
+	if err != nil {
+		db.touches.Failed(hash, at)
+	}
+	return err
+}
+
+// putKey encodes and stores k inside tx.
+func putKey(tx *bolt.Tx, k APIKey) error {
+	val, err := json.Marshal(k)
+	if err != nil {
+		return fmt.Errorf("store: encode key: %w", err)
+	}
+	return tx.Bucket(bucketKeys).Put([]byte(k.Hash), val)
+}
+
+// shortHash shortens a hash for error messages. Hashes are not secret, but
+// long ones clutter logs.
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
+}

@@ -1,6 +1,0 @@
-//go:build !unix
-
-package store
-
-// lockFile is a no-op where flock is unavailable; replyd ships for Linux.
-func lockFile(string) (func(), error) { return func() {}, nil }
