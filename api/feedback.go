@@ -40,6 +40,10 @@ type feedbackRequest struct {
 	SpokenText     *string `json:"spoken_text"`
 	NoneFit        *bool   `json:"none_fit"`
 	TimeToChoiceMS *int64  `json:"time_to_choice_ms"`
+	// KeysPressed and Selections: the user's actions for this turn on
+	// the conversation page (steer.go: keystroke saving rate).
+	KeysPressed *int `json:"keys_pressed"`
+	Selections  *int `json:"selections"`
 }
 
 // feedbackResponse says how the outcome was recorded.
@@ -85,6 +89,14 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	if err != nil {
 		return &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}
 	}
+	// A steered answer's outcome is its turn's.
+	steered, err := steeredAnswer(recent, key.Hash)
+	if err != nil {
+		return err
+	}
+	if steered != nil {
+		id = recent.turn
+	}
 	inf, err := s.store.Inference(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return errNoInference()
@@ -94,6 +106,9 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	}
 	if inf.KeyHash != key.Hash || now.Sub(inf.At) > store.FeedbackWindow {
 		return errNoInference()
+	}
+	if steered != nil {
+		inf.CandidateChars = steered.chars
 	}
 	n := len(inf.CandidateChars)
 	if req.ChosenRank != nil && *req.ChosenRank > n {
@@ -115,7 +130,7 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	var cands []string
 	if recent != nil {
 		cands = recent.candidates
-	} else if inf.Texts != nil {
+	} else if inf.Texts != nil && steered == nil {
 		cands = inf.Texts.Candidates
 	}
 	spoken := ""
@@ -158,6 +173,9 @@ func (s *Server) handleFeedback(c echo.Context) error {
 		return err
 	}
 	s.metrics.observeOutcome(o, inf.PromptVersion)
+	if mode, chars, actions, ok := ksrOf(o, steered, req.KeysPressed, req.Selections); ok {
+		s.metrics.steer.observeKSR(mode, inf.PromptVersion, chars, actions)
+	}
 	return c.JSON(http.StatusOK, feedbackResponse{
 		InferenceID: id, Outcome: o.Kind, KeystrokesSaved: o.KeystrokesSaved, Replaced: replaced, Remembered: remembered,
 	})
@@ -194,6 +212,9 @@ func (s *Server) validateFeedback(r *feedbackRequest) error {
 	}
 	if r.TimeToChoiceMS != nil && (*r.TimeToChoiceMS < 0 || *r.TimeToChoiceMS > maxTimeToChoice) {
 		return badRequest("time_to_choice_ms must be between 0 and %d", maxTimeToChoice)
+	}
+	if err := validateActions(r.KeysPressed, r.Selections); err != nil {
+		return err
 	}
 	return nil
 }

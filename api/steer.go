@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/engine/steer"
 	"github.com/replyd/replyd/store"
 )
@@ -321,4 +322,65 @@ func ksrGroups(m map[[2]string]*ksrAcc) []ksrJSON {
 		return out[i].PromptVersion < out[j].PromptVersion
 	})
 	return out
+}
+
+// maxActions bounds keys_pressed and selections.
+const maxActions = 10000
+
+func validateActions(keys, selections *int) error {
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"keys_pressed", keys}, {"selections", selections}} {
+		if f.v != nil && (*f.v < 0 || *f.v > maxActions) {
+			return badRequest("%s must be between 0 and %d", f.name, maxActions)
+		}
+	}
+	return nil
+}
+
+// steeredFeedback is what feedback needs of a steered answer.
+type steeredFeedback struct {
+	mode  string
+	chars []int // the candidates' lengths in characters
+}
+
+// steeredAnswer returns the steered answer recent is (nil when it is none),
+// or the 404 of an inference that is not keyHash's.
+func steeredAnswer(recent *recentInference, keyHash string) (*steeredFeedback, error) {
+	if recent == nil || recent.turn == "" {
+		return nil, nil
+	}
+	if recent.keyHash != keyHash {
+		return nil, errNoInference()
+	}
+	sf := &steeredFeedback{mode: recent.mode}
+	for _, c := range recent.candidates {
+		sf.chars = append(sf.chars, score.Chars(c))
+	}
+	return sf, nil
+}
+
+// SteerModeNone labels the keystroke saving rate of replies picked from an
+// unsteered answer.
+const SteerModeNone = "none"
+
+// ksrOf returns the steering mode, characters and actions of outcome o for
+// the keystroke saving rate, ok false when it does not count: no actions
+// reported, or no reply spoken.
+func ksrOf(o store.Outcome, steered *steeredFeedback, keys, selections *int) (mode string, chars, actions int, ok bool) {
+	if keys == nil && selections == nil || o.Kind == store.OutcomeNoneFit || o.SpokenChars <= 0 {
+		return "", 0, 0, false
+	}
+	mode = SteerModeNone
+	if steered != nil {
+		mode = steered.mode
+	}
+	if keys != nil {
+		actions += *keys
+	}
+	if selections != nil {
+		actions += *selections
+	}
+	return mode, o.SpokenChars, actions, true
 }
