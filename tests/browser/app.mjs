@@ -122,6 +122,15 @@ function answerOf(text, type) {
   throw new Error(`no candidates event in ${JSON.stringify(text.slice(0, 300))}`);
 }
 
+/** An intercepted event stream's body comes from Chromium decoded as
+ * Latin-1 (an event stream is UTF-8 whatever its Content-Type says): text
+ * that is UTF-8 read as Latin-1 is read again. */
+function utf8(s) {
+  if (/[^\u0000-\u00ff]/.test(s) || !/[\u0080-\u00ff]/.test(s)) return s;
+  const again = Buffer.from(s, 'latin1').toString('utf8');
+  return again.includes('\ufffd') ? s : again;
+}
+
 /** Records every POST /v1/infer the page makes: payload (read through a
  * route, see inferRound), when it was sent, the server's answer and
  * whether the page aborted it. */
@@ -139,8 +148,7 @@ async function recordInfers(p = page) {
     const x = r.url().endsWith('/v1/infer') && byId(r.request());
     if (!x) return;
     try {
-      // An event stream is UTF-8 whatever its Content-Type says.
-      const text = (await r.body()).toString('utf8');
+      const text = utf8((await r.body()).toString('utf8'));
       x.answer = answerOf(text, r.headers()['content-type'] || '');
       x.status = r.status();
     } catch {
@@ -661,10 +669,26 @@ async function main() {
     await step('a word chip asks for other words in its place (steer.replace)', async () => {
       const { rec } = spell;
       const before = rec.seen.length;
-      const text = (await shownReplies())[0].text;
-      await page.click('#cands > li:first-child .word-chip[data-word="1"]');
+      // The demo model's replies are long strings of made-up words. replyd
+      // writes the text after the replaced word, and the part of the text
+      // before it since its last space, within the reply's token budget
+      // (max(20, 4 x words) tokens): the test taps the word where that
+      // text is shortest.
+      let best = null;
+      (await shownReplies()).forEach((r, i) => {
+        let at = 0;
+        r.chips.forEach((w, k) => {
+          const start = r.text.indexOf(w, at);
+          at = start + w.length;
+          const before = r.text.slice(0, start);
+          const cost = before.length - before.trimEnd().lastIndexOf(' ') + (r.text.length - at);
+          if (!best || cost < best.cost) best = { i, k, cost, text: r.text };
+        });
+      });
+      const { text, k } = best;
+      await page.click(`#cands > li:nth-child(${best.i + 1}) .word-chip[data-word="${k}"]`);
       const x = await rec.next(before, 'the alternatives');
-      check(same(x.payload.steer, { replace: { text, word: 1 } }), `steer ${JSON.stringify(x.payload.steer)}`);
+      check(same(x.payload.steer, { replace: { text, word: k } }), `steer ${JSON.stringify(x.payload.steer)}`);
       equal(x.payload.parent_inference_id, spell.parent.answer.inference_id, 'parent_inference_id of a replace');
       spell.replies = await checkSteered(x, 'replace');
       spell.answer = x.answer;
@@ -690,8 +714,16 @@ async function main() {
       equal(sent.selections, 2, 'selections (the word chip and the pick)');
       check(Number.isInteger(sent.time_to_choice_ms), 'time_to_choice_ms');
       equal(fb.status(), 200, `feedback status (${await fb.text()})`);
+      // A steered answer's outcome is its turn's: replyd answers with the
+      // turn's first inference_id, and counts the keystroke saving rate of
+      // the reply under the mode of the answer it came from.
       const got = await fb.json();
-      check(got.inference_id === sent.inference_id && got.outcome === 'spoken', `feedback answer ${JSON.stringify(got)}`);
+      check(got.inference_id === spell.parent.answer.inference_id && got.outcome === 'spoken', `feedback answer ${JSON.stringify(got)}`);
+      const metrics = await (await fetch(`${base}/metrics`, { headers: { 'X-ADMIN-KEY': adminKey } })).text();
+      const actions = metrics.match(/^replyd_ksr_actions_total\{[^}]*steer_mode="replace"[^}]*\} (\d+)$/m);
+      const chars = metrics.match(/^replyd_ksr_chars_total\{[^}]*steer_mode="replace"[^}]*\} (\d+)$/m);
+      check(actions && Number(actions[1]) === spellKeys + 2, `replyd_ksr_actions_total for replace: ${actions && actions[0]}`);
+      check(chars && Number(chars[1]) === [...want].length, `replyd_ksr_chars_total for replace: ${chars && chars[0]}`);
       check(await page.isHidden('#spell') && await page.isVisible('.dock'), 'the board is still open after the pick');
       equal((await candidates()).length, 0, 'candidates after the pick');
       // The next turn's messages carry the steered reply.
