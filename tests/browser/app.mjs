@@ -611,8 +611,11 @@ async function main() {
       await axe('with steered replies and their word chips');
       await shot('16-spell-initials-tablet');
       await page.setViewportSize(PHONE);
-      const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-      check(over <= 0, `phone: the board is ${over}px wider than the screen`);
+      const over = await page.evaluate(() => Math.max(...['html', '#cands-wrap'].map((q) => {
+        const e = document.querySelector(q);
+        return e.scrollWidth - e.clientWidth;
+      })));
+      check(over <= 0, `phone: the page or the replies are ${over}px wider than the screen`);
       const k = await page.locator('#sp-keys [data-key="q"]').boundingBox();
       check(k.height >= 44 && k.width >= 30, `phone: a letter key is ${k.width}x${k.height}`);
       await shot('16-spell-initials-phone');
@@ -694,6 +697,8 @@ async function main() {
       spell.answer = x.answer;
       await axe('with alternatives for a word');
       await page.setViewportSize(PHONE);
+      const over = await page.evaluate(() => document.querySelector('#cands-wrap').scrollWidth - document.querySelector('#cands-wrap').clientWidth);
+      check(over <= 0, `phone: the replies are ${over}px wider than their place`);
       await shot('18-spell-replace-phone');
       await page.setViewportSize(TABLET);
     });
@@ -833,6 +838,10 @@ async function main() {
       await axe('when nothing fits');
       await page.setViewportSize(PHONE);
       await shot('20-spell-nothing-fits-abc-phone');
+      await setSettings(() => page.selectOption('#s-theme', 'contrast'));
+      await axe('with the board in high contrast');
+      await shot('21-spell-contrast-phone');
+      await setSettings(() => page.selectOption('#s-theme', 'light'));
       await page.setViewportSize(TABLET);
       await page.click('#sp-spell-word');
       equal(await page.getAttribute('#sp-typed [data-entry="1"]', 'aria-pressed'), 'true', 'spelling the last word');
