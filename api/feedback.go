@@ -162,6 +162,7 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	default:
 		o.Kind, o.SpokenChars = store.OutcomeTyped, score.Chars(spoken)
 	}
+	setActions(&o, steered, req.KeysPressed, req.Selections)
 	remembered := inf.Remembered && inf.Texts != nil && reply != ""
 	if !inf.Remembered {
 		reply = "" // text is kept only for users who opted in
@@ -173,8 +174,8 @@ func (s *Server) handleFeedback(c echo.Context) error {
 		return err
 	}
 	s.metrics.observeOutcome(o, inf.PromptVersion)
-	if mode, chars, actions, ok := ksrOf(o, steered, req.KeysPressed, req.Selections); ok {
-		s.metrics.steer.observeKSR(mode, inf.PromptVersion, chars, actions)
+	if mode, ok := o.KSRCounts(); ok {
+		s.metrics.steer.observeKSR(mode, inf.PromptVersion, o.SpokenChars, o.KeysPressed+o.Selections)
 	}
 	return c.JSON(http.StatusOK, feedbackResponse{
 		InferenceID: id, Outcome: o.Kind, KeystrokesSaved: o.KeystrokesSaved, Replaced: replaced, Remembered: remembered,

@@ -94,6 +94,9 @@ type statsResponse struct {
 	outcomeFields
 	ByKey           []keyStatsJSON     `json:"by_key"`
 	ByPromptVersion []versionStatsJSON `json:"by_prompt_version"`
+	// KSR is the keystroke saving rate per steering mode and prompt
+	// version (steer.go).
+	KSR []ksrJSON `json:"ksr"`
 	// Series is present (possibly empty) exactly when bucket was given.
 	Series *[]statsBucket `json:"series,omitempty"`
 }
@@ -161,6 +164,7 @@ func (s *Server) handleStats(c echo.Context) error {
 			AcceptanceRate: rate(v.Accepted, v.Outcomes),
 		})
 	}
+	out.KSR = ksrOfStats(st.KSR)
 	if bucket > 0 {
 		series, err := s.store.StatsSeries(since, until, bucket)
 		if err != nil {

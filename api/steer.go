@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -282,22 +281,6 @@ func (b *steerBuckets) take(key string, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-// KSR is the keystroke saving rate of spoken replies: (characters -
-// actions) / characters over the replies whose actions were reported.
-type ksrAcc struct {
-	Replies int
-	Chars   int
-	Actions int
-}
-
-func (a ksrAcc) rate() *float64 {
-	if a.Chars == 0 {
-		return nil
-	}
-	r := float64(a.Chars-a.Actions) / float64(a.Chars)
-	return &r
-}
-
 // ksrJSON is one group of the stats' ksr section.
 type ksrJSON struct {
 	SteerMode     string   `json:"steer_mode"`
@@ -308,19 +291,20 @@ type ksrJSON struct {
 	KSR           *float64 `json:"ksr"`
 }
 
-// ksrGroups turns per (mode, version) sums into the stats' ksr section,
-// sorted by mode then version.
-func ksrGroups(m map[[2]string]*ksrAcc) []ksrJSON {
-	out := make([]ksrJSON, 0, len(m))
-	for k, a := range m {
-		out = append(out, ksrJSON{SteerMode: k[0], PromptVersion: k[1], Replies: a.Replies, Chars: a.Chars, Actions: a.Actions, KSR: a.rate()})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].SteerMode != out[j].SteerMode {
-			return out[i].SteerMode < out[j].SteerMode
+// ksrOfStats is the stats' ksr section: per steering mode ("none":
+// replies picked from the turn's own answer) and prompt version, the
+// spoken replies whose actions were reported, their characters, the keys
+// and selections, and the keystroke saving rate (null without characters).
+func ksrOfStats(k []store.KSRStats) []ksrJSON {
+	out := make([]ksrJSON, 0, len(k))
+	for _, g := range k {
+		j := ksrJSON{SteerMode: g.SteerMode, PromptVersion: g.PromptVersion, Replies: g.Replies, Chars: g.Chars, Actions: g.Actions}
+		if g.Chars > 0 {
+			r := g.Rate()
+			j.KSR = &r
 		}
-		return out[i].PromptVersion < out[j].PromptVersion
-	})
+		out = append(out, j)
+	}
 	return out
 }
 
@@ -361,26 +345,20 @@ func steeredAnswer(recent *recentInference, keyHash string) (*steeredFeedback, e
 	return sf, nil
 }
 
-// SteerModeNone labels the keystroke saving rate of replies picked from an
-// unsteered answer.
-const SteerModeNone = "none"
-
-// ksrOf returns the steering mode, characters and actions of outcome o for
-// the keystroke saving rate, ok false when it does not count: no actions
-// reported, or no reply spoken.
-func ksrOf(o store.Outcome, steered *steeredFeedback, keys, selections *int) (mode string, chars, actions int, ok bool) {
-	if keys == nil && selections == nil || o.Kind == store.OutcomeNoneFit || o.SpokenChars <= 0 {
-		return "", 0, 0, false
-	}
-	mode = SteerModeNone
+// setActions records on o the steering mode of the answer it names and
+// the actions the client reported.
+func setActions(o *store.Outcome, steered *steeredFeedback, keys, selections *int) {
 	if steered != nil {
-		mode = steered.mode
+		o.SteerMode = steered.mode
 	}
+	if keys == nil && selections == nil {
+		return
+	}
+	o.ActionsReported = true
 	if keys != nil {
-		actions += *keys
+		o.KeysPressed = *keys
 	}
 	if selections != nil {
-		actions += *selections
+		o.Selections = *selections
 	}
-	return mode, o.SpokenChars, actions, true
 }

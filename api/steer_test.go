@@ -160,6 +160,19 @@ func TestSteerFeedbackKSR(t *testing.T) {
 	// An unsteered pick with no keys is mode none.
 	parent2 := e.infer(key, steerPayload(""))
 	wantJSON(t, e.do(feedbackReq(key, fmt.Sprintf(`{"inference_id":%q,"chosen_rank":2,"keys_pressed":0,"selections":1}`, parent2))), 200, fbOK(parent2, "spoken", 6, false, false))
+	var st struct {
+		KSR []ksrJSON `json:"ksr"`
+	}
+	e.clock.Advance(time.Second) // the window ends before now
+	decode(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), &st)
+	r1, r2 := 3.0/7, 6.0/7
+	want := []ksrJSON{
+		{SteerMode: "none", PromptVersion: "1", Replies: 1, Chars: 7, Actions: 1, KSR: &r2},
+		{SteerMode: "prefix", PromptVersion: "1", Replies: 1, Chars: 7, Actions: 4, KSR: &r1},
+	}
+	if d := cmp.Diff(want, st.KSR); d != "" {
+		t.Errorf("stats ksr (-want +got):\n%s", d)
+	}
 	m := e.do(adminReq("GET", "/metrics", "")).Body.String()
 	for _, want := range []string{
 		`replyd_ksr_chars_total{prompt_version="1",steer_mode="prefix"} 7`,

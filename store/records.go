@@ -205,6 +205,14 @@ type Outcome struct {
 	// FirstAt is when the first report for the inference arrived (the
 	// replace window runs from it); At is when this one did.
 	FirstAt, At time.Time
+	// SteerMode is the steering mode of the answer the reply came from
+	// ("" for the turn's own, unsteered answer). KeysPressed and
+	// Selections are the user's actions for the turn as the client
+	// reported them (ActionsReported): the keystroke saving rate is
+	// (SpokenChars - KeysPressed - Selections) / SpokenChars.
+	SteerMode               string
+	KeysPressed, Selections int
+	ActionsReported         bool
 }
 
 // Accepted reports whether the user spoke a suggestion, edited or not.
@@ -301,6 +309,44 @@ type Stats struct {
 	// ByPromptVersion has one entry per system-prompt version that answered
 	// inferences in the window, in the order each was first used.
 	ByPromptVersion []VersionStats
+	// KSR has the keystroke saving rate of the spoken replies whose actions
+	// were reported, one entry per steering mode ("none": picked from the
+	// turn's unsteered answer) and prompt version, sorted by both.
+	KSR []KSRStats
+}
+
+// KSRStats is the keystroke saving rate of a group of spoken replies:
+// (Chars - Actions) / Chars.
+type KSRStats struct {
+	SteerMode     string
+	PromptVersion string
+	Replies       int
+	Chars         int // characters of the replies
+	Actions       int // keys pressed and selections made for them
+}
+
+// Rate is the keystroke saving rate, 0 when there are no characters.
+func (k KSRStats) Rate() float64 {
+	if k.Chars == 0 {
+		return 0
+	}
+	return float64(k.Chars-k.Actions) / float64(k.Chars)
+}
+
+// SteerModeNone is the KSRStats.SteerMode of replies picked from a turn's
+// unsteered answer.
+const SteerModeNone = "none"
+
+// KSRCounts reports whether o counts for the keystroke saving rate (a
+// spoken reply whose actions were reported) and its steering mode.
+func (o Outcome) KSRCounts() (mode string, ok bool) {
+	if !o.ActionsReported || o.Kind == OutcomeNoneFit || o.SpokenChars <= 0 {
+		return "", false
+	}
+	if o.SteerMode == "" {
+		return SteerModeNone, true
+	}
+	return o.SteerMode, true
 }
 
 // Percentiles of a set of durations in milliseconds, nearest-rank; N is

@@ -35,6 +35,7 @@ type StatsBuilder struct {
 	keys     map[string]*keyAcc
 	versions map[string]*VersionStats
 	vorder   []string
+	ksr      map[[2]string]*KSRStats
 }
 
 type keyAcc struct {
@@ -82,6 +83,7 @@ func NewStatsBuilder() *StatsBuilder {
 		users:    map[string]struct{}{},
 		keys:     map[string]*keyAcc{},
 		versions: map[string]*VersionStats{},
+		ksr:      map[[2]string]*KSRStats{},
 	}
 }
 
@@ -118,6 +120,17 @@ func (b *StatsBuilder) Add(r StatsRow) {
 	}
 	if r.Outcome != nil {
 		b.out.add(r.Outcome)
+		if mode, ok := r.Outcome.KSRCounts(); ok {
+			k := [2]string{mode, r.PromptVersion}
+			a := b.ksr[k]
+			if a == nil {
+				a = &KSRStats{SteerMode: mode, PromptVersion: r.PromptVersion}
+				b.ksr[k] = a
+			}
+			a.Replies++
+			a.Chars += r.Outcome.SpokenChars
+			a.Actions += r.Outcome.KeysPressed + r.Outcome.Selections
+		}
 	}
 	if r.Answered {
 		v := b.versions[r.PromptVersion]
@@ -158,6 +171,15 @@ func (b *StatsBuilder) Stats() Stats {
 	for _, v := range b.vorder {
 		s.ByPromptVersion = append(s.ByPromptVersion, *b.versions[v])
 	}
+	for _, a := range b.ksr {
+		s.KSR = append(s.KSR, *a)
+	}
+	slices.SortFunc(s.KSR, func(x, y KSRStats) int {
+		if c := cmp.Compare(x.SteerMode, y.SteerMode); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.PromptVersion, y.PromptVersion)
+	})
 	return s
 }
 

@@ -90,8 +90,9 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	contextTokens := fs.Int("context", 2048, "context tokens per sequence")
 	seed := fs.Uint("seed", 1, "base sampling seed (dialog i uses seed+i): runs are repeatable")
 	temperature := fs.Float64("temperature", api.DefaultLimits().DefaultTemperature, "sampling temperature")
+	steerFlag := fs.String("steer", "", "simulate a user steering to the true reply: initials, words (initials, the longest word spelled), prefix:N (its first N characters) or replace (a near miss with one word wrong); scores top-1/top-n and the simulated keystroke saving rate with and without the dialog's context")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: replyd eval [--dialogs FILE.jsonl] [--prompt-file F]... [--prompt-version V --server URL]... [-n 4] [--json]\n\n"+
+		fmt.Fprintf(stderr, "Usage: replyd eval [--dialogs FILE.jsonl] [--prompt-file F]... [--prompt-version V --server URL]... [-n 4] [--steer MODE] [--json]\n\n"+
 			"Replays each dialog through the language model (no data file is opened) and scores the candidates against\n"+
 			"the reply: top-1 and top-n exact match (case and punctuation ignored), mean best token F1, and the keystrokes\n"+
 			"the best candidate would have saved. Without a prompt option it scores the built-in default prompt.\n\n")
@@ -102,6 +103,13 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("eval: unexpected argument %q", fs.Arg(0))
+	}
+	var sim steerSim
+	if *steerFlag != "" {
+		var err error
+		if sim, err = parseSteerSim(*steerFlag); err != nil {
+			return err
+		}
 	}
 	max := api.DefaultLimits().MaxCandidates
 	if *n < 1 || *n > max {
@@ -144,6 +152,15 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	defer lm.Close()
 	pipe := &engine.Pipeline{LLM: lm}
 
+	if sim.make != nil {
+		bar := newProgress(stderr, 2*len(ds))
+		scores, err := evalSteer(ctx, pipe, ds, sim, prompts[0].text, *n, *temperature, uint32(*seed), bar)
+		bar.done()
+		if err != nil {
+			return err
+		}
+		return printSteerEval(stdout, scores, *n, *model, isDemoModel(*model), name, *asJSON)
+	}
 	bar := newProgress(stderr, len(ds)*len(prompts))
 	for i := range prompts {
 		p := &prompts[i]

@@ -2,7 +2,6 @@ package steer
 
 import (
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/replyd/replyd/engine"
@@ -255,7 +254,7 @@ func (p *Program) Step(st State, c byte) (State, bool) {
 // stepRune writes one character.
 func (p *Program) stepRune(st State, r rune) (State, bool) {
 	sp := isSpace(r)
-	if !sp && !unicode.IsPrint(r) {
+	if !sp && !isPrint(r) {
 		return st, false // the cleaning would drop it
 	}
 	if sp {

@@ -32,8 +32,34 @@ const (
 // IsWordRune reports whether r belongs to a word: a letter, a combining
 // mark or a digit.
 func IsWordRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return ascii[r]&aWord != 0
+	}
 	return unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r)
 }
+
+// ascii classifies the ASCII characters once: the sampler steps through
+// hundreds of thousands of token bytes a request.
+var ascii = func() (t [utf8.RuneSelf]uint8) {
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			t[r] |= aWord
+		}
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			t[r] |= aSpace
+		}
+		if unicode.IsPrint(r) {
+			t[r] |= aPrint
+		}
+	}
+	return t
+}()
+
+const (
+	aWord uint8 = 1 << iota
+	aSpace
+	aPrint
+)
 
 // IsJoiner reports whether r joins two word runes into one word when it
 // sits between them: an apostrophe or a hyphen.
@@ -54,6 +80,12 @@ func fold(r rune) rune {
 	case '‐':
 		return '-'
 	}
+	if r < utf8.RuneSelf {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}
 	return unicode.ToLower(r)
 }
 
@@ -66,7 +98,20 @@ func foldString(s string) []rune {
 }
 
 // isSpace reports whether the cleaning turns r into a space.
-func isSpace(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }
+func isSpace(r rune) bool {
+	if r < utf8.RuneSelf {
+		return ascii[r]&aSpace != 0
+	}
+	return unicode.IsControl(r) || unicode.IsSpace(r)
+}
+
+// isPrint is unicode.IsPrint.
+func isPrint(r rune) bool {
+	if r < utf8.RuneSelf {
+		return ascii[r]&aPrint != 0
+	}
+	return unicode.IsPrint(r)
+}
 
 // Clean is the cleaning a reply's text gets: invalid UTF-8 and
 // non-printable characters dropped, whitespace and control characters

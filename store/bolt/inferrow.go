@@ -37,6 +37,9 @@ const (
 	rowFormat     = 0x02
 	rowRemembered = 1 << 0
 	rowHasOutcome = 1 << 1
+	// rowHasActions: the outcome is followed by its steering mode and the
+	// user's reported keys and selections (steering; absent in older rows).
+	rowHasActions = 1 << 2
 )
 
 var errBadRow = errors.New("store: malformed infer index entry")
@@ -65,6 +68,9 @@ func (r inferRow) encode() []byte {
 	}
 	if r.outcome != nil {
 		flags |= rowHasOutcome
+		if r.outcome.ActionsReported || r.outcome.SteerMode != "" {
+			flags |= rowHasActions
+		}
 	}
 	b = append(b, flags)
 	if o := r.outcome; o != nil {
@@ -75,6 +81,16 @@ func (r inferRow) encode() []byte {
 		b = binary.AppendVarint(b, o.TimeToChoiceMS)
 		b = binary.AppendUvarint(b, nanos(o.FirstAt))
 		b = binary.AppendUvarint(b, nanos(o.At))
+		if flags&rowHasActions != 0 {
+			putStr(o.SteerMode)
+			var reported uint64
+			if o.ActionsReported {
+				reported = 1
+			}
+			b = binary.AppendUvarint(b, reported)
+			b = binary.AppendUvarint(b, uint64(max(o.KeysPressed, 0)))
+			b = binary.AppendUvarint(b, uint64(max(o.Selections, 0)))
+		}
 	}
 	return b
 }
@@ -187,14 +203,14 @@ func decodeRow(v []byte) (inferRow, error) {
 	row.remembered = flags&rowRemembered != 0
 	if flags&rowHasOutcome != 0 {
 		o := &Outcome{}
-		r.outcome(o)
+		r.outcome(o, flags)
 		row.outcome = o
 	}
 	return row, r.err
 }
 
 // outcome reads the outcome part of a row into o.
-func (r *rowReader) outcome(o *Outcome) {
+func (r *rowReader) outcome(o *Outcome, flags byte) {
 	o.Kind = r.str()
 	o.Rank = int(r.uvarint())
 	o.SpokenChars = int(r.uvarint())
@@ -202,6 +218,13 @@ func (r *rowReader) outcome(o *Outcome) {
 	o.TimeToChoiceMS = r.varint()
 	o.FirstAt = fromNanos(r.uvarint())
 	o.At = fromNanos(r.uvarint())
+	o.SteerMode, o.ActionsReported, o.KeysPressed, o.Selections = "", false, 0, 0
+	if flags&rowHasActions != 0 {
+		o.SteerMode = r.str()
+		o.ActionsReported = r.uvarint() == 1
+		o.KeysPressed = int(r.uvarint())
+		o.Selections = int(r.uvarint())
+	}
 }
 
 // decodeStatsRow decodes what the statistics need of an infer_index value
@@ -225,8 +248,8 @@ func decodeStatsRow(v []byte, intern map[string]string, o *Outcome) (StatsRow, e
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		r.uvarint()
 	}
-	if r.byte1()&rowHasOutcome != 0 {
-		r.outcome(o)
+	if flags := r.byte1(); flags&rowHasOutcome != 0 {
+		r.outcome(o, flags)
 		s.Outcome = o
 	}
 	return s, r.err

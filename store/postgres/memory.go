@@ -20,7 +20,8 @@ import (
 )
 
 // outcomeNames are the outcome columns of logs, in outcomeCols.dest order.
-var outcomeNames = []string{"outcome_kind", "outcome_rank", "outcome_spoken_chars", "outcome_keystrokes", "outcome_ttc_ms", "outcome_first_ns", "outcome_at_ns"}
+var outcomeNames = []string{"outcome_kind", "outcome_rank", "outcome_spoken_chars", "outcome_keystrokes", "outcome_ttc_ms", "outcome_first_ns", "outcome_at_ns",
+	"outcome_steer_mode", "outcome_keys", "outcome_selections"}
 
 // outcomeColumns lists outcomeNames for a SELECT.
 var outcomeColumns = columns("", outcomeNames)
@@ -40,10 +41,12 @@ type outcomeCols struct {
 	rank, chars, saved int
 	ttc                int64
 	firstNS, atNS      *int64
+	steerMode          string
+	keys, selections   *int
 }
 
 func (c *outcomeCols) dest() []any {
-	return []any{&c.kind, &c.rank, &c.chars, &c.saved, &c.ttc, &c.firstNS, &c.atNS}
+	return []any{&c.kind, &c.rank, &c.chars, &c.saved, &c.ttc, &c.firstNS, &c.atNS, &c.steerMode, &c.keys, &c.selections}
 }
 
 // outcome is the scanned outcome, nil when none was reported.
@@ -51,8 +54,21 @@ func (c *outcomeCols) outcome() *store.Outcome {
 	if c.kind == nil {
 		return nil
 	}
-	return &store.Outcome{Kind: *c.kind, Rank: c.rank, SpokenChars: c.chars, KeystrokesSaved: c.saved,
-		TimeToChoiceMS: c.ttc, FirstAt: fromNullNS(c.firstNS), At: fromNullNS(c.atNS)}
+	o := &store.Outcome{Kind: *c.kind, Rank: c.rank, SpokenChars: c.chars, KeystrokesSaved: c.saved,
+		TimeToChoiceMS: c.ttc, FirstAt: fromNullNS(c.firstNS), At: fromNullNS(c.atNS), SteerMode: c.steerMode}
+	if c.keys != nil && c.selections != nil {
+		o.ActionsReported, o.KeysPressed, o.Selections = true, *c.keys, *c.selections
+	}
+	return o
+}
+
+// actions are the outcome_keys and outcome_selections of o: NULL when
+// the client did not report them.
+func actions(o store.Outcome) (keys, selections *int) {
+	if !o.ActionsReported {
+		return nil, nil
+	}
+	return &o.KeysPressed, &o.Selections
 }
 
 func ints(v []int32) []int {
@@ -169,10 +185,11 @@ func (s *Store) SetOutcome(id string, o store.Outcome, reply string) (uint64, er
 		var seq, ts int64
 		var subject string
 		var remembered bool
+		keys, sel := actions(o)
 		err := tx.QueryRow(ctx, `UPDATE logs SET outcome_kind = $2, outcome_rank = $3, outcome_spoken_chars = $4, outcome_keystrokes = $5,
-				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8
+				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8, outcome_steer_mode = $9, outcome_keys = $10, outcome_selections = $11
 			WHERE inference_id = $1 RETURNING seq, ts_ns, subject, remembered`,
-			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At)).Scan(&seq, &ts, &subject, &remembered)
+			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At), o.SteerMode, keys, sel).Scan(&seq, &ts, &subject, &remembered)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("store: inference: %w", store.ErrNotFound)
 		}
@@ -374,7 +391,8 @@ func (s *Store) DeleteUser(subject string) (store.UserDeletion, error) {
 				WHERE subject = $1 AND (outcome_kind IS NOT NULL OR remembered OR inference_id IS NOT NULL) FOR UPDATE),
 			upd AS (
 				UPDATE logs SET outcome_kind = NULL, outcome_rank = 0, outcome_spoken_chars = 0, outcome_keystrokes = 0,
-					outcome_ttc_ms = -1, outcome_first_ns = NULL, outcome_at_ns = NULL, remembered = false, inference_id = NULL
+					outcome_ttc_ms = -1, outcome_first_ns = NULL, outcome_at_ns = NULL, remembered = false, inference_id = NULL,
+					outcome_steer_mode = '', outcome_keys = NULL, outcome_selections = NULL
 				FROM old WHERE logs.seq = old.seq RETURNING old.had)
 			SELECT count(*) FILTER (WHERE had) FROM upd`, subject).Scan(&d.Outcomes)
 		if err != nil {
@@ -543,9 +561,11 @@ func readMemory(ctx context.Context, tx pgx.Tx, snap *store.Snapshot) error {
 // A pair whose log entry was pruned gets a negative seq of its own.
 func importMemory(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 	for id, o := range snap.Outcomes {
+		keys, sel := actions(o)
 		if _, err := tx.Exec(ctx, `UPDATE logs SET outcome_kind = $2, outcome_rank = $3, outcome_spoken_chars = $4, outcome_keystrokes = $5,
-				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8 WHERE inference_id = $1`,
-			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At)); err != nil {
+				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8, outcome_steer_mode = $9, outcome_keys = $10, outcome_selections = $11
+			WHERE inference_id = $1`,
+			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At), o.SteerMode, keys, sel); err != nil {
 			return err
 		}
 	}

@@ -382,3 +382,43 @@ func outcomesExport(t *testing.T, e Env) {
 		t.Errorf("%d outcomes in [10 s, 20 s), want 7", calls)
 	}
 }
+
+// statsKSR checks that an outcome keeps its steering mode and reported
+// actions, and the keystroke saving rate per mode and prompt version.
+func statsKSR(t *testing.T, e Env) {
+	s := e.S
+	at := func(m int) time.Duration { return time.Duration(m) * time.Minute }
+	MustInfer(t, s, Inf{At: at(0), Key: "k1", Subject: "u1", ID: "i1", Version: "1", Cands: []string{"I would like tea"}})
+	MustInfer(t, s, Inf{At: at(1), Key: "k1", Subject: "u1", ID: "i2", Version: "1", Cands: []string{"Yes"}})
+	MustInfer(t, s, Inf{At: at(2), Key: "k1", Subject: "u1", ID: "i3", Version: "2", Cands: []string{"No thanks"}})
+	MustInfer(t, s, Inf{At: at(3), Key: "k1", Subject: "u1", ID: "i4", Version: "2", Cands: []string{"Later"}})
+	ts := T0.Add(time.Hour)
+	words := store.Outcome{Kind: store.OutcomeSpoken, Rank: 1, SpokenChars: 16, KeystrokesSaved: 15, TimeToChoiceMS: -1, FirstAt: ts, At: ts,
+		SteerMode: "words", KeysPressed: 4, Selections: 1, ActionsReported: true}
+	for id, o := range map[string]store.Outcome{
+		"i1": words,
+		"i2": {Kind: store.OutcomeSpoken, Rank: 1, SpokenChars: 3, KeystrokesSaved: 2, TimeToChoiceMS: -1, FirstAt: ts, At: ts, Selections: 1, ActionsReported: true},
+		"i3": {Kind: store.OutcomeSpoken, Rank: 1, SpokenChars: 9, KeystrokesSaved: 8, TimeToChoiceMS: -1, FirstAt: ts, At: ts, SteerMode: "prefix"},
+		"i4": {Kind: store.OutcomeNoneFit, TimeToChoiceMS: -1, FirstAt: ts, At: ts, KeysPressed: 3, ActionsReported: true},
+	} {
+		_, err := s.SetOutcome(id, o, "")
+		Must(t, err)
+	}
+	got, err := s.Inference("i1")
+	Must(t, err)
+	if got.Outcome == nil || !cmp.Equal(*got.Outcome, words) {
+		t.Errorf("outcome read back = %+v, want %+v", got.Outcome, words)
+	}
+	st, err := s.Stats(T0, T0.Add(10*time.Minute))
+	Must(t, err)
+	want := []store.KSRStats{
+		{SteerMode: "none", PromptVersion: "1", Replies: 1, Chars: 3, Actions: 1},
+		{SteerMode: "words", PromptVersion: "1", Replies: 1, Chars: 16, Actions: 5},
+	}
+	if diff := cmp.Diff(want, st.KSR); diff != "" {
+		t.Errorf("Stats.KSR (-want +got):\n%s", diff)
+	}
+	if r := st.KSR[1].Rate(); r < 0.6874 || r > 0.6876 {
+		t.Errorf("KSR of iwlt + one pick = %v, want 0.6875", r)
+	}
+}

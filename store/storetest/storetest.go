@@ -97,6 +97,7 @@ var scenarios = []scenario{
 	{"outcomes/inference-and-outcome", outcomesInferenceAndOutcome},
 	{"outcomes/export-in-order", outcomesExport},
 	{"stats/outcomes-keys-versions", statsOutcomes},
+	{"stats/ksr", statsKSR},
 	{"memory/pairs-and-revision", memoryPairs},
 	{"memory/delete-user", memoryDeleteUser},
 	{"memory/prune", memoryPrune},

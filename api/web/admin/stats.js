@@ -59,6 +59,10 @@ function render() {
     h('th', { scope: 'row', text: v.version }), h('td', { class: 'num', 'data-label': 'Inferences', text: fmtInt(v.inferences) }),
     h('td', { class: 'num', 'data-label': 'Outcomes', text: fmtInt(v.outcomes) }),
     h('td', { class: 'num', 'data-label': 'Spoken', text: fmtInt(v.accepted) }), h('td', { class: 'num', 'data-label': 'Acceptance', text: fmtRate(v.acceptance_rate) }))));
+  $('#stats-ksr tbody').replaceChildren(...(r.ksr || []).map((k) => h('tr', { 'data-mode': k.steer_mode },
+    h('th', { scope: 'row', text: k.steer_mode }), h('td', { 'data-label': 'Prompt version', text: k.prompt_version }),
+    h('td', { class: 'num', 'data-label': 'Replies', text: fmtInt(k.replies) }), h('td', { class: 'num', 'data-label': 'Characters', text: fmtInt(k.chars) }),
+    h('td', { class: 'num', 'data-label': 'Keys and selections', text: fmtInt(k.actions) }), h('td', { class: 'num', 'data-label': 'Keystroke saving', text: fmtRate(k.ksr) }))));
   $('#stats-keys tbody').replaceChildren(...(r.by_key || []).map((k) => h('tr', {},
     h('th', { scope: 'row', title: k.api_key_hash }, k.client_id || shortHash(k.api_key_hash)),
     h('td', { class: 'num', 'data-label': 'Requests', text: fmtInt(k.requests) }), h('td', { class: 'num', 'data-label': 'Errors', text: fmtInt(k.errors) }),

@@ -1,0 +1,209 @@
+package main
+
+// replyd eval --steer: simulate an AAC user who steers the model towards the
+// reply they really said (issue 22), and score the steered candidates.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/score"
+	"github.com/replyd/replyd/engine/steer"
+)
+
+// steerSim is a simulated user's way of steering: the constraint it types
+// for a reply, and the keys that cost.
+type steerSim struct {
+	name string
+	// make returns the constraint for reply and the keys pressed, ok false
+	// when the reply does not lend itself (no word, shorter than N).
+	make func(reply string) (s engine.Steer, keys int, ok bool)
+}
+
+// parseSteerSim parses --steer: initials, words, prefix:N or replace.
+func parseSteerSim(v string) (steerSim, error) {
+	lower := func(w string) string { return strings.ToLower(w) }
+	switch {
+	case v == "initials":
+		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
+			ws := steer.Words(steer.Clean(reply))
+			if len(ws) == 0 || len(ws) > steer.MaxWords {
+				return engine.Steer{}, 0, false
+			}
+			e := make([]string, len(ws))
+			for i, w := range ws {
+				r, _ := utf8.DecodeRuneInString(w.Text)
+				e[i] = lower(string(r))
+			}
+			return engine.Steer{Mode: engine.SteerWords, Words: e}, len(e), true
+		}}, nil
+	case v == "words":
+		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
+			ws := steer.Words(steer.Clean(reply))
+			if len(ws) == 0 || len(ws) > steer.MaxWords {
+				return engine.Steer{}, 0, false
+			}
+			longest := 0
+			for i, w := range ws {
+				if utf8.RuneCountInString(w.Text) > utf8.RuneCountInString(ws[longest].Text) {
+					longest = i
+				}
+			}
+			e := make([]string, len(ws))
+			keys := 0
+			for i, w := range ws {
+				r, _ := utf8.DecodeRuneInString(w.Text)
+				e[i] = lower(string(r))
+				if i == longest && utf8.RuneCountInString(w.Text) <= steer.MaxEntryChars {
+					// Spelled whole: its letters, and one key to switch
+					// the chip to spelling.
+					e[i] = lower(w.Text)
+					keys += 1
+				}
+				keys += utf8.RuneCountInString(e[i])
+			}
+			return engine.Steer{Mode: engine.SteerWords, Words: e}, keys, true
+		}}, nil
+	case strings.HasPrefix(v, "prefix:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(v, "prefix:"))
+		if err != nil || n < 1 || n > steer.MaxTextChars {
+			return steerSim{}, fmt.Errorf("eval: --steer prefix:N needs N from 1 to %d", steer.MaxTextChars)
+		}
+		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
+			rs := []rune(steer.Clean(reply))
+			if len(rs) <= n {
+				return engine.Steer{}, 0, false
+			}
+			return engine.Steer{Mode: engine.SteerPrefix, Prefix: string(rs[:n])}, n, true
+		}}, nil
+	case v == "replace":
+		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
+			text := steer.Clean(reply)
+			ws := steer.Words(text)
+			if len(ws) == 0 || utf8.RuneCountInString(text) > steer.MaxTextChars {
+				return engine.Steer{}, 0, false
+			}
+			// A near miss: the longest word wrong (same initial, letters
+			// no English word has); the user taps it for alternatives.
+			k := 0
+			for i, w := range ws {
+				if utf8.RuneCountInString(w.Text) > utf8.RuneCountInString(ws[k].Text) {
+					k = i
+				}
+			}
+			r, _ := utf8.DecodeRuneInString(ws[k].Text)
+			miss := text[:ws[k].Start] + string(r) + "qxj" + text[ws[k].End:]
+			return engine.Steer{Mode: engine.SteerReplace, Text: miss, Word: k}, 1, true
+		}}, nil
+	}
+	return steerSim{}, fmt.Errorf("eval: --steer must be initials, words, prefix:N or replace, not %q", v)
+}
+
+// steerScore are the figures of one steering mode, with or without the
+// dialog's context.
+type steerScore struct {
+	Steer     string  `json:"steer"`
+	Context   bool    `json:"context"`
+	Dialogs   int     `json:"dialogs"`
+	Skipped   int     `json:"skipped"`
+	Top1Exact float64 `json:"top1_exact"`
+	TopNExact float64 `json:"topn_exact"`
+	Exhausted float64 `json:"exhausted"`
+	Chars     int     `json:"chars"`
+	Actions   int     `json:"actions"`
+	KSR       float64 `json:"ksr"`
+}
+
+// evalSteer replays each dialog twice, with its context and with none (one
+// empty partner turn), steered as sim types the true reply. The simulated
+// user picks the reply when it is among the candidates (its keys and one
+// selection), else types it whole after the keys spent: KSR = (characters
+// - actions) / characters over all dialogs.
+func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim steerSim, prompt string, n int, temperature float64, seed uint32, bar *progress) ([]steerScore, error) {
+	var out []steerScore
+	for _, withContext := range []bool{true, false} {
+		sc := steerScore{Steer: sim.name, Context: withContext}
+		var top1, topN, exhausted int
+		for k, d := range ds {
+			bar.step(fmt.Sprintf("%s, context %v", sim.name, withContext))
+			s, keys, ok := sim.make(d.reply)
+			if !ok {
+				sc.Skipped++
+				continue
+			}
+			req := d.req
+			if !withContext {
+				req.Messages = []engine.Message{{Role: engine.RoleSpeaker}}
+			}
+			req.SystemPrompt, req.MaxCandidates, req.Temperature, req.Seed = prompt, n, temperature, seed+uint32(k)
+			req.Steer = &s
+			res, err := pipe.Infer(ctx, req)
+			if err != nil {
+				return nil, fmt.Errorf("eval: line %d: %w", d.line, err)
+			}
+			chars := score.Chars(steer.Clean(d.reply))
+			want := score.Normalize(d.reply)
+			actions := keys + chars // typed whole after all
+			for i, c := range res.Candidates {
+				if score.Normalize(c.Text) == want {
+					if i == 0 {
+						top1++
+					}
+					topN++
+					actions = keys + 1
+					break
+				}
+			}
+			if res.SteerExhausted {
+				exhausted++
+			}
+			sc.Dialogs++
+			sc.Chars += chars
+			sc.Actions += actions
+		}
+		if sc.Dialogs > 0 {
+			sc.Top1Exact = float64(top1) / float64(sc.Dialogs)
+			sc.TopNExact = float64(topN) / float64(sc.Dialogs)
+			sc.Exhausted = float64(exhausted) / float64(sc.Dialogs)
+		}
+		if sc.Chars > 0 {
+			sc.KSR = float64(sc.Chars-sc.Actions) / float64(sc.Chars)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+func printSteerEval(w io.Writer, scores []steerScore, n int, model string, demo bool, dialogs string, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Dialogs    string       `json:"dialogs"`
+			Candidates int          `json:"candidates"`
+			Model      string       `json:"model"`
+			Demo       bool         `json:"demo_model"`
+			Results    []steerScore `json:"results"`
+		}{dialogs, n, model, demo, scores})
+	}
+	fmt.Fprintf(w, "replyd eval --steer %s: dialogs from %s, %d candidates each, model %s\n", scores[0].Steer, dialogs, n, model)
+	if demo {
+		fmt.Fprintln(w, "(a demo model with random weights: it scores near zero; use a real model for real figures)")
+	}
+	fmt.Fprintf(w, "\n%-10s  %-8s  %7s  %7s  %7s  %9s  %s\n", "steer", "context", "dialogs", "top-1", fmt.Sprintf("top-%d", n), "exhausted", "simulated KSR")
+	for _, s := range scores {
+		ctx := "none"
+		if s.Context {
+			ctx = "dialog"
+		}
+		fmt.Fprintf(w, "%-10s  %-8s  %7d  %6.1f%%  %6.1f%%  %8.1f%%  %.3f (%d actions for %d characters)\n", s.Steer, ctx, s.Dialogs,
+			100*s.Top1Exact, 100*s.TopNExact, 100*s.Exhausted, s.KSR, s.Actions, s.Chars)
+	}
+	return nil
+}

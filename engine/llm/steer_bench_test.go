@@ -1,0 +1,222 @@
+package llm
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/steer"
+	"github.com/replyd/replyd/internal/shareddata"
+)
+
+// openQwenVocabBench opens, once, an engine on a small model with Qwen2.5's
+// real vocabulary (the vocabulary of the 0.5B and 1.5B shapes) for the
+// steering benchmarks.
+func openQwenVocabBench(b *testing.B) *Engine {
+	b.Helper()
+	tok := shareddata.QwenTokenizer(b)
+	var err error
+	qwenVocabOnce.Do(func() {
+		cfg := ModelConfig{Name: "qwen-vocab", Embd: 64, Heads: 4, KVHeads: 2, Layers: 1, FF: 128,
+			Vocab: 151936, CtxTrain: 4096, RopeTheta: 1e6, Quant: "q8_0", TiedEmbeddings: true,
+			OutputScale: 0.3, Seed: 7, Tokenizer: tok, AddedTokens: QwenAddedTokens}
+		dir, derr := os.MkdirTemp("", "replyd-steer-bench")
+		if derr != nil {
+			err = derr
+			return
+		}
+		p := filepath.Join(dir, "qwen-vocab.gguf")
+		if err = WriteModel(p, cfg); err != nil {
+			return
+		}
+		qwenVocabBench, err = Open(Options{ModelPath: p, PrefixCacheMiB: 8, ContextPerSeq: 1024, MaxCandidates: 4})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if qwenVocabBench == nil {
+		b.Fatal("the Qwen-vocabulary engine failed to open earlier")
+	}
+	return qwenVocabBench
+}
+
+var (
+	qwenVocabOnce  sync.Once
+	qwenVocabBench *Engine
+)
+
+// benchLogits are pseudo-random logits for the vocabulary of e.
+func benchLogits(e *Engine) []float32 {
+	rng := rand.New(rand.NewPCG(1, 1))
+	l := make([]float32, e.sv.n)
+	for i := range l {
+		l[i] = float32(rng.NormFloat64() * 3)
+	}
+	return l
+}
+
+// steerStates are constraint states of a steered reply, from the most
+// restrictive to the most permissive mask.
+func steerStates(b *testing.B, e *Engine) []struct {
+	name string
+	sr   *steerRun
+	st   steer.State
+} {
+	b.Helper()
+	mk := func(s engine.Steer, written string) (*steerRun, steer.State) {
+		sr, err := e.newSteerRun(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, ok, _ := sr.prog.Feed(sr.start, []byte(written))
+		if !ok {
+			b.Fatalf("%q refused", written)
+		}
+		return sr, st
+	}
+	words := engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "l", "t"}}
+	var out []struct {
+		name string
+		sr   *steerRun
+		st   steer.State
+	}
+	for _, c := range []struct {
+		name    string
+		s       engine.Steer
+		written string
+	}{
+		{"spelled-word", engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "t", "g", "t", "t", "bedr"}}, "I want to go to the be"},
+		{"word-start", words, "I"},
+		{"in-word", words, "I wo"},
+		{"prefix-done", engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}, " like"},
+	} {
+		sr, st := mk(c.s, c.written)
+		out = append(out, struct {
+			name string
+			sr   *steerRun
+			st   steer.State
+		}{c.name, sr, st})
+	}
+	return out
+}
+
+// BenchmarkSteerScan compares the masked scan over the logits (top-k among
+// the allowed tokens, log-sum-exp over all) with the unmasked one on
+// Qwen2.5's real vocabulary (151,936 logits), in the same loop; the masks
+// are the ones a steered reply meets. Target: ratio <= 1.05.
+func BenchmarkSteerScan(b *testing.B) {
+	e := openQwenVocabBench(b)
+	logits := benchLogits(e)
+	for _, c := range steerStates(b, e) {
+		b.Run(c.name, func(b *testing.B) {
+			m := c.sr.mask(c.st, c.sr.limit, false)
+			allowed := 0
+			for _, w := range m {
+				allowed += popcount(w)
+			}
+			s := newSampler(0.8, 1, 1)
+			var masked, plain time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				s.sample(logits)
+				t1 := time.Now()
+				if m != nil {
+					s.sampleMasked(logits, m)
+				} else {
+					s.sample(logits)
+				}
+				t2 := time.Now()
+				plain += t1.Sub(t0)
+				masked += t2.Sub(t1)
+			}
+			b.ReportMetric(float64(plain.Microseconds())/float64(b.N), "unmasked_us")
+			b.ReportMetric(float64(masked.Microseconds())/float64(b.N), "masked_us")
+			b.ReportMetric(float64(masked)/float64(plain), "ratio")
+			b.ReportMetric(float64(allowed), "allowed_tokens")
+		})
+	}
+}
+
+func popcount(w uint64) int {
+	n := 0
+	for ; w != 0; w &= w - 1 {
+		n++
+	}
+	return n
+}
+
+// BenchmarkSteerMask is the cost of computing one state's mask (the trie
+// walk; a request computes each state it meets once) on Qwen2.5's real
+// vocabulary.
+func BenchmarkSteerMask(b *testing.B) {
+	e := openQwenVocabBench(b)
+	for _, c := range steerStates(b, e) {
+		b.Run(c.name, func(b *testing.B) {
+			walked := 0
+			for i := 0; i < b.N; i++ {
+				clear(c.sr.masks)
+				c.sr.walked = 0
+				c.sr.mask(c.st, c.sr.limit, false)
+				walked = c.sr.walked
+			}
+			b.ReportMetric(float64(walked), "trie_nodes")
+		})
+	}
+}
+
+// BenchmarkSteeredRequest compares steered requests with the unsteered one
+// for the same warm dialog (same dialog_id, 4 candidates) on the
+// Qwen2.5-0.5B shape: each steering mode's time per request over the
+// unsteered request's (ratio; target <= 1.2), with the tokens sampled (a
+// steered reply is as long as its constraint makes it).
+func BenchmarkSteeredRequest(b *testing.B) {
+	e := openBench(b)
+	const dialogID = "bench-steer"
+	warm := benchRequest(3, 4, dialogID)
+	timed(b, e, warm, modeAuto)
+	var base time.Duration
+	var baseTokens float64
+	for _, c := range []struct {
+		name string
+		s    *engine.Steer
+	}{
+		{"unsteered", nil},
+		{"words", &engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "l", "t"}}},
+		{"spelled", &engine.Steer{Mode: engine.SteerWords, Words: []string{"y", "p", "tea "}}},
+		{"prefix", &engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}},
+		{"replace", &engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk please", Word: 2}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var total time.Duration
+			tokens, got := 0, 0
+			for i := 0; i < b.N; i++ {
+				req := benchRequest(3, 4, dialogID)
+				req.Seed = uint32(1 + i)
+				req.Steer = c.s
+				d, g := timed(b, e, req, modeAuto)
+				total += d
+				tokens += g.GenTokens
+				got += len(g.Candidates)
+			}
+			per := total / time.Duration(b.N)
+			perTokens := float64(tokens) / float64(b.N)
+			if c.s == nil {
+				base, baseTokens = per, perTokens
+			}
+			b.ReportMetric(float64(per.Milliseconds()), "ms/request")
+			b.ReportMetric(perTokens, "tokens/request")
+			b.ReportMetric(float64(got)/float64(b.N), "candidates/request")
+			if base > 0 && baseTokens > 0 && perTokens > 0 {
+				b.ReportMetric(float64(per)/float64(base), "x_unsteered")
+				// Per token sampled: the cost of steering itself, apart
+				// from replies the constraint makes longer or shorter.
+				b.ReportMetric(float64(per)/perTokens/(float64(base)/baseTokens), "x_unsteered_per_token")
+			}
+		})
+	}
+}
