@@ -79,6 +79,136 @@ const spoken = () => page.evaluate(() => window.__spoken.map((u) => u.text));
 const candidates = () => page.$$eval('#cands .cand', (bs) => bs.map((b) => b.textContent));
 const bubbles = () => page.$$eval('#log .bubble', (lis) => lis.map((li) => ({ role: li.dataset.role, text: li.querySelector('.text').textContent })));
 
+// ---------------------------------------------------------------- the Spell path
+
+/** Words as the steer contract counts them (runs of letters, marks and
+ * digits joined by inner apostrophes or hyphens). */
+const WORD = /[\p{L}\p{M}\p{Nd}]+(?:['’‐-][\p{L}\p{M}\p{Nd}]+)*/gu;
+const wordsOf = (text) => text.match(WORD) || [];
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Whether reply keeps the steer constraint the page sent. */
+function keeps(reply, steer) {
+  const w = wordsOf(reply);
+  if (steer.words) {
+    return w.length === steer.words.length && steer.words.every((e, i) => {
+      const got = w[i].toLowerCase();
+      const want = e.toLowerCase();
+      if (want.endsWith(' ')) return got === want.trim();
+      return got.startsWith(want);
+    });
+  }
+  if (steer.prefix !== undefined) return reply.startsWith(steer.prefix) && reply.length > steer.prefix.length;
+  const { text, word, initial } = steer.replace;
+  const was = wordsOf(text);
+  if (w.length !== was.length) return false;
+  const blank = (t, k) => {
+    let i = -1;
+    return t.replace(WORD, (m) => (++i === k ? '\u0000' : m));
+  };
+  const first = (initial || was[word][0]).toLowerCase();
+  return blank(reply, word) === blank(text, word) && w[word].toLowerCase() !== was[word].toLowerCase() && w[word][0].toLowerCase() === first;
+}
+
+/** The answer to an inference: the candidates event of a stream, or the
+ * JSON. */
+function answerOf(text, type) {
+  if (!type.startsWith('text/event-stream')) return JSON.parse(text);
+  for (const block of text.split(/\n\n/)) {
+    const m = block.match(/^event: (\w+)\ndata: (.*)$/s);
+    if (m && m[1] === 'candidates') return JSON.parse(m[2]);
+    if (m && m[1] === 'error') return { stream_error: JSON.parse(m[2]) };
+  }
+  throw new Error(`no candidates event in ${JSON.stringify(text.slice(0, 300))}`);
+}
+
+/** An intercepted event stream's body comes from Chromium decoded as
+ * Latin-1 (an event stream is UTF-8 whatever its Content-Type says): text
+ * that is UTF-8 read as Latin-1 is read again. */
+function utf8(s) {
+  if (/[^\u0000-\u00ff]/.test(s) || !/[\u0080-\u00ff]/.test(s)) return s;
+  const again = Buffer.from(s, 'latin1').toString('utf8');
+  return again.includes('\ufffd') ? s : again;
+}
+
+/** Records every POST /v1/infer the page makes: payload (read through a
+ * route, see inferRound), when it was sent, the server's answer and
+ * whether the page aborted it. */
+async function recordInfers(p = page) {
+  const seen = [];
+  const byId = (req) => seen.find((x) => x.id === req.headers()['x-request-id']);
+  await p.route('**/v1/infer', (route) => {
+    const req = route.request();
+    const body = req.postDataBuffer() ? req.postDataBuffer().toString('latin1') : '';
+    const m = body.match(/filename="payload.json"\r\nContent-Type: application\/json\r\n\r\n([^\r]*)/);
+    seen.push({ id: req.headers()['x-request-id'], at: Date.now(), payload: m ? JSON.parse(m[1]) : null, status: 0, answer: null, failed: false });
+    return route.fallback();
+  });
+  const onResponse = async (r) => {
+    const x = r.url().endsWith('/v1/infer') && byId(r.request());
+    if (!x) return;
+    try {
+      const text = utf8((await r.body()).toString('utf8'));
+      x.answer = answerOf(text, r.headers()['content-type'] || '');
+      x.status = r.status();
+    } catch {
+      x.failed = true; // aborted while the answer was read
+    }
+  };
+  const onFailed = (r) => {
+    const x = r.url().endsWith('/v1/infer') && byId(r);
+    if (x) x.failed = true;
+  };
+  p.on('response', onResponse);
+  p.on('requestfailed', onFailed);
+  return {
+    seen,
+    last: () => seen.at(-1),
+    /** The next request's record once its answer came. */
+    async next(after, what, timeoutMs = 60000) {
+      await until(() => seen.length > after && seen.at(-1).answer && seen.at(-1), what, timeoutMs);
+      return seen.at(-1);
+    },
+    /** The last request steered by steer, once its answer came (requests
+     * the page made on the way, for fewer letters, may come before it). */
+    async answerTo(steer, timeoutMs = 60000) {
+      const x = await until(() => {
+        const last = seen.at(-1);
+        return last && last.payload && same(last.payload.steer, steer) && last.answer && last;
+      }, `the answer to ${JSON.stringify(steer)}`, timeoutMs);
+      return x;
+    },
+    async stop() {
+      await p.unroute('**/v1/infer');
+      p.off('response', onResponse);
+      p.off('requestfailed', onFailed);
+    },
+  };
+}
+
+/** The replies shown and each one's word chips. */
+const shownReplies = () => page.$$eval('#cands > li', (lis) => lis.map((li) => ({
+  text: li.querySelector('.cand').textContent,
+  chips: [...li.querySelectorAll('.word-chip')].map((c) => c.textContent),
+})));
+
+/** Checks that the steered answer x is what the page shows, that it keeps
+ * its constraint, and returns the replies. */
+async function checkSteered(x, mode) {
+  equal(x.status, 200, `status of the ${mode} request`);
+  const a = x.answer;
+  equal(a.steer_mode, mode, 'steer_mode');
+  check(/^inf_/.test(a.inference_id || ''), `inference_id of the steered answer: ${JSON.stringify(a)}`);
+  const replies = (a.response || []).filter((r) => r.trim());
+  check(replies.length > 0, `no reply for ${JSON.stringify(x.payload.steer)}: ${JSON.stringify(a)}`);
+  await until(async () => same((await shownReplies()).map((r) => r.text), replies), `the replies shown for ${JSON.stringify(x.payload.steer)}`);
+  for (const r of await shownReplies()) {
+    check(keeps(r.text, x.payload.steer), `"${r.text}" breaks ${JSON.stringify(x.payload.steer)}`);
+    equal(JSON.stringify(r.chips), JSON.stringify(wordsOf(r.text)), `word chips of "${r.text}"`);
+  }
+  return replies;
+}
+
 /** Waits for the next POST /v1/infer the action makes and the answer drawn.
  * The body is read through a route: Chromium does not hand a FormData
  * body with a Blob to request events. */
@@ -407,7 +537,7 @@ async function main() {
       await setSettings(() => page.uncheck('#s-dwell'));
     });
 
-    await step('Type: a reply of one\'s own is spoken and appended; None fit opens it', async () => {
+    await step('Type: a reply of one\'s own is spoken and appended; after None fit (which opens the Spell board) too', async () => {
       await page.click('#type-open');
       await page.fill('#type-text', 'See you tomorrow.');
       await axe('with the Type field open');
@@ -421,9 +551,12 @@ async function main() {
       };
       page.on('response', onFeedback);
       await page.click('#none-fit');
-      check(await page.isVisible('#type-form'), 'None fit did not open Type');
-      equal(await page.evaluate(() => document.activeElement.id), 'type-text', 'focus after None fit');
+      check(await page.isVisible('#spell'), 'None fit did not open the Spell board');
+      check(await page.evaluate(() => document.activeElement.closest('#sp-keys') !== null), 'the focus is not on the letter board after None fit');
       equal((await candidates()).length, 0, 'candidates after None fit');
+      await page.click('#sp-close');
+      check(await page.isHidden('#spell'), 'Close left the board open');
+      await page.click('#type-open');
       await page.fill('#type-text', 'Water, please.');
       await page.keyboard.press('Enter');
       equal((await spoken()).at(-1), 'Water, please.', 'reply after None fit');
@@ -432,6 +565,294 @@ async function main() {
       check(reports.every((r) => r.status === 200), `feedback statuses ${JSON.stringify(reports.map((r) => r.status))}`);
       check(reports[0].body.none_fit === true && reports[0].body.spoken_text === undefined, `first report ${JSON.stringify(reports[0].body)}`);
       check(reports[1].body.none_fit === true && reports[1].body.spoken_text === 'Water, please.' && reports[1].body.inference_id === reports[0].body.inference_id, `second report ${JSON.stringify(reports[1].body)}`);
+    });
+
+    // The Spell path against the real replyd (steer-contract.md): every
+    // request the page makes is recorded with the server's answer.
+    let spellKeys = 0; // presses on the letter board in the current turn
+    const press = async (sel) => {
+      await page.click(sel);
+      spellKeys += 1;
+    };
+    const key = (k) => press(`#sp-keys [data-key="${k}"]`);
+    let spell; // {rec, parent, replies, answer}
+
+    await step('Spell by touch: initials are expanded 600 ms after the last key, with the turn\'s parent_inference_id, dialog_id and messages; every reply\'s initials are the letters typed', async () => {
+      const rec = await recordInfers();
+      await page.click('#partner-open');
+      await page.fill('#partner-text', 'Would you like a cup of tea?');
+      await page.click('#partner-add');
+      const parent = await rec.next(0, 'the turn\'s first answer', 120000);
+      await until(async () => (await candidates()).length > 0, 'the candidates');
+      check(await page.isVisible('#spell-open'), 'no Spell button with the candidates');
+      spellKeys = 0;
+      await press('#spell-open');
+      check(await page.isVisible('#spell') && await page.isHidden('.dock'), 'the board did not take the dock\'s place');
+      equal(await page.$$eval('#sp-keys .keyrow', (rows) => rows.map((r) => r.textContent).join('|')), "QWERTYUIOP|ASDFGHJKL’|ZXCVBNM", 'QWERTY rows');
+      // While the user spells, the replies shown have word chips.
+      equal((await shownReplies()).every((r) => r.chips.length === wordsOf(r.text).length), true, 'word chips of the first replies');
+      await axe('with the Spell board open');
+      await shot('15-spell-open-tablet');
+      for (const k of 'iw') await key(k);
+      // The last key's timer starts after this moment, so the request
+      // cannot go before it plus 600 ms, however slow the machine.
+      await key('l');
+      const lastKey = Date.now();
+      await key('t');
+      const x = await rec.answerTo({ words: ['i', 'w', 'l', 't'] });
+      for (const earlier of rec.seen.slice(1, -1)) check(earlier.failed || earlier.answer, 'a request neither answered nor aborted');
+      check(x.at - lastKey >= 600, `the request went ${x.at - lastKey} ms after the last key began, not after 600 ms`);
+      const p = x.payload;
+      check(same(p.steer, { words: ['i', 'w', 'l', 't'] }), `steer ${JSON.stringify(p.steer)}`);
+      equal(p.parent_inference_id, parent.answer.inference_id, 'parent_inference_id');
+      equal(p.dialog_id, parent.payload.dialog_id, 'dialog_id');
+      equal(p.step_id, parent.payload.step_id, 'step_id');
+      check(same(p.messages, parent.payload.messages), `messages ${JSON.stringify(p.messages)} != ${JSON.stringify(parent.payload.messages)}`);
+      const replies = await checkSteered(x, 'words');
+      for (const r of replies) equal(wordsOf(r).map((w) => w[0].toLowerCase()).join(''), 'iwlt', `initials of "${r}"`);
+      check(x.answer.inference_id !== parent.answer.inference_id, 'the steered answer has the parent\'s inference_id');
+      check(/fit/.test(await page.textContent('#sp-status')), 'the status does not say how many replies fit');
+      await axe('with steered replies and their word chips');
+      await shot('16-spell-initials-tablet');
+      await page.setViewportSize(PHONE);
+      const over = await page.evaluate(() => Math.max(...['html', '#cands-wrap'].map((q) => {
+        const e = document.querySelector(q);
+        return e.scrollWidth - e.clientWidth;
+      })));
+      check(over <= 0, `phone: the page or the replies are ${over}px wider than the screen`);
+      const k = await page.locator('#sp-keys [data-key="q"]').boundingBox();
+      check(k.height >= 44 && k.width >= 30, `phone: a letter key is ${k.width}x${k.height}`);
+      await shot('16-spell-initials-phone');
+      await page.setViewportSize(TABLET);
+      spell = { rec, parent, replies };
+    });
+
+    await step('Spell a word: a key aborts the request in flight; tapping a letter chip spells that word ("te")', async () => {
+      const { rec } = spell;
+      // The next request is held back 3 s on its way, so that the key
+      // below surely finds it in flight.
+      let held = null;
+      let heldFailed = false;
+      await page.route('**/v1/infer', async (route) => {
+        held = route.request();
+        await new Promise((r) => setTimeout(r, 3000));
+        if (!heldFailed) await route.fallback();
+      }, { times: 1 });
+      const aborted = page.waitForEvent('requestfailed', { predicate: (r) => r === held, timeout: 10000 }).then(() => { heldFailed = true; });
+      await press('#sp-expand');
+      await until(() => held, 'the Expand request');
+      await press('#sp-typed [data-entry="3"]');
+      await aborted;
+      equal(await page.getAttribute('#sp-typed [data-entry="3"]', 'aria-pressed'), 'true', 'the chip being spelled');
+      await key('e');
+      const x = await rec.answerTo({ words: ['i', 'w', 'l', 'te'] });
+      spell.replies = await checkSteered(x, 'words');
+      await axe('while a word is spelled');
+    });
+
+    await step('Start mode types the reply\'s beginning (steer.prefix); Initials again keeps the letters', async () => {
+      const { rec, parent } = spell;
+      await press('#sp-mode-start');
+      equal(await page.getAttribute('#sp-mode-start', 'aria-pressed'), 'true', 'Start pressed');
+      // Nothing typed in this mode yet: the turn's first replies are back.
+      await until(async () => same(await candidates(), parent.answer.response), 'the first replies with nothing typed').catch(async (err) => {
+        throw new Error(`${err.message}: shown ${JSON.stringify(await candidates())}, first ${JSON.stringify(parent.answer.response)}`);
+      });
+      await key('i');
+      await press('#sp-space');
+      await key('w');
+      const x = await rec.answerTo({ prefix: 'I w' });
+      equal((await page.textContent('#sp-prefix')).trim(), 'I w', 'the prefix shown');
+      await checkSteered(x, 'prefix');
+      await axe('in Start mode');
+      await shot('17-spell-start-tablet');
+      const n = rec.seen.length;
+      await press('#sp-mode-words');
+      equal(await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' ')), 'i w l te', 'the letters after Initials again');
+      spell.replies = await checkSteered(await rec.next(n, 'the answer to the letters again'), 'words');
+      check(same(rec.last().payload.steer, { words: ['i', 'w', 'l', 'te'] }), `steer ${JSON.stringify(rec.last().payload.steer)}`);
+    });
+
+    await step('a word chip asks for other words in its place (steer.replace)', async () => {
+      const { rec } = spell;
+      const before = rec.seen.length;
+      // The demo model's replies are long strings of made-up words. replyd
+      // writes the text after the replaced word, and the part of the text
+      // before it since its last space, within the reply's token budget
+      // (max(20, 4 x words) tokens): the test taps the word where that
+      // text is shortest.
+      let best = null;
+      (await shownReplies()).forEach((r, i) => {
+        let at = 0;
+        r.chips.forEach((w, k) => {
+          const start = r.text.indexOf(w, at);
+          at = start + w.length;
+          const before = r.text.slice(0, start);
+          const cost = before.length - before.trimEnd().lastIndexOf(' ') + (r.text.length - at);
+          if (!best || cost < best.cost) best = { i, k, cost, text: r.text };
+        });
+      });
+      const { text, k } = best;
+      await page.click(`#cands > li:nth-child(${best.i + 1}) .word-chip[data-word="${k}"]`);
+      const x = await rec.next(before, 'the alternatives');
+      check(same(x.payload.steer, { replace: { text, word: k } }), `steer ${JSON.stringify(x.payload.steer)}`);
+      equal(x.payload.parent_inference_id, spell.parent.answer.inference_id, 'parent_inference_id of a replace');
+      spell.replies = await checkSteered(x, 'replace');
+      spell.answer = x.answer;
+      await axe('with alternatives for a word');
+      await page.setViewportSize(PHONE);
+      const over = await page.evaluate(() => document.querySelector('#cands-wrap').scrollWidth - document.querySelector('#cands-wrap').clientWidth);
+      check(over <= 0, `phone: the replies are ${over}px wider than their place`);
+      await shot('18-spell-replace-phone');
+      await page.setViewportSize(TABLET);
+    });
+
+    await step('pick: the steered reply is spoken and reported with keys_pressed and selections', async () => {
+      const { rec } = spell;
+      const want = spell.replies[0];
+      const [fb] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/feedback')),
+        page.click('#cands .cand[data-rank="1"]'),
+      ]);
+      equal((await spoken()).at(-1), want, 'spoken');
+      equal(JSON.stringify((await bubbles()).at(-1)), JSON.stringify({ role: 'disabled_person', text: want }), 'the user\'s turn');
+      const sent = JSON.parse(fb.request().postData());
+      equal(sent.inference_id, spell.answer.inference_id, 'feedback names the answer picked from');
+      equal(sent.chosen_rank, 1, 'chosen_rank');
+      equal(sent.keys_pressed, spellKeys, 'keys_pressed (every press on the board, the one that opened it too)');
+      equal(sent.selections, 2, 'selections (the word chip and the pick)');
+      check(Number.isInteger(sent.time_to_choice_ms), 'time_to_choice_ms');
+      equal(fb.status(), 200, `feedback status (${await fb.text()})`);
+      // A steered answer's outcome is its turn's: replyd answers with the
+      // turn's first inference_id, and counts the keystroke saving rate of
+      // the reply under the mode of the answer it came from.
+      const got = await fb.json();
+      check(got.inference_id === spell.parent.answer.inference_id && got.outcome === 'spoken', `feedback answer ${JSON.stringify(got)}`);
+      const metrics = await (await fetch(`${base}/metrics`, { headers: { 'X-ADMIN-KEY': adminKey } })).text();
+      const actions = metrics.match(/^replyd_ksr_actions_total\{[^}]*steer_mode="replace"[^}]*\} (\d+)$/m);
+      const chars = metrics.match(/^replyd_ksr_chars_total\{[^}]*steer_mode="replace"[^}]*\} (\d+)$/m);
+      check(actions && Number(actions[1]) === spellKeys + 2, `replyd_ksr_actions_total for replace: ${actions && actions[0]}`);
+      check(chars && Number(chars[1]) === [...want].length, `replyd_ksr_chars_total for replace: ${chars && chars[0]}`);
+      check(await page.isHidden('#spell') && await page.isVisible('.dock'), 'the board is still open after the pick');
+      equal((await candidates()).length, 0, 'candidates after the pick');
+      // The next turn's messages carry the steered reply.
+      await page.click('#partner-open');
+      await page.fill('#partner-text', 'Milk and sugar?');
+      const n = rec.seen.length;
+      await page.click('#partner-add');
+      const next = await rec.next(n, 'the next turn\'s answer', 120000);
+      check(same(next.payload.messages.slice(-2), [{ role: 'disabled_person', content: want }, { role: 'speaker', content: 'Milk and sugar?' }]), `next turn ${JSON.stringify(next.payload.messages.slice(-2))}`);
+      check(next.payload.steer === undefined && next.payload.parent_inference_id === undefined, 'a new turn sent as steered');
+      await until(async () => (await candidates()).length > 0, 'the candidates');
+    });
+
+    await step('speak what I typed as it is: Start mode, "no", Speak as typed; reported as the user\'s own text with its keys', async () => {
+      spellKeys = 0;
+      await press('#spell-open');
+      await press('#sp-mode-start');
+      await key('n');
+      await key('o');
+      const [fb] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/feedback')),
+        press('#sp-speak'),
+      ]);
+      equal((await spoken()).at(-1), 'No', 'spoken as typed');
+      const sent = JSON.parse(fb.request().postData());
+      check(sent.spoken_text === 'No' && sent.chosen_rank === undefined && sent.keys_pressed === spellKeys && sent.selections === 0, `feedback ${JSON.stringify(sent)}`);
+      equal(fb.status(), 200, 'feedback status');
+      await spell.rec.stop();
+    });
+
+    await step('Spell by switch scanning: rows, then keys; a press restarts at the letter rows; the reply is picked by the switch', async () => {
+      await partnerSays('Shall I open the window?');
+      const rec = await recordInfers();
+      await setSettings(async () => {
+        await page.check('#s-scan');
+        // As in the scanning step above: long enough for a loaded machine.
+        await page.fill('#s-scan-ms', '2');
+      });
+      const scanned = () => page.evaluate(() => {
+        const e = document.querySelector('.scanned');
+        if (!e) return null;
+        if (e.dataset.row) return `row ${e.dataset.row}`;
+        if (e.dataset.key) return `key ${e.dataset.key}`;
+        if (e.dataset.rank) return `reply ${e.dataset.rank}`;
+        if (e.matches('#cands > li')) return `reply group ${[...e.parentElement.children].indexOf(e) + 1}`;
+        return e.id || e.className;
+      });
+      const select = async (want) => {
+        await until(async () => (await scanned()) === want, `the highlight on ${want}`, 60000);
+        await page.keyboard.press('Space');
+      };
+      await select('spell-open');
+      await until(() => page.isVisible('#spell'), 'the board opened by the switch');
+      // Row-column: "a" is the first key of row 2, "w" the second of row 1.
+      await select('row 2');
+      await until(async () => (await scanned()) === 'key a', 'the first key of row 2', 5000);
+      await shot('19-spell-scanning-row-tablet');
+      await select('key a');
+      equal(await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' ')), 'a', 'typed by the switch');
+      await until(async () => (await scanned()) === 'row 1', 'the highlight back on row 1 after a key', 5000);
+      await axe('while the letter rows are scanned');
+      await select('row 1');
+      await select('key w');
+      const x = await rec.answerTo({ words: ['a', 'w'] });
+      const replies = await checkSteered(x, 'words');
+      const [fb] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/feedback'), { timeout: 90000 }),
+        (async () => {
+          await select('reply group 1');
+          await select('reply 1');
+        })(),
+      ]);
+      equal((await spoken()).at(-1), replies[0], 'spoken by the switch');
+      const sent = JSON.parse(fb.request().postData());
+      check(sent.inference_id === x.answer.inference_id && sent.chosen_rank === 1 && sent.keys_pressed === 3 && sent.selections === 1, `feedback ${JSON.stringify(sent)}`);
+      await rec.stop();
+      // Settings by the switch, to turn scanning off.
+      await select('open-settings');
+      await until(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings opened by the switch');
+      await page.uncheck('#s-scan');
+      await page.click('#s-save');
+    });
+
+    await step('nothing fits (steer_exhausted, no reply): the page offers "spell a word" and keeps the letters; the ABC layout; keyboard and dwell type on the board', async () => {
+      await setSettings(() => page.selectOption('#s-board', 'abc'));
+      await partnerSays('Which film shall we watch?');
+      await page.click('#spell-open');
+      equal(await page.$$eval('#sp-keys .keyrow', (rows) => rows.map((r) => r.textContent).join('|')), 'ABCDEFG|HIJKLMN|OPQRSTU|VWXYZ’', 'ABC rows');
+      // An answer with no reply is played to the page: the demo model
+      // finds a reply for nearly every constraint.
+      await page.route('**/v1/infer', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ response: [], inference_id: 'inf_AAAAAAAAAAAAAAAAAAAAAA', steer_mode: 'words', steer_exhausted: true }) }));
+      // A hardware keyboard types on the board; dwell selects a key.
+      await page.keyboard.press('q');
+      await setSettings(async () => {
+        await page.check('#s-dwell');
+        await page.fill('#s-dwell-ms', '1');
+      });
+      const z = await page.locator('#sp-keys [data-key="z"]').boundingBox();
+      await page.mouse.move(z.x + z.width / 2, z.y + z.height / 2, { steps: 3 });
+      await until(() => page.evaluate(() => document.querySelector('#sp-keys .dwelling') !== null), 'the dwell ring on a key');
+      await until(async () => (await page.$$eval('#sp-typed .letter-chip', (cs) => cs.length)) === 2, 'the key selected by dwell', 5000);
+      await page.mouse.move(2, 2);
+      await setSettings(() => page.uncheck('#s-dwell'));
+      await until(() => page.isVisible('#sp-spell-word'), 'the "spell a word" offer');
+      check(/No reply fits/.test(await page.textContent('#sp-status')), 'no "nothing fits" status');
+      equal(await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' ')), 'q z', 'the letters kept');
+      equal((await candidates()).length, 0, 'replies shown although none fit');
+      await axe('when nothing fits');
+      await page.setViewportSize(PHONE);
+      await shot('20-spell-nothing-fits-abc-phone');
+      await setSettings(() => page.selectOption('#s-theme', 'contrast'));
+      await axe('with the board in high contrast');
+      await shot('21-spell-contrast-phone');
+      await setSettings(() => page.selectOption('#s-theme', 'light'));
+      await page.setViewportSize(TABLET);
+      await page.click('#sp-spell-word');
+      equal(await page.getAttribute('#sp-typed [data-entry="1"]', 'aria-pressed'), 'true', 'spelling the last word');
+      await page.unroute('**/v1/infer');
+      await page.click('#sp-close');
+      await setSettings(() => page.selectOption('#s-board', 'qwerty'));
     });
 
     await step('New conversation starts a new dialog_id with no earlier turns', async () => {

@@ -10,27 +10,96 @@ const visible = (el) => !el.disabled && !el.closest('[hidden]') && el.getClientR
  * the next control; the switch (Space, Enter, or a pointer press anywhere)
  * selects the highlighted one. paused() tells when not to scan (a dialog
  * or a text field is open).
+ *
+ * Row-column scanning: a [data-scan-group] element (a row of letter keys,
+ * a reply with its word chips) is one step; selecting it steps through its
+ * own controls, and after two rounds with no selection the highlight leaves
+ * it. A group with one control is that control. opts.root() is the element
+ * whose controls are scanned (the whole page by default); opts.home(), when
+ * it returns an element, is where the highlight starts again after a
+ * selection (the letter rows while the user spells) instead of the first
+ * control.
  */
-export function scanner(paused) {
+export function scanner(paused, opts = {}) {
+  const root = opts.root || (() => document.body);
+  const home = opts.home || (() => null);
   let timer = null;
   let idx = -1;
   let interval = 1500;
   let current = null;
+  let group = null; // the group being scanned; null: the top level
+  let rounds = 0;
+  let leaving = null; // the group just left, where the top level goes on
+  let toHome = false;
 
-  const items = () => [...document.querySelectorAll('[data-scan]')].filter(visible);
+  const isGroup = (el) => el.hasAttribute('data-scan-group');
+  // The nearest group around el below `within` (null: none).
+  const groupOf = (el, within) => {
+    const g = el.parentElement && el.parentElement.closest('[data-scan-group]');
+    return g && within.contains(g) && g !== within ? g : null;
+  };
+  const controls = (g) => [...g.querySelectorAll('[data-scan]')].filter(visible);
+  // The steps at one level: controls and groups with no group between
+  // them and the level; a group with one control is that control.
+  const items = () => {
+    const within = group || root();
+    if (!within) return [];
+    const out = [];
+    for (const el of within.querySelectorAll('[data-scan], [data-scan-group]')) {
+      if (groupOf(el, within)) continue;
+      if (!isGroup(el)) {
+        if (visible(el)) out.push(el);
+        continue;
+      }
+      if (el.closest('[hidden]') || el.getClientRects().length === 0) continue;
+      const inner = controls(el);
+      if (inner.length === 1) out.push(inner[0]);
+      else if (inner.length > 1) out.push(el);
+    }
+    return out;
+  };
   const mark = (el) => {
     if (current) current.classList.remove('scanned');
     current = el;
-    if (el) {
-      el.classList.add('scanned');
+    if (!el) return;
+    el.classList.add('scanned');
+    if (isGroup(el)) {
+      // A group cannot take the focus: the page scrolls it into view.
+      if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+      el.scrollIntoView({ block: 'nearest' });
+    } else {
       el.focus({ preventScroll: false });
     }
   };
   const tick = () => {
     if (paused()) return;
-    const list = items();
+    if (group && !group.isConnected) group = null;
+    let list = items();
+    if (group && !list.length) {
+      group = null;
+      list = items();
+    }
     if (!list.length) return mark(null);
-    idx = (idx + 1) % list.length;
+    if (toHome) {
+      toHome = false;
+      const h = home();
+      const at = h ? list.findIndex((el) => el === h || h.contains(el)) : -1;
+      idx = at >= 0 ? at - 1 : -1;
+    }
+    if (leaving) {
+      const at = list.indexOf(leaving);
+      leaving = null;
+      if (at >= 0) idx = at;
+    }
+    idx += 1;
+    if (idx >= list.length) {
+      idx = 0;
+      if (group && ++rounds >= 2) {
+        leaving = group;
+        group = null;
+        return tick();
+      }
+    }
     mark(list[idx]);
   };
   const select = (ev) => {
@@ -38,6 +107,16 @@ export function scanner(paused) {
     ev.preventDefault();
     ev.stopPropagation();
     const el = current;
+    if (isGroup(el)) {
+      group = el;
+      rounds = 0;
+      idx = -1;
+      mark(null);
+      reset();
+      return;
+    }
+    group = null;
+    toHome = true;
     restart();
     el.click();
   };
@@ -54,14 +133,22 @@ export function scanner(paused) {
       ev.stopPropagation();
     }
   };
-  function restart() {
-    idx = -1;
+  // The timer starts a new step; the first comes after a short pause, so
+  // the UI can change first.
+  function reset() {
     if (timer) {
       clearInterval(timer);
       timer = setInterval(tick, interval);
     }
-    // The first control after a short pause, so the UI can change first.
     setTimeout(() => { if (timer) tick(); }, 50);
+  }
+  /** Starts again at the top level (at home, when there is one). */
+  function restart() {
+    idx = -1;
+    group = null;
+    leaving = null;
+    toHome = true;
+    reset();
   }
   return {
     start(ms) {
@@ -77,6 +164,7 @@ export function scanner(paused) {
     stop() {
       if (timer) clearInterval(timer);
       timer = null;
+      group = null;
       mark(null);
       document.documentElement.classList.remove('scan-on');
       document.removeEventListener('keydown', onKey, true);
@@ -84,6 +172,11 @@ export function scanner(paused) {
       document.removeEventListener('click', onClick, true);
     },
     restart,
+    /** After the page changed: starts again only when the highlighted
+     * control is gone. */
+    refresh() {
+      if (timer && current && (!current.isConnected || !(isGroup(current) ? current.getClientRects().length : visible(current)))) restart();
+    },
     active: () => timer !== null,
   };
 }

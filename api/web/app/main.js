@@ -6,6 +6,8 @@ import { canRecord, startRecording } from './recorder.js';
 import * as settings from './settings.js';
 import { speak, voices, onVoicesChanged } from './speech.js';
 import { scanner, dweller } from './access.js';
+import { Board, wordsOf } from './spell.js';
+import { T } from './strings.js';
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -16,9 +18,17 @@ const state = {
   step: 0,
   recording: null, // the recording in progress
   request: null, // {controller, id, timer} of the inference in flight
-  answer: null, // {inferenceId, shownAt, candidates}
+  answer: null, // {inferenceId, shownAt, candidates}: the replies shown
+  // The turn the replies answer, from its first answer until the user
+  // speaks: what a steered request repeats, and the user's actions.
+  turn: null, // {parentId, base, startedAt, keys, selections, noneFit, first}
+  steer: { timer: null, req: null }, // the Spell path's auto-fire and request
   reachable: true,
 };
+
+/** The Spell path asks again this long after the last key (SpeakFaster's
+ * auto-fire for gaze typing). */
+const AUTO_FIRE_MS = 600;
 
 // ------------------------------------------------------------ conversation
 
@@ -45,9 +55,12 @@ function notice(text) {
   $('#notice').textContent = text;
 }
 
+/** Shows list as the reply buttons, best first; while the user spells,
+ * each reply's words are chips that ask for other words. */
 function showCandidates(list, inferenceId) {
   const ul = $('#cands');
   ul.replaceChildren();
+  const chips = spelling();
   list.forEach((text, i) => {
     const li = document.createElement('li');
     const b = document.createElement('button');
@@ -59,12 +72,38 @@ function showCandidates(list, inferenceId) {
     b.setAttribute('data-dwell', '');
     b.addEventListener('click', () => choose(text, i + 1));
     li.append(b);
+    if (chips) {
+      li.setAttribute('data-scan-group', '');
+      li.append(wordChips(text, i));
+    }
     ul.append(li);
   });
   $('#cands-wrap').hidden = list.length === 0;
   $('#none-fit').disabled = list.length === 0;
-  state.answer = list.length ? { inferenceId, shownAt: performance.now(), candidates: list } : null;
-  access.rescan();
+  if (list.length) state.answer = { inferenceId, shownAt: performance.now(), candidates: list };
+  if (chips) access.refresh();
+  else access.rescan();
+}
+
+/** The words of reply text (rank i+1) as chips: tapping one asks replyd
+ * for other words in its place. */
+function wordChips(text, i) {
+  const div = document.createElement('div');
+  div.className = 'words';
+  div.setAttribute('role', 'group');
+  div.setAttribute('aria-label', T.wordsOf(i + 1));
+  wordsOf(text).forEach((w, k) => {
+    const c = document.createElement('button');
+    c.type = 'button';
+    c.className = 'chip word-chip';
+    c.textContent = w;
+    c.dataset.word = String(k);
+    c.setAttribute('data-scan', '');
+    c.setAttribute('data-dwell', '');
+    c.addEventListener('click', () => replaceWord(text, k, w));
+    div.append(c);
+  });
+  return div;
 }
 
 function clearCandidates() {
@@ -73,16 +112,37 @@ function clearCandidates() {
   $('#none-fit').disabled = true;
 }
 
+/** Reports the turn's outcome (POST /v1/feedback) for the answer shown
+ * last, with the user's actions in the turn: keys_pressed (presses on the
+ * letter board, including the one that opened it) and selections (reply
+ * buttons and word chips, including the final pick). */
+function report(fields, picked = false) {
+  const a = state.answer;
+  const t = state.turn;
+  if (!a) return;
+  const body = { inference_id: a.inferenceId, ...fields };
+  body.time_to_choice_ms = Math.round(performance.now() - (t ? t.startedAt : a.shownAt));
+  body.keys_pressed = t ? t.keys : 0;
+  body.selections = (t ? t.selections : 0) + (picked ? 1 : 0);
+  feedback(body);
+}
+
 /** The user picked candidate rank: speak it, add it, report it. */
 function choose(text, rank) {
-  const a = state.answer;
   say(text);
-  if (a) {
-    feedback({ inference_id: a.inferenceId, chosen_rank: rank, time_to_choice_ms: Math.round(performance.now() - a.shownAt) });
-  }
-  state.answer = null;
+  report({ chosen_rank: rank }, true);
+  endTurn();
   clearCandidates();
   notice('');
+}
+
+/** The turn is over (the user spoke, or a new turn began). */
+function endTurn() {
+  steerAbort();
+  state.answer = null;
+  state.turn = null;
+  board.reset();
+  closeSpell();
 }
 
 /** Speaks text as the user's turn and adds it to the conversation. */
@@ -91,28 +151,37 @@ function say(text) {
   addTurn('disabled_person', text);
 }
 
+/** None fit: reported at once (what the user then says replaces it, with
+ * none_fit); the Spell board opens. */
 function noneFit() {
   const a = state.answer;
-  if (a) {
-    // Reported at once; what the user then types replaces it (with none_fit).
-    a.noneFit = true;
-    feedback({ inference_id: a.inferenceId, none_fit: true, time_to_choice_ms: Math.round(performance.now() - a.shownAt) });
+  const t = state.turn;
+  if (a && t && a.inferenceId === t.parentId) {
+    t.noneFit = true;
+    report({ none_fit: true });
   }
   clearCandidates();
-  openCompose('type');
+  // Steering refines an answer with an inference_id; without one (an
+  // older replyd) the user types.
+  if (t && t.parentId) openSpell();
+  else openCompose('type');
+}
+
+/** none_fit goes with a reply of the user's own when it is reported for
+ * the answer that none fit. */
+function ownReply(text) {
+  const t = state.turn;
+  const fields = { spoken_text: text };
+  if (t && t.noneFit && state.answer && state.answer.inferenceId === t.parentId) fields.none_fit = true;
+  report(fields);
 }
 
 function typedReply(ev) {
   ev.preventDefault();
   const text = $('#type-text').value.trim();
   if (!text) return;
-  const a = state.answer;
-  if (a) {
-    const report = { inference_id: a.inferenceId, spoken_text: text, time_to_choice_ms: Math.round(performance.now() - a.shownAt) };
-    if (a.noneFit) report.none_fit = true;
-    feedback(report);
-  }
-  state.answer = null;
+  ownReply(text);
+  endTurn();
   clearCandidates();
   $('#type-text').value = '';
   closeCompose();
@@ -153,12 +222,166 @@ function newConversation() {
   state.history = [];
   state.dialogId = randomId();
   state.step = 0;
-  state.answer = null;
+  endTurn();
   $('#log').replaceChildren();
   $('#log-empty').hidden = false;
   clearCandidates();
   closeCompose();
   notice('New conversation.');
+}
+
+// ------------------------------------------------------------ Spell path
+
+const board = new Board($('#spell'), {
+  press: spellPress,
+  expand: () => steerNow(board.typed.steer()),
+  speakTyped,
+  close: closeSpell,
+});
+
+const spelling = () => !$('#spell').hidden;
+
+/** Opens the letter board for the turn's replies (opening it is a key). */
+function openSpell() {
+  const t = state.turn;
+  if (!t) return;
+  t.keys += 1;
+  board.setLayout(state.s.board);
+  $('#spell').hidden = false;
+  $('#spell-open').hidden = true;
+  notice('');
+  document.body.classList.add('spelling');
+  const a = state.answer;
+  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId);
+  board.draw();
+  const first = $('#sp-keys button');
+  if (first && !access.scanning()) first.focus({ preventScroll: true });
+  access.rescan();
+}
+
+function closeSpell() {
+  if (!spelling()) return;
+  steerAbort();
+  $('#spell').hidden = true;
+  document.body.classList.remove('spelling');
+  $('#spell-open').hidden = !state.turn;
+  const a = state.answer;
+  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId);
+  else access.rescan();
+}
+
+/** Every press on the board: counted, the request in flight dropped, and
+ * the replies asked for again AUTO_FIRE_MS after the last press. With
+ * nothing typed, the turn's first replies come back (unless none fit). */
+function spellPress() {
+  const t = state.turn;
+  if (!t) return;
+  t.keys += 1;
+  steerAbort();
+  const steer = board.typed.steer();
+  if (!steer) {
+    board.setStatus('');
+    if (t.noneFit) clearCandidates();
+    else showCandidates(t.first, t.parentId);
+    return;
+  }
+  state.steer.timer = setTimeout(() => steerNow(steer), AUTO_FIRE_MS);
+}
+
+function steerAbort() {
+  const sp = state.steer;
+  clearTimeout(sp.timer);
+  sp.timer = null;
+  if (sp.req) {
+    clearTimeout(sp.req.timer);
+    sp.req.controller.abort('key');
+    sp.req = null;
+  }
+  $('#cands').removeAttribute('aria-busy');
+}
+
+/** Asks replyd for the turn's replies under steer (words, prefix or
+ * replace), as a refinement of the turn's first answer. */
+async function steerNow(steer, looking = T.looking, noneText = null) {
+  const t = state.turn;
+  if (!t || !steer) return;
+  steerAbort();
+  const sp = state.steer;
+  const controller = new AbortController();
+  const r = { controller, timer: setTimeout(() => controller.abort('timeout'), INFER_TIMEOUT_MS) };
+  sp.req = r;
+  board.setStatus(looking);
+  $('#cands').setAttribute('aria-busy', 'true');
+  const payload = { ...t.base, steer, parent_inference_id: t.parentId };
+  const done = () => {
+    sp.req = null;
+    clearTimeout(r.timer);
+    $('#cands').removeAttribute('aria-busy');
+  };
+  try {
+    const res = await infer({ payload, signal: controller.signal, requestId: randomId(8) });
+    if (sp.req !== r) return;
+    done();
+    setReachable(true);
+    const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
+    if (list.length) {
+      showCandidates(list, res.inference_id);
+      board.setStatus(T.found(list.length));
+      // The word chip the user tapped is gone with its reply: the focus
+      // goes to the best alternative rather than to the page.
+      if (document.activeElement === document.body && !access.scanning()) $('#cands .cand').focus();
+    } else if (steer.replace) {
+      board.setStatus(noneText); // the replies shown stay
+    } else {
+      clearCandidates();
+      board.setStatus(steer.words ? T.noneWords : T.noneStart, Boolean(steer.words));
+    }
+  } catch (err) {
+    if (sp.req !== r) return; // a key replaced it
+    done();
+    if (controller.signal.aborted) {
+      board.setStatus(T.failed(T.tooSlow));
+    } else if (err instanceof ReplydError && err.status === 429 && err.retryAfter) {
+      board.setStatus(T.tooFast(err.retryAfter));
+      sp.timer = setTimeout(() => steerNow(steer, looking, noneText), err.retryAfter * 1000);
+    } else if (err instanceof ReplydError && (err.status === 401 || err.status === 0)) {
+      showError(err);
+      board.setStatus(T.failed(err.message));
+    } else {
+      board.setStatus(T.failed(err.message || ''));
+    }
+  }
+}
+
+/** A word chip: other words in place of word k of text. */
+function replaceWord(text, k, w) {
+  const t = state.turn;
+  if (!t) return;
+  t.selections += 1;
+  steerNow({ replace: { text, word: k } }, T.lookingOther(w), T.noneReplace(w));
+}
+
+/** "Speak as typed": the letters as they are become the reply. */
+function speakTyped(text) {
+  say(text);
+  ownReply(text);
+  endTurn();
+  clearCandidates();
+  notice('');
+}
+
+/** A hardware keyboard types on the board: letters, the apostrophe,
+ * Backspace (Delete) and Escape (Close). */
+function spellKey(ev) {
+  if (!spelling() || ev.ctrlKey || ev.metaKey || ev.altKey || $('#settings').open) return;
+  if (ev.target.closest && ev.target.closest('input, textarea, select')) return;
+  let b = null;
+  if (/^[a-z']$/i.test(ev.key)) b = $(`#sp-keys [data-key="${ev.key.toLowerCase()}"]`);
+  else if (ev.key === 'Backspace') b = $('#sp-del');
+  else if (ev.key === 'Escape') b = $('#sp-close');
+  if (!b || b.disabled) return;
+  ev.preventDefault();
+  b.click();
 }
 
 // ------------------------------------------------------------ recording
@@ -255,7 +478,9 @@ function payloadFor(withAudio) {
  * audio is given. A newer request or a recording cancels it. */
 async function suggest(audio) {
   abortRequest('replaced');
+  endTurn();
   const controller = new AbortController();
+  const payload = payloadFor(Boolean(audio));
   const id = randomId(8);
   const r = { controller, id, timer: setTimeout(() => controller.abort('timeout'), INFER_TIMEOUT_MS) };
   state.request = r;
@@ -263,7 +488,7 @@ async function suggest(audio) {
   const current = () => state.request === r;
   try {
     const res = await infer({
-      payload: payloadFor(Boolean(audio)),
+      payload,
       audio,
       signal: controller.signal,
       requestId: id,
@@ -291,7 +516,19 @@ async function suggest(audio) {
     }
     notice('');
     setReachable(true);
+    // The turn: steered requests repeat its messages (the transcript in
+    // place of the recording), dialog_id and step_id.
+    state.turn = {
+      parentId: res.inference_id,
+      base: { ...payload, messages: state.history.map((m) => ({ role: m.role, content: m.content })) },
+      startedAt: performance.now(),
+      keys: 0,
+      selections: 0,
+      noneFit: false,
+      first: list,
+    };
     showCandidates(list, res.inference_id);
+    $('#spell-open').hidden = !res.inference_id;
     const first = $('#cands button');
     if (first && !access.scanning()) first.focus();
   } catch (err) {
@@ -393,6 +630,12 @@ function pairFromLink() {
 
 // ------------------------------------------------------------ settings
 
+/** The letter board setting, in the words of strings.js. */
+function fillBoardSetting() {
+  $('#s-board-label').textContent = T.layoutLabel;
+  $('#s-board').replaceChildren(new Option(T.layoutQwerty, 'qwerty'), new Option(T.layoutAbc, 'abc'));
+}
+
 function fillVoices() {
   const sel = $('#s-voice');
   const keep = sel.value || state.s.voice;
@@ -413,6 +656,7 @@ function saveSettings() {
   settings.save(state.s);
   settings.apply(state.s);
   applyAccess();
+  board.setLayout(state.s.board);
   $('#settings').close();
   notice('Settings saved.');
 }
@@ -428,10 +672,17 @@ function unpair() {
 
 // ------------------------------------------------------------ access
 
-const scan = scanner(() => $('#settings').open || !$('#type-form').hidden || !$('#partner-form').hidden);
+// While the user spells, scanning keeps to the conversation view (the
+// replies and the board) and starts again at the letter rows after a press.
+const scan = scanner(() => $('#settings').open || !$('#type-form').hidden || !$('#partner-form').hidden, {
+  root: () => (spelling() ? $('#view-talk') : document.body),
+  home: () => (spelling() ? $('#sp-keys') : null),
+});
 const dwell = dweller();
 const access = {
   rescan: () => { if (scan.active()) scan.restart(); },
+  // Replies that come while the user scans the board: the highlight stays.
+  refresh: () => { if (scan.active()) scan.refresh(); },
   scanning: () => scan.active(),
 };
 
@@ -474,6 +725,10 @@ function init() {
     notice('Cancelled.');
   });
   $('#none-fit').addEventListener('click', noneFit);
+  $('#spell-open').textContent = T.spellOpen;
+  $('#spell-open').addEventListener('click', openSpell);
+  document.addEventListener('keydown', spellKey);
+  fillBoardSetting();
   $('#type-open').addEventListener('click', () => openCompose('type'));
   $('#partner-open').addEventListener('click', () => openCompose('partner'));
   $('#type-close').addEventListener('click', closeCompose);

@@ -1,6 +1,7 @@
 // The tablet's settings, kept in localStorage: who the user is (name,
 // biography, persona, language, user_id, remember), how many suggestions,
-// the voice, and the screen and access options.
+// the voice, and the screen and access options (board: the Spell path's
+// letter layout, qwerty or abc).
 
 const STORE = 'replyd.app.settings';
 
@@ -22,6 +23,7 @@ export const defaults = Object.freeze({
   dwell: false,
   dwell_s: 1,
   format: '',
+  board: 'qwerty',
 });
 
 /** The saved settings over the defaults. */
@@ -52,7 +54,7 @@ const clamp = (v, lo, hi, def) => (Number.isFinite(v) ? Math.min(hi, Math.max(lo
 /** Fills the settings form from s. */
 export function toForm(form, s) {
   const el = form.elements;
-  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format']) el[k].value = s[k];
+  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'board']) el[k].value = s[k];
   el.count.value = String(s.count);
   el.rate.value = String(s.rate);
   el.volume.value = String(s.volume);
@@ -68,7 +70,8 @@ export function toForm(form, s) {
 export function fromForm(form) {
   const el = form.elements;
   const s = { ...defaults };
-  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'voice']) s[k] = el[k].value.trim();
+  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'voice', 'board']) s[k] = el[k].value.trim();
+  if (s.board !== 'abc') s.board = 'qwerty';
   s.count = clamp(Number(el.count.value), 1, 8, defaults.count);
   s.rate = clamp(Number(el.rate.value), 0.5, 2, 1);
   s.volume = clamp(Number(el.volume.value), 0, 1, 1);
