@@ -316,3 +316,40 @@ func cmpFloat(a, b float32) int {
 	}
 	return 0
 }
+
+// TestSteeredReplyKeepsItsTokens: a reply of a steered answer is offered
+// with the tokens of its forced prefix and the ones sampled, so when it
+// comes back as the user's turn the prompt holds exactly those tokens; the
+// turn's earlier (unsteered) replies stay offered too.
+func TestSteeredReplyKeepsItsTokens(t *testing.T) {
+	e := openDemo(t, Options{Seed: 5})
+	req := request(3, 1)
+	req.DialogID = "d-steer-tokens"
+	first := mustGenerate(t, e, req)
+	s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
+	req.Steer = &s
+	g := mustGenerate(t, e, req)
+	if len(g.Candidates) == 0 || len(first.Candidates) == 0 {
+		t.Fatal("no candidates")
+	}
+	kept, err := e.model.Tokenize("I would", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range g.Candidates {
+		toks := e.replies.sampled(req.DialogID, c.Text)
+		if len(toks) < len(kept) || !slices.Equal(toks[:len(kept)], kept) {
+			t.Fatalf("reply %q offered with tokens %v, want them to begin with %v", c.Text, toks, kept)
+		}
+		var text []byte
+		for _, tok := range toks {
+			text = append(text, e.vocab.piece(tok)...)
+		}
+		if cleanReply(text) != c.Text {
+			t.Errorf("reply %q offered with tokens that read %q", c.Text, text)
+		}
+	}
+	if e.replies.sampled(req.DialogID, first.Candidates[0].Text) == nil {
+		t.Errorf("the turn's own reply %q is no longer offered after steering", first.Candidates[0].Text)
+	}
+}
