@@ -10,10 +10,10 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-// exp8 is e^x for x in [-87, 0] (Cephes' expf: range reduction by ln 2 and
-// a degree-5 polynomial; relative error about 2e-7).
+// exp8 is e^x for x in [-87, 80] (Cephes' expf: range reduction by ln 2 and
+// a degree-5 polynomial; relative error about 2e-7); x is clamped to it.
 static inline __m256 exp8(__m256 x) {
-	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(80.0f));
 	__m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
 				    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
@@ -114,46 +114,51 @@ int replyd_scan_masked(const float *logits, int n, int k, const uint8_t *allow, 
 	}
 	int len = 0;
 	int i = 0;
-	float mx = -INFINITY;
 	// Top-k over the allowed logits only, eight at a time, skipping the
-	// blocks with none allowed; the largest of all logits (for the
-	// log-sum-exp) over every one.
+	// blocks with none allowed.
 #if defined(__AVX2__) && defined(__FMA__)
-	__m256 vmax = _mm256_set1_ps(-INFINITY);
+	__m256 thr = _mm256_set1_ps(INFINITY);
 	for (; i + 8 <= n; i += 8) {
-		__m256 v = _mm256_loadu_ps(logits + i);
-		vmax = _mm256_max_ps(vmax, v);
 		int m = allow[i >> 3];
 		if (!m) {
 			continue;
 		}
 		if (len == k) {
-			m &= _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ));
+			m &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits + i), thr, _CMP_GT_OQ));
 		}
 		while (m) {
 			int j = __builtin_ctz(m);
 			m &= m - 1;
 			if (len < k || logits[i + j] > vals[k - 1]) {
 				insert(ids, vals, &len, k, i + j, logits[i + j]);
+				if (len == k) {
+					thr = _mm256_set1_ps(vals[k - 1]);
+				}
 			}
-		}
-	}
-	float lanes[8];
-	_mm256_storeu_ps(lanes, vmax);
-	for (int j = 0; j < 8; j++) {
-		if (lanes[j] > mx) {
-			mx = lanes[j];
 		}
 	}
 #endif
 	for (; i < n; i++) {
-		if (logits[i] > mx) {
-			mx = logits[i];
-		}
 		if (((allow[i >> 3] >> (i & 7)) & 1) && (len < k || logits[i] > vals[k - 1])) {
 			insert(ids, vals, &len, k, i, logits[i]);
 		}
 	}
-	*logz = logsumexp(logits, n, mx);
+	if (len == 0) {
+		return 0;
+	}
+	// The log-sum-exp of all logits, relative to the best allowed one. A
+	// refused logit more than 60 above it (exp8 clamps at 80, and the sum
+	// may not overflow) is rare: then again relative to the largest.
+	double z = logsumexp(logits, n, vals[0]);
+	if (!(z - vals[0] <= 60)) {
+		float mx = logits[0];
+		for (int j = 1; j < n; j++) {
+			if (logits[j] > mx) {
+				mx = logits[j];
+			}
+		}
+		z = logsumexp(logits, n, mx);
+	}
+	*logz = z;
 	return len;
 }

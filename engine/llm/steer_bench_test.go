@@ -111,6 +111,8 @@ func steerStates(b *testing.B, e *Engine) []struct {
 func BenchmarkSteerScan(b *testing.B) {
 	e := openQwenVocabBench(b)
 	logits := benchLogits(e)
+	b.Logf("vocabulary: %d tokens, %d stop tokens, trie of %d nodes (%d without the word-only tokens)",
+		e.sv.n, len(e.sv.stops), len(e.sv.all.nodes), len(e.sv.others.nodes))
 	for _, c := range steerStates(b, e) {
 		b.Run(c.name, func(b *testing.B) {
 			m := c.sr.mask(c.st, c.sr.limit, false)

@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -253,4 +254,102 @@ func TestSteerQwenVocab(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestScanMasked checks the masked scan against a plain Go one: the top
+// logits among the allowed ones, and the log-sum-exp over all of them,
+// also when a refused logit is far larger than every allowed one.
+func TestScanMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 7, 8, 9, 100, 1000, 151936} {
+		for _, density := range []float64{0, 0.0005, 0.01, 0.5, 1} {
+			logits := make([]float32, n)
+			mask := make([]uint64, (n+63)/64)
+			var allowed []int
+			for i := range logits {
+				logits[i] = float32(rng.NormFloat64() * 3)
+				if rng.Float64() < density {
+					mask[i>>6] |= 1 << (i & 63)
+					allowed = append(allowed, i)
+				}
+			}
+			if n > 10 {
+				logits[n/2] = 200 // refused (or not): the sum must not overflow
+			}
+			mx := float64(logits[0])
+			for _, v := range logits {
+				mx = math.Max(mx, float64(v))
+			}
+			var sum float64
+			for _, v := range logits {
+				sum += math.Exp(float64(v) - mx)
+			}
+			logZ := mx + math.Log(sum)
+			slices.SortStableFunc(allowed, func(a, b int) int { return cmpFloat(logits[b], logits[a]) })
+			s := newSampler(0, 1, 1)
+			tok, lp, ok := s.sampleMasked(logits, mask)
+			if len(allowed) == 0 {
+				if ok {
+					t.Errorf("n=%d: nothing allowed, but token %d", n, tok)
+				}
+				continue
+			}
+			if !ok || tok != allowed[0] || math.Abs(lp-(float64(logits[tok])-logZ)) > 1e-4*math.Max(1, math.Abs(logZ)) {
+				t.Errorf("n=%d density %v: token %d lp %v ok %v, want %d lp %v", n, density, tok, lp, ok, allowed[0], float64(logits[allowed[0]])-logZ)
+			}
+			for i := 0; i < min(topK, len(allowed)); i++ {
+				if int(s.ids[i]) != allowed[i] {
+					t.Errorf("n=%d density %v: top %d is %d, want %d", n, density, i, s.ids[i], allowed[i])
+					break
+				}
+			}
+		}
+	}
+}
+
+func cmpFloat(a, b float32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestSteeredReplyKeepsItsTokens: a reply of a steered answer is offered
+// with the tokens of its forced prefix and the ones sampled, so when it
+// comes back as the user's turn the prompt holds exactly those tokens; the
+// turn's earlier (unsteered) replies stay offered too.
+func TestSteeredReplyKeepsItsTokens(t *testing.T) {
+	e := openDemo(t, Options{Seed: 5})
+	req := request(3, 1)
+	req.DialogID = "d-steer-tokens"
+	first := mustGenerate(t, e, req)
+	s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
+	req.Steer = &s
+	g := mustGenerate(t, e, req)
+	if len(g.Candidates) == 0 || len(first.Candidates) == 0 {
+		t.Fatal("no candidates")
+	}
+	kept, err := e.model.Tokenize("I would", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range g.Candidates {
+		toks := e.replies.sampled(req.DialogID, c.Text)
+		if len(toks) < len(kept) || !slices.Equal(toks[:len(kept)], kept) {
+			t.Fatalf("reply %q offered with tokens %v, want them to begin with %v", c.Text, toks, kept)
+		}
+		var text []byte
+		for _, tok := range toks {
+			text = append(text, e.vocab.piece(tok)...)
+		}
+		if cleanReply(text) != c.Text {
+			t.Errorf("reply %q offered with tokens that read %q", c.Text, text)
+		}
+	}
+	if e.replies.sampled(req.DialogID, first.Candidates[0].Text) == nil {
+		t.Errorf("the turn's own reply %q is no longer offered after steering", first.Candidates[0].Text)
+	}
 }
