@@ -119,7 +119,7 @@ func benchLong(ctx context.Context, cfg config, shape, whisperPath, llmPath stri
 	total := func(t turnTimes) float64 { return t.Server }
 	fmt.Fprintf(stdout, "turn %d / turn 2: total %s, prompt %s, generation %s; medians of the last 3 / turns 2-4: total %s; host %s\n",
 		cfg.long, ratio(last.Server, second.Server), ratio(last.Prompt, second.Prompt), ratio(last.Generation, second.Generation),
-		ratio(tail(turns[len(turns)-3:], total), tail(turns[1:4], total)), hostLoad())
+		ratio(tail(turns[max(len(turns)-3, 1):], total), tail(turns[1:min(4, len(turns))], total)), hostLoad())
 	fmt.Fprintf(stdout, "generation / its decodes at reference step times: turn 2 %s, turn %d %s (reference %.0f and %.0f ms)\n",
 		ratio(second.Generation, steps.reference(second.gen)), cfg.long, ratio(last.Generation, steps.reference(last.gen)),
 		steps.reference(second.gen), steps.reference(last.gen))
