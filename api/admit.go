@@ -228,8 +228,9 @@ func (s *Server) slowBody(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // requestReadTimeout bounds the reading of a whole request (http.Server's
-// ReadTimeout); the rate guard never extends a deadline past it.
-const requestReadTimeout = 2 * time.Minute
+// ReadTimeout); the rate guard never extends a deadline past it. A variable
+// only so that a test can shorten it.
+var requestReadTimeout = 2 * time.Minute
 
 // rateGuard sets, before each read, the deadline by which the next byte
 // must arrive: grace, plus the bytes so far at the minimum rate.
@@ -270,10 +271,12 @@ func (g *rateGuard) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		g.eof = true
 		if armed {
-			// Back to the server's own bound: once the body is read, the
-			// server watches the connection for the client going away,
-			// and a deadline of ours must not look like that.
-			_ = g.rc.SetReadDeadline(g.cap)
+			// No deadline once the body is read: net/http then watches the
+			// connection for the client going away, and a read deadline
+			// expiring while the handler runs would look like that and
+			// cancel the request (a long inference would be cut at
+			// requestReadTimeout). The request's own deadline bounds it.
+			_ = g.rc.SetReadDeadline(time.Time{})
 		}
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(g.cap):
 		return n, g.tooSlow()
@@ -296,8 +299,8 @@ func (g *rateGuard) tooSlow() error {
 // handler returns (its maxPostHandlerReadBytes), to keep the connection.
 const postHandlerRead = 256 << 10
 
-// done sets the deadline for what the server reads after the handler: the
-// server's own bound once the body was read; for an unread rest, the time it
+// done sets the deadline for what the server reads after the handler: none
+// once the body was read (Read cleared it); for an unread rest, the time it
 // takes at the minimum rate, so that a trickling client cannot hold the
 // answer back; nothing new after a cut.
 func (g *rateGuard) done() {
@@ -307,7 +310,8 @@ func (g *rateGuard) done() {
 	switch {
 	case g.cut:
 	case g.eof:
-		_ = g.rc.SetReadDeadline(g.cap)
+		// The body was read: nothing more is read for this request; the
+		// server sets its own deadlines for the next one.
 	default:
 		dl := time.Now().Add(time.Duration(postHandlerRead * int64(time.Second) / g.rate))
 		if dl.After(g.cap) {

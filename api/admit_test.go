@@ -220,6 +220,38 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 }
 
+// TestInferenceOutlastsReadTimeout: the server's whole-request read bound
+// (http.Server's ReadTimeout) ends with the body: an inference that runs on
+// past it is answered, not cancelled as if the client had gone (net/http's
+// background read would report the expired deadline as a closed connection).
+func TestInferenceOutlastsReadTimeout(t *testing.T) {
+	saved := requestReadTimeout
+	requestReadTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { requestReadTimeout = saved })
+	e := newEnv(t)
+	e.addKey("valid", 0)
+	addr := realServer(t, e)
+	e.inf.fn = func(ctx context.Context, r engine.Request) (engine.Result, error) {
+		select {
+		case <-time.After(4 * requestReadTimeout):
+		case <-ctx.Done():
+			return engine.Result{}, ctx.Err()
+		}
+		return echoInferer(ctx, r)
+	}
+	req := inferReq(t, "valid", payloadPart(simplePayload))
+	req.URL.Scheme, req.URL.Host, req.RequestURI = "http", addr, ""
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("an inference that outlasts the read timeout: %d %s", resp.StatusCode, b)
+	}
+}
+
 // TestConnectionsPerAddress: one address holds at most MaxConnsPerAddr
 // connections; the next is closed at once, and a slot frees when one closes.
 func TestConnectionsPerAddress(t *testing.T) {
