@@ -122,15 +122,28 @@ func killBurst(t *testing.T, o replydproc.Options, afterKill func(p *testutil.Re
 		}(w)
 	}
 	waitFor(func() bool { return len(ackedKeys) >= 40 })
-	// Kill the moment the next inference is acknowledged: its answer has
-	// reached the client, so its log entry must already be durable.
+	// Kill the moment the next inference is acknowledged (its answer has
+	// reached the client, so its log entry must already be durable), or
+	// once half the key creations are acknowledged: inferences (each
+	// followed by its feedback) are slow, and the kill must land among the
+	// key creations, not after them.
 	select {
 	case <-inferAcked:
 	default:
 	}
-	select {
-	case <-inferAcked:
-	case <-time.After(2 * time.Minute):
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		select {
+		case <-inferAcked:
+			deadline = time.Time{}
+			continue
+		case <-time.After(time.Millisecond):
+		}
+		mu.Lock()
+		half := len(ackedKeys) >= workers*keysPerWorker/2
+		mu.Unlock()
+		if half {
+			break
+		}
 	}
 	p.Kill()
 	cancel()
