@@ -425,7 +425,10 @@ async function main() {
       await until(async () => /Paired/.test(await admin.textContent('#pairing-state')), 'the admin page to see the tablet paired', 10000);
       // The code works once.
       const again = await fetch(`${base}/v1/pair`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code: pairURL.split('=')[1] }) });
-      equal(again.status, 409, 'second use of the code');
+      // A used code answers as a wrong one (401), so that an address
+      // cannot tell which codes were ever valid (issue 26).
+      equal(again.status, 401, 'second use of the code');
+      equal((await again.json()).error, 'unauthorized', 'second use of the code: error code');
       await axe('on the empty conversation');
       await shot('03-talk-empty-tablet');
     });
