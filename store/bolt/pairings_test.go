@@ -8,14 +8,14 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // pairingFor is a pending pairing created at t0 that expires 10 minutes later.
-func pairingFor(codeHash, client string) Pairing {
-	return Pairing{
+func pairingFor(codeHash, client string) store.Pairing {
+	return store.Pairing{
 		CodeHash:  codeHash,
-		Key:       APIKey{ClientID: client, Status: StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 30},
+		Key:       store.APIKey{ClientID: client, Status: store.StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 30},
 		CreatedAt: t0,
 		ExpiresAt: t0.Add(10 * time.Minute),
 	}
@@ -32,7 +32,7 @@ func TestFileWithoutAddedBucketsOpens(t *testing.T) {
 
 	ro := MustOpenAt(t, path, Options{ReadOnly: true})
 	Must(t, ro.Check())
-	if _, err := ro.RedeemPairing("c", "k", t0); !errors.Is(err, ErrNotFound) {
+	if _, err := ro.RedeemPairing("c", "k", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("redeem on a file without pairings: err = %v, want ErrNotFound", err)
 	}
 	if n, err := ro.PrunePairings(t0); err != nil || n != 0 {
@@ -51,7 +51,7 @@ func TestWrongPairingCodesWriteNothing(t *testing.T) {
 	writes := func() int64 { st := db.bolt.Stats(); return st.TxStats.GetWrite() }
 	before := writes()
 	for i := 0; i < 100; i++ {
-		if _, err := db.RedeemPairing("guess", "k", t0); !errors.Is(err, ErrNotFound) {
+		if _, err := db.RedeemPairing("guess", "k", t0); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("err = %v", err)
 		}
 	}
