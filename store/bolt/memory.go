@@ -145,6 +145,22 @@ func linksOf(tx *bolt.Tx) (map[string][]string, error) {
 	return out, err
 }
 
+// eachUser calls fn for every user with a memory, in the order of their
+// subjects, with the user's record and the key hashes linked to it.
+func eachUser(tx *bolt.Tx, fn func(subject string, u *userRecord, keys []string) error) error {
+	links, err := linksOf(tx)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
+		var u userRecord
+		if err := json.Unmarshal(v, &u); err != nil {
+			return fmt.Errorf("store: decode memory user: %w", err)
+		}
+		return fn(string(k), &u, links[string(k)])
+	})
+}
+
 // deleteLinksTo deletes every link to subject.
 func deleteLinksTo(tx *bolt.Tx, subject string) error {
 	b := tx.Bucket(bucketMemLinks)
@@ -315,18 +331,9 @@ func (db *DB) MemoryUsers() ([]store.MemoryUser, error) {
 	out := []store.MemoryUser{}
 	err := db.view(func(tx *bolt.Tx) error {
 		pairs := tx.Bucket(bucketMemPairs)
-		links, err := linksOf(tx)
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
-			var u userRecord
-			if err := json.Unmarshal(v, &u); err != nil {
-				return fmt.Errorf("store: decode memory user: %w", err)
-			}
-			subject := string(k)
+		return eachUser(tx, func(subject string, u *userRecord, keys []string) error {
 			out = append(out, store.MemoryUser{
-				Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Pairs: countPrefix(pairs, memPrefix(subject)),
+				Subject: subject, Tag: u.tagOf(subject), Keys: keys, Pairs: countPrefix(pairs, memPrefix(subject)),
 				CreatedAt: u.CreatedAt, LastAt: u.LastAt, Rev: u.Rev,
 			})
 			return nil

@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -191,22 +190,13 @@ func snapshotOutcomes(tx *bolt.Tx, snap *store.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	links, err := linksOf(tx)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
-		var u userRecord
-		if err := json.Unmarshal(v, &u); err != nil {
-			return fmt.Errorf("store: decode memory user: %w", err)
-		}
-		subject := string(k)
-		m := store.MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
+	return eachUser(tx, func(subject string, u *userRecord, keys []string) error {
+		m := store.MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: keys, Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
 			Rev: u.Rev, Pairs: []store.Pair{}, Texts: map[string]store.RememberedTexts{}}
 		prefix := memPrefix(subject)
 		c := tx.Bucket(bucketMemPairs).Cursor()
 		for pk, pv := c.Seek(prefix); pk != nil && bytes.HasPrefix(pk, prefix); pk, pv = c.Next() {
-			p, err := openPair(&u, pk, pv)
+			p, err := openPair(u, pk, pv)
 			if err != nil {
 				return err
 			}
@@ -223,7 +213,7 @@ func snapshotOutcomes(tx *bolt.Tx, snap *store.Snapshot) error {
 			if err != nil {
 				return err
 			}
-			t, err := getTexts(tx, &u, subject, lk)
+			t, err := getTexts(tx, u, subject, lk)
 			if err != nil {
 				return err
 			}
