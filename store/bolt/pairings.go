@@ -16,14 +16,9 @@ import (
 // maxPending unused, unexpired pairings already exist (maxPending <= 0 means
 // no bound) and ErrExists when the code hash is taken.
 func (db *DB) CreatePairing(p store.Pairing, maxPending int, now time.Time) error {
-	if p.CodeHash == "" {
-		return invalid("empty pairing code hash")
-	}
-	if !p.ExpiresAt.After(now) {
-		return invalid("the pairing expires before it is created")
-	}
-	if p.CreatedAt.IsZero() {
-		p.CreatedAt = now
+	p, err := p.Pending(now)
+	if err != nil {
+		return err
 	}
 	p.UsedAt, p.KeyHash = time.Time{}, ""
 	val, err := json.Marshal(p)
