@@ -4,22 +4,12 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/storetest"
 )
-
-// pairingFor is a pending pairing created at t0 that expires 10 minutes later.
-func pairingFor(codeHash, client string) store.Pairing {
-	return store.Pairing{
-		CodeHash:  codeHash,
-		Key:       store.APIKey{ClientID: client, Status: store.StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 30},
-		CreatedAt: t0,
-		ExpiresAt: t0.Add(10 * time.Minute),
-	}
-}
 
 // TestFileWithoutAddedBucketsOpens: a data file written before the pairings
 // bucket existed (an old install, an old backup) opens read-only, checks
@@ -41,13 +31,13 @@ func TestFileWithoutAddedBucketsOpens(t *testing.T) {
 	Must(t, ro.Close())
 
 	rw := MustOpenAt(t, path, Options{})
-	Must(t, rw.CreatePairing(pairingFor("c", "a"), 1, t0))
+	Must(t, rw.CreatePairing(storetest.PairingFor("c", "a"), 1, t0))
 }
 
 // TestWrongPairingCodesWriteNothing: guessing codes must cost no disk.
 func TestWrongPairingCodesWriteNothing(t *testing.T) {
 	db, _ := MustOpen(t)
-	Must(t, db.CreatePairing(pairingFor("real", "a"), 10, t0))
+	Must(t, db.CreatePairing(storetest.PairingFor("real", "a"), 10, t0))
 	writes := func() int64 { st := db.bolt.Stats(); return st.TxStats.GetWrite() }
 	before := writes()
 	for i := 0; i < 100; i++ {
