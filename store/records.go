@@ -12,6 +12,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -114,6 +115,22 @@ type Pairing struct {
 	// the minted key is linked to (Store.LinkMemory): one person's second
 	// tablet or phone.
 	MemorySubject string
+}
+
+// Pending checks a pairing that CreatePairing is to store at now (a code
+// hash, an expiry after now) and returns it with CreatedAt set to now where
+// it is zero. Its error wraps ErrInvalid.
+func (p Pairing) Pending(now time.Time) (Pairing, error) {
+	if p.CodeHash == "" {
+		return p, fmt.Errorf("store: %w: empty pairing code hash", ErrInvalid)
+	}
+	if !p.ExpiresAt.After(now) {
+		return p, fmt.Errorf("store: %w: the pairing expires before it is created", ErrInvalid)
+	}
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = now
+	}
+	return p, nil
 }
 
 // PromptVersion is one saved version of the system prompt.

@@ -43,22 +43,7 @@ import (
 // REPLYD_MAX_REPLY_TOKENS 48, REPLYD_LLM_CONTEXT 2048), asked as a tablet
 // asks, and its wall time is the client's.
 func BenchmarkVsLlamaServer(b *testing.B) {
-	bin := os.Getenv("REPLYD_LLAMA_SERVER")
-	if bin == "" {
-		b.Skip("REPLYD_LLAMA_SERVER is not set")
-	}
-	model := os.Getenv("REPLYD_BENCH_MODEL")
-	if model == "" {
-		p, err := benchModel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		model = p
-	}
-	threads := benchThreads()
-	if threads <= 0 {
-		threads = 2
-	}
+	bin, model, threads := peerBenchSetup(b)
 	const replyTokens = 48
 	e, err := Open(Options{ModelPath: model, ContextPerSeq: 2048, MaxReplyTokens: replyTokens, MaxCandidates: 4,
 		PrefixCacheMiB: 64, Threads: threads, CPU: engine.NewCores(threads)})
@@ -193,6 +178,31 @@ type llamaServer struct {
 	cmd  *exec.Cmd
 	url  string
 	logs bytes.Buffer
+}
+
+// peerBenchSetup returns the llama-server binary (REPLYD_LLAMA_SERVER; the
+// benchmark is skipped without it), the GGUF model (REPLYD_BENCH_MODEL or
+// the synthetic one) and the thread count (REPLYD_BENCH_THREADS, else 2)
+// that the benchmarks against llama-server share.
+func peerBenchSetup(b *testing.B) (bin, model string, threads int) {
+	b.Helper()
+	bin = os.Getenv("REPLYD_LLAMA_SERVER")
+	if bin == "" {
+		b.Skip("REPLYD_LLAMA_SERVER is not set")
+	}
+	model = os.Getenv("REPLYD_BENCH_MODEL")
+	if model == "" {
+		p, err := benchModel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		model = p
+	}
+	threads = benchThreads()
+	if threads <= 0 {
+		threads = 2
+	}
+	return bin, model, threads
 }
 
 func startLlamaServer(bin, model string, threads int) (*llamaServer, error) {

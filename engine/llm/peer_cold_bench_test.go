@@ -25,22 +25,7 @@ import (
 // ratio, replyd over llama-server. It runs only with REPLYD_LLAMA_SERVER
 // set, as BenchmarkVsLlamaServer (make bench-peer runs both).
 func BenchmarkColdPromptVsLlamaServer(b *testing.B) {
-	bin := os.Getenv("REPLYD_LLAMA_SERVER")
-	if bin == "" {
-		b.Skip("REPLYD_LLAMA_SERVER is not set")
-	}
-	model := os.Getenv("REPLYD_BENCH_MODEL")
-	if model == "" {
-		p, err := benchModel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		model = p
-	}
-	threads := benchThreads()
-	if threads <= 0 {
-		threads = 2
-	}
+	bin, model, threads := peerBenchSetup(b)
 	target := 2000
 	if n, err := fmt.Sscan(os.Getenv("REPLYD_BENCH_PROMPT_TOKENS"), &target); n == 0 || err != nil {
 		target = 2000

@@ -10,14 +10,14 @@ import (
 )
 
 // TestPrototypesMatchLlamaH compares the llama.cpp prototypes declared by
-// hand in cgo.go and abort.go with llama.h of the ollama module in go.mod: the same
+// hand in cgo.go, abort.go and context.go with llama.h of the ollama module in go.mod: the same
 // return type and parameter types (names aside, typedefs resolved). C links
 // by name only, so after an ollama upgrade that changed one of them the
 // build would succeed and the call would break at run time; this test
 // fails instead, naming the function.
 func TestPrototypesMatchLlamaH(t *testing.T) {
 	var preamble string
-	for _, f := range []string{"cgo.go", "abort.go"} {
+	for _, f := range []string{"cgo.go", "abort.go", "context.go"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -39,8 +39,8 @@ func TestPrototypesMatchLlamaH(t *testing.T) {
 	for _, m := range decl.FindAllStringSubmatch(preamble, -1) {
 		ours[m[2]] = [2]string{m[1], m[3]}
 	}
-	if len(ours) < 6 {
-		t.Fatalf("found %d prototypes in the preambles of cgo.go and abort.go, want the 6 they declare", len(ours))
+	if len(ours) < 14 {
+		t.Fatalf("found %d prototypes in the preambles of cgo.go, abort.go and context.go, want the 14 they declare", len(ours))
 	}
 	theirs := map[string][2]string{}
 	for _, m := range decl.FindAllStringSubmatch(string(header), -1) {
@@ -55,10 +55,10 @@ func TestPrototypesMatchLlamaH(t *testing.T) {
 			continue
 		}
 		if got, want := typeOf(o[0]), typeOf(h[0]); got != want {
-			t.Errorf("%s returns %q in cgo.go, %q in llama.h", name, got, want)
+			t.Errorf("%s returns %q in our preamble, %q in llama.h", name, got, want)
 		}
 		if got, want := paramTypes(o[1]), paramTypes(h[1]); got != want {
-			t.Errorf("%s takes (%s) in cgo.go, (%s) in llama.h", name, got, want)
+			t.Errorf("%s takes (%s) in our preamble, (%s) in llama.h", name, got, want)
 		}
 	}
 	// The message struct is laid out as cgo.go declares it.
@@ -67,9 +67,10 @@ func TestPrototypesMatchLlamaH(t *testing.T) {
 	}
 }
 
-// aliases resolve the typedefs llama.h uses to what cgo.go spells out.
+// aliases resolve the typedefs llama.h uses to what our preambles spell out.
 var aliases = map[string]string{
 	"llama_token":         "int32_t",
+	"llama_seq_id":        "int32_t",
 	"ggml_log_callback":   "replyd_log_callback",
 	"ggml_abort_callback": "replyd_abort_callback",
 }

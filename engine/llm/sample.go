@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unsafe"
+
+	"github.com/replyd/replyd/engine/steer"
 )
 
 // Sampling settings: llama.cpp's defaults for top-k, top-p and min-p.
@@ -85,20 +87,12 @@ func (s *sampler) pick(logits []float32, k int, logZ float64) (int, float64, boo
 	return choice, float64(logits[choice]) - logZ, true
 }
 
-// cleanReply turns the raw bytes of a reply into display text: invalid UTF-8
-// and control characters are dropped, whitespace collapsed and trimmed.
+// cleanReply turns the raw bytes of a reply into display text with
+// steer.Clean, the cleaning steering compares texts in: invalid UTF-8 and
+// non-printable characters dropped, whitespace and control characters
+// collapsed to single spaces, the ends trimmed.
 func cleanReply(b []byte) string {
-	s := strings.ToValidUTF8(string(b), "")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.IsSpace(r) {
-			return ' '
-		}
-		if !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, s)
-	return strings.Join(strings.Fields(s), " ")
+	return steer.Clean(string(b))
 }
 
 // dedupKey is the form two replies are compared in: lower case, letters and

@@ -14,11 +14,14 @@ import (
 	"github.com/replyd/replyd/engine/steer/steertest"
 )
 
-// checkSteered runs random constraints through e and checks every
-// candidate against the oracle. It returns the share of constraints that
-// got at least one candidate.
-func checkSteered(t *testing.T, e *Engine, rng *rand.Rand, n int) float64 {
+// checkSteered runs n random constraints (n/10 with -short) through e and
+// checks every candidate against the oracle, and that at least 95% of the
+// constraints got a candidate.
+func checkSteered(t *testing.T, e *Engine, rng *rand.Rand, n int) {
 	t.Helper()
+	if testing.Short() {
+		n /= 10
+	}
 	got := 0
 	for i := 0; i < n; i++ {
 		s, _ := steertest.Random(rng)
@@ -40,7 +43,11 @@ func checkSteered(t *testing.T, e *Engine, rng *rand.Rand, n int) float64 {
 			t.Fatalf("%+v: %d candidates, SteerExhausted %v", s, len(g.Candidates), g.SteerExhausted)
 		}
 	}
-	return float64(got) / float64(n)
+	rate := float64(got) / float64(n)
+	t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
+	if rate < 0.95 {
+		t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
+	}
 }
 
 // TestSteeredCandidatesMeetConstraints is the property test on the demo
@@ -48,15 +55,7 @@ func checkSteered(t *testing.T, e *Engine, rng *rand.Rand, n int) float64 {
 // and at least 95% of the constraints get a candidate.
 func TestSteeredCandidatesMeetConstraints(t *testing.T) {
 	e := openDemo(t, Options{Seed: 7})
-	n := 2000
-	if testing.Short() {
-		n = 200
-	}
-	rate := checkSteered(t, e, rand.New(rand.NewPCG(3, 4)), n)
-	t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
-	if rate < 0.95 {
-		t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
-	}
+	checkSteered(t, e, rand.New(rand.NewPCG(3, 4)), 2000)
 }
 
 // TestMaskAgreesWithOracle checks the trie-walk masks against feeding
@@ -197,15 +196,7 @@ func openQwenVocab(t *testing.T) *Engine {
 func TestSteerQwenVocab(t *testing.T) {
 	e := openQwenVocab(t)
 	t.Run("constraints", func(t *testing.T) {
-		n := 1000
-		if testing.Short() {
-			n = 100
-		}
-		rate := checkSteered(t, e, rand.New(rand.NewPCG(7, 8)), n)
-		t.Logf("%d constraints, %.1f%% with a candidate", n, 100*rate)
-		if rate < 0.95 {
-			t.Errorf("only %.1f%% of the constraints got a candidate, want >= 95%%", 100*rate)
-		}
+		checkSteered(t, e, rand.New(rand.NewPCG(7, 8)), 1000)
 	})
 	t.Run("mask", func(t *testing.T) {
 		checkMasks(t, e, rand.New(rand.NewPCG(9, 10)), 12)

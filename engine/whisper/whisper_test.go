@@ -360,15 +360,7 @@ func TestTranscribeTwoModels(t *testing.T) {
 func TestNoSpeechRule(t *testing.T) {
 	cfg := DemoConfig()
 	cfg.WeightType = "f32"
-	path := filepath.Join(t.TempDir(), "f32.bin")
-	if err := WriteModel(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadWritten(t, cfg, 8)
 	pcm := make([]float32, 2*SampleRate) // digital silence
 	tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
 	if err != nil {
@@ -413,15 +405,7 @@ func TestMultilingual(t *testing.T) {
 	cfg := DemoConfig()
 	cfg.NVocab = 51865
 	cfg.Seed = 5
-	path := filepath.Join(t.TempDir(), "ml.bin")
-	if err := WriteModel(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 4, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadWritten(t, cfg, 4)
 	if !m.Info().Multilingual || m.Info().Languages != 99 || m.tok.eot != 50257 || m.tok.transcribe != 50359 || m.tok.not != 50363 {
 		t.Fatalf("multilingual tokens: %+v %+v", m.Info(), m.tok)
 	}
@@ -521,4 +505,21 @@ func TestTranscribeGrows(t *testing.T) {
 	if _, err := one.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: func(int) int { t.Error("Grow called on a 1-thread model"); return 1 }}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// loadWritten writes the random-weight model cfg describes into a temporary
+// file and loads it on one thread with maxTokens a window; the test's end
+// closes it.
+func loadWritten(t *testing.T, cfg ModelConfig, maxTokens int) *Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "model.bin")
+	if err := WriteModel(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: maxTokens, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }

@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // AdminKeyHash returns the stored hash of the admin key (secret.HashAdminKey's
@@ -60,7 +60,7 @@ func (db *DB) CreateSession(tokenHash string, expiresAt time.Time) error {
 	return db.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSessions)
 		if b.Get([]byte(tokenHash)) != nil {
-			return fmt.Errorf("store: session: %w", ErrExists)
+			return fmt.Errorf("store: session: %w", store.ErrExists)
 		}
 		return b.Put([]byte(tokenHash), u64(nanos(expiresAt)))
 	})

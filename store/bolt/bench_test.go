@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // fillLogs writes n infer entries spread evenly over the 7 days before end,
@@ -30,7 +30,7 @@ func fillLogs(tb testing.TB, db *DB, n int, end time.Time) {
 					promptVersion: fmt.Sprint(1 + done/(n/3+1)), candidateChars: []int{20, 31, 12, 25},
 				}
 				if done%2 == 0 {
-					row.outcome = &Outcome{Kind: OutcomeSpoken, Rank: 1 + done%4, SpokenChars: 20, KeystrokesSaved: 19, TimeToChoiceMS: int64(done % 9000), FirstAt: ts, At: ts}
+					row.outcome = &store.Outcome{Kind: store.OutcomeSpoken, Rank: 1 + done%4, SpokenChars: 20, KeystrokesSaved: 19, TimeToChoiceMS: int64(done % 9000), FirstAt: ts, At: ts}
 				}
 				if err := logs.Put(k, []byte(`{"Level":"info","Message":"infer ok: 4 candidates in 812 ms","StreamName":"infer","Status":200}`)); err != nil {
 					return err
@@ -96,7 +96,7 @@ func BenchmarkAppendLogParallel(b *testing.B) {
 	db, _ := MustOpen(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := db.AppendLog(LogEntry{Timestamp: t0, Level: LevelInfo, Message: "infer ok", StreamName: StreamInfer, Subject: "u"}); err != nil {
+			if err := db.AppendLog(store.LogEntry{Timestamp: t0, Level: store.LevelInfo, Message: "infer ok", StreamName: store.StreamInfer, Subject: "u"}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -118,7 +118,7 @@ func fill100MB(b *testing.B) (*DB, string) {
 		}
 		for i := range 2000 {
 			k := timeKey(t0.Add(time.Duration(i)*time.Second), uint64(i))
-			p := Pair{InferenceID: fmt.Sprint("inf_", i), Partner: "Would you like a cup of tea now?", Reply: "Yes please, with milk and no sugar."}
+			p := store.Pair{InferenceID: fmt.Sprint("inf_", i), Partner: "Would you like a cup of tea now?", Reply: "Yes please, with milk and no sugar."}
 			if err := putPair(tx, u, subject, k, p); err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func BenchmarkDeleteUser100MB(b *testing.B) {
 			}
 			for i := range 200 {
 				k := timeKey(t0.Add(time.Duration(i)*time.Second), uint64(i))
-				if err := putPair(tx, u, subject, k, Pair{Partner: "p", Reply: "r"}); err != nil {
+				if err := putPair(tx, u, subject, k, store.Pair{Partner: "p", Reply: "r"}); err != nil {
 					return err
 				}
 			}

@@ -22,7 +22,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // SchemaVersion is the layout version this package writes into the meta
@@ -130,8 +130,8 @@ type DB struct {
 	// no transaction open, takes it exclusively.
 	gate gate
 
-	touches TouchThrottle
-	limiter MemoryLimiter // the rate limits: one process, so in memory
+	touches store.TouchThrottle
+	limiter store.MemoryLimiter // the rate limits: one process, so in memory
 
 	closed atomic.Bool // set by Close
 
@@ -247,7 +247,7 @@ func checkSchema(tx *bolt.Tx) error {
 func describeOpenError(path string, err error) error {
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return fmt.Errorf("store: %s: %w (another replyd process holds it; stop it or choose another data directory)", path, ErrLocked)
+		return fmt.Errorf("store: %s: %w (another replyd process holds it; stop it or choose another data directory)", path, store.ErrLocked)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("store: open %s: the file or its data directory does not exist: %w", path, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
@@ -265,7 +265,7 @@ func describeIOError(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("permission denied: the data directory must be writable by this user: %w", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+		return fmt.Errorf("%w: %w", store.ErrNoSpace, err)
 	}
 	return err
 }
@@ -293,7 +293,7 @@ func (db *DB) Ping(ctx context.Context) error {
 		return err
 	}
 	if db.closed.Load() {
-		return fmt.Errorf("store %s: %w: closed", db.path, ErrUnavailable)
+		return fmt.Errorf("store %s: %w: closed", db.path, store.ErrUnavailable)
 	}
 	return db.WriteFailure()
 }
@@ -314,7 +314,7 @@ func (db *DB) noteWrite(err error) error {
 		return nil
 	}
 	err = db.wrap(err)
-	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrInvalid) {
 		db.writeFail.Store(&err)
 	}
 	return err
@@ -356,8 +356,8 @@ func (db *DB) rawView(fn func(*bolt.Tx) error, long bool) error {
 // wrap leaves the sentinel errors of this package as they are and prefixes
 // everything else with the file's path.
 func (db *DB) wrap(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, ErrInvalid) ||
-		errors.Is(err, ErrExpired) || errors.Is(err, ErrUsed) || errors.Is(err, ErrLimit) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrInvalid) ||
+		errors.Is(err, store.ErrExpired) || errors.Is(err, store.ErrUsed) || errors.Is(err, store.ErrLimit) {
 		return err
 	}
 	return fmt.Errorf("store %s: %w", db.path, describeIOError(err))
@@ -365,7 +365,7 @@ func (db *DB) wrap(err error) error {
 
 // invalid returns an error wrapping ErrInvalid.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("store: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("store: %w: %s", store.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // deleteWhere deletes the entries of b for which dead is true and returns

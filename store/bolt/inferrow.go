@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // inferRow is the value of one infer_index entry: what Stats, feedback and
@@ -30,7 +30,7 @@ type inferRow struct {
 	promptVersion  string
 	candidateChars []int
 	remembered     bool
-	outcome        *Outcome
+	outcome        *store.Outcome
 }
 
 const (
@@ -195,7 +195,7 @@ func decodeRow(v []byte) (inferRow, error) {
 	flags := r.byte1()
 	row.remembered = flags&rowRemembered != 0
 	if flags&rowHasOutcome != 0 {
-		o := &Outcome{}
+		o := &store.Outcome{}
 		r.outcome(o, flags)
 		row.outcome = o
 	}
@@ -203,7 +203,7 @@ func decodeRow(v []byte) (inferRow, error) {
 }
 
 // outcome reads the outcome part of a row into o.
-func (r *rowReader) outcome(o *Outcome, flags byte) {
+func (r *rowReader) outcome(o *store.Outcome, flags byte) {
 	o.Kind = r.str()
 	o.Rank = int(r.uvarint())
 	o.SpokenChars = int(r.uvarint())
@@ -224,12 +224,12 @@ func (r *rowReader) outcome(o *Outcome, flags byte) {
 // into a StatsRow, whose Outcome, if any, is *o. Strings are shared through
 // intern, and nothing else is allocated: a month of rows takes
 // milliseconds.
-func decodeStatsRow(v []byte, intern map[string]string, o *Outcome) (StatsRow, error) {
+func decodeStatsRow(v []byte, intern map[string]string, o *store.Outcome) (store.StatsRow, error) {
 	if len(v) == 0 || v[0] != rowFormat {
-		return StatsRow{Subject: internString(intern, v)}, nil
+		return store.StatsRow{Subject: internString(intern, v)}, nil
 	}
 	r := rowReader{b: v[1:], intern: intern}
-	var s StatsRow
+	var s store.StatsRow
 	s.Subject = r.str()
 	s.KeyHash = r.str()
 	s.Status = int(r.uvarint())
@@ -257,7 +257,7 @@ func fromNanos(n uint64) time.Time {
 }
 
 // rowOf builds the index row of an infer log entry.
-func rowOf(e LogEntry) inferRow {
+func rowOf(e store.LogEntry) inferRow {
 	row := inferRow{
 		subject:   e.Subject,
 		keyHash:   e.ResourceID,

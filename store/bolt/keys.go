@@ -7,13 +7,13 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // CreateKey stores k under k.Hash. It returns ErrExists when the hash is
 // already stored (revoked or not). A zero CreatedAt is set from the clock and
 // an empty Status becomes StatusActive.
-func (db *DB) CreateKey(k APIKey) error {
+func (db *DB) CreateKey(k store.APIKey) error {
 	if k.Hash == "" {
 		return invalid("empty key hash")
 	}
@@ -21,7 +21,7 @@ func (db *DB) CreateKey(k APIKey) error {
 		k.CreatedAt = db.now()
 	}
 	if k.Status == "" {
-		k.Status = StatusActive
+		k.Status = store.StatusActive
 	}
 	val, err := json.Marshal(k)
 	if err != nil {
@@ -30,7 +30,7 @@ func (db *DB) CreateKey(k APIKey) error {
 	return db.update(func(tx *bolt.Tx) error {
 		keys := tx.Bucket(bucketKeys)
 		if keys.Get([]byte(k.Hash)) != nil {
-			return fmt.Errorf("store: key %s: %w", shortHash(k.Hash), ErrExists)
+			return fmt.Errorf("store: key %s: %w", shortHash(k.Hash), store.ErrExists)
 		}
 		if err := keys.Put([]byte(k.Hash), val); err != nil {
 			return err
@@ -45,8 +45,8 @@ func (db *DB) CreateKey(k APIKey) error {
 }
 
 // GetKey returns the key stored under hash, or ErrNotFound.
-func (db *DB) GetKey(hash string) (APIKey, error) {
-	var k APIKey
+func (db *DB) GetKey(hash string) (store.APIKey, error) {
+	var k store.APIKey
 	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		k, err = getKey(tx, hash)
@@ -56,11 +56,11 @@ func (db *DB) GetKey(hash string) (APIKey, error) {
 }
 
 // getKey decodes the key stored under hash inside tx.
-func getKey(tx *bolt.Tx, hash string) (APIKey, error) {
-	var k APIKey
+func getKey(tx *bolt.Tx, hash string) (store.APIKey, error) {
+	var k store.APIKey
 	v := tx.Bucket(bucketKeys).Get([]byte(hash))
 	if v == nil {
-		return k, fmt.Errorf("store: key %s: %w", shortHash(hash), ErrNotFound)
+		return k, fmt.Errorf("store: key %s: %w", shortHash(hash), store.ErrNotFound)
 	}
 	if err := json.Unmarshal(v, &k); err != nil {
 		return k, fmt.Errorf("store: decode key %s: %w", shortHash(hash), err)
@@ -71,8 +71,8 @@ func getKey(tx *bolt.Tx, hash string) (APIKey, error) {
 // ListKeys returns up to limit keys, newest CreatedAt first (keys created in
 // the same nanosecond: last created first). Revoked keys are skipped unless
 // includeRevoked is set. A limit <= 0 means no limit.
-func (db *DB) ListKeys(limit int, includeRevoked bool) ([]APIKey, error) {
-	out := []APIKey{}
+func (db *DB) ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error) {
+	out := []store.APIKey{}
 	err := db.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketKeysByAge).Cursor()
 		for k, hash := c.Last(); k != nil; k, hash = c.Prev() {
@@ -80,7 +80,7 @@ func (db *DB) ListKeys(limit int, includeRevoked bool) ([]APIKey, error) {
 			if err != nil {
 				return err
 			}
-			if !includeRevoked && key.Status == StatusRevoked {
+			if !includeRevoked && key.Status == store.StatusRevoked {
 				continue
 			}
 			out = append(out, key)
@@ -96,17 +96,17 @@ func (db *DB) ListKeys(limit int, includeRevoked bool) ([]APIKey, error) {
 // RevokeKey marks the key revoked at at and returns the stored record. It is
 // idempotent: revoking a revoked key changes nothing and returns the record
 // with its first RevokedAt. An unknown hash gives ErrNotFound.
-func (db *DB) RevokeKey(hash string, at time.Time) (APIKey, error) {
-	var k APIKey
+func (db *DB) RevokeKey(hash string, at time.Time) (store.APIKey, error) {
+	var k store.APIKey
 	err := db.update(func(tx *bolt.Tx) error {
 		var err error
 		if k, err = getKey(tx, hash); err != nil {
 			return err
 		}
-		if k.Status == StatusRevoked && !k.RevokedAt.IsZero() {
+		if k.Status == store.StatusRevoked && !k.RevokedAt.IsZero() {
 			return nil
 		}
-		k.Status = StatusRevoked
+		k.Status = store.StatusRevoked
 		k.RevokedAt = at
 		return putKey(tx, k)
 	})
@@ -141,7 +141,7 @@ func (db *DB) TouchKey(hash string, at time.Time) error {
 }
 
 // putKey encodes and stores k inside tx.
-func putKey(tx *bolt.Tx, k APIKey) error {
+func putKey(tx *bolt.Tx, k store.APIKey) error {
 	val, err := json.Marshal(k)
 	if err != nil {
 		return fmt.Errorf("store: encode key: %w", err)

@@ -2,9 +2,5 @@
 
 package bolt
 
-import (
-	. "github.com/replyd/replyd/store"
-)
-
 // lockFile is a no-op where flock is unavailable; replyd ships for Linux.
 func lockFile(string) (func(), error) { return func() {}, nil }

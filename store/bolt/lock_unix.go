@@ -9,7 +9,7 @@ import (
 	"os"
 	"syscall"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // lockFile takes the same exclusive flock bbolt takes on path, so that
@@ -26,7 +26,7 @@ func lockFile(path string) (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store: restore to %s: %w (stop the running replyd first)", path, ErrLocked)
+			return nil, fmt.Errorf("store: restore to %s: %w (stop the running replyd first)", path, store.ErrLocked)
 		}
 		return nil, fmt.Errorf("store: restore to %s: lock: %w", path, err)
 	}

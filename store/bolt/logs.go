@@ -8,7 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // AppendLog stores e under "Timestamp nanos ‖ sequence" (a zero Timestamp is
@@ -18,7 +18,7 @@ import (
 // inference (e.Inference) becomes findable by its id for feedback, and its
 // e.Inference.Remember texts are stored encrypted under the key of the user
 // e.Subject names (created on first use), never in the log itself.
-func (db *DB) AppendLog(e LogEntry) error {
+func (db *DB) AppendLog(e store.LogEntry) error {
 	if e.Timestamp.IsZero() {
 		e.Timestamp = db.now()
 	}
@@ -35,7 +35,7 @@ func (db *DB) AppendLog(e LogEntry) error {
 
 // putLog stores the entry e, encoded as val, under "Timestamp nanos ‖
 // sequence", and indexes it for Stats when it is of stream StreamInfer.
-func putLog(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) error {
+func putLog(tx *bolt.Tx, e store.LogEntry, val []byte, now time.Time) error {
 	_, err := putLogKey(tx, e, val, now)
 	return err
 }
@@ -44,7 +44,7 @@ func putLog(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) error {
 // indexed for Stats, an answered inference (e.Inference) becomes findable
 // by its id, and its Remember texts are stored sealed under the key of the
 // user e.Subject names (created at now on first use).
-func putLogKey(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) ([]byte, error) {
+func putLogKey(tx *bolt.Tx, e store.LogEntry, val []byte, now time.Time) ([]byte, error) {
 	logs := tx.Bucket(bucketLogs)
 	seq, err := logs.NextSequence()
 	if err != nil {
@@ -54,7 +54,7 @@ func putLogKey(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) ([]byte, erro
 	if err := logs.Put(k, val); err != nil {
 		return nil, err
 	}
-	if e.StreamName != StreamInfer {
+	if e.StreamName != store.StreamInfer {
 		return k, nil
 	}
 	if err := tx.Bucket(bucketInferIdx).Put(k, rowOf(e).encode()); err != nil {
@@ -79,13 +79,13 @@ func putLogKey(tx *bolt.Tx, e LogEntry, val []byte, now time.Time) ([]byte, erro
 // q.Level and q.Stream when those are set, newest first, at most q.Limit of
 // them (q.Limit <= 0: all). Entries with equal timestamps come last-appended
 // first.
-func (db *DB) Logs(q LogQuery) ([]LogEntry, error) {
-	out := []LogEntry{}
+func (db *DB) Logs(q store.LogQuery) ([]store.LogEntry, error) {
+	out := []store.LogEntry{}
 	since := nanos(q.Since)
 	err := db.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketLogs).Cursor()
 		for k, v := c.Last(); k != nil && keyNanos(k) >= since; k, v = c.Prev() {
-			var e LogEntry
+			var e store.LogEntry
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("store: decode log entry: %w", err)
 			}
@@ -108,7 +108,7 @@ func (db *DB) Logs(q LogQuery) ([]LogEntry, error) {
 // batch. A batch <= 0 means DefaultPruneBatch.
 func (db *DB) PruneLogs(before time.Time, batch int) (int, error) {
 	if batch <= 0 {
-		batch = DefaultPruneBatch
+		batch = store.DefaultPruneBatch
 	}
 	cut := u64(nanos(before))
 	n := 0
@@ -172,7 +172,7 @@ func (db *DB) LogBytes() (size int64, entries int, err error) {
 // not shrink.
 func (db *DB) PruneLogsToSize(maxBytes int64, batch int) (int, error) {
 	if batch <= 0 {
-		batch = DefaultPruneBatch
+		batch = store.DefaultPruneBatch
 	}
 	total := 0
 	for {

@@ -24,7 +24,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // userRecord is a mem_users value.
@@ -82,7 +82,7 @@ func ensureUser(tx *bolt.Tx, subject, tag, keyHash string, now time.Time) (*user
 	if err != nil || u != nil {
 		return u, err
 	}
-	key, err := NewUserKey()
+	key, err := store.NewUserKey()
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +145,22 @@ func linksOf(tx *bolt.Tx) (map[string][]string, error) {
 	return out, err
 }
 
+// eachUser calls fn for every user with a memory, in the order of their
+// subjects, with the user's record and the key hashes linked to it.
+func eachUser(tx *bolt.Tx, fn func(subject string, u *userRecord, keys []string) error) error {
+	links, err := linksOf(tx)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
+		var u userRecord
+		if err := json.Unmarshal(v, &u); err != nil {
+			return fmt.Errorf("store: decode memory user: %w", err)
+		}
+		return fn(string(k), &u, links[string(k)])
+	})
+}
+
 // deleteLinksTo deletes every link to subject.
 func deleteLinksTo(tx *bolt.Tx, subject string) error {
 	b := tx.Bucket(bucketMemLinks)
@@ -175,14 +191,14 @@ func (db *DB) LinkMemory(keyHash, subject string) error {
 	}
 	return db.update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketKeys).Get([]byte(keyHash)) == nil {
-			return fmt.Errorf("store: API key: %w", ErrNotFound)
+			return fmt.Errorf("store: API key: %w", store.ErrNotFound)
 		}
 		u, err := getUser(tx, subject)
 		if err != nil {
 			return err
 		}
 		if u == nil {
-			return fmt.Errorf("store: memory user: %w", ErrNotFound)
+			return fmt.Errorf("store: memory user: %w", store.ErrNotFound)
 		}
 		return putLink(tx, keyHash, u.tagOf(subject), subject)
 	})
@@ -201,7 +217,7 @@ func (db *DB) UnlinkMemory(keyHash, subject string) error {
 			}
 		}
 		if len(dead) == 0 {
-			return fmt.Errorf("store: memory link: %w", ErrNotFound)
+			return fmt.Errorf("store: memory link: %w", store.ErrNotFound)
 		}
 		for _, k := range dead {
 			if err := b.Delete(k); err != nil {
@@ -247,13 +263,13 @@ func migrateMemoryLinks(tx *bolt.Tx) error {
 
 // putTexts stores an inference's partner turn and candidates, encrypted,
 // until its feedback arrives.
-func putTexts(tx *bolt.Tx, subject, tag, keyHash string, logKey []byte, t *RememberedTexts, now time.Time) error {
+func putTexts(tx *bolt.Tx, subject, tag, keyHash string, logKey []byte, t *store.RememberedTexts, now time.Time) error {
 	u, err := ensureUser(tx, subject, tag, keyHash, now)
 	if err != nil {
 		return err
 	}
 	k := memKey(subject, logKey)
-	sealed, err := SealStrings(u.Key, aadOf(bucketMemInfer, k), append([]string{t.Partner}, t.Candidates...)...)
+	sealed, err := store.SealStrings(u.Key, aadOf(bucketMemInfer, k), append([]string{t.Partner}, t.Candidates...)...)
 	if err != nil {
 		return err
 	}
@@ -261,26 +277,26 @@ func putTexts(tx *bolt.Tx, subject, tag, keyHash string, logKey []byte, t *Remem
 }
 
 // getTexts opens an inference's remembered texts; nil when not kept.
-func getTexts(tx *bolt.Tx, u *userRecord, subject string, logKey []byte) (*RememberedTexts, error) {
+func getTexts(tx *bolt.Tx, u *userRecord, subject string, logKey []byte) (*store.RememberedTexts, error) {
 	k := memKey(subject, logKey)
 	v := tx.Bucket(bucketMemInfer).Get(k)
 	if v == nil || u == nil {
 		return nil, nil
 	}
-	ss, err := OpenStrings(u.Key, aadOf(bucketMemInfer, k), v)
+	ss, err := store.OpenStrings(u.Key, aadOf(bucketMemInfer, k), v)
 	if err != nil {
 		return nil, err
 	}
 	if len(ss) == 0 {
 		return nil, errBadRow
 	}
-	return &RememberedTexts{Partner: ss[0], Candidates: ss[1:]}, nil
+	return &store.RememberedTexts{Partner: ss[0], Candidates: ss[1:]}, nil
 }
 
 // putPair stores (or replaces) the pair of the inference logged at logKey.
-func putPair(tx *bolt.Tx, u *userRecord, subject string, logKey []byte, p Pair) error {
+func putPair(tx *bolt.Tx, u *userRecord, subject string, logKey []byte, p store.Pair) error {
 	k := memKey(subject, logKey)
-	sealed, err := SealStrings(u.Key, aadOf(bucketMemPairs, k), p.InferenceID, p.Partner, p.Reply)
+	sealed, err := store.SealStrings(u.Key, aadOf(bucketMemPairs, k), p.InferenceID, p.Partner, p.Reply)
 	if err != nil {
 		return err
 	}
@@ -288,15 +304,15 @@ func putPair(tx *bolt.Tx, u *userRecord, subject string, logKey []byte, p Pair) 
 }
 
 // openPair decrypts the pair stored under k (a memKey).
-func openPair(u *userRecord, k, v []byte) (Pair, error) {
-	ss, err := OpenStrings(u.Key, aadOf(bucketMemPairs, k), v)
+func openPair(u *userRecord, k, v []byte) (store.Pair, error) {
+	ss, err := store.OpenStrings(u.Key, aadOf(bucketMemPairs, k), v)
 	if err != nil {
-		return Pair{}, err
+		return store.Pair{}, err
 	}
 	if len(ss) != 3 {
-		return Pair{}, errBadRow
+		return store.Pair{}, errBadRow
 	}
-	return Pair{InferenceID: ss[0], At: fromNanos(keyNanos(k[len(k)-16:])), Partner: ss[1], Reply: ss[2]}, nil
+	return store.Pair{InferenceID: ss[0], At: fromNanos(keyNanos(k[len(k)-16:])), Partner: ss[1], Reply: ss[2]}, nil
 }
 
 // countPrefix counts the keys of b that start with prefix.
@@ -311,22 +327,13 @@ func countPrefix(b *bolt.Bucket, prefix []byte) int {
 
 // MemoryUsers returns every user with a memory (an encryption key), in the
 // order of their subjects, with the number of pairs kept for each.
-func (db *DB) MemoryUsers() ([]MemoryUser, error) {
-	out := []MemoryUser{}
+func (db *DB) MemoryUsers() ([]store.MemoryUser, error) {
+	out := []store.MemoryUser{}
 	err := db.view(func(tx *bolt.Tx) error {
 		pairs := tx.Bucket(bucketMemPairs)
-		links, err := linksOf(tx)
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
-			var u userRecord
-			if err := json.Unmarshal(v, &u); err != nil {
-				return fmt.Errorf("store: decode memory user: %w", err)
-			}
-			subject := string(k)
-			out = append(out, MemoryUser{
-				Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Pairs: countPrefix(pairs, memPrefix(subject)),
+		return eachUser(tx, func(subject string, u *userRecord, keys []string) error {
+			out = append(out, store.MemoryUser{
+				Subject: subject, Tag: u.tagOf(subject), Keys: keys, Pairs: countPrefix(pairs, memPrefix(subject)),
 				CreatedAt: u.CreatedAt, LastAt: u.LastAt, Rev: u.Rev,
 			})
 			return nil
@@ -352,8 +359,8 @@ func (db *DB) MemoryRev(subject string) (uint64, error) {
 
 // MemoryPairs returns the user's pairs, decrypted, oldest first, and the
 // revision they are at. A user without memory has none (and revision 0).
-func (db *DB) MemoryPairs(subject string) ([]Pair, uint64, error) {
-	out := []Pair{}
+func (db *DB) MemoryPairs(subject string) ([]store.Pair, uint64, error) {
+	out := []store.Pair{}
 	var rev uint64
 	err := db.view(func(tx *bolt.Tx) error {
 		u, err := getUser(tx, subject)
@@ -383,7 +390,7 @@ func (db *DB) MemoryPairs(subject string) ([]Pair, uint64, error) {
 // the file's free pages with zeros (ScrubFreePages), so that when it
 // returns no byte of the key or of a text is left anywhere in the file. It
 // returns ErrNotFound when nothing was stored for the user.
-func (db *DB) DeleteUser(subject string) (UserDeletion, error) {
+func (db *DB) DeleteUser(subject string) (store.UserDeletion, error) {
 	d, err := db.deleteUserRows(subject)
 	if err != nil {
 		return d, err
@@ -393,13 +400,13 @@ func (db *DB) DeleteUser(subject string) (UserDeletion, error) {
 }
 
 // deleteUserRows is DeleteUser's transaction, without the scrub.
-func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
-	var d UserDeletion
+func (db *DB) deleteUserRows(subject string) (store.UserDeletion, error) {
+	var d store.UserDeletion
 	if subject == "" {
 		return d, invalid("empty subject")
 	}
 	err := db.update(func(tx *bolt.Tx) error {
-		d = UserDeletion{}
+		d = store.UserDeletion{}
 		users := tx.Bucket(bucketMemUsers)
 		if users.Get([]byte(subject)) != nil {
 			d.Key = true
@@ -442,7 +449,7 @@ func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
 			row.outcome, row.remembered, row.inferenceID = nil, false, ""
 			ch := change{k: append([]byte(nil), k...), v: row.encode()}
 			if raw := logs.Get(k); raw != nil {
-				var e LogEntry
+				var e store.LogEntry
 				if err := json.Unmarshal(raw, &e); err != nil {
 					return fmt.Errorf("store: decode log entry: %w", err)
 				}
@@ -464,7 +471,7 @@ func (db *DB) deleteUserRows(subject string) (UserDeletion, error) {
 			}
 		}
 		if !d.Key && d.Pairs == 0 && d.Pending == 0 && d.Outcomes == 0 {
-			return fmt.Errorf("store: memory user: %w", ErrNotFound)
+			return fmt.Errorf("store: memory user: %w", store.ErrNotFound)
 		}
 		return nil
 	})
@@ -491,10 +498,10 @@ func deletePrefix(b *bolt.Bucket, prefix []byte) (int, error) {
 // made before textsBefore, and the users (with their keys) that are left
 // with neither and were created before both times. When it deleted
 // anything it scrubs the free pages, as DeleteUser does.
-func (db *DB) PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, error) {
-	var p MemoryPrune
+func (db *DB) PruneMemory(pairsBefore, textsBefore time.Time) (store.MemoryPrune, error) {
+	var p store.MemoryPrune
 	err := db.update(func(tx *bolt.Tx) error {
-		p = MemoryPrune{}
+		p = store.MemoryPrune{}
 		touched := map[string]bool{}
 		prune := func(b *bolt.Bucket, before time.Time) (int, error) {
 			if before.IsZero() {
@@ -557,7 +564,7 @@ func (db *DB) PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, erro
 		}
 		return nil
 	})
-	if err != nil || p == (MemoryPrune{}) {
+	if err != nil || p == (store.MemoryPrune{}) {
 		return p, err
 	}
 	_, _, err = db.ScrubFreePages()

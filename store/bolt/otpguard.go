@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // metaOTPGuard holds the JSON OTPGuard of the global scope ""; the guards
@@ -17,7 +17,7 @@ var metaOTPGuard = []byte("otp_guard")
 // OTPLock returns the end of the current pause of guard scope, or the zero
 // Time when there is none at now.
 func (db *DB) OTPLock(scope string, now time.Time) (time.Time, error) {
-	var g OTPGuard
+	var g store.OTPGuard
 	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		g, err = getOTPGuard(tx, scope)
@@ -32,7 +32,7 @@ func (db *DB) OTPLock(scope string, now time.Time) (time.Time, error) {
 // OTPFailed counts one wrong login code from source at now under rule in
 // guard scope and returns the end of the pause it started (the zero Time
 // when it started none).
-func (db *DB) OTPFailed(scope, source string, now time.Time, rule OTPLockRule) (time.Time, error) {
+func (db *DB) OTPFailed(scope, source string, now time.Time, rule store.OTPLockRule) (time.Time, error) {
 	var until time.Time
 	err := db.update(func(tx *bolt.Tx) error {
 		until = time.Time{}
@@ -49,8 +49,8 @@ func (db *DB) OTPFailed(scope, source string, now time.Time, rule OTPLockRule) (
 	return until, err
 }
 
-func getOTPGuard(tx *bolt.Tx, scope string) (OTPGuard, error) {
-	var g OTPGuard
+func getOTPGuard(tx *bolt.Tx, scope string) (store.OTPGuard, error) {
+	var g store.OTPGuard
 	var v []byte
 	if scope == "" {
 		v = tx.Bucket(bucketMeta).Get(metaOTPGuard)
@@ -65,7 +65,7 @@ func getOTPGuard(tx *bolt.Tx, scope string) (OTPGuard, error) {
 	return g, nil
 }
 
-func putOTPGuard(tx *bolt.Tx, scope string, g OTPGuard) error {
+func putOTPGuard(tx *bolt.Tx, scope string, g store.OTPGuard) error {
 	v, err := json.Marshal(g)
 	if err != nil {
 		return err
@@ -84,7 +84,7 @@ func pruneOTPGuards(tx *bolt.Tx, now time.Time) error {
 		return nil
 	}
 	_, err := deleteWhere(b, func(_, v []byte) bool {
-		var g OTPGuard
+		var g store.OTPGuard
 		return json.Unmarshal(v, &g) != nil || g.Idle(now)
 	})
 	return err
@@ -92,19 +92,19 @@ func pruneOTPGuards(tx *bolt.Tx, now time.Time) error {
 
 // otpGuards returns the guards of scopes other than "", by scope; nil when
 // there are none.
-func otpGuards(tx *bolt.Tx) (map[string]OTPGuard, error) {
+func otpGuards(tx *bolt.Tx) (map[string]store.OTPGuard, error) {
 	b := tx.Bucket(bucketOTPGuards)
 	if b == nil {
 		return nil, nil
 	}
-	var out map[string]OTPGuard
+	var out map[string]store.OTPGuard
 	err := b.ForEach(func(k, v []byte) error {
-		var g OTPGuard
+		var g store.OTPGuard
 		if err := json.Unmarshal(v, &g); err != nil {
 			return fmt.Errorf("store: decode OTP guard: %w", err)
 		}
 		if out == nil {
-			out = map[string]OTPGuard{}
+			out = map[string]store.OTPGuard{}
 		}
 		out[string(k)] = g
 		return nil

@@ -2,20 +2,19 @@ package bolt
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // Inference returns the answered inference with this inference_id, with
 // its remembered texts while they are kept, or ErrNotFound. The caller
 // applies the feedback rules (the key, FeedbackWindow, ReplaceWindow).
-func (db *DB) Inference(id string) (Inference, error) {
-	var inf Inference
+func (db *DB) Inference(id string) (store.Inference, error) {
+	var inf store.Inference
 	err := db.view(func(tx *bolt.Tx) error {
 		lk, row, err := inferenceRow(tx, id)
 		if err != nil {
@@ -40,18 +39,18 @@ func (db *DB) Inference(id string) (Inference, error) {
 func inferenceRow(tx *bolt.Tx, id string) ([]byte, inferRow, error) {
 	lk := tx.Bucket(bucketInferences).Get([]byte(id))
 	if len(lk) != 16 {
-		return nil, inferRow{}, fmt.Errorf("store: inference: %w", ErrNotFound)
+		return nil, inferRow{}, fmt.Errorf("store: inference: %w", store.ErrNotFound)
 	}
 	v := tx.Bucket(bucketInferIdx).Get(lk)
 	if v == nil {
-		return nil, inferRow{}, fmt.Errorf("store: inference: %w", ErrNotFound)
+		return nil, inferRow{}, fmt.Errorf("store: inference: %w", store.ErrNotFound)
 	}
 	row, err := decodeRow(v)
 	return append([]byte(nil), lk...), row, err
 }
 
-func inferenceOf(lk []byte, row inferRow) Inference {
-	return Inference{
+func inferenceOf(lk []byte, row inferRow) store.Inference {
+	return store.Inference{
 		ID: row.inferenceID, At: fromNanos(keyNanos(lk)), KeyHash: row.keyHash, Subject: row.subject,
 		PromptVersion: row.promptVersion, CandidateChars: row.candidateChars,
 		Remembered: row.remembered, Outcome: row.outcome,
@@ -65,7 +64,7 @@ func inferenceOf(lk []byte, row inferRow) Inference {
 // encrypted; an empty reply removes that pair. It returns the user's new
 // memory revision (0 when no pair changed). The rules of who may report and
 // when are the caller's; this is one transaction.
-func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
+func (db *DB) SetOutcome(id string, o store.Outcome, reply string) (uint64, error) {
 	var rev uint64
 	// Batch: concurrent reports share one commit (the pages near the root
 	// and the meta page are written once for all of them). Batch may run
@@ -93,7 +92,7 @@ func (db *DB) SetOutcome(id string, o Outcome, reply string) (uint64, error) {
 			return err
 		}
 		if reply != "" {
-			p := Pair{InferenceID: id, Partner: texts.Partner, Reply: reply}
+			p := store.Pair{InferenceID: id, Partner: texts.Partner, Reply: reply}
 			if err := putPair(tx, u, row.subject, lk, p); err != nil {
 				return err
 			}
@@ -117,10 +116,10 @@ var outcomePage = 256
 // user opted in and it is kept. It reads in short read transactions of a
 // few hundred entries and calls fn outside them, so a slow fn (a download)
 // holds up nothing. fn's error stops the walk and is returned.
-func (db *DB) Outcomes(since, until time.Time, fn func(OutcomeRecord) error) error {
+func (db *DB) Outcomes(since, until time.Time, fn func(store.OutcomeRecord) error) error {
 	from, to := u64(nanos(since)), nanos(until)
 	for {
-		var page []OutcomeRecord
+		var page []store.OutcomeRecord
 		var next []byte
 		err := db.view(func(tx *bolt.Tx) error {
 			c := tx.Bucket(bucketInferIdx).Cursor()
@@ -138,7 +137,7 @@ func (db *DB) Outcomes(since, until time.Time, fn func(OutcomeRecord) error) err
 				if row.outcome == nil {
 					continue
 				}
-				rec := OutcomeRecord{Inference: inferenceOf(k, row)}
+				rec := store.OutcomeRecord{Inference: inferenceOf(k, row)}
 				if row.remembered {
 					u, ok := users[row.subject]
 					if !ok {
@@ -176,7 +175,7 @@ func (db *DB) Outcomes(since, until time.Time, fn func(OutcomeRecord) error) err
 }
 
 // snapshotOutcomes reads the outcomes and the memory into snap.
-func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
+func snapshotOutcomes(tx *bolt.Tx, snap *store.Snapshot) error {
 	idx := tx.Bucket(bucketInferIdx)
 	err := idx.ForEach(func(_, v []byte) error {
 		row, err := decodeRow(v)
@@ -191,22 +190,13 @@ func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	links, err := linksOf(tx)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
-		var u userRecord
-		if err := json.Unmarshal(v, &u); err != nil {
-			return fmt.Errorf("store: decode memory user: %w", err)
-		}
-		subject := string(k)
-		m := MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: links[subject], Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
-			Rev: u.Rev, Pairs: []Pair{}, Texts: map[string]RememberedTexts{}}
+	return eachUser(tx, func(subject string, u *userRecord, keys []string) error {
+		m := store.MemorySnapshot{Subject: subject, Tag: u.tagOf(subject), Keys: keys, Key: append([]byte(nil), u.Key...), CreatedAt: u.CreatedAt, LastAt: u.LastAt,
+			Rev: u.Rev, Pairs: []store.Pair{}, Texts: map[string]store.RememberedTexts{}}
 		prefix := memPrefix(subject)
 		c := tx.Bucket(bucketMemPairs).Cursor()
 		for pk, pv := c.Seek(prefix); pk != nil && bytes.HasPrefix(pk, prefix); pk, pv = c.Next() {
-			p, err := openPair(&u, pk, pv)
+			p, err := openPair(u, pk, pv)
 			if err != nil {
 				return err
 			}
@@ -223,7 +213,7 @@ func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
 			if err != nil {
 				return err
 			}
-			t, err := getTexts(tx, &u, subject, lk)
+			t, err := getTexts(tx, u, subject, lk)
 			if err != nil {
 				return err
 			}
@@ -239,7 +229,7 @@ func snapshotOutcomes(tx *bolt.Tx, snap *Snapshot) error {
 // importOutcomes writes snap's outcomes and memory after its logs, whose
 // new keys logKeys gives by inference id. A pair whose log entry was pruned
 // gets a key of its own time.
-func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error {
+func importOutcomes(tx *bolt.Tx, snap store.Snapshot, logKeys map[string][]byte) error {
 	idx := tx.Bucket(bucketInferIdx)
 	update := func(id string, fn func(*inferRow)) error {
 		lk := logKeys[id]
@@ -260,7 +250,7 @@ func importOutcomes(tx *bolt.Tx, snap Snapshot, logKeys map[string][]byte) error
 	}
 	pairs := tx.Bucket(bucketMemPairs)
 	for _, m := range snap.Memory {
-		if m.Subject == "" || len(m.Key) != UserKeySize {
+		if m.Subject == "" || len(m.Key) != store.UserKeySize {
 			return invalid("a memory user with an empty subject or a key of %d bytes", len(m.Key))
 		}
 		u := &userRecord{Key: m.Key, CreatedAt: m.CreatedAt, LastAt: m.LastAt, Rev: m.Rev}

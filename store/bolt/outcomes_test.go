@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // inf describes one infer log entry for the tests.
@@ -38,9 +38,9 @@ func MustInfer(tb testing.TB, db *DB, i inf) {
 	if i.status == 0 {
 		i.status = 200
 	}
-	e := LogEntry{
-		Timestamp: t0.Add(i.at), Level: LevelInfo, Message: "infer", ResourceType: ResourceAPIKey,
-		ResourceID: i.key, StreamName: StreamInfer, Subject: i.subject, Status: i.status,
+	e := store.LogEntry{
+		Timestamp: t0.Add(i.at), Level: store.LevelInfo, Message: "infer", ResourceType: store.ResourceAPIKey,
+		ResourceID: i.key, StreamName: store.StreamInfer, Subject: i.subject, Status: i.status,
 		LatencyMS: i.latency, ErrorCode: i.code,
 	}
 	if i.id != "" {
@@ -48,16 +48,16 @@ func MustInfer(tb testing.TB, db *DB, i inf) {
 		for n, c := range i.cands {
 			chars[n] = len([]rune(c))
 		}
-		e.Inference = &InferenceInfo{ID: i.id, PromptVersion: i.version, CandidateChars: chars}
+		e.Inference = &store.InferenceInfo{ID: i.id, PromptVersion: i.version, CandidateChars: chars}
 		if i.partner != "" {
-			e.Inference.Remember = &RememberedTexts{Partner: i.partner, Candidates: i.cands}
+			e.Inference.Remember = &store.RememberedTexts{Partner: i.partner, Candidates: i.cands}
 		}
 	}
 	MustAppend(tb, db, e)
 }
 
-func spoken(rank, chars int, at time.Time) Outcome {
-	return Outcome{Kind: OutcomeSpoken, Rank: rank, SpokenChars: chars, KeystrokesSaved: chars - 1, TimeToChoiceMS: -1, FirstAt: at, At: at}
+func spoken(rank, chars int, at time.Time) store.Outcome {
+	return store.Outcome{Kind: store.OutcomeSpoken, Rank: rank, SpokenChars: chars, KeystrokesSaved: chars - 1, TimeToChoiceMS: -1, FirstAt: at, At: at}
 }
 
 // TestLegacyIndexRows: infer_index values of schema 1 (the subject alone)
@@ -99,8 +99,8 @@ func TestOpenUpgradesSchema1(t *testing.T) {
 }
 
 // counts is the Stats of requests without keys, statuses or outcomes.
-func counts(requests, users int) Stats {
-	s := NewStatsBuilder().Stats()
+func counts(requests, users int) store.Stats {
+	s := store.NewStatsBuilder().Stats()
 	s.TotalRequests, s.ActiveUsers = requests, users
 	return s
 }
@@ -160,7 +160,7 @@ func TestDeleteUserLeavesNoKeyOrText(t *testing.T) {
 				cands: []string{"other candidate"}, partner: "other partner"})
 		}
 		key := userKey(t, db, "victim")
-		if len(key) != UserKeySize {
+		if len(key) != store.UserKeySize {
 			t.Fatalf("no key for the user")
 		}
 		key = []byte(base64.StdEncoding.EncodeToString(key)) // as the record holds it
@@ -204,10 +204,10 @@ func TestDeleteUserLeavesNoKeyOrText(t *testing.T) {
 	if pairs, rev, _ := db.MemoryPairs("victim"); len(pairs) != 0 || rev != 0 {
 		t.Errorf("pairs left: %v", pairs)
 	}
-	if _, err := db.Inference("v3"); !errors.Is(err, ErrNotFound) {
+	if _, err := db.Inference("v3"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a deleted user's inference can still be reported on: %v", err)
 	}
-	if _, err := db.DeleteUser("victim"); !errors.Is(err, ErrNotFound) {
+	if _, err := db.DeleteUser("victim"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second deletion: %v, want ErrNotFound", err)
 	}
 	// The other user is untouched; the counts stay.
@@ -240,8 +240,8 @@ func TestScrubWithConcurrentUse(t *testing.T) {
 				default:
 				}
 				id := fmt.Sprintf("w%d-%d", w, i)
-				if err := db.AppendLog(LogEntry{Timestamp: t0.Add(time.Duration(i) * time.Millisecond), StreamName: StreamInfer,
-					Subject: "s", Inference: &InferenceInfo{ID: id, CandidateChars: []int{3}}}); err != nil {
+				if err := db.AppendLog(store.LogEntry{Timestamp: t0.Add(time.Duration(i) * time.Millisecond), StreamName: store.StreamInfer,
+					Subject: "s", Inference: &store.InferenceInfo{ID: id, CandidateChars: []int{3}}}); err != nil {
 					t.Error(err)
 					return
 				}

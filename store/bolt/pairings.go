@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // CreatePairing stores a pending pairing under p.CodeHash. In the same
@@ -15,15 +15,10 @@ import (
 // so expired pairings leave nothing behind. It returns ErrLimit when
 // maxPending unused, unexpired pairings already exist (maxPending <= 0 means
 // no bound) and ErrExists when the code hash is taken.
-func (db *DB) CreatePairing(p Pairing, maxPending int, now time.Time) error {
-	if p.CodeHash == "" {
-		return invalid("empty pairing code hash")
-	}
-	if !p.ExpiresAt.After(now) {
-		return invalid("the pairing expires before it is created")
-	}
-	if p.CreatedAt.IsZero() {
-		p.CreatedAt = now
+func (db *DB) CreatePairing(p store.Pairing, maxPending int, now time.Time) error {
+	p, err := p.Pending(now)
+	if err != nil {
+		return err
 	}
 	p.UsedAt, p.KeyHash = time.Time{}, ""
 	val, err := json.Marshal(p)
@@ -36,12 +31,12 @@ func (db *DB) CreatePairing(p Pairing, maxPending int, now time.Time) error {
 			return err
 		}
 		if b.Get([]byte(p.CodeHash)) != nil {
-			return fmt.Errorf("store: pairing: %w", ErrExists)
+			return fmt.Errorf("store: pairing: %w", store.ErrExists)
 		}
 		if maxPending > 0 {
 			pending := 0
 			err := b.ForEach(func(_, v []byte) error {
-				var q Pairing
+				var q store.Pairing
 				if err := json.Unmarshal(v, &q); err != nil {
 					return fmt.Errorf("store: decode pairing: %w", err)
 				}
@@ -54,7 +49,7 @@ func (db *DB) CreatePairing(p Pairing, maxPending int, now time.Time) error {
 				return err
 			}
 			if pending >= maxPending {
-				return fmt.Errorf("store: %d pairings are pending: %w", pending, ErrLimit)
+				return fmt.Errorf("store: %d pairings are pending: %w", pending, store.ErrLimit)
 			}
 		}
 		return b.Put([]byte(p.CodeHash), val)
@@ -70,9 +65,9 @@ func (db *DB) CreatePairing(p Pairing, maxPending int, now time.Time) error {
 //   - ErrExpired when the pairing expired (it is deleted);
 //   - ErrUsed when it was redeemed before (nothing is written);
 //   - ErrExists when keyHash is taken (nothing is written).
-func (db *DB) RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, error) {
+func (db *DB) RedeemPairing(codeHash, keyHash string, now time.Time) (store.APIKey, error) {
 	if codeHash == "" || keyHash == "" {
-		return APIKey{}, invalid("empty pairing code or key hash")
+		return store.APIKey{}, invalid("empty pairing code or key hash")
 	}
 	// A read-only look first: wrong codes are the common case under attack.
 	var found bool
@@ -82,42 +77,42 @@ func (db *DB) RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, er
 		return nil
 	})
 	if err != nil {
-		return APIKey{}, err
+		return store.APIKey{}, err
 	}
 	if !found {
-		return APIKey{}, fmt.Errorf("store: pairing: %w", ErrNotFound)
+		return store.APIKey{}, fmt.Errorf("store: pairing: %w", store.ErrNotFound)
 	}
-	var k APIKey
+	var k store.APIKey
 	var outcome error
 	err = db.update(func(tx *bolt.Tx) error {
 		outcome = nil
 		b := tx.Bucket(bucketPairings)
 		v := b.Get([]byte(codeHash))
 		if v == nil {
-			outcome = ErrNotFound
+			outcome = store.ErrNotFound
 			return nil
 		}
-		var p Pairing
+		var p store.Pairing
 		if err := json.Unmarshal(v, &p); err != nil {
 			return fmt.Errorf("store: decode pairing: %w", err)
 		}
 		switch {
 		case !now.Before(p.ExpiresAt):
-			outcome = ErrExpired
+			outcome = store.ErrExpired
 			return b.Delete([]byte(codeHash))
 		case !p.UsedAt.IsZero():
-			outcome = ErrUsed
+			outcome = store.ErrUsed
 			return nil
 		case tx.Bucket(bucketKeys).Get([]byte(keyHash)) != nil:
-			outcome = ErrExists
+			outcome = store.ErrExists
 			return nil
 		}
 		k = p.Key
 		k.Hash, k.CreatedAt, k.LastUsedAt, k.RevokedAt = keyHash, now, time.Time{}, time.Time{}
 		if k.Status == "" {
-			k.Status = StatusActive
+			k.Status = store.StatusActive
 		}
-		if k.Status == StatusRevoked {
+		if k.Status == store.StatusRevoked {
 			k.RevokedAt = now
 		}
 		if err := putKey(tx, k); err != nil {
@@ -152,10 +147,10 @@ func (db *DB) RedeemPairing(codeHash, keyHash string, now time.Time) (APIKey, er
 		return b.Put([]byte(codeHash), val)
 	})
 	if err != nil {
-		return APIKey{}, err
+		return store.APIKey{}, err
 	}
 	if outcome != nil {
-		return APIKey{}, fmt.Errorf("store: pairing: %w", outcome)
+		return store.APIKey{}, fmt.Errorf("store: pairing: %w", outcome)
 	}
 	return k, nil
 }
@@ -206,7 +201,7 @@ func prunePairings(b *bolt.Bucket, now time.Time) (int, error) {
 func expiredPairings(b *bolt.Bucket, now time.Time) ([][]byte, error) {
 	var dead [][]byte
 	err := b.ForEach(func(k, v []byte) error {
-		var p Pairing
+		var p store.Pairing
 		if err := json.Unmarshal(v, &p); err != nil {
 			return fmt.Errorf("store: decode pairing: %w", err)
 		}

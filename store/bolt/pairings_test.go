@@ -4,22 +4,12 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/storetest"
 )
-
-// pairingFor is a pending pairing created at t0 that expires 10 minutes later.
-func pairingFor(codeHash, client string) Pairing {
-	return Pairing{
-		CodeHash:  codeHash,
-		Key:       APIKey{ClientID: client, Status: StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 30},
-		CreatedAt: t0,
-		ExpiresAt: t0.Add(10 * time.Minute),
-	}
-}
 
 // TestFileWithoutAddedBucketsOpens: a data file written before the pairings
 // bucket existed (an old install, an old backup) opens read-only, checks
@@ -32,7 +22,7 @@ func TestFileWithoutAddedBucketsOpens(t *testing.T) {
 
 	ro := MustOpenAt(t, path, Options{ReadOnly: true})
 	Must(t, ro.Check())
-	if _, err := ro.RedeemPairing("c", "k", t0); !errors.Is(err, ErrNotFound) {
+	if _, err := ro.RedeemPairing("c", "k", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("redeem on a file without pairings: err = %v, want ErrNotFound", err)
 	}
 	if n, err := ro.PrunePairings(t0); err != nil || n != 0 {
@@ -41,17 +31,17 @@ func TestFileWithoutAddedBucketsOpens(t *testing.T) {
 	Must(t, ro.Close())
 
 	rw := MustOpenAt(t, path, Options{})
-	Must(t, rw.CreatePairing(pairingFor("c", "a"), 1, t0))
+	Must(t, rw.CreatePairing(storetest.PairingFor("c", "a"), 1, t0))
 }
 
 // TestWrongPairingCodesWriteNothing: guessing codes must cost no disk.
 func TestWrongPairingCodesWriteNothing(t *testing.T) {
 	db, _ := MustOpen(t)
-	Must(t, db.CreatePairing(pairingFor("real", "a"), 10, t0))
+	Must(t, db.CreatePairing(storetest.PairingFor("real", "a"), 10, t0))
 	writes := func() int64 { st := db.bolt.Stats(); return st.TxStats.GetWrite() }
 	before := writes()
 	for i := 0; i < 100; i++ {
-		if _, err := db.RedeemPairing("guess", "k", t0); !errors.Is(err, ErrNotFound) {
+		if _, err := db.RedeemPairing("guess", "k", t0); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("err = %v", err)
 		}
 	}

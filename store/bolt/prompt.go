@@ -7,13 +7,13 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // CurrentPrompt returns the most recently saved prompt version and true, or
 // false when no prompt was ever saved.
-func (db *DB) CurrentPrompt() (PromptVersion, bool, error) {
-	var p PromptVersion
+func (db *DB) CurrentPrompt() (store.PromptVersion, bool, error) {
+	var p store.PromptVersion
 	var found bool
 	err := db.view(func(tx *bolt.Tx) error {
 		seq := tx.Bucket(bucketMeta).Get(metaPromptCurrent)
@@ -33,7 +33,7 @@ func (db *DB) CurrentPrompt() (PromptVersion, bool, error) {
 // SavePrompt appends p to the history and makes it current, in one
 // transaction. p.Version must be non-empty and not used before, else
 // ErrExists. A zero CreatedAt is set from the clock.
-func (db *DB) SavePrompt(p PromptVersion) error {
+func (db *DB) SavePrompt(p store.PromptVersion) error {
 	if p.Version == "" {
 		return invalid("empty prompt version")
 	}
@@ -47,7 +47,7 @@ func (db *DB) SavePrompt(p PromptVersion) error {
 	return db.update(func(tx *bolt.Tx) error {
 		idx := tx.Bucket(bucketPromptIdx)
 		if idx.Get([]byte(p.Version)) != nil {
-			return fmt.Errorf("store: prompt version %q: %w", p.Version, ErrExists)
+			return fmt.Errorf("store: prompt version %q: %w", p.Version, store.ErrExists)
 		}
 		prompts := tx.Bucket(bucketPrompts)
 		n, err := prompts.NextSequence()
@@ -67,12 +67,12 @@ func (db *DB) SavePrompt(p PromptVersion) error {
 
 // PromptHistory returns up to limit saved versions, newest first. A
 // limit <= 0 means all of them.
-func (db *DB) PromptHistory(limit int) ([]PromptVersion, error) {
-	out := []PromptVersion{}
+func (db *DB) PromptHistory(limit int) ([]store.PromptVersion, error) {
+	out := []store.PromptVersion{}
 	err := db.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketPrompts).Cursor()
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			var p PromptVersion
+			var p store.PromptVersion
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("store: decode prompt: %w", err)
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/replyd/replyd/internal/secret"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // installationSecretBytes is the size of a secret InstallationSecret makes.
@@ -95,7 +95,7 @@ func (db *DB) SetSecret(name string, value []byte) error {
 // hash is not a user id. It runs inside Open's transaction, in batches so
 // that no cursor is used across writes.
 func migratePseudonyms(tx *bolt.Tx) error {
-	key, err := installationSecret(tx, SecretPseudonym)
+	key, err := installationSecret(tx, store.SecretPseudonym)
 	if err != nil {
 		return fmt.Errorf("pseudonym key: %w", err)
 	}
@@ -122,7 +122,7 @@ func migratePseudonyms(tx *bolt.Tx) error {
 			if raw == nil {
 				continue
 			}
-			var e LogEntry
+			var e store.LogEntry
 			if err := json.Unmarshal(raw, &e); err != nil {
 				return fmt.Errorf("decode log entry: %w", err)
 			}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/replyd/replyd/internal/secret"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // TestSecretsInBackup: the installation secrets travel inside the file, so
@@ -24,25 +24,25 @@ func TestSecretsInBackup(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "replyd.db")
 	db, err := Open(path, Options{})
 	Must(t, err)
-	a, err := db.InstallationSecret(SecretPseudonym)
+	a, err := db.InstallationSecret(store.SecretPseudonym)
 	Must(t, err)
-	Must(t, db.SetSecret(SecretTOTP, []byte("totp secret")))
+	Must(t, db.SetSecret(store.SecretTOTP, []byte("totp secret")))
 	var backup bytes.Buffer
 	if _, err := db.Backup(&backup); err != nil {
 		t.Fatal(err)
 	}
-	Must(t, db.SetSecret(SecretTOTP, nil))
+	Must(t, db.SetSecret(store.SecretTOTP, nil))
 	Must(t, db.Close())
 
 	restored := filepath.Join(t.TempDir(), "restored.db")
 	Must(t, os.WriteFile(restored, backup.Bytes(), 0o600))
 	db2 := MustOpenAt(t, restored, Options{})
-	c, err := db2.InstallationSecret(SecretPseudonym)
+	c, err := db2.InstallationSecret(store.SecretPseudonym)
 	Must(t, err)
 	if !bytes.Equal(a, c) {
 		t.Fatal("the restored backup has another pseudonym key")
 	}
-	if v, ok, _ := db2.Secret(SecretTOTP); !ok || string(v) != "totp secret" {
+	if v, ok, _ := db2.Secret(store.SecretTOTP); !ok || string(v) != "totp secret" {
 		t.Fatal("the backup lost the TOTP secret")
 	}
 }
@@ -56,20 +56,20 @@ func TestMigratePseudonyms(t *testing.T) {
 	db, err := Open(path, Options{Now: c.Now})
 	Must(t, err)
 	keyHash := secret.Hash("rpd_some-key")
-	var entries []LogEntry
+	var entries []store.LogEntry
 	for i, u := range []string{"patient-0001", "patient-0002", "patient-0001"} {
-		entries = append(entries, LogEntry{Timestamp: t0.Add(timeStep(i)), Subject: secret.Hash(u)})
+		entries = append(entries, store.LogEntry{Timestamp: t0.Add(timeStep(i)), Subject: secret.Hash(u)})
 	}
 	// A request without user_id: the subject is the key hash.
-	entries = append(entries, LogEntry{Timestamp: t0.Add(timeStep(9)), Subject: keyHash})
+	entries = append(entries, store.LogEntry{Timestamp: t0.Add(timeStep(9)), Subject: keyHash})
 	// Many more, so that the migration crosses its batch size.
 	for i := 0; i < 2500; i++ {
-		entries = append(entries, LogEntry{Timestamp: t0.Add(timeStep(10 + i)), Subject: secret.Hash("bulk")})
+		entries = append(entries, store.LogEntry{Timestamp: t0.Add(timeStep(10 + i)), Subject: secret.Hash("bulk")})
 	}
 	// One transaction (AppendLog would fsync each).
 	Must(t, db.bolt.Update(func(tx *bolt.Tx) error {
 		for _, e := range entries {
-			e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName = LevelInfo, "infer ok", ResourceAPIKey, keyHash, StreamInfer
+			e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName = store.LevelInfo, "infer ok", store.ResourceAPIKey, keyHash, store.StreamInfer
 			val, _ := json.Marshal(e)
 			seq, _ := tx.Bucket(bucketLogs).NextSequence()
 			k := timeKey(e.Timestamp, seq)
@@ -99,9 +99,9 @@ func TestMigratePseudonyms(t *testing.T) {
 	Must(t, ro.Close())
 
 	db = MustOpenAt(t, path, Options{Now: c.Now})
-	key, err := db.InstallationSecret(SecretPseudonym)
+	key, err := db.InstallationSecret(store.SecretPseudonym)
 	Must(t, err)
-	migrated, err := db.Logs(LogQuery{Since: t0, Stream: StreamInfer})
+	migrated, err := db.Logs(store.LogQuery{Since: t0, Stream: store.StreamInfer})
 	Must(t, err)
 	got := map[string]int{}
 	for _, e := range migrated {
@@ -144,8 +144,8 @@ func TestPruneLogsToSize(t *testing.T) {
 	keyHash := secret.Hash("k")
 	Must(t, db.bolt.Update(func(tx *bolt.Tx) error {
 		for i := 0; i < 20000; i++ {
-			e := LogEntry{Timestamp: t0.Add(timeStep(i)), Level: LevelInfo, Message: "infer ok: 3 candidates in 812 ms (audio 4.1 s)",
-				ResourceType: ResourceAPIKey, ResourceID: keyHash, StreamName: StreamInfer, Subject: keyHash, Status: 200, LatencyMS: 812}
+			e := store.LogEntry{Timestamp: t0.Add(timeStep(i)), Level: store.LevelInfo, Message: "infer ok: 3 candidates in 812 ms (audio 4.1 s)",
+				ResourceType: store.ResourceAPIKey, ResourceID: keyHash, StreamName: store.StreamInfer, Subject: keyHash, Status: 200, LatencyMS: 812}
 			val, _ := json.Marshal(e)
 			seq, _ := tx.Bucket(bucketLogs).NextSequence()
 			k := timeKey(e.Timestamp, seq)
@@ -172,7 +172,7 @@ func TestPruneLogsToSize(t *testing.T) {
 		t.Fatalf("after pruning to %d bytes: %d bytes, %d entries left, %d deleted", max, size, n, deleted)
 	}
 	// The oldest went first: what is left is the newest n.
-	left, err := db.Logs(LogQuery{})
+	left, err := db.Logs(store.LogQuery{})
 	Must(t, err)
 	if !left[len(left)-1].Timestamp.Equal(t0.Add(timeStep(20000 - n))) {
 		t.Errorf("oldest entry left is %s, want %s", left[len(left)-1].Timestamp, t0.Add(timeStep(20000-n)))

@@ -10,20 +10,20 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // noLogs is the Logs of a snapshot without entries.
-func noLogs(func(LogEntry, error) bool) {}
+func noLogs(func(store.LogEntry, error) bool) {}
 
 // Snapshot reads everything in one read transaction; see Store.
-func (db *DB) Snapshot(fn func(Snapshot) error) error {
+func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 	return db.view(func(tx *bolt.Tx) error {
-		snap := Snapshot{Keys: []APIKey{}, Prompts: []PromptVersion{}, Sessions: []Session{}, Secrets: map[string][]byte{},
-			Outcomes: map[string]Outcome{}, Memory: []MemorySnapshot{}, Pairings: []Pairing{}}
+		snap := store.Snapshot{Keys: []store.APIKey{}, Prompts: []store.PromptVersion{}, Sessions: []store.Session{}, Secrets: map[string][]byte{},
+			Outcomes: map[string]store.Outcome{}, Memory: []store.MemorySnapshot{}, Pairings: []store.Pairing{}}
 		if b := tx.Bucket(bucketPairings); b != nil {
 			err := b.ForEach(func(_, v []byte) error {
-				var p Pairing
+				var p store.Pairing
 				if err := json.Unmarshal(v, &p); err != nil {
 					return fmt.Errorf("store: decode pairing: %w", err)
 				}
@@ -58,14 +58,14 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 		if snap.OTPGuards, err = otpGuards(tx); err != nil {
 			return err
 		}
-		snap.OTPCodes = []OTPCode{}
+		snap.OTPCodes = []store.OTPCode{}
 		if b := tx.Bucket(bucketOTP); b != nil {
 			err := b.ForEach(func(k, v []byte) error {
 				var rec otpRecord
 				if err := json.Unmarshal(v, &rec); err != nil {
 					return fmt.Errorf("store: decode OTP: %w", err)
 				}
-				snap.OTPCodes = append(snap.OTPCodes, OTPCode{Scope: string(k), Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt})
+				snap.OTPCodes = append(snap.OTPCodes, store.OTPCode{Scope: string(k), Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt})
 				return nil
 			})
 			if err != nil {
@@ -83,7 +83,7 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 			snap.Keys = append(snap.Keys, key)
 		}
 		err = tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
-			var p PromptVersion
+			var p store.PromptVersion
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("store: decode prompt: %w", err)
 			}
@@ -95,19 +95,19 @@ func (db *DB) Snapshot(fn func(Snapshot) error) error {
 		}
 		err = tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
 			if len(v) == 8 {
-				snap.Sessions = append(snap.Sessions, Session{TokenHash: string(k), ExpiresAt: time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()})
+				snap.Sessions = append(snap.Sessions, store.Session{TokenHash: string(k), ExpiresAt: time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()})
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		snap.Logs = func(yield func(LogEntry, error) bool) {
+		snap.Logs = func(yield func(store.LogEntry, error) bool) {
 			c := tx.Bucket(bucketLogs).Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
-				var e LogEntry
+				var e store.LogEntry
 				if err := json.Unmarshal(v, &e); err != nil {
-					yield(LogEntry{}, fmt.Errorf("store: decode log entry: %w", err))
+					yield(store.LogEntry{}, fmt.Errorf("store: decode log entry: %w", err))
 					return
 				}
 				if !yield(e, nil) {
@@ -143,14 +143,14 @@ func empty(tx *bolt.Tx) bool {
 }
 
 // Import writes snap in one transaction; see Store.
-func (db *DB) Import(snap Snapshot, replace bool) error {
+func (db *DB) Import(snap store.Snapshot, replace bool) error {
 	if snap.Logs == nil {
 		snap.Logs = noLogs
 	}
 	return db.update(func(tx *bolt.Tx) error {
 		if !empty(tx) {
 			if !replace {
-				return fmt.Errorf("store: import into %s: it already holds data: %w", db.path, ErrExists)
+				return fmt.Errorf("store: import into %s: it already holds data: %w", db.path, store.ErrExists)
 			}
 			for _, name := range allBuckets {
 				if err := tx.DeleteBucket(name); err != nil {
@@ -180,7 +180,7 @@ func (db *DB) Import(snap Snapshot, replace bool) error {
 				return err
 			}
 		}
-		if !reflect.DeepEqual(snap.OTPGuard, OTPGuard{}) {
+		if !reflect.DeepEqual(snap.OTPGuard, store.OTPGuard{}) {
 			if err := putOTPGuard(tx, "", snap.OTPGuard); err != nil {
 				return err
 			}

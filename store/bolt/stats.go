@@ -5,7 +5,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // Stats counts the StreamInfer entries with since <= Timestamp < until:
@@ -13,15 +13,15 @@ import (
 // outcomes, and the same per API key and per system-prompt version. It
 // seeks to since in a time-ordered index of compact rows, so its cost grows
 // with the window, not with the whole log.
-func (db *DB) Stats(since, until time.Time) (Stats, error) {
-	b := NewStatsBuilder()
+func (db *DB) Stats(since, until time.Time) (store.Stats, error) {
+	b := store.NewStatsBuilder()
 	if !until.After(since) {
 		return b.Stats(), nil
 	}
 	from, to := nanos(since), nanos(until)
 	err := db.view(func(tx *bolt.Tx) error {
 		intern := map[string]string{}
-		var o Outcome
+		var o store.Outcome
 		c := tx.Bucket(bucketInferIdx).Cursor()
 		for k, v := c.Seek(u64(from)); k != nil && keyNanos(k) < to; k, v = c.Next() {
 			row, err := decodeStatsRow(v, intern, &o)
@@ -41,22 +41,22 @@ func (db *DB) Stats(since, until time.Time) (Stats, error) {
 // outcomes and accepted outcomes of each, empty buckets included, oldest
 // first. bucket must be positive and the series at most MaxSeriesBuckets
 // long.
-func (db *DB) StatsSeries(since, until time.Time, bucket time.Duration) ([]StatsBucket, error) {
+func (db *DB) StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error) {
 	if bucket <= 0 {
 		return nil, invalid("bucket width %s is not positive", bucket)
 	}
 	if !until.After(since) {
-		return []StatsBucket{}, nil
+		return []store.StatsBucket{}, nil
 	}
 	span := until.Sub(since)
 	n := int64(span / bucket)
 	if span%bucket != 0 {
 		n++
 	}
-	if n > MaxSeriesBuckets {
-		return nil, invalid("%d buckets of %s exceed the maximum of %d", n, bucket, MaxSeriesBuckets)
+	if n > store.MaxSeriesBuckets {
+		return nil, invalid("%d buckets of %s exceed the maximum of %d", n, bucket, store.MaxSeriesBuckets)
 	}
-	out := make([]StatsBucket, n)
+	out := make([]store.StatsBucket, n)
 	for i := range out {
 		out[i].Start = since.Add(time.Duration(i) * bucket)
 	}
@@ -67,7 +67,7 @@ func (db *DB) StatsSeries(since, until time.Time, bucket time.Duration) ([]Stats
 		// not i. One map for the whole series, one entry per subject.
 		lastBucket := make(map[string]*uint64) // pointers: updating needs no key string
 		intern := map[string]string{}
-		var o Outcome
+		var o store.Outcome
 		c := tx.Bucket(bucketInferIdx).Cursor()
 		for k, v := c.Seek(u64(from)); k != nil && keyNanos(k) < to; k, v = c.Next() {
 			i := (keyNanos(k) - from) / width

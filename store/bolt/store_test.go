@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store"
 )
 
 // t0 is the fixed start of the injected clock.
@@ -56,15 +56,15 @@ func Must(tb testing.TB, err error) {
 }
 
 // MustCreateKey stores a key with the given hash created at at.
-func MustCreateKey(tb testing.TB, db *DB, hash string, at time.Time) APIKey {
+func MustCreateKey(tb testing.TB, db *DB, hash string, at time.Time) store.APIKey {
 	tb.Helper()
-	k := APIKey{Hash: hash, ClientID: "client-" + hash, Status: StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 60, CreatedAt: at}
+	k := store.APIKey{Hash: hash, ClientID: "client-" + hash, Status: store.StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 60, CreatedAt: at}
 	Must(tb, db.CreateKey(k))
 	return k
 }
 
 // MustAppend appends a log entry.
-func MustAppend(tb testing.TB, db *DB, e LogEntry) {
+func MustAppend(tb testing.TB, db *DB, e store.LogEntry) {
 	tb.Helper()
 	Must(tb, db.AppendLog(e))
 }
@@ -96,7 +96,7 @@ func TestOpenSecondFailsFastWithErrLocked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "replyd.db")
 	held := MustOpenAt(t, path, Options{})
 	_, err := Open(path, Options{Timeout: 50 * time.Millisecond})
-	if !errors.Is(err, ErrLocked) {
+	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
 	if !strings.Contains(err.Error(), path) {
@@ -108,7 +108,7 @@ func TestOpenSecondFailsFastWithErrLocked(t *testing.T) {
 	Must(t, err)
 	backup := filepath.Join(t.TempDir(), "backup.db")
 	Must(t, os.WriteFile(backup, buf.Bytes(), 0o600))
-	if err := Restore(backup, path); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "stop the running replyd") {
+	if err := Restore(backup, path); !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), "stop the running replyd") {
 		t.Errorf("Restore onto an open file: %v, want ErrLocked from the destination", err)
 	}
 }
@@ -189,8 +189,8 @@ func TestOpenRejectsForeignAndNewerFiles(t *testing.T) {
 func TestBackupRestoreRoundTrip(t *testing.T) {
 	db, _ := MustOpen(t)
 	MustCreateKey(t, db, "k1", t0)
-	Must(t, db.SavePrompt(PromptVersion{Prompt: "p", Version: "1"}))
-	MustAppend(t, db, LogEntry{Timestamp: t0, Message: "hello", StreamName: StreamInfer, Subject: "u"})
+	Must(t, db.SavePrompt(store.PromptVersion{Prompt: "p", Version: "1"}))
+	MustAppend(t, db, store.LogEntry{Timestamp: t0, Message: "hello", StreamName: store.StreamInfer, Subject: "u"})
 	Must(t, db.Check())
 
 	size, err := db.Size()
@@ -257,7 +257,7 @@ func TestRestoreRejectsBadSources(t *testing.T) {
 
 func TestDescribeIOErrorFull(t *testing.T) {
 	err := describeIOError(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
-	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "no space left") {
+	if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, store.ErrNoSpace) || !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("describeIOError(ENOSPC) = %v", err)
 	}
 }
@@ -268,7 +268,7 @@ func TestWriteFailure(t *testing.T) {
 		t.Fatalf("fresh store: %v", err)
 	}
 	// A caller's mistake is not a write failure.
-	if _, err := db.RevokeKey("unknown", t0); !errors.Is(err, ErrNotFound) {
+	if _, err := db.RevokeKey("unknown", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal(err)
 	}
 	if err := db.WriteFailure(); err != nil {
@@ -276,10 +276,10 @@ func TestWriteFailure(t *testing.T) {
 	}
 	// A failed commit is, until the next write succeeds.
 	_ = db.noteWrite(&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})
-	if err := db.WriteFailure(); !errors.Is(err, ErrNoSpace) {
+	if err := db.WriteFailure(); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("after ENOSPC: %v", err)
 	}
-	Must(t, db.AppendLog(LogEntry{Message: "m"}))
+	Must(t, db.AppendLog(store.LogEntry{Message: "m"}))
 	if err := db.WriteFailure(); err != nil {
 		t.Fatalf("after a good write: %v", err)
 	}

@@ -248,11 +248,11 @@ func (s *Store) OTPFailed(scope, source string, now time.Time, rule store.OTPLoc
 }
 
 // scanOTPGuard reads the columns fails, level, last_fail_ns,
-// locked_until_ns, sources of otp_guards.
-func scanOTPGuard(row pgx.Row) (store.OTPGuard, error) {
+// locked_until_ns, sources of otp_guards, after the columns lead scans.
+func scanOTPGuard(row pgx.Row, lead ...any) (store.OTPGuard, error) {
 	var g store.OTPGuard
 	var last, locked int64
-	if err := row.Scan(&g.Fails, &g.Level, &last, &locked, &g.Sources); err != nil {
+	if err := row.Scan(append(lead, &g.Fails, &g.Level, &last, &locked, &g.Sources)...); err != nil {
 		return g, err
 	}
 	if last != 0 {

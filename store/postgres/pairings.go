@@ -19,14 +19,9 @@ const pairingLock int64 = 0x70616972
 // CreatePairing stores a pending pairing, deleting expired ones and
 // checking the bound in the same transaction; see store.Store.
 func (s *Store) CreatePairing(p store.Pairing, maxPending int, now time.Time) error {
-	if p.CodeHash == "" {
-		return invalid("empty pairing code hash")
-	}
-	if !p.ExpiresAt.After(now) {
-		return invalid("the pairing expires before it is created")
-	}
-	if p.CreatedAt.IsZero() {
-		p.CreatedAt = now
+	p, err := p.Pending(now)
+	if err != nil {
+		return err
 	}
 	status := p.Key.Status
 	if status == "" {

@@ -137,20 +137,26 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
+// exec runs sql with args on a connection of its own to url.
 func exec(t *testing.T, url, sql string, args ...any) {
 	t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, sql, args...); err != nil {
-		t.Fatal(err)
-	}
+	onConn(t, url, func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, sql, args...)
+		return err
+	})
 }
 
+// query scans the one row sql returns into dest, on a connection of its
+// own to url.
 func query(t *testing.T, url, sql string, dest ...any) {
+	t.Helper()
+	onConn(t, url, func(ctx context.Context, c *pgx.Conn) error {
+		return c.QueryRow(ctx, sql).Scan(dest...)
+	})
+}
+
+// onConn runs fn on a new connection to url; an error fails the test.
+func onConn(t *testing.T, url string, fn func(context.Context, *pgx.Conn) error) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, url)
@@ -158,7 +164,7 @@ func query(t *testing.T, url, sql string, dest ...any) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	if err := c.QueryRow(ctx, sql).Scan(dest...); err != nil {
+	if err := fn(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -142,20 +142,10 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	}
 	var scope string
 	for rows.Next() {
-		var g store.OTPGuard
-		var last, locked int64
-		if err := rows.Scan(&scope, &g.Fails, &g.Level, &last, &locked, &g.Sources); err != nil {
+		g, err := scanOTPGuard(rows, &scope)
+		if err != nil {
 			rows.Close()
 			return snap, err
-		}
-		if last != 0 {
-			g.LastFail = fromNS(last)
-		}
-		if locked != 0 {
-			g.LockedUntil = fromNS(locked)
-		}
-		if len(g.Sources) == 0 {
-			g.Sources = nil
 		}
 		if scope == "" {
 			snap.OTPGuard = g

@@ -150,21 +150,8 @@ func otpInvalid(t *testing.T, e Env) {
 // PostgreSQL: many boxes): exactly one logs in.
 func otpConcurrentRight(t *testing.T, e Env) {
 	mustSaveOTP(t, e.S, "10.0.0.1", "good", T0, T0.Add(time.Minute))
-	results := make([]bool, 12)
-	errs := concurrently(len(results), func(i int) error {
-		var err error
-		results[i], err = e.S.UseOTP("10.0.0.1", "good", T0)
-		return err
-	})
-	n := 0
-	for i, err := range errs {
-		Must(t, err)
-		if results[i] {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d of %d concurrent uses of the right code succeeded, want 1", n, len(results))
+	if n := wins(t, 12, func() (bool, error) { return e.S.UseOTP("10.0.0.1", "good", T0) }); n != 1 {
+		t.Errorf("%d of 12 concurrent uses of the right code succeeded, want 1", n)
 	}
 }
 
@@ -181,21 +168,8 @@ func totpSteps(t *testing.T, e Env) {
 			t.Errorf("UseTOTPStep(%d) = %v, want %v", tc.step, got, tc.want)
 		}
 	}
-	results := make([]bool, 10)
-	errs := concurrently(len(results), func(i int) error {
-		var err error
-		results[i], err = e.S.UseTOTPStep(200)
-		return err
-	})
-	n := 0
-	for i, err := range errs {
-		Must(t, err)
-		if results[i] {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d concurrent uses of one step succeeded, want 1", n)
+	if n := wins(t, 10, func() (bool, error) { return e.S.UseTOTPStep(200) }); n != 1 {
+		t.Errorf("%d of 10 concurrent uses of one step succeeded, want 1", n)
 	}
 }
 
@@ -494,4 +468,24 @@ func otpGuardScopes(t *testing.T, e Env) {
 		}
 		return nil
 	}))
+}
+
+// wins runs use n times at once and returns how many of them returned true;
+// an error fails the test.
+func wins(t *testing.T, n int, use func() (bool, error)) int {
+	t.Helper()
+	results := make([]bool, n)
+	errs := concurrently(n, func(i int) error {
+		var err error
+		results[i], err = use()
+		return err
+	})
+	won := 0
+	for i, err := range errs {
+		Must(t, err)
+		if results[i] {
+			won++
+		}
+	}
+	return won
 }

@@ -445,7 +445,7 @@ func memoryLinks(t *testing.T, e Env) {
 	}
 
 	// A pairing that names the memory links the key it mints.
-	p := pairingFor("pair-bob", "bob's phone")
+	p := PairingFor("pair-bob", "bob's phone")
 	p.MemorySubject = "sA-bob"
 	Must(t, s.CreatePairing(p, 10, T0))
 	_, err = s.RedeemPairing("pair-bob", "kC", T0.Add(time.Second))
@@ -454,7 +454,7 @@ func memoryLinks(t *testing.T, e Env) {
 		t.Errorf("the paired key's subject = %q", got)
 	}
 	// A pairing naming a memory deleted since links nothing.
-	p = pairingFor("pair-gone", "gone")
+	p = PairingFor("pair-gone", "gone")
 	p.MemorySubject = "deleted-since"
 	Must(t, s.CreatePairing(p, 10, T0))
 	_, err = s.RedeemPairing("pair-gone", "kD", T0.Add(time.Second))

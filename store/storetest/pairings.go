@@ -11,8 +11,8 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// pairingFor is a pending pairing created at T0 that expires 10 minutes later.
-func pairingFor(codeHash, client string) store.Pairing {
+// PairingFor is a pending pairing created at T0 that expires 10 minutes later.
+func PairingFor(codeHash, client string) store.Pairing {
 	return store.Pairing{
 		CodeHash:  codeHash,
 		Key:       store.APIKey{ClientID: client, Status: store.StatusActive, Scopes: []string{"infer"}, RateLimitPerMinute: 30},
@@ -23,7 +23,7 @@ func pairingFor(codeHash, client string) store.Pairing {
 
 func pairingsRedeemOnce(t *testing.T, e Env) {
 	s := e.S
-	Must(t, s.CreatePairing(pairingFor("code-a", "ward-3"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("code-a", "ward-3"), 10, T0))
 	if keys, _ := s.ListKeys(0, true); len(keys) != 0 {
 		t.Fatalf("a key exists before the code is redeemed: %+v", keys)
 	}
@@ -52,7 +52,7 @@ func pairingsRedeemOnce(t *testing.T, e Env) {
 
 func pairingsRevokedAndTakenHash(t *testing.T, e Env) {
 	s := e.S
-	p := pairingFor("code-r", "spare")
+	p := PairingFor("code-r", "spare")
 	p.Key.Status = store.StatusRevoked
 	Must(t, s.CreatePairing(p, 0, T0))
 	MustCreateKey(t, s, "taken", T0)
@@ -67,8 +67,8 @@ func pairingsRevokedAndTakenHash(t *testing.T, e Env) {
 
 func pairingsExpire(t *testing.T, e Env) {
 	s := e.S
-	Must(t, s.CreatePairing(pairingFor("old-unused", "a"), 10, T0))
-	Must(t, s.CreatePairing(pairingFor("old-used", "b"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("old-unused", "a"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("old-used", "b"), 10, T0))
 	_, err := s.RedeemPairing("old-used", "key-b", T0.Add(time.Minute))
 	Must(t, err)
 
@@ -98,9 +98,9 @@ func pairingsExpire(t *testing.T, e Env) {
 	}
 
 	// Creating a pairing deletes the expired ones in the same transaction.
-	Must(t, s.CreatePairing(pairingFor("stale", "c"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("stale", "c"), 10, T0))
 	later := T0.Add(20 * time.Minute)
-	fresh := pairingFor("fresh", "d")
+	fresh := PairingFor("fresh", "d")
 	fresh.CreatedAt, fresh.ExpiresAt = later, later.Add(10*time.Minute)
 	Must(t, s.CreatePairing(fresh, 10, later))
 	if n, err := s.PrunePairings(later); err != nil || n != 0 {
@@ -110,14 +110,14 @@ func pairingsExpire(t *testing.T, e Env) {
 
 func pairingsBoundAndInvalid(t *testing.T, e Env) {
 	s := e.S
-	Must(t, s.CreatePairing(pairingFor("p1", "a"), 2, T0))
-	wantErr(t, "duplicate code hash", s.CreatePairing(pairingFor("p1", "a"), 2, T0), store.ErrExists)
-	Must(t, s.CreatePairing(pairingFor("p2", "b"), 2, T0))
-	wantErr(t, "third pending pairing with a bound of 2", s.CreatePairing(pairingFor("p3", "c"), 2, T0), store.ErrLimit)
+	Must(t, s.CreatePairing(PairingFor("p1", "a"), 2, T0))
+	wantErr(t, "duplicate code hash", s.CreatePairing(PairingFor("p1", "a"), 2, T0), store.ErrExists)
+	Must(t, s.CreatePairing(PairingFor("p2", "b"), 2, T0))
+	wantErr(t, "third pending pairing with a bound of 2", s.CreatePairing(PairingFor("p3", "c"), 2, T0), store.ErrLimit)
 	// A used pairing is no longer pending.
 	_, err := s.RedeemPairing("p1", "k1", T0)
 	Must(t, err)
-	Must(t, s.CreatePairing(pairingFor("p3", "c"), 2, T0))
+	Must(t, s.CreatePairing(PairingFor("p3", "c"), 2, T0))
 
 	wantErr(t, "a pairing already expired", s.CreatePairing(store.Pairing{CodeHash: "x", ExpiresAt: T0}, 0, T0), store.ErrInvalid)
 	wantErr(t, "an empty code hash", s.CreatePairing(store.Pairing{ExpiresAt: T0.Add(time.Minute)}, 0, T0), store.ErrInvalid)
@@ -129,7 +129,7 @@ func pairingsBoundAndInvalid(t *testing.T, e Env) {
 // PostgreSQL, possibly from several boxes), exactly one mints a key.
 func pairingsConcurrentRedeem(t *testing.T, e Env) {
 	s := e.S
-	Must(t, s.CreatePairing(pairingFor("race", "r"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("race", "r"), 10, T0))
 	errs := concurrently(8, func(i int) error {
 		_, err := s.RedeemPairing("race", fmt.Sprintf("key-%d", i), T0.Add(time.Second))
 		return err

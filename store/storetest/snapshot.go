@@ -48,8 +48,8 @@ func Fill(t testing.TB, s store.Store) {
 	if _, err := s.OTPFailed("addr:10.0.0.7", "10.0.0.7", T0, rule); err != nil {
 		t.Fatal(err)
 	}
-	Must(t, s.CreatePairing(pairingFor("pair-pending", "ward 4"), 10, T0))
-	Must(t, s.CreatePairing(pairingFor("pair-used", "ward 5"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("pair-pending", "ward 4"), 10, T0))
+	Must(t, s.CreatePairing(PairingFor("pair-used", "ward 5"), 10, T0))
 	if _, err := s.RedeemPairing("pair-used", "k-paired", T0.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
