@@ -879,16 +879,21 @@ async function main() {
       ]);
       const id = req.headers()['x-request-id'];
       check(/^[0-9a-f]{16}$/.test(id || ''), `X-Request-ID "${id}"`);
-      // Wait until the language model works on it, then the partner speaks again.
-      await until(() => replyd.log().split('\n').some((l) => l.includes('msg=generating') && l.includes(`request_id=${id}`)), 'the LLM to start the request', 60000);
+      // The partner speaks again while the request is in flight (in
+      // speech-to-text, in the prompt evaluated ahead, or in the language
+      // model: which one depends on the machine's speed).
       check(await page.isVisible('#progress'), 'no progress shown while the request runs');
-      await shot('08-progress-tablet');
-      await axe('while a request runs');
       const failed = page.waitForEvent('requestfailed', (r) => r === req);
       await page.click('#listen');
       await failed;
-      await until(() => replyd.log().split('\n').some((l) => l.includes('generation canceled: stopped sampling') && l.includes(`request_id=${id}`)), 'the LLM to stop sampling it');
+      await shot('08-recording-again-tablet');
+      await axe('recording again after a request was cut');
       await until(() => replyd.log().split('\n').some((l) => l.includes('msg="http request"') && l.includes(`request_id=${id}`) && l.includes('status=499')), 'the request logged with 499');
+      // Had the language model begun, it stopped (engine/llm logs it).
+      const lines = replyd.log().split('\n').filter((l) => l.includes(`request_id=${id}`));
+      if (lines.some((l) => l.includes('msg=generating'))) {
+        await until(() => replyd.log().split('\n').some((l) => l.includes('generation canceled: stopped') && l.includes(`request_id=${id}`)), 'the LLM to stop it');
+      }
       check(!replyd.log().split('\n').some((l) => l.includes('msg=generated') && l.includes(`request_id=${id}`)), 'the canceled request was generated to the end');
       const logs = await (await fetch(`${base}/v1/admin/logs?stream=infer&limit=5`, { headers: { 'X-ADMIN-KEY': adminKey } })).json();
       check(logs.items.some((e) => e.message === 'infer failed: canceled' && e.status === 499), `infer log ${JSON.stringify(logs.items.map((e) => e.message))}`);
