@@ -200,9 +200,18 @@ func TestSlowBodyIsCut(t *testing.T) {
 	})
 	// A request whose body was read in time keeps its connection watched
 	// normally afterwards: a slow inference is not cut.
+	if code, body := slowInference(t, e, addr, time.Second); code != 200 {
+		t.Errorf("an inference that outlasts the body's deadline: %d %s", code, body)
+	}
+}
+
+// slowInference makes e's inferences take d and sends one to the real
+// server at addr; it returns the answer's status and body.
+func slowInference(t *testing.T, e *env, addr string, d time.Duration) (int, string) {
+	t.Helper()
 	e.inf.fn = func(ctx context.Context, r engine.Request) (engine.Result, error) {
 		select {
-		case <-time.After(time.Second):
+		case <-time.After(d):
 		case <-ctx.Done():
 			return engine.Result{}, ctx.Err()
 		}
@@ -214,10 +223,9 @@ func TestSlowBodyIsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("an inference that outlasts the body's deadline: %d", resp.StatusCode)
-	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // TestInferenceOutlastsReadTimeout: the server's whole-request read bound
@@ -231,24 +239,8 @@ func TestInferenceOutlastsReadTimeout(t *testing.T) {
 	e := newEnv(t)
 	e.addKey("valid", 0)
 	addr := realServer(t, e)
-	e.inf.fn = func(ctx context.Context, r engine.Request) (engine.Result, error) {
-		select {
-		case <-time.After(4 * requestReadTimeout):
-		case <-ctx.Done():
-			return engine.Result{}, ctx.Err()
-		}
-		return echoInferer(ctx, r)
-	}
-	req := inferReq(t, "valid", payloadPart(simplePayload))
-	req.URL.Scheme, req.URL.Host, req.RequestURI = "http", addr, ""
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("an inference that outlasts the read timeout: %d %s", resp.StatusCode, b)
+	if code, body := slowInference(t, e, addr, 4*requestReadTimeout); code != 200 {
+		t.Errorf("an inference that outlasts the read timeout: %d %s", code, body)
 	}
 }
 
