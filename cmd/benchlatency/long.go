@@ -99,9 +99,26 @@ func benchLong(ctx context.Context, cfg config, shape, whisperPath, llmPath stri
 	}
 	_ = s.stop()
 	second, last := turns[1], turns[len(turns)-1]
-	steps, err := measureSteps(ctx, cfg.bin, llmPath, cfg.candidates, []int{second.gen.PromptTokens, last.gen.PromptTokens}, cfg.stepRounds)
+	contexts := make([]int, len(turns))
+	for i, t := range turns {
+		contexts[i] = t.gen.PromptTokens
+	}
+	steps, err := measureSteps(ctx, cfg.bin, llmPath, cfg.candidates, contexts, cfg.stepRounds)
 	if err != nil {
 		return err
+	}
+	// Each turn's generation against its own decodes at the reference
+	// step times of its context, and the share of it inside llama.cpp's
+	// decodes: what the loop around the decodes costs, and whether a
+	// decode in the server costs what a bare one does.
+	fmt.Fprintf(stdout, "%5s %7s %9s %9s %9s %9s\n", "turn", "prompt", "gen", "in decode", "reference", "gen/ref")
+	for i, t := range turns {
+		ref := steps.reference(t.gen)
+		r := "-"
+		if ref > 0 {
+			r = fmt.Sprintf("%.2f", t.Generation/ref)
+		}
+		fmt.Fprintf(stdout, "%5d %7d %9.0f %9d %9.0f %9s\n", i+1, t.gen.PromptTokens, t.Generation, t.gen.GenDecodeMS, ref, r)
 	}
 	ratio := func(a, b float64) string {
 		if b <= 0 {

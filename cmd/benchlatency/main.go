@@ -58,6 +58,9 @@ type config struct {
 	logs       string
 	long       int
 	stepRounds int
+	// baseBin, when set, replaces the overlap comparison: the two servers
+	// are baseBin ("before") and bin ("after"), both with their defaults.
+	baseBin string
 }
 
 func main() {
@@ -83,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	env := fs.String("env", "", "extra REPLYD_NAME=value settings for both servers, comma-separated")
 	fs.StringVar(&c.logs, "logs", "", "directory to write each server's log to (with -env REPLYD_LOG_LEVEL=debug, Whisper's mel, encoder and decoder times)")
 	fs.IntVar(&c.long, "long", 0, "run the long-conversation benchmark: one dialog of this many typed turns (e.g. 50)")
+	fs.StringVar(&c.baseBin, "base-bin", "", "compare this replyd binary (\"before\", e.g. built from an older commit) with -bin (\"after\") instead of the overlap on and off, turns alternating in one run")
 	fs.IntVar(&c.stepRounds, "step-rounds", 7, "reference decode steps timed per size and prompt length (the median is used)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -158,8 +162,13 @@ func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath string, clip clip, stdout, stderr io.Writer) error {
 	variants := []struct {
 		name    string
+		bin     string
 		overlap string
-	}{{"overlap", "on"}, {"no overlap", "off"}}
+	}{{"overlap", cfg.bin, "on"}, {"no overlap", cfg.bin, "off"}}
+	if cfg.baseBin != "" {
+		variants[0].name, variants[0].bin = "before", cfg.baseBin
+		variants[1].name, variants[1].overlap = "after", "on"
+	}
 	servers := make([]*server, len(variants))
 	for i, v := range variants {
 		env := append([]string{
@@ -177,7 +186,7 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 		if cfg.logs != "" {
 			logPath = filepath.Join(cfg.logs, strings.ReplaceAll(shape+"-"+v.name, " ", "-")+".log")
 		}
-		s, err := startServer(ctx, cfg.bin, env, logPath)
+		s, err := startServer(ctx, v.bin, env, logPath)
 		if err != nil {
 			for _, s := range servers[:i] {
 				_ = s.stop()

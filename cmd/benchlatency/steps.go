@@ -20,6 +20,8 @@ type generated struct {
 	GenMS        int64 `json:"generation_ms"`
 	PromptMS     int64 `json:"prompt_ms"`
 	StepsBySeqs  []int `json:"gen_steps_by_seqs"`
+	// GenDecodeMS is the part of GenMS spent inside llama.cpp's decodes.
+	GenDecodeMS int64 `json:"gen_decode_ms"`
 }
 
 // lastGenerated returns the last "generated" line of a server's JSON log

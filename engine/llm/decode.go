@@ -41,6 +41,12 @@ type run struct {
 	// "generated" debug line reports them; cmd/benchlatency compares the
 	// generation's time with as many reference steps, StepTimes).
 	genSteps []int
+	// inDecode is the time spent inside llama.cpp's decode and threadSteps
+	// the threads summed over the decodes: the "generated" debug line
+	// reports both, so a generation slower than its decodes shows whether
+	// the time went to the decodes, to fewer cores, or around them.
+	inDecode    time.Duration
+	threadSteps int
 }
 
 // decode runs one decode of the engine's batch unless the job was
@@ -82,7 +88,11 @@ func (r *run) decode() error {
 	if h := r.e.decodeHook; h != nil {
 		h(r.steps - 1)
 	}
-	if err := r.e.lctx.Decode(r.e.batch); err != nil {
+	t0 := time.Now()
+	err := r.e.lctx.Decode(r.e.batch)
+	r.inDecode += time.Since(t0)
+	r.threadSteps += n
+	if err != nil {
 		if aborted(r.ctx, err) {
 			r.aborts++
 			return canceled(r.ctx.Err())
@@ -169,6 +179,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	gen.Prompt = time.Since(start)
 
 	start = time.Now()
+	promptDecode, promptThreadSteps, promptSteps := r.inDecode, r.threadSteps, r.steps
 	m := j.decoding
 	if m == DecodeAuto {
 		m = DecodeSequential
@@ -250,8 +261,18 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
 		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(),
-		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds())
+		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds(),
+		"prompt_decode_ms", promptDecode.Milliseconds(), "gen_decode_ms", (r.inDecode - promptDecode).Milliseconds(),
+		"gen_mean_threads", meanThreads(r.threadSteps-promptThreadSteps, r.steps-promptSteps), "prompt_mean_threads", meanThreads(promptThreadSteps, promptSteps))
 	return gen, nil
+}
+
+// meanThreads is the threads a decode ran on, averaged over steps decodes.
+func meanThreads(threadSteps, steps int) float64 {
+	if steps == 0 {
+		return 0
+	}
+	return float64(threadSteps) / float64(steps)
 }
 
 // prefill evaluates the head of a Prefill job's prompt into the prompt
