@@ -95,6 +95,22 @@ type APIKey struct {
 	LastUsedAt         time.Time // updated at most once a minute
 }
 
+// Created checks a key that CreateKey is to store at now (a hash) and
+// returns it with CreatedAt set to now where it is zero and Status to
+// StatusActive where it is empty. Its error wraps ErrInvalid.
+func (k APIKey) Created(now time.Time) (APIKey, error) {
+	if k.Hash == "" {
+		return k, fmt.Errorf("store: %w: empty key hash", ErrInvalid)
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now
+	}
+	if k.Status == "" {
+		k.Status = StatusActive
+	}
+	return k, nil
+}
+
 // Pairing is a pending tablet pairing: what the key minted by redeeming its
 // one-time code will be. Only the code's SHA-256 hash is stored; the key
 // does not exist until the code is redeemed.
