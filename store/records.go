@@ -156,6 +156,19 @@ type PromptVersion struct {
 	CreatedAt time.Time
 }
 
+// Saved checks a version that SavePrompt is to store at now (a version
+// name) and returns it with CreatedAt set to now where it is zero. Its
+// error wraps ErrInvalid.
+func (p PromptVersion) Saved(now time.Time) (PromptVersion, error) {
+	if p.Version == "" {
+		return p, fmt.Errorf("store: %w: empty prompt version", ErrInvalid)
+	}
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = now
+	}
+	return p, nil
+}
+
 // LogEntry is one line of the admin-visible log. It never holds dialog text.
 type LogEntry struct {
 	Timestamp    time.Time
