@@ -15,8 +15,7 @@ import (
 // closed connection, the engine's context is canceled (so the language
 // model stops sampling), and the call is logged as canceled with 499.
 func TestInferStopsWhenTheClientGoesAway(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
+	e := newEnvWithKeys(t, 0, "valid")
 	started := make(chan string, 1)
 	stopped := make(chan error, 1)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {

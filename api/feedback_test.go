@@ -160,8 +160,7 @@ func TestFeedbackScenarios(t *testing.T) {
 
 // TestFeedbackStoreFailure: a store error is a 500 with the fixed message.
 func TestFeedbackStoreFailure(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 60)
+	e := newEnvWithKeys(t, 60, "valid")
 	id := e.infer("valid", simplePayload)
 	e.st.fail(errors.New("disk on fire"))
 	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+id+`","chosen_rank":1}`)), 500, errJSON("internal", "Internal error."))
@@ -170,8 +169,7 @@ func TestFeedbackStoreFailure(t *testing.T) {
 // TestFeedbackBudgetIsSeparate: feedback never costs an inference and
 // inferences never cost feedback.
 func TestFeedbackBudgetIsSeparate(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 2)
+	e := newEnvWithKeys(t, 2, "valid")
 	a := e.infer("valid", simplePayload)
 	b := e.infer("valid", simplePayload)
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(simplePayload))), 429, errJSON("rate_limited", "rate limit of 2 requests per minute exceeded for this API key; retry in 60 s"))
@@ -255,8 +253,7 @@ func TestFeedbackBeforeTheLogEntryIsWritten(t *testing.T) {
 // the user said as a pair, the admin lists, exports and deletes the user,
 // and text shows up only in the admin-only exports.
 func TestRememberAndUserAdmin(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 60)
+	e := newEnvWithKeys(t, 60, "valid")
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(`{"remember":true,"messages":[{"role":"speaker","content":"Tea?"}]}`))), 400,
 		errJSON("invalid_request", "remember requires user_id: replies are remembered per user"))
 	wantJSON(t, e.do(inferReq(t, "valid", payloadPart(`{"remember":"yes","user_id":"sam","messages":[{"role":"speaker","content":"Tea?"}]}`))), 400,
@@ -348,8 +345,7 @@ func wantDeletion(t *testing.T, rec *httptest.ResponseRecorder, want string) {
 // CHECKPOINT), the deletion answers 200 (it is committed) and the admin log
 // says what is incomplete, at warn level.
 func TestDeleteUserReportsAnIncompleteScrub(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 60)
+	e := newEnvWithKeys(t, 60, "valid")
 	id := e.infer("valid", `{"remember":true,"user_id":"kim","messages":[{"role":"speaker","content":"Tea?"}]}`)
 	wantJSON(t, e.do(feedbackReq("valid", `{"inference_id":"`+id+`","chosen_rank":1}`)), 200, fbOK(id, "spoken", 6, false, true))
 	e.st.scrubProblem = "CHECKPOINT is not permitted to this database user (grant it pg_checkpoint)"
@@ -365,9 +361,7 @@ func TestDeleteUserReportsAnIncompleteScrub(t *testing.T) {
 // TestStatsWithOutcomes: the outcome fields, per key and per prompt version
 // after a prompt change, and the series.
 func TestStatsWithOutcomes(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 60)
-	e.addKey("other", 60)
+	e := newEnvWithKeys(t, 60, "valid", "other")
 	report := func(key, id, body string) {
 		t.Helper()
 		if rec := e.do(feedbackReq(key, `{"inference_id":"`+id+`",`+body+`}`)); rec.Code != 200 {

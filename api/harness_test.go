@@ -107,6 +107,17 @@ func (e *env) addKey(key string, limit int, scopes ...string) string {
 	return key
 }
 
+// newEnvWithKeys is newEnv with each of keys stored (addKey: scope infer,
+// limit requests a minute, 0 for none).
+func newEnvWithKeys(t testing.TB, limit int, keys ...string) *env {
+	t.Helper()
+	e := newEnv(t)
+	for _, k := range keys {
+		e.addKey(k, limit)
+	}
+	return e
+}
+
 // createdKey is what POST /v1/admin/keys answers about the new key.
 type createdKey struct {
 	APIKey     string `json:"api_key"`

@@ -62,11 +62,6 @@ type keyRecord struct {
 	LastUsedAt         *time.Time `json:"LastUsedAt"`
 }
 
-type keyListResponse struct {
-	Items []keyRecord `json:"items"`
-	Count int         `json:"count"`
-}
-
 func optTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -240,12 +235,7 @@ func (s *Server) handleListKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := keyListResponse{Items: make([]keyRecord, 0, len(keys))}
-	for _, k := range keys {
-		out.Items = append(out.Items, toKeyRecord(k))
-	}
-	out.Count = len(out.Items)
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(keys, toKeyRecord))
 }
 
 // handleRevokeKey serves DELETE /v1/admin/keys/{api_key_hash}: it sets the

@@ -16,9 +16,7 @@ import (
 // once an admin links B to A's user (Users view, or a pairing), B reads and
 // writes A's memory; unlinking ends it.
 func TestMemoryScopedToKeys(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("tablet-a", 60)
-	e.addKey("tablet-b", 60)
+	e := newEnvWithKeys(t, 60, "tablet-a", "tablet-b")
 	remember := func(key, partner string) string {
 		t.Helper()
 		return e.infer(key, `{"remember":true,"user_id":"bob","messages":[{"role":"speaker","content":"`+partner+`"}]}`)

@@ -41,72 +41,43 @@ type metrics struct {
 
 func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_http_requests_total",
-			Help: "HTTP requests by route template, method and status.",
-		}, []string{"route", "method", "status"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "replyd_http_request_duration_seconds",
-			Help:    "HTTP request latency by route template and status.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"route", "status"}),
-		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "replyd_inference_stage_seconds",
-			Help:    "Time spent in each inference stage: decode, stt, prompt, generation, queue, total.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"stage"}),
-		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "replyd_rate_limited_total",
-			Help: "Inference requests refused with 429 by the per-key rate limit.",
-		}),
-		inferences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_inferences_total",
-			Help: "Inference requests by outcome code (ok or the error code).",
-		}, []string{"outcome"}),
-		audio: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "replyd_inference_audio_seconds",
-			Help:    "Duration of the decoded recordings.",
-			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120},
-		}),
+		requests: counterVec("replyd_http_requests_total",
+			"HTTP requests by route template, method and status.", "route", "method", "status"),
+		latency: histogramVec("replyd_http_request_duration_seconds",
+			"HTTP request latency by route template and status.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, "route", "status"),
+		stages: histogramVec("replyd_inference_stage_seconds",
+			"Time spent in each inference stage: decode, stt, prompt, generation, queue, total.",
+			[]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "stage"),
+		rateLimited: counter("replyd_rate_limited_total",
+			"Inference requests refused with 429 by the per-key rate limit."),
+		inferences: counterVec("replyd_inferences_total",
+			"Inference requests by outcome code (ok or the error code).", "outcome"),
+		audio: histogram("replyd_inference_audio_seconds",
+			"Duration of the decoded recordings.",
+			[]float64{1, 2, 5, 10, 20, 30, 60, 120}),
+		tokens: counterVec("replyd_llm_tokens_total",
+			"Language-model tokens: kind=prompt (evaluated), cached (reused from the dialog prefix cache), generated (sampled, all candidates).", "kind"),
+		tokensPerS: histogramVec("replyd_llm_tokens_per_second",
+			"Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
+			[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}, "phase"),
+		authFailures: counterVec("replyd_auth_failures_total",
+			"Failed authentications by kind: api key, admin credential, login code (429s from the per-address throttle included).", "kind"),
+		otpDeliveryFailures: counter("replyd_otp_delivery_failures_total",
+			"Login codes (and login alerts) the OTP channel failed to deliver."),
+		otpLocks: counter("replyd_otp_login_locks_total",
+			"Times login by code was paused after wrong codes from any addresses."),
+		outcomes: counterVec("replyd_outcomes_total",
+			"Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
+			"outcome", "prompt_version"),
+		keystrokes: counter("replyd_keystrokes_saved_total",
+			"Keystrokes the reported outcomes saved (a suggestion's length minus one, less the edits)."),
+		timeToChoice: histogram("replyd_time_to_choice_seconds",
+			"Time from the answer to the user's choice, as tablets report it.",
+			[]float64{1, 2, 5, 10, 20, 30, 60, 120, 300}),
+		examples: counter("replyd_memory_examples_total",
+			"Remembered replies put into prompts as examples (users with remember: true)."),
 	}
-	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "replyd_llm_tokens_total",
-		Help: "Language-model tokens: kind=prompt (evaluated), cached (reused from the dialog prefix cache), generated (sampled, all candidates).",
-	}, []string{"kind"})
-	m.tokensPerS = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "replyd_llm_tokens_per_second",
-		Help:    "Language-model throughput of one inference: phase=prompt (evaluated prompt tokens over the prompt stage) or generation (sampled tokens over the generation stage).",
-		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000},
-	}, []string{"phase"})
-	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "replyd_auth_failures_total",
-		Help: "Failed authentications by kind: api key, admin credential, login code (429s from the per-address throttle included).",
-	}, []string{"kind"})
-	m.otpDeliveryFailures = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "replyd_otp_delivery_failures_total",
-		Help: "Login codes (and login alerts) the OTP channel failed to deliver.",
-	})
-	m.otpLocks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "replyd_otp_login_locks_total",
-		Help: "Times login by code was paused after wrong codes from any addresses.",
-	})
-	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "replyd_outcomes_total",
-		Help: "Outcomes reported through /v1/feedback by outcome (spoken, edited, typed, none_fit) and system-prompt version; a replacement counts again. Acceptance is (spoken + edited) / all.",
-	}, []string{"outcome", "prompt_version"})
-	m.keystrokes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "replyd_keystrokes_saved_total",
-		Help: "Keystrokes the reported outcomes saved (a suggestion's length minus one, less the edits).",
-	})
-	m.timeToChoice = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "replyd_time_to_choice_seconds",
-		Help:    "Time from the answer to the user's choice, as tablets report it.",
-		Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
-	})
-	m.examples = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "replyd_memory_examples_total",
-		Help: "Remembered replies put into prompts as examples (users with remember: true).",
-	})
 	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	m.steer = newSteerMetrics(reg)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
@@ -119,6 +90,24 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 		}, func() float64 { return float64(health.QueueDepth()) }), engineCollector{health: health, version: version})
 	}
 	return m
+}
+
+// counter, counterVec, histogram and histogramVec make a collector of the
+// given name and help text (and buckets, and labels).
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // engineCollector reads the engines' state at every scrape: readiness, the

@@ -37,11 +37,6 @@ type promptObject struct {
 	CreatedAt *time.Time `json:"created_at"`
 }
 
-type promptHistoryResponse struct {
-	Items []promptObject `json:"items"`
-	Count int            `json:"count"`
-}
-
 // DefaultPromptVersion is DefaultSystemPrompt's version: replyd saves the
 // built-in prompt as this version on first start (SeedDefaultPrompt), so the
 // versions an administrator saves come after it.
@@ -158,10 +153,7 @@ func (s *Server) handlePromptHistory(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := promptHistoryResponse{Items: make([]promptObject, 0, len(ps))}
-	for _, p := range ps {
-		out.Items = append(out.Items, promptObject{Prompt: p.Prompt, Version: p.Version, CreatedAt: optTime(p.CreatedAt)})
-	}
-	out.Count = len(out.Items)
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(ps, func(p store.PromptVersion) promptObject {
+		return promptObject{Prompt: p.Prompt, Version: p.Version, CreatedAt: optTime(p.CreatedAt)}
+	}))
 }

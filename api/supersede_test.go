@@ -19,9 +19,7 @@ import (
 // another dialog, of no dialog, or of another key for the same dialog_id
 // is left alone.
 func TestInferSuperseded(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
-	e.addKey("other", 0)
+	e := newEnvWithKeys(t, 0, "valid", "other")
 	started := make(chan string, 8)
 	release := make(chan struct{})
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
@@ -38,10 +36,7 @@ func TestInferSuperseded(t *testing.T) {
 	}
 	send := func(key, dialog, tag string) chan *httptest.ResponseRecorder {
 		js := `{"messages":[{"role":"speaker","content":"` + tag + `"}]` + dialog + `}`
-		body, ct := multipartBody(t, payloadPart(js))
-		req := httptest.NewRequest(http.MethodPost, "/v1/infer", body)
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set(HeaderAPIKey, key)
+		req := inferReq(t, key, payloadPart(js))
 		out := make(chan *httptest.ResponseRecorder, 1)
 		go func() { out <- e.do(req) }()
 		if got := <-started; got != tag {
@@ -91,8 +86,7 @@ func TestInferSuperseded(t *testing.T) {
 // partner's turn and how many went into the prompt, as the engine reports
 // them; a request with no earlier messages has neither field.
 func TestInferHistoryCounts(t *testing.T) {
-	e := newEnv(t)
-	e.addKey("valid", 0)
+	e := newEnvWithKeys(t, 0, "valid")
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
 		res, err := echoInferer(ctx, req)
 		if len(req.Messages) > 1 {
@@ -108,11 +102,7 @@ func TestInferHistoryCounts(t *testing.T) {
 			`"history_turns_sent":2,"history_turns_used":1`},
 		{simplePayload, ""},
 	} {
-		body, ct := multipartBody(t, payloadPart(c.payload))
-		req := httptest.NewRequest(http.MethodPost, "/v1/infer", body)
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set(HeaderAPIKey, "valid")
-		rec := e.do(req)
+		rec := e.do(inferReq(t, "valid", payloadPart(c.payload)))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 		}

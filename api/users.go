@@ -53,11 +53,6 @@ func toMemoryUserJSON(u store.MemoryUser) memoryUserJSON {
 	return memoryUserJSON{User: userLabel(u.Subject), Pairs: u.Pairs, CreatedAt: u.CreatedAt.UTC(), LastAt: optTime(u.LastAt), Keys: keys}
 }
 
-type usersResponse struct {
-	Items []memoryUserJSON `json:"items"`
-	Count int              `json:"count"`
-}
-
 // handleListUsers serves GET /v1/admin/users: every user with a memory, by
 // pseudonym, with the number of pairs kept and the keys that use it.
 func (s *Server) handleListUsers(c echo.Context) error {
@@ -65,12 +60,7 @@ func (s *Server) handleListUsers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := usersResponse{Items: make([]memoryUserJSON, 0, len(users))}
-	for _, u := range users {
-		out.Items = append(out.Items, toMemoryUserJSON(u))
-	}
-	out.Count = len(out.Items)
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(users, toMemoryUserJSON))
 }
 
 // userRef is what the {user} path parameter names: the stored subjects and

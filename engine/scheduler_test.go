@@ -16,17 +16,11 @@ func TestSchedulerGrantsWithinTheBudget(t *testing.T) {
 	if n, _ := c.Acquire(ctx, 1, 3); n != 1 {
 		t.Fatalf("second grant %d, want the 1 left", n)
 	}
-	if c.Free() != 0 {
-		t.Fatalf("free %d after granting the whole budget", c.Free())
-	}
+	wantFree(t, c, 0)
 	// A waiter needing 3 is first in line: a later one needing 1 waits
 	// behind it even when 1 core is free.
-	big := make(chan int, 1)
-	small := make(chan int, 1)
-	go func() { n, _ := c.Acquire(ctx, 3, 3); big <- n }()
-	waitFor(t, func() bool { return c.waiting() == 1 })
-	go func() { n, _ := c.Acquire(ctx, 1, 4); small <- n }()
-	waitFor(t, func() bool { return c.waiting() == 2 })
+	big := enqueue(t, c, PriorityCommitted, 3, 3)
+	small := enqueue(t, c, PriorityCommitted, 1, 4)
 	c.Release(1) // the 1 taken second
 	select {
 	case <-small:
@@ -34,17 +28,11 @@ func TestSchedulerGrantsWithinTheBudget(t *testing.T) {
 	default:
 	}
 	c.Release(3)
-	if n := <-big; n != 3 {
-		t.Fatalf("first waiter got %d", n)
-	}
-	if n := <-small; n != 1 {
-		t.Fatalf("second waiter got %d, want the 1 left", n)
-	}
+	wantCores(t, "the first waiter", <-big, 3)
+	wantCores(t, "the second waiter", <-small, 1)
 	c.Release(3)
 	c.Release(1)
-	if c.Free() != 4 {
-		t.Fatalf("free %d after every release", c.Free())
-	}
+	wantFree(t, c, 4)
 }
 
 func TestSchedulerCancelledWaiterTakesNothing(t *testing.T) {
@@ -55,22 +43,16 @@ func TestSchedulerCancelledWaiterTakesNothing(t *testing.T) {
 	go func() { _, err := c.Acquire(ctx, 2, 2); errc <- err }()
 	waitFor(t, func() bool { return c.waiting() == 1 })
 	// A waiter behind the cancelled one is served when it leaves.
-	got := make(chan int, 1)
-	go func() { n, _ := c.Acquire(context.Background(), 1, 1); got <- n }()
-	waitFor(t, func() bool { return c.waiting() == 2 })
+	got := enqueue(t, c, PriorityCommitted, 1, 1)
 	c.Release(1)
 	cancel()
 	if err := <-errc; err != context.Canceled {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
-	if n := <-got; n != 1 {
-		t.Fatalf("the waiter behind got %d", n)
-	}
+	wantCores(t, "the waiter behind", <-got, 1)
 	c.Release(n - 1)
 	c.Release(1)
-	if c.Free() != 2 {
-		t.Fatalf("free %d", c.Free())
-	}
+	wantFree(t, c, 2)
 	var none *Scheduler
 	if n, err := none.Acquire(context.Background(), 1, 3); n != 3 || err != nil {
 		t.Fatalf("nil budget granted %d, %v", n, err)
@@ -114,43 +96,19 @@ func TestTranscriptTokenCap(t *testing.T) {
 	}
 }
 
+// TestSchedulerIdleWorkComesLast: work ahead queued before committed work
+// is served after it, with what is left.
 func TestSchedulerIdleWorkComesLast(t *testing.T) {
 	c := NewCores(2)
 	ctx := context.Background()
 	held, _ := c.Acquire(ctx, 2, 2)
-	idle := make(chan int, 1)
-	go func() { n, _ := c.AcquireAt(ctx, PriorityAhead, 1, 2); idle <- n }()
-	waitFor(t, func() bool { return c.waitingAt(PriorityAhead) == 1 })
-	busy := make(chan int, 1)
-	go func() { n, _ := c.Acquire(ctx, 1, 1); busy <- n }()
-	waitFor(t, func() bool { return c.waiting() == 1 })
+	idle := enqueue(t, c, PriorityAhead, 1, 2)
+	busy := enqueue(t, c, PriorityCommitted, 1, 1)
 	c.Release(held)
 	// The later Acquire is served first; the idle work gets what is left.
-	if n := <-busy; n != 1 {
-		t.Fatalf("Acquire got %d", n)
-	}
-	if n := <-idle; n != 1 {
-		t.Fatalf("the ahead work got %d, want the one core left", n)
-	}
+	wantCores(t, "the Acquire", <-busy, 1)
+	wantCores(t, "the ahead work", <-idle, 1)
 	c.Release(2)
-
-	// While an Acquire waits, idle work does not take the free core.
-	one, _ := c.Acquire(ctx, 1, 1)
-	both := make(chan int, 1)
-	go func() { n, _ := c.Acquire(ctx, 2, 2); both <- n }()
-	waitFor(t, func() bool { return c.waiting() == 1 })
-	go func() { n, _ := c.AcquireAt(ctx, PriorityAhead, 1, 1); idle <- n }()
-	waitFor(t, func() bool { return c.waitingAt(PriorityAhead) == 1 })
-	select {
-	case <-idle:
-		t.Fatal("idle work took a core an Acquire waits for")
-	default:
-	}
-	c.Release(one)
-	c.Release(<-both)
-	if n := <-idle; n != 1 {
-		t.Fatalf("the ahead work got %d", n)
-	}
 }
 
 // TestSchedulerLends: a transcription grows into cores that are free while
@@ -171,9 +129,7 @@ func TestSchedulerLends(t *testing.T) {
 	if held = c.Lend(base, held, 3); held != 1 {
 		t.Fatalf("held %d with a waiter, want 1", held)
 	}
-	if n := <-got; n != 2 {
-		t.Fatalf("the waiter got %d, want the 2 given back", n)
-	}
+	wantCores(t, "the waiter", <-got, 2)
 	// Nothing free: it keeps its own.
 	if held = c.Lend(base, held, 3); held != 1 {
 		t.Fatalf("held %d with nothing free, want 1", held)
@@ -187,9 +143,7 @@ func TestSchedulerLends(t *testing.T) {
 		t.Fatalf("held %d, free %d after giving back; want 1 and 2", held, c.Free())
 	}
 	c.Release(held)
-	if c.Free() != 3 {
-		t.Fatalf("free %d at the end", c.Free())
-	}
+	wantFree(t, c, 3)
 }
 
 // TestSchedulerServesByPriority: with every core held, waiters of all four
@@ -228,36 +182,33 @@ func TestSchedulerServesByPriority(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("served %v, want %v", got, want)
 	}
-	if s.Free() != 1 {
-		t.Errorf("free %d at the end", s.Free())
-	}
+	wantFree(t, s, 1)
 }
 
 // TestSchedulerLowerPriorityWaitsForFreeCore: a free core does not go to
-// work of a lower priority while work of a higher one waits for more
-// cores than are free.
+// work of a lower priority (ahead or speculative) while committed work
+// waits for more cores than are free.
 func TestSchedulerLowerPriorityWaitsForFreeCore(t *testing.T) {
-	s := NewCores(2)
-	ctx := context.Background()
-	one, _ := s.Acquire(ctx, 1, 1)
-	both := make(chan int, 1)
-	go func() { n, _ := s.Acquire(ctx, 2, 2); both <- n }()
-	waitFor(t, func() bool { return s.waiting() == 1 })
-	spec := queueSpeculative(t, s)
-	if n := s.TryAcquire(1); n != 0 {
-		t.Errorf("TryAcquire took %d while committed work waits", n)
+	for _, p := range []Priority{PriorityAhead, PrioritySpeculative} {
+		s := NewCores(2)
+		ctx := context.Background()
+		one, _ := s.Acquire(ctx, 1, 1)
+		both := enqueue(t, s, PriorityCommitted, 2, 2)
+		lower := enqueue(t, s, p, 1, 1)
+		if n := s.TryAcquire(1); n != 0 {
+			t.Errorf("TryAcquire took %d while committed work waits", n)
+		}
+		select {
+		case <-lower:
+			t.Fatalf("%v work took the core committed work waits for", p)
+		default:
+		}
+		s.Release(one)
+		s.Release(<-both)
+		wantCores(t, "the lower priority work", <-lower, 1)
+		s.Release(1)
+		wantFree(t, s, 2)
 	}
-	select {
-	case <-spec:
-		t.Fatal("speculative work took the core committed work waits for")
-	default:
-	}
-	s.Release(one)
-	s.Release(<-both)
-	if n := <-spec; n != 1 {
-		t.Fatalf("speculative work got %d", n)
-	}
-	s.Release(1)
 }
 
 // TestSchedulerSpeculativeYields: speculative work keeps its cores at a
@@ -275,14 +226,12 @@ func TestSchedulerSpeculativeYields(t *testing.T) {
 		t.Fatalf("yield with nobody waiting: %d, %v; want 2 kept", n, err)
 	}
 	// Another speculative waiter is not of a higher priority.
-	other := queueSpeculative(t, s)
+	other := enqueue(t, s, PrioritySpeculative, 1, 1)
 	if n, _ := s.Yield(ctx, PrioritySpeculative, held); n != 2 {
 		t.Fatalf("yielded to work of its own priority (holds %d)", n)
 	}
 	// Committed work arrives: the next yield point gives it the cores.
-	committed := make(chan int, 1)
-	go func() { n, _ := s.Acquire(ctx, 2, 2); committed <- n }()
-	waitFor(t, func() bool { return s.waiting() == 1 })
+	committed := enqueue(t, s, PriorityCommitted, 2, 2)
 	yielded := make(chan int, 1)
 	go func() { n, _ := s.Yield(ctx, PrioritySpeculative, held); yielded <- n }()
 	c := <-committed
@@ -301,16 +250,10 @@ func TestSchedulerSpeculativeYields(t *testing.T) {
 	s.Release(c)
 	// The speculative waiter queued first is served first, then the
 	// yielded work with what is left.
-	if n := <-other; n != 1 {
-		t.Fatalf("the earlier speculative waiter got %d", n)
-	}
-	if n := <-yielded; n != 1 {
-		t.Fatalf("the yielded work came back with %d, want the 1 left", n)
-	}
+	wantCores(t, "the earlier speculative waiter", <-other, 1)
+	wantCores(t, "the yielded work", <-yielded, 1)
 	s.Release(2)
-	if s.Free() != 2 {
-		t.Fatalf("free %d at the end", s.Free())
-	}
+	wantFree(t, s, 2)
 	// A yield point whose context ends while it waits holds nothing.
 	held, _ = s.AcquireAt(ctx, PrioritySpeculative, 2, 2)
 	go func() { n, _ := s.Acquire(ctx, 2, 2); committed <- n }()
@@ -325,9 +268,7 @@ func TestSchedulerSpeculativeYields(t *testing.T) {
 		t.Fatalf("cancelled yield: %d, %v", n, err)
 	}
 	s.Release(c)
-	if s.Free() != 2 {
-		t.Fatalf("free %d after the cancelled yield", s.Free())
-	}
+	wantFree(t, s, 2)
 }
 
 // TestSchedulerLendsOnlyAlone: a transcription borrows free cores only
@@ -345,7 +286,7 @@ func TestSchedulerLendsOnlyAlone(t *testing.T) {
 		t.Fatalf("alone it grew to %d, want 2", n)
 	}
 	// Speculative work waiting does not take the lent core.
-	spec := queueSpeculative(t, s)
+	spec := enqueue(t, s, PrioritySpeculative, 1, 1)
 	if n := grow(2); n != 2 {
 		t.Fatalf("gave back a lent core for speculative work (holds %d)", n)
 	}
@@ -355,9 +296,7 @@ func TestSchedulerLendsOnlyAlone(t *testing.T) {
 	if n := grow(2); n != 1 {
 		t.Fatalf("with another request in the stages it holds %d, want 1", n)
 	}
-	if n := <-spec; n != 1 {
-		t.Fatalf("the speculative waiter got %d", n)
-	}
+	wantCores(t, "the speculative waiter", <-spec, 1)
 	s.Release(1)
 	llmDone(0)
 	// A second transcription waits for the first's turn.
@@ -376,12 +315,8 @@ func TestSchedulerLendsOnlyAlone(t *testing.T) {
 	}
 	end()
 	sttDone(0)
-	if n := <-second; n != 1 {
-		t.Fatalf("the second transcription began on %d", n)
-	}
-	if s.Free() != 2 {
-		t.Fatalf("free %d at the end", s.Free())
-	}
+	wantCores(t, "the second transcription", <-second, 1)
+	wantFree(t, s, 2)
 }
 
 // TestSchedulerDecodeLimit: at most MaxDecodes recordings are decoded at
@@ -399,18 +334,33 @@ func TestSchedulerDecodeLimit(t *testing.T) {
 		t.Fatalf("second decode at once: %v, want it to wait until its deadline", err)
 	}
 	end()
-	if s.Free() != 2 {
-		t.Fatalf("free %d after the decode", s.Free())
+	wantFree(t, s, 2)
+}
+
+// enqueue starts AcquireAt(p, lo, hi) in the background, waits until it
+// has joined the waiters of priority p, and returns the channel the cores it
+// gets arrive on.
+func enqueue(t *testing.T, s *Scheduler, p Priority, lo, hi int) chan int {
+	t.Helper()
+	before := s.waitingAt(p)
+	got := make(chan int, 1)
+	go func() { n, _ := s.AcquireAt(context.Background(), p, lo, hi); got <- n }()
+	waitFor(t, func() bool { return s.waitingAt(p) == before+1 })
+	return got
+}
+
+// wantCores fails t unless who got n cores.
+func wantCores(t *testing.T, who string, got, n int) {
+	t.Helper()
+	if got != n {
+		t.Fatalf("%s got %d cores, want %d", who, got, n)
 	}
 }
 
-// queueSpeculative starts a speculative AcquireAt of one core in the
-// background, waits until it is the one speculative waiter, and returns the
-// channel the cores it gets arrive on.
-func queueSpeculative(t *testing.T, s *Scheduler) chan int {
+// wantFree fails t unless s has n cores free.
+func wantFree(t *testing.T, s *Scheduler, n int) {
 	t.Helper()
-	got := make(chan int, 1)
-	go func() { n, _ := s.AcquireAt(context.Background(), PrioritySpeculative, 1, 1); got <- n }()
-	waitFor(t, func() bool { return s.waitingAt(PrioritySpeculative) == 1 })
-	return got
+	if got := s.Free(); got != n {
+		t.Fatalf("free %d, want %d", got, n)
+	}
 }

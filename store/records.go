@@ -95,6 +95,22 @@ type APIKey struct {
 	LastUsedAt         time.Time // updated at most once a minute
 }
 
+// Created checks a key that CreateKey is to store at now (a hash) and
+// returns it with CreatedAt set to now where it is zero and Status to
+// StatusActive where it is empty. Its error wraps ErrInvalid.
+func (k APIKey) Created(now time.Time) (APIKey, error) {
+	if k.Hash == "" {
+		return k, fmt.Errorf("store: %w: empty key hash", ErrInvalid)
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now
+	}
+	if k.Status == "" {
+		k.Status = StatusActive
+	}
+	return k, nil
+}
+
 // Pairing is a pending tablet pairing: what the key minted by redeeming its
 // one-time code will be. Only the code's SHA-256 hash is stored; the key
 // does not exist until the code is redeemed.
@@ -138,6 +154,19 @@ type PromptVersion struct {
 	Prompt    string
 	Version   string
 	CreatedAt time.Time
+}
+
+// Saved checks a version that SavePrompt is to store at now (a version
+// name) and returns it with CreatedAt set to now where it is zero. Its
+// error wraps ErrInvalid.
+func (p PromptVersion) Saved(now time.Time) (PromptVersion, error) {
+	if p.Version == "" {
+		return p, fmt.Errorf("store: %w: empty prompt version", ErrInvalid)
+	}
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = now
+	}
+	return p, nil
 }
 
 // LogEntry is one line of the admin-visible log. It never holds dialog text.

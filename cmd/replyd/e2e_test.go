@@ -63,6 +63,14 @@ func testWAV(t *testing.T) []byte {
 	return testaudio.Mono16(16000, testaudio.Voiced(2, 16000))
 }
 
+// demoModelsIn runs `replyd models demo` into dir.
+func demoModelsIn(t *testing.T, dir string) {
+	t.Helper()
+	if code := run(context.Background(), []string{"models", "demo", "--dir", dir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
+		t.Fatalf("models demo exited %d", code)
+	}
+}
+
 // demoEnv writes the demo models into a temporary directory and returns it
 // with the environment of a replyd on them: its data directory there, the
 // admin key, one language-model thread and a short context.
@@ -70,9 +78,7 @@ func demoEnv(t *testing.T, adminKey string) (string, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	modelDir := filepath.Join(dir, "models")
-	if code := run(context.Background(), []string{"models", "demo", "--dir", modelDir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
+	demoModelsIn(t, modelDir)
 	return dir, map[string]string{
 		"REPLYD_DATA_DIR":      filepath.Join(dir, "data"),
 		"REPLYD_ADMIN_KEY":     adminKey,

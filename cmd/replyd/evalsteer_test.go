@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,9 +51,7 @@ func TestEvalSteer(t *testing.T) {
 		t.Skip("runs the language model")
 	}
 	dir := t.TempDir()
-	if code := run(context.Background(), []string{"models", "demo", "--dir", dir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
+	demoModelsIn(t, dir)
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"eval", "--llm-model", filepath.Join(dir, "llm-demo.gguf"), "--threads", "1", "-n", "2", "--steer", "initials", "--json"},
 		func(string) string { return "" }, &out, &errOut)

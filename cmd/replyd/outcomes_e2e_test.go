@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,9 +163,7 @@ func TestEvalBuiltinAndMalformed(t *testing.T) {
 		t.Skip("runs the language model")
 	}
 	dir := t.TempDir()
-	if code := run(context.Background(), []string{"models", "demo", "--dir", dir}, os.Getenv, io.Discard, os.Stderr); code != 0 {
-		t.Fatalf("models demo exited %d", code)
-	}
+	demoModelsIn(t, dir)
 	model := filepath.Join(dir, "llm-demo.gguf")
 	eval := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer

@@ -14,6 +14,19 @@ import (
 	"github.com/replyd/replyd/engine/steer/steertest"
 )
 
+// mustSteer generates n candidates of request's dialog steered by s and
+// fails t when there is none.
+func mustSteer(t *testing.T, e *Engine, s engine.Steer, n int, seed uint32) engine.Generation {
+	t.Helper()
+	req := request(n, seed)
+	req.Steer = &s
+	g := mustGenerate(t, e, req)
+	if len(g.Candidates) == 0 {
+		t.Fatal("no candidates")
+	}
+	return g
+}
+
 // checkSteered runs n random constraints (n/10 with -short) through e and
 // checks every candidate against the oracle, and that at least 95% of the
 // constraints got a candidate.
@@ -160,12 +173,7 @@ func TestSteerHealing(t *testing.T) {
 	if sr.heal == nil {
 		t.Fatal("no token begins with \" li\"")
 	}
-	req := request(4, 9)
-	req.Steer = &s
-	g := mustGenerate(t, e, req)
-	if len(g.Candidates) == 0 {
-		t.Fatal("no candidates")
-	}
+	g := mustSteer(t, e, s, 4, 9)
 	for _, c := range g.Candidates {
 		if !strings.HasPrefix(c.Text, "I would li") {
 			t.Errorf("candidate %q does not continue %q", c.Text, s.Prefix)
@@ -233,12 +241,7 @@ func TestSteerQwenVocab(t *testing.T) {
 			}
 		}
 		t.Logf("%d tokens may begin the healed word", n)
-		req := request(4, 5)
-		req.Steer = &s
-		g := mustGenerate(t, e, req)
-		if len(g.Candidates) == 0 {
-			t.Fatal("no candidates")
-		}
+		g := mustSteer(t, e, s, 4, 5)
 		for _, c := range g.Candidates {
 			if !strings.HasPrefix(c.Text, "I would li") || strings.HasPrefix(c.Text, "I would li ") {
 				t.Errorf("candidate %q does not continue the word of %q", c.Text, s.Prefix)

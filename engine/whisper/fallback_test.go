@@ -81,12 +81,7 @@ func TestEntropy(t *testing.T) {
 // at every step and every temperature up to 1: the decoder repeats that
 // token for ever, the loop whisper.cpp's safeguards are for.
 func loopModel(t *testing.T) (*Model, int) {
-	path, _ := demoModel(t)
-	m, err := Load(path, Options{Threads: 1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := loadDemo(t, Options{Threads: 1})
 	const tok = 1234
 	d := m.hp.NTextState
 	row := make([]float32, d)
@@ -141,12 +136,7 @@ func TestFallbackOnLoop(t *testing.T) {
 // so the fallback samples at higher temperatures; with the generators
 // seeded as whisper.cpp seeds them, two runs give the same tokens.
 func TestFallbackOnLogprob(t *testing.T) {
-	path, _ := demoModel(t)
-	m, err := Load(path, Options{Threads: 1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadDemo(t, Options{Threads: 1})
 	pcm := chirp(2)
 	greedy, err := m.runWith(context.Background(), pcm, -1, m.maxTok, false)
 	if err != nil {

@@ -240,18 +240,13 @@ func (c *countdownCtx) Err() error {
 }
 
 func TestTranscribeCancellation(t *testing.T) {
-	path, _ := demoModel(t)
-	m, err := Load(path, Options{Threads: 1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadDemo(t, Options{Threads: 1})
 	pcm := chirp(2)
 
 	// Canceled while decoding: the loop checks ctx before the first window
 	// and before each token, so the 3rd check (2nd token) stops it.
 	ctx := &countdownCtx{Context: context.Background(), n: 3}
-	_, err = m.Transcribe(ctx, pcm, engine.TranscribeOptions{})
+	_, err := m.Transcribe(ctx, pcm, engine.TranscribeOptions{})
 	if engine.KindOf(err) != engine.KindCanceled {
 		t.Fatalf("canceled mid-window: err = %v", err)
 	}
@@ -288,12 +283,7 @@ func TestTranscribeCancellation(t *testing.T) {
 }
 
 func TestTranscribeConcurrent(t *testing.T) {
-	path, _ := demoModel(t)
-	m, err := Load(path, Options{Threads: 2, MaxTokensPerWindow: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadDemo(t, Options{Threads: 2, MaxTokensPerWindow: 8})
 	pcm := chirp(1.5)
 	want, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{})
 	if err != nil {
@@ -444,12 +434,7 @@ func TestMultilingual(t *testing.T) {
 // each later layer's start), runs what it is lent from the next step on,
 // gives it back once the encoder is done, and decodes on its own threads.
 func TestTranscribeGrows(t *testing.T) {
-	path, _ := demoModel(t)
-	m, err := Load(path, Options{Threads: 2, MaxTokensPerWindow: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadDemo(t, Options{Threads: 2, MaxTokensPerWindow: 8})
 	pcm := chirp(1.5)
 	var asked, ran []int
 	lend := 1
@@ -497,14 +482,24 @@ func TestTranscribeGrows(t *testing.T) {
 		t.Fatalf("after the transcriptions: %d threads, grow set %v; want the model's 2 and none", m.threads, m.grow != nil)
 	}
 	// A model on one thread has nothing to grow into.
-	one, err := Load(path, Options{Threads: 1, MaxTokensPerWindow: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
+	one := loadDemo(t, Options{Threads: 1, MaxTokensPerWindow: 8})
 	if _, err := one.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Threads: 1, Grow: func(int) int { t.Error("Grow called on a 1-thread model"); return 1 }}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// loadDemo loads the demo model (demoModel) with opts, quiet, and closes it
+// when t ends.
+func loadDemo(t *testing.T, opts Options) *Model {
+	t.Helper()
+	path, _ := demoModel(t)
+	opts.Logger = quiet
+	m, err := Load(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
 
 // loadWritten writes the random-weight model cfg describes into a temporary

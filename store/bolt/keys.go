@@ -14,14 +14,9 @@ import (
 // already stored (revoked or not). A zero CreatedAt is set from the clock and
 // an empty Status becomes StatusActive.
 func (db *DB) CreateKey(k store.APIKey) error {
-	if k.Hash == "" {
-		return invalid("empty key hash")
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = db.now()
-	}
-	if k.Status == "" {
-		k.Status = store.StatusActive
+	k, err := k.Created(db.now())
+	if err != nil {
+		return err
 	}
 	val, err := json.Marshal(k)
 	if err != nil {

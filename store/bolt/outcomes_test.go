@@ -16,49 +16,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/storetest"
 )
-
-// inf describes one infer log entry for the tests.
-type inf struct {
-	at      time.Duration // after t0
-	key     string
-	subject string
-	id      string // "" for a failed call
-	version string
-	cands   []string
-	partner string // non-empty: remember
-	status  int
-	code    string
-	latency int64
-}
-
-// MustInfer appends the log entry of one infer call.
-func MustInfer(tb testing.TB, db *DB, i inf) {
-	tb.Helper()
-	if i.status == 0 {
-		i.status = 200
-	}
-	e := store.LogEntry{
-		Timestamp: t0.Add(i.at), Level: store.LevelInfo, Message: "infer", ResourceType: store.ResourceAPIKey,
-		ResourceID: i.key, StreamName: store.StreamInfer, Subject: i.subject, Status: i.status,
-		LatencyMS: i.latency, ErrorCode: i.code,
-	}
-	if i.id != "" {
-		chars := make([]int, len(i.cands))
-		for n, c := range i.cands {
-			chars[n] = len([]rune(c))
-		}
-		e.Inference = &store.InferenceInfo{ID: i.id, PromptVersion: i.version, CandidateChars: chars}
-		if i.partner != "" {
-			e.Inference.Remember = &store.RememberedTexts{Partner: i.partner, Candidates: i.cands}
-		}
-	}
-	MustAppend(tb, db, e)
-}
-
-func spoken(rank, chars int, at time.Time) store.Outcome {
-	return store.Outcome{Kind: store.OutcomeSpoken, Rank: rank, SpokenChars: chars, KeystrokesSaved: chars - 1, TimeToChoiceMS: -1, FirstAt: at, At: at}
-}
 
 // TestLegacyIndexRows: infer_index values of schema 1 (the subject alone)
 // still count.
@@ -69,7 +28,7 @@ func TestLegacyIndexRows(t *testing.T) {
 	}))
 	s, err := db.Stats(t0, t0.Add(time.Second))
 	Must(t, err)
-	if diff := cmp.Diff(counts(1, 1), s); diff != "" {
+	if diff := cmp.Diff(storetest.Counts(1, 1), s); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 }
@@ -92,17 +51,10 @@ func TestOpenUpgradesSchema1(t *testing.T) {
 	Must(t, err) // a backup of an old file still works read-only
 	Must(t, ro.Close())
 	db := MustOpenAt(t, path, Options{})
-	MustInfer(t, db, inf{key: "k", subject: "s", id: "i", version: "1", cands: []string{"x"}, partner: "p"})
+	storetest.MustInfer(t, db, storetest.Inf{Key: "k", Subject: "s", ID: "i", Version: "1", Cands: []string{"x"}, Partner: "p"})
 	if _, err := db.Inference("i"); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// counts is the Stats of requests without keys, statuses or outcomes.
-func counts(requests, users int) store.Stats {
-	s := store.NewStatsBuilder().Stats()
-	s.TotalRequests, s.ActiveUsers = requests, users
-	return s
 }
 
 // userKey reads the user's raw AES key (a test of what deletion destroys).
@@ -124,11 +76,11 @@ func userKey(tb testing.TB, db *DB, subject string) []byte {
 // text of a user without remember).
 func TestTextsOnlyEncrypted(t *testing.T) {
 	db, _ := MustOpen(t)
-	MustInfer(t, db, inf{key: "k", subject: "s1", id: "i1", version: "1", cands: []string{"Yes, with milk.", "No thanks."}, partner: "Tea for two?"})
-	MustInfer(t, db, inf{key: "k", subject: "s2", id: "i2", version: "1", cands: []string{"Outside, please."}})
-	_, err := db.SetOutcome("i1", spoken(1, 15, t0), "Yes, with honey.")
+	storetest.MustInfer(t, db, storetest.Inf{Key: "k", Subject: "s1", ID: "i1", Version: "1", Cands: []string{"Yes, with milk.", "No thanks."}, Partner: "Tea for two?"})
+	storetest.MustInfer(t, db, storetest.Inf{Key: "k", Subject: "s2", ID: "i2", Version: "1", Cands: []string{"Outside, please."}})
+	_, err := db.SetOutcome("i1", storetest.Spoken(1, 15, t0), "Yes, with honey.")
 	Must(t, err)
-	_, err = db.SetOutcome("i2", spoken(1, 16, t0), "Outside, please.")
+	_, err = db.SetOutcome("i2", storetest.Spoken(1, 16, t0), "Outside, please.")
 	Must(t, err)
 	if pairs, _, _ := db.MemoryPairs("s1"); len(pairs) != 1 {
 		t.Fatalf("pairs: %v", pairs)
@@ -152,12 +104,12 @@ func TestDeleteUserLeavesNoKeyOrText(t *testing.T) {
 	setup := func(t *testing.T) (*DB, []byte) {
 		db, _ := MustOpen(t)
 		for i := range 20 {
-			MustInfer(t, db, inf{at: time.Duration(i) * time.Second, key: "k", subject: "victim", id: fmt.Sprint("v", i), version: "1",
-				cands: []string{marker + " candidate"}, partner: marker + " partner"})
-			_, err := db.SetOutcome(fmt.Sprint("v", i), spoken(1, 10, t0), marker+" reply")
+			storetest.MustInfer(t, db, storetest.Inf{At: time.Duration(i) * time.Second, Key: "k", Subject: "victim", ID: fmt.Sprint("v", i), Version: "1",
+				Cands: []string{marker + " candidate"}, Partner: marker + " partner"})
+			_, err := db.SetOutcome(fmt.Sprint("v", i), storetest.Spoken(1, 10, t0), marker+" reply")
 			Must(t, err)
-			MustInfer(t, db, inf{at: time.Duration(i)*time.Second + 1, key: "k", subject: "other", id: fmt.Sprint("o", i), version: "1",
-				cands: []string{"other candidate"}, partner: "other partner"})
+			storetest.MustInfer(t, db, storetest.Inf{At: time.Duration(i)*time.Second + 1, Key: "k", Subject: "other", ID: fmt.Sprint("o", i), Version: "1",
+				Cands: []string{"other candidate"}, Partner: "other partner"})
 		}
 		key := userKey(t, db, "victim")
 		if len(key) != store.UserKeySize {

@@ -34,11 +34,9 @@ func (db *DB) CurrentPrompt() (store.PromptVersion, bool, error) {
 // transaction. p.Version must be non-empty and not used before, else
 // ErrExists. A zero CreatedAt is set from the clock.
 func (db *DB) SavePrompt(p store.PromptVersion) error {
-	if p.Version == "" {
-		return invalid("empty prompt version")
-	}
-	if p.CreatedAt.IsZero() {
-		p.CreatedAt = db.now()
+	p, err := p.Saved(db.now())
+	if err != nil {
+		return err
 	}
 	val, err := json.Marshal(p)
 	if err != nil {

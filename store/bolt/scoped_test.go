@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/replyd/replyd/store/storetest"
 )
 
 // TestOpenUpgradesSchema3Links: a file of schema 3 kept each memory under
@@ -16,11 +18,11 @@ import (
 func TestOpenUpgradesSchema3Links(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "replyd.db")
 	db := MustOpenAt(t, path, Options{})
-	MustInfer(t, db, inf{key: "kA", subject: "tag-bob", id: "i1", version: "1", cands: []string{"Yes."}, partner: "Tea?"})
-	MustInfer(t, db, inf{at: time.Second, key: "kB", subject: "tag-bob", id: "i2", version: "1", cands: []string{"No."}, partner: "Walk?"})
-	MustInfer(t, db, inf{at: 2 * time.Second, key: "kA", subject: "tag-ann", id: "i3", version: "1", cands: []string{"Hi."}, partner: "Hello."})
-	MustInfer(t, db, inf{at: 3 * time.Second, key: "kC", subject: "tag-bob", id: "i4", version: "1", cands: []string{"Ok."}})
-	_, err := db.SetOutcome("i1", spoken(1, 4, t0.Add(time.Minute)), "Yes.")
+	storetest.MustInfer(t, db, storetest.Inf{Key: "kA", Subject: "tag-bob", ID: "i1", Version: "1", Cands: []string{"Yes."}, Partner: "Tea?"})
+	storetest.MustInfer(t, db, storetest.Inf{At: time.Second, Key: "kB", Subject: "tag-bob", ID: "i2", Version: "1", Cands: []string{"No."}, Partner: "Walk?"})
+	storetest.MustInfer(t, db, storetest.Inf{At: 2 * time.Second, Key: "kA", Subject: "tag-ann", ID: "i3", Version: "1", Cands: []string{"Hi."}, Partner: "Hello."})
+	storetest.MustInfer(t, db, storetest.Inf{At: 3 * time.Second, Key: "kC", Subject: "tag-bob", ID: "i4", Version: "1", Cands: []string{"Ok."}})
+	_, err := db.SetOutcome("i1", storetest.Spoken(1, 4, t0.Add(time.Minute)), "Yes.")
 	Must(t, err)
 	// Make it a schema 3 file: no links, version 3.
 	Must(t, db.bolt.Update(func(tx *bolt.Tx) error {

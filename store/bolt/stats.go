@@ -42,64 +42,44 @@ func (db *DB) Stats(since, until time.Time) (store.Stats, error) {
 // first. bucket must be positive and the series at most MaxSeriesBuckets
 // long.
 func (db *DB) StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error) {
-	if bucket <= 0 {
-		return nil, invalid("bucket width %s is not positive", bucket)
-	}
-	if !until.After(since) {
-		return []store.StatsBucket{}, nil
-	}
-	span := until.Sub(since)
-	n := int64(span / bucket)
-	if span%bucket != 0 {
-		n++
-	}
-	if n > store.MaxSeriesBuckets {
-		return nil, invalid("%d buckets of %s exceed the maximum of %d", n, bucket, store.MaxSeriesBuckets)
-	}
-	out := make([]store.StatsBucket, n)
-	for i := range out {
-		out[i].Start = since.Add(time.Duration(i) * bucket)
-	}
-	from, to, width := nanos(since), nanos(until), uint64(bucket)
-	err := db.view(func(tx *bolt.Tx) error {
-		// Keys come in time order, so bucket indexes only grow: a subject is
-		// new to bucket i exactly when the last bucket it was counted in is
-		// not i. One map for the whole series, one entry per subject.
-		lastBucket := make(map[string]*uint64) // pointers: updating needs no key string
-		intern := map[string]string{}
-		var o store.Outcome
-		c := tx.Bucket(bucketInferIdx).Cursor()
-		for k, v := c.Seek(u64(from)); k != nil && keyNanos(k) < to; k, v = c.Next() {
-			i := (keyNanos(k) - from) / width
-			row, err := decodeStatsRow(v, intern, &o)
-			if err != nil {
-				return err
-			}
-			out[i].TotalRequests++
-			if o := row.Outcome; o != nil {
-				out[i].Outcomes++
-				if o.Accepted() {
-					out[i].Accepted++
+	return store.CountSeries(since, until, bucket, func(out []store.StatsBucket) error {
+		from, to, width := nanos(since), nanos(until), uint64(bucket)
+		return db.view(func(tx *bolt.Tx) error {
+			// Keys come in time order, so bucket indexes only grow: a subject is
+			// new to bucket i exactly when the last bucket it was counted in is
+			// not i. One map for the whole series, one entry per subject.
+			lastBucket := make(map[string]*uint64) // pointers: updating needs no key string
+			intern := map[string]string{}
+			var o store.Outcome
+			c := tx.Bucket(bucketInferIdx).Cursor()
+			for k, v := c.Seek(u64(from)); k != nil && keyNanos(k) < to; k, v = c.Next() {
+				i := (keyNanos(k) - from) / width
+				row, err := decodeStatsRow(v, intern, &o)
+				if err != nil {
+					return err
 				}
-			}
-			if row.Subject == "" {
-				continue
-			}
-			last := lastBucket[row.Subject]
-			if last == nil {
-				last = new(uint64)
+				out[i].TotalRequests++
+				if o := row.Outcome; o != nil {
+					out[i].Outcomes++
+					if o.Accepted() {
+						out[i].Accepted++
+					}
+				}
+				if row.Subject == "" {
+					continue
+				}
+				last := lastBucket[row.Subject]
+				if last == nil {
+					last = new(uint64)
+					*last = i
+					lastBucket[row.Subject] = last
+				} else if *last == i {
+					continue
+				}
 				*last = i
-				lastBucket[row.Subject] = last
-			} else if *last == i {
-				continue
+				out[i].ActiveUsers++
 			}
-			*last = i
-			out[i].ActiveUsers++
-		}
-		return nil
+			return nil
+		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -26,14 +26,9 @@ func scanKey(row pgx.Row) (store.APIKey, error) {
 
 // CreateKey inserts k; see store.Store.
 func (s *Store) CreateKey(k store.APIKey) error {
-	if k.Hash == "" {
-		return invalid("empty key hash")
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = s.now()
-	}
-	if k.Status == "" {
-		k.Status = store.StatusActive
+	k, err := k.Created(s.now())
+	if err != nil {
+		return err
 	}
 	return s.run("create key", func(ctx context.Context) error {
 		tag, err := s.pool.Exec(ctx, `INSERT INTO api_keys (hash, client_id, status, scopes, rate_limit_per_minute, created_ns, revoked_ns, last_used_ns)

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,47 +130,28 @@ func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
 
 // StatsSeries computes the buckets in one grouped query; see store.Store.
 func (s *Store) StatsSeries(since, until time.Time, bucket time.Duration) ([]store.StatsBucket, error) {
-	if bucket <= 0 {
-		return nil, invalid("bucket width %s is not positive", bucket)
-	}
-	if !until.After(since) {
-		return []store.StatsBucket{}, nil
-	}
-	span := until.Sub(since)
-	n := int64(span / bucket)
-	if span%bucket != 0 {
-		n++
-	}
-	if n > store.MaxSeriesBuckets || span == math.MaxInt64 {
-		return nil, invalid("%d buckets of %s exceed the maximum of %d", n, bucket, store.MaxSeriesBuckets)
-	}
-	out := make([]store.StatsBucket, n)
-	for i := range out {
-		out[i].Start = since.Add(time.Duration(i) * bucket)
-	}
-	err := s.run("read stats series", func(ctx context.Context) error {
-		// numeric: (ts - since) cannot overflow however far apart they are.
-		rows, err := s.pool.Query(ctx, `SELECT div(ts_ns::numeric - $1::numeric, $3::numeric)::bigint AS b,
-				count(*), count(DISTINCT NULLIF(subject, '')), count(outcome_kind),
-				count(*) FILTER (WHERE outcome_kind IN ('`+store.OutcomeSpoken+`', '`+store.OutcomeEdited+`'))
-			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 GROUP BY b`, ns(since), ns(until), int64(bucket))
-		if err != nil {
-			return err
-		}
-		var b int64
-		var total, users, outcomes, accepted int
-		_, err = pgx.ForEachRow(rows, []any{&b, &total, &users, &outcomes, &accepted}, func() error {
-			if b >= 0 && b < n {
-				out[b].TotalRequests, out[b].ActiveUsers, out[b].Outcomes, out[b].Accepted = total, users, outcomes, accepted
+	return store.CountSeries(since, until, bucket, func(out []store.StatsBucket) error {
+		n := int64(len(out))
+		return s.run("read stats series", func(ctx context.Context) error {
+			// numeric: (ts - since) cannot overflow however far apart they are.
+			rows, err := s.pool.Query(ctx, `SELECT div(ts_ns::numeric - $1::numeric, $3::numeric)::bigint AS b,
+					count(*), count(DISTINCT NULLIF(subject, '')), count(outcome_kind),
+					count(*) FILTER (WHERE outcome_kind IN ('`+store.OutcomeSpoken+`', '`+store.OutcomeEdited+`'))
+				FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 GROUP BY b`, ns(since), ns(until), int64(bucket))
+			if err != nil {
+				return err
 			}
-			return nil
+			var b int64
+			var total, users, outcomes, accepted int
+			_, err = pgx.ForEachRow(rows, []any{&b, &total, &users, &outcomes, &accepted}, func() error {
+				if b >= 0 && b < n {
+					out[b].TotalRequests, out[b].ActiveUsers, out[b].Outcomes, out[b].Accepted = total, users, outcomes, accepted
+				}
+				return nil
+			})
+			return err
 		})
-		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // PruneLogs deletes up to batch of the oldest entries before before; see

@@ -38,11 +38,9 @@ func (s *Store) CurrentPrompt() (store.PromptVersion, bool, error) {
 
 // SavePrompt appends a version, which makes it current; see store.Store.
 func (s *Store) SavePrompt(p store.PromptVersion) error {
-	if p.Version == "" {
-		return invalid("empty prompt version")
-	}
-	if p.CreatedAt.IsZero() {
-		p.CreatedAt = s.now()
+	p, err := p.Saved(s.now())
+	if err != nil {
+		return err
 	}
 	return s.run("save prompt", func(ctx context.Context) error {
 		tag, err := s.pool.Exec(ctx, `INSERT INTO prompts (version, prompt, created_ns) VALUES ($1, $2, $3)

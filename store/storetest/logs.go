@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -207,6 +208,9 @@ func statsEmptyAndInvalid(t *testing.T, e Env) {
 	wantErr(t, "negative bucket", err, store.ErrInvalid)
 	_, err = s.StatsSeries(T0, T0.Add(time.Hour), time.Millisecond)
 	wantErr(t, "too many buckets", err, store.ErrInvalid)
+	// 300 years is longer than a time.Duration holds: its bucket count is unknowable.
+	_, err = s.StatsSeries(T0.AddDate(-300, 0, 0), T0, time.Duration(math.MaxInt64/100))
+	wantErr(t, "window longer than a Duration", err, store.ErrInvalid)
 	series, err := s.StatsSeries(T0, T0.Add(store.MaxSeriesBuckets*time.Second), time.Second)
 	Must(t, err)
 	if len(series) != store.MaxSeriesBuckets || series[0].TotalRequests != 1 {

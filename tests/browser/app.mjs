@@ -15,11 +15,10 @@ import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { check, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
+import { begin, check, chromiumArgs, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -270,20 +269,10 @@ function stubSpeech(ctx) {
 // ---------------------------------------------------------------- main
 
 async function main() {
-  for (const [f, what] of [[bin, 'run "make build" first'], [chromiumPath, 'run scripts/deps.sh (Debian package chromium)']]) {
-    if (!fs.existsSync(f)) {
-      console.error(`app: ${f} is missing; ${what}`);
-      console.log('app: 0 passed, 1 failed');
-      return 1;
-    }
-  }
-  fs.rmSync(artifacts, { recursive: true, force: true });
-  fs.mkdirSync(artifacts, { recursive: true });
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replyd-app-'));
-  const cleanups = [];
+  const run = begin('app', steps, bin, chromiumPath, artifacts);
+  if (!run) return 1;
+  const { tmp, cleanups, llm, whisper } = run;
   try {
-    const models = path.join(tmp, 'models');
-    execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
 
     // The partner's speech for the fake microphone: espeak-ng, then 3 s of
     // silence (the file loops), so the page's silence detection ends it.
@@ -307,8 +296,8 @@ async function main() {
       REPLYD_ADDR: `127.0.0.1:${port}`,
       REPLYD_DATA_DIR: path.join(tmp, 'data'),
       REPLYD_ADMIN_KEY: adminKey,
-      REPLYD_LLM_MODEL: path.join(models, 'llm-demo.gguf'),
-      REPLYD_WHISPER_MODEL: path.join(models, 'whisper-demo.bin'),
+      REPLYD_LLM_MODEL: llm,
+      REPLYD_WHISPER_MODEL: whisper,
       REPLYD_VAD_MODEL: vadModel,
       REPLYD_CORS_ORIGINS: allowedOrigin,
       REPLYD_LOG_LEVEL: 'debug',
@@ -347,10 +336,7 @@ async function main() {
       const ctx = await chromium.launchPersistentContext(path.join(tmp, profile), {
         executablePath: chromiumPath,
         headless: true,
-        args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-          '--disable-component-update', '--disable-sync', '--no-first-run',
-          '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
-          `--use-file-for-fake-audio-capture=${audioFile}`,
+        args: [...chromiumArgs, `--use-file-for-fake-audio-capture=${audioFile}`,
           // A name that is not localhost: the page is then not a secure context.
           '--host-resolver-rules=MAP replyd.test 127.0.0.1'],
         viewport: TABLET,
@@ -1066,14 +1052,9 @@ async function main() {
       await page.click('#partner-add');
     }
   } catch (err) {
-    steps.setupFailed(err);
-  } finally {
-    for (const c of cleanups.reverse()) {
-      try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
-    }
-    fs.rmSync(tmp, { recursive: true, force: true });
+    steps.setupFailed(err); // the only way out of the try: finish always runs
   }
-  return steps.summary('app', artifacts);
+  return run.finish();
 }
 
 await exitWith(main);

@@ -1,11 +1,62 @@
 // What the browser test scripts (run.mjs for the admin page, app.mjs for the
-// conversation page) share: assertions, polling, steps that stop at the
-// first failure and the summary line, free ports, and the real replyd
-// process.
-import { spawn } from 'node:child_process';
+// conversation page) share: the start and end of a run, assertions,
+// polling, steps that stop at the first failure and the summary line, free
+// ports, the real replyd process and Chromium's flags.
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
+
+/** The start of a script's run: bin and Chromium must exist, artifacts is
+ * emptied, a temp dir made and replyd's demo models written into it (llm,
+ * whisper: their paths). When any of that fails it prints why and the
+ * summary line ("<label>: 0 passed, 1 failed") and returns null. finish
+ * runs cleanups, newest first, removes the temp dir, prints the steps'
+ * summary line and returns the exit status. */
+export function begin(label, steps, bin, chromiumPath, artifacts) {
+  for (const [f, what] of [[bin, 'run "make build" first'], [chromiumPath, 'run scripts/deps.sh (Debian package chromium)']]) {
+    if (!fs.existsSync(f)) {
+      console.error(`${label}: ${f} is missing; ${what}`);
+      console.log(`${label}: 0 passed, 1 failed`);
+      return null;
+    }
+  }
+  fs.rmSync(artifacts, { recursive: true, force: true });
+  fs.mkdirSync(artifacts, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `replyd-${label}-`));
+  const cleanups = [];
+  const run = {
+    tmp,
+    cleanups,
+    async finish() {
+      for (const c of cleanups.reverse()) {
+        try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
+      }
+      fs.rmSync(tmp, { recursive: true, force: true });
+      return steps.summary(label, artifacts);
+    },
+  };
+  try {
+    const models = path.join(tmp, 'models');
+    execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
+    run.llm = path.join(models, 'llm-demo.gguf');
+    run.whisper = path.join(models, 'whisper-demo.bin');
+    check(fs.existsSync(run.llm) && fs.existsSync(run.whisper), `replyd models demo did not write ${run.llm} and ${run.whisper}`);
+  } catch (err) {
+    steps.setupFailed(err);
+    fs.rmSync(tmp, { recursive: true, force: true });
+    steps.summary(label, artifacts);
+    return null;
+  }
+  return run;
+}
+
+/** Headless Chromium's flags for both scripts, a fake microphone (that
+ * needs no permission prompt) included. */
+export const chromiumArgs = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run',
+  '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
 
 export function check(cond, msg) {
   if (!cond) throw new Error(msg);

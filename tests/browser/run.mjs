@@ -13,11 +13,10 @@ import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { check, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
+import { begin, check, chromiumArgs, equal, exitWith, freePort, poll, startReplyd as startProcess, Steps } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -269,26 +268,10 @@ async function inferStatus(base, key) {
 // ---------------------------------------------------------------- main
 
 async function main() {
-  if (!fs.existsSync(bin)) {
-    console.error(`browser: ${bin} is missing; run "make build" first`);
-    console.log('browser: 0 passed, 1 failed');
-    return 1;
-  }
-  if (!fs.existsSync(chromiumPath)) {
-    console.error(`browser: ${chromiumPath} is missing; run scripts/deps.sh (Debian package chromium)`);
-    console.log('browser: 0 passed, 1 failed');
-    return 1;
-  }
-  fs.rmSync(artifacts, { recursive: true, force: true });
-  fs.mkdirSync(artifacts, { recursive: true });
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replyd-browser-'));
-  const cleanups = [];
+  const run = begin('browser', steps, bin, chromiumPath, artifacts);
+  if (!run) return 1;
+  const { tmp, cleanups, llm, whisper } = run;
   try {
-    const models = path.join(tmp, 'models');
-    execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
-    const llm = path.join(models, 'llm-demo.gguf');
-    const whisper = path.join(models, 'whisper-demo.bin');
-    check(fs.existsSync(llm) && fs.existsSync(whisper), `replyd models demo did not write ${llm} and ${whisper}`);
 
     const hook = await startWebhook();
     cleanups.push(hook.close);
@@ -310,10 +293,7 @@ async function main() {
     const context = await chromium.launchPersistentContext(path.join(tmp, 'chromium-profile'), {
       executablePath: chromiumPath,
       headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--no-first-run',
-        // A fake microphone (a tone) that needs no permission prompt, for the recording test.
-        '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'],
+      args: chromiumArgs, // its fake microphone (a tone) is for the recording test
       viewport: DESKTOP,
       permissions: ['clipboard-read', 'clipboard-write', 'microphone'],
       timeout: 60000,
@@ -906,14 +886,9 @@ async function main() {
       check(offsite.length === 0, `requests elsewhere: ${offsite.join(', ')}`);
     });
   } catch (err) {
-    steps.setupFailed(err);
-  } finally {
-    for (const c of cleanups.reverse()) {
-      try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
-    }
-    fs.rmSync(tmp, { recursive: true, force: true });
+    steps.setupFailed(err); // the only way out of the try: finish always runs
   }
-  return steps.summary('browser', artifacts);
+  return run.finish();
 }
 
 await exitWith(main);
