@@ -2,7 +2,7 @@
 // used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
 import { $, h, showError, timeEl, shortHash, fmtInt } from './util.js';
-import { t } from '../app/i18n/i18n.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 import tablets from './tablets.js';
 
 let ctx;
@@ -45,7 +45,8 @@ function render(items) {
       h('td', { 'data-label': t('admin.status') },
         h('span', { class: `badge ${active ? 'ok' : 'bad'}`, text: active ? t('admin.keyActive') : t('admin.keyRevoked') }),
         revokedAt ? h('span', { class: 'hint block' }, t('admin.revokedAt'), ' ', revokedAt) : ''),
-      h('td', { 'data-label': t('admin.scopes'), text: (k.Scopes || []).join(', ') || '–' }),
+      // Scope names are the API's words: translate=no keeps them as they are.
+      h('td', { 'data-label': t('admin.scopes'), translate: 'no', text: (k.Scopes || []).join(', ') || '–' }),
       h('td', { 'data-label': t('admin.perMinute'), class: 'num', text: k.RateLimitPerMinute === 0 ? t('admin.noLimit') : fmtInt(k.RateLimitPerMinute) }),
       h('td', { 'data-label': t('admin.created') }, timeEl(k.CreatedAt)),
       // LastUsedAt is written at most once a minute per key.
@@ -107,7 +108,7 @@ async function create(ev) {
     const r = await api('POST', '/v1/admin/keys', { json: body });
     showError($('#keys-error'), null);
     $('#keys-msg').textContent = '';
-    $('#key-created-h').textContent = t('admin.keyFor', { client: r.client_id || body.client_id });
+    $('#key-created-h').replaceChildren(...nodes('admin.keyFor', { client: h('span', { id: 'key-created-client', text: r.client_id || body.client_id }) }));
     $('#key-created-value').value = r.api_key;
     $('#key-created-warnings').replaceChildren(...(r.warnings || []).map((w) => h('p', { text: t('admin.keyWarning', { warning: w }) })));
     $('#key-created').hidden = false;

@@ -2,7 +2,7 @@
 // readable before it is restored), restore.
 import { api } from './api.js';
 import { $, h, showError, timeEl, fmtRate, fmtInt } from './util.js';
-import { t } from '../app/i18n/i18n.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 
 let ctx;
 let saved = ''; // the text of the current version, to tell edits apart
@@ -35,7 +35,8 @@ async function load() {
     showError(err, null);
     saved = (cur && cur.prompt) || '';
     $('#prompt-text').value = saved;
-    $('#prompt-label').textContent = cur && cur.version ? t('admin.promptLabel', { version: cur.version }) : t('admin.promptNoVersion');
+    const v = h('span', { id: 'prompt-version', text: (cur && cur.version) || t('admin.noneValue') });
+    $('#prompt-label').replaceChildren(...nodes('admin.promptLabel', { version: v }));
     current = (cur && cur.version) || '';
     renderHistory((hist && hist.items) || [], cur && cur.version);
   } catch (e) {

@@ -61,7 +61,8 @@ function render() {
     h('td', { class: 'num', 'data-label': t('admin.outcomes'), text: fmtInt(v.outcomes) }),
     h('td', { class: 'num', 'data-label': t('admin.spoken'), text: fmtInt(v.accepted) }), h('td', { class: 'num', 'data-label': t('admin.acceptance'), text: fmtRate(v.acceptance_rate) }))));
   $('#stats-ksr tbody').replaceChildren(...(r.ksr || []).map((k) => h('tr', { 'data-mode': k.steer_mode },
-    h('th', { scope: 'row', text: k.steer_mode }), h('td', { 'data-label': t('admin.promptVersion'), text: k.prompt_version }),
+    // The mode is the API's word (none, words, prefix, replace).
+    h('th', { scope: 'row', translate: 'no', text: k.steer_mode }), h('td', { 'data-label': t('admin.promptVersion'), text: k.prompt_version }),
     h('td', { class: 'num', 'data-label': t('admin.replies'), text: fmtInt(k.replies) }), h('td', { class: 'num', 'data-label': t('admin.characters'), text: fmtInt(k.chars) }),
     h('td', { class: 'num', 'data-label': t('admin.keysAndSelections'), text: fmtInt(k.actions) }), h('td', { class: 'num', 'data-label': t('admin.keystrokeSaving'), text: fmtRate(k.ksr) }))));
   $('#stats-keys tbody').replaceChildren(...(r.by_key || []).map((k) => h('tr', {},

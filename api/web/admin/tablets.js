@@ -3,8 +3,8 @@
 // own key (POST /v1/pair), so nobody types or sees the key. While the panel
 // is open the key list is polled, and the panel says when the tablet paired.
 import { api } from './api.js';
-import { $, showError, fmtTime } from './util.js';
-import { t } from '../app/i18n/i18n.js';
+import { $, h, showError, fmtTime } from './util.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 
 let ctx;
 let poll = null;
@@ -38,7 +38,7 @@ async function create() {
   try {
     const r = await api('POST', '/v1/admin/pairings', { json: ctx.settings() });
     showError($('#keys-error'), null);
-    $('#pairing-h').textContent = t('admin.pairingFor', { client: r.client_id || t('admin.noClientId') });
+    $('#pairing-h').replaceChildren(...nodes('admin.pairingFor', { client: h('span', { id: 'pairing-client', text: r.client_id || t('admin.noClientId') }) }));
     $('#pairing-code').textContent = grouped(r.pairing_code);
     $('#pairing-qr').src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(r.qr_svg)}`;
     $('#pairing-qr').hidden = false;

@@ -616,7 +616,10 @@ async function redeem(code) {
     $('#listen').focus();
   } catch (err) {
     $('#pair-msg').textContent = '';
-    $('#pair-error').textContent = err.status === 0 ? msg('app.unreachablePair') : errorText(err);
+    let why = errorText(err);
+    if (err.status === 0) why = msg('app.unreachablePair');
+    else if (err.status === 401) why = msg('app.pairCodeWrong');
+    $('#pair-error').textContent = why;
     $('#pair-code').focus();
   } finally {
     btn.disabled = false;

@@ -99,6 +99,25 @@ export function t(key, values) {
 }
 
 /**
+ * The string of key as nodes, where a value that is a DOM node (an element
+ * the page keeps, such as a <span id=...>) stands in its placeholder's
+ * place, so that each language puts it where its word order wants it.
+ */
+export function nodes(key, values) {
+  const marks = {};
+  const plainValues = {};
+  for (const [k, v] of Object.entries(values || {})) {
+    if (v instanceof Node) {
+      marks[k] = v;
+      plainValues[k] = `\u0000${k}\u0000`;
+    } else {
+      plainValues[k] = v;
+    }
+  }
+  return t(key, plainValues).split('\u0000').map((part, i) => (i % 2 === 1 && marks[part] ? marks[part] : document.createTextNode(part)));
+}
+
+/**
  * Puts text into el, where **word** in it is bold (a <strong>): the
  * catalogs carry no HTML.
  */
