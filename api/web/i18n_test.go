@@ -188,6 +188,11 @@ var keyUses = []*regexp.Regexp{
 
 var tableKey = regexp.MustCompile(`'(admin\.[\w.]+)'`)
 
+var (
+	importsI18n = regexp.MustCompile(`import \{([^}]*)\} from '[^']*i18n\.js'`)
+	shadowsT    = regexp.MustCompile(`\b(?:const|let|var)\s+t\b|\(\s*t\s*[,)]|[(,]\s*t\s*\)\s*=>|\bt\s*=>`)
+)
+
 func TestKeysUsedAreInEnglish(t *testing.T) {
 	en := readCatalog(t, "en")
 	used := 0
@@ -201,6 +206,13 @@ func TestKeysUsedAreInEnglish(t *testing.T) {
 				return err
 			}
 			src := string(b)
+			// A local t hides the catalog's t(): the page would throw "t is
+			// not a function" where it means a string.
+			if importsPlainT(src) {
+				if m := shadowsT.FindString(src); m != "" {
+					t.Errorf("%s imports t() from the catalogs and declares a local t (%q)", p, m)
+				}
+			}
 			var keys []string
 			for _, m := range keyUses[0].FindAllStringSubmatch(src, -1) {
 				keys = append(keys, m[1])
@@ -233,6 +245,19 @@ func TestKeysUsedAreInEnglish(t *testing.T) {
 	if used < 300 {
 		t.Errorf("found %d key uses: the patterns no longer match how the pages call t()", used)
 	}
+}
+
+// importsPlainT reports whether src imports t from i18n.js under its own
+// name (not "t as msg").
+func importsPlainT(src string) bool {
+	for _, m := range importsI18n.FindAllStringSubmatch(src, -1) {
+		for _, name := range strings.Split(m[1], ",") {
+			if strings.TrimSpace(name) == "t" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Every error code the API sends has a message of its own: the pages show

@@ -99,7 +99,7 @@ async function startRecording() {
   const chunks = [];
   recorder.addEventListener('dataavailable', (ev) => { if (ev.data.size) chunks.push(ev.data); });
   recorder.addEventListener('stop', () => {
-    stream.getTracks().forEach((t) => t.stop());
+    stream.getTracks().forEach((track) => track.stop());
     clearInterval(recTimer);
     $('#try-rec-time').textContent = '';
     const blob = new Blob(chunks, { type: recorder.mimeType || 'audio/webm' });
@@ -194,17 +194,17 @@ function render(r, hadAudio) {
   tr.classList.toggle('empty', !text);
   const cands = r.candidates && r.candidates.length
     ? r.candidates.slice().sort((a, b) => (a.rank ?? 0) - (b.rank ?? 0))
-    : (r.response || []).map((t) => ({ text: t }));
+    : (r.response || []).map((text) => ({ text }));
   $('#try-candidates').replaceChildren(...(cands.length
     ? cands.map((c) => h('li', {}, h('span', { class: 'cand', text: c.text }),
       c.language ? h('span', { class: 'hint', text: ` ${c.language}` }) : ''))
     : [h('li', { class: 'empty', text: t('admin.noCandidates') })]));
-  const t = r.timings_ms || {};
-  const total = t.total || 0;
-  $('#try-timings tbody').replaceChildren(...stages.filter(([k]) => k in t).map(([k, name]) => h('tr', { 'data-stage': k },
+  const ms = r.timings_ms || {};
+  const total = ms.total || 0;
+  $('#try-timings tbody').replaceChildren(...stages.filter(([k]) => k in ms).map(([k, name]) => h('tr', { 'data-stage': k },
     h('th', { scope: 'row', text: t(name) }),
-    h('td', { class: 'num', text: fmtInt(t[k]) }),
-    h('td', {}, k === 'total' ? '' : h('meter', { min: 0, max: total || 1, value: t[k] || 0, 'aria-hidden': 'true' })),
+    h('td', { class: 'num', text: fmtInt(ms[k]) }),
+    h('td', {}, k === 'total' ? '' : h('meter', { min: 0, max: total || 1, value: ms[k] || 0, 'aria-hidden': 'true' })),
   )));
   const box = $('#try-result');
   box.hidden = false;
