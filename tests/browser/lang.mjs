@@ -221,10 +221,14 @@ async function main() {
         await admin.setViewportSize(PHONE);
         await shot(`${lang}-admin-signin-phone`, admin);
         await admin.setViewportSize(TABLET);
-        // A wrong key: the error is the catalog's, not the API's English.
+        // A wrong key: the error is the catalog's, not the API's English
+        // (answered as replyd answers it, so that failed sign-ins do not
+        // add up over the three languages).
+        await admin.route('**/v1/admin/status', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: JSON.stringify({ error: 'unauthorized', message: 'Missing or invalid admin credential.' }) }));
         await admin.fill('#admin-key', 'not-the-admin-key');
         await admin.click('#key-login');
         await until(async () => (await admin.textContent('#login-error')).trim(), 'the error');
+        await admin.unroute('**/v1/admin/status');
         await noEnglish(admin, lang, 'with a sign-in error');
         await admin.fill('#admin-key', adminKey);
         await admin.click('#key-login');
@@ -267,9 +271,13 @@ async function main() {
         await page.goto(`${base}/app/`);
         await until(() => page.isVisible('#view-pair'), 'the pairing view');
         await htmlLang(page, lang);
+        // A wrong code, answered as replyd answers it: three languages of
+        // real wrong codes in a minute would meet the pairing throttle.
+        await page.route('**/v1/pair', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: JSON.stringify({ error: 'unauthorized', message: 'The pairing code is not valid.' }) }));
         await page.fill('#pair-code', '2222-2222');
         await page.click('#pair-submit');
         await until(async () => (await page.textContent('#pair-error')).trim(), 'the wrong-code message');
+        await page.unroute('**/v1/pair');
         await noEnglish(page, lang, 'on the pairing view with an error');
         await axe(`on the pairing view in ${lang}`);
         await page.setViewportSize(PHONE);
