@@ -32,7 +32,7 @@ func TestAppPage(t *testing.T) {
 		}
 	}
 
-	types := map[string]string{".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml", ".webmanifest": "application/manifest+json", ".png": "image/png"}
+	types := map[string]string{".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml", ".webmanifest": "application/manifest+json", ".png": "image/png", ".json": "application/json", ".md": "text/markdown"}
 	n := 0
 	err := fs.WalkDir(web.AppFS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

@@ -356,7 +356,7 @@ func (p *Program) put(st State, r rune) (State, bool) {
 func (p *Program) wordRune(st State, s *seg, r rune) (State, bool) {
 	f := fold(r)
 	k := int(st.pos)
-	if k < len(s.entry) && s.entry[k] != f {
+	if k < len(s.entry) && !fits(s.entry[k], f) {
 		return st, false
 	}
 	if s.whole && k >= len(s.entry) {

@@ -8,6 +8,12 @@
 // words. Text is compared after the cleaning every reply gets (Clean):
 // whitespace collapsed to single spaces and trimmed.
 //
+// Letters compare without case, and a plain letter typed by the user
+// matches the same letter with diacritics in the reply ("u" matches "ü",
+// "e" matches "é", "и" matches "й", "ا" matches "أ"), in every
+// language; a letter typed with its diacritic matches only itself ("ü" does
+// not match "u", "ñ" does not match "n"). See fits.
+//
 // A Program is a compiled constraint; a State is where a reply written so
 // far stands in it. States are small comparable values: the sampler keeps
 // one per candidate and caches the set of tokens allowed in each.
@@ -18,6 +24,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/replyd/replyd/engine"
 )
@@ -87,6 +95,46 @@ func fold(r rune) rune {
 		return r
 	}
 	return unicode.ToLower(r)
+}
+
+// plain maps a (lower-case) letter with diacritics to its plain letter:
+// the first rune of its canonical decomposition when the rest are
+// combining marks (é → e, ü → u, ą → a, й → и, أ → ا), and the letters
+// Unicode does not decompose but whose users write them plain (ł, ø, đ).
+var plain = func() map[rune]rune {
+	m := map[rune]rune{'ł': 'l', 'ø': 'o', 'đ': 'd', 'ħ': 'h'}
+	for r := rune(0xC0); r < 0x2000; r++ {
+		if !unicode.IsLetter(r) {
+			continue
+		}
+		d := []rune(norm.NFD.String(string(r)))
+		if len(d) < 2 || !unicode.IsLetter(d[0]) {
+			continue
+		}
+		marks := true
+		for _, c := range d[1:] {
+			marks = marks && unicode.Is(unicode.Mn, c)
+		}
+		if marks {
+			m[r] = d[0]
+		}
+	}
+	return m
+}()
+
+// fits reports whether the folded rune r of a reply fits the folded rune
+// e the user typed: the same letter, or e is a plain letter and r is e
+// with diacritics. The sampler calls it for every rune that differs from
+// the entry's, so the equal case costs one comparison.
+func fits(e, r rune) bool {
+	if e == r {
+		return true
+	}
+	if r < utf8.RuneSelf {
+		return false
+	}
+	p, ok := plain[r]
+	return ok && p == e
 }
 
 func foldString(s string) []rune {
@@ -254,8 +302,13 @@ func Matches(s engine.Steer, text string) bool {
 			entry := s.Words[i]
 			whole := strings.HasSuffix(entry, " ")
 			e, got := foldString(strings.TrimSuffix(entry, " ")), foldString(w.Text)
-			if len(got) < len(e) || (whole && len(got) != len(e)) || string(got[:len(e)]) != string(e) {
+			if len(got) < len(e) || (whole && len(got) != len(e)) {
 				return false
+			}
+			for k := range e {
+				if !fits(e[k], got[k]) {
+					return false
+				}
 			}
 		}
 		return true
@@ -288,7 +341,7 @@ func Matches(s engine.Steer, text string) bool {
 			initial = w.Text
 		}
 		fi, fm := foldString(initial), foldString(mid)
-		return fi[0] == fm[0] && string(fm) != string(foldString(w.Text))
+		return fits(fi[0], fm[0]) && string(fm) != string(foldString(w.Text))
 	}
 	return false
 }

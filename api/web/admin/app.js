@@ -1,6 +1,7 @@
 // The replyd admin page: sign-in, the hash router (#/keys, ...) and the views.
 import { api, auth, onUnauthorized } from './api.js';
-import { $, showError, fmtTime } from './util.js';
+import { $, showError, fmtTime, setLocale } from './util.js';
+import { load as loadCatalog, pick, translate, t, errorText, LANGS, NAMES } from '../app/i18n/i18n.js';
 import status from './status.js';
 import keys from './keys.js';
 import users from './users.js';
@@ -51,7 +52,7 @@ function show(name, focus) {
     else a.removeAttribute('aria-current');
   }
   const heading = $(`#view-${name} h1`);
-  document.title = `${heading.textContent} · replyd admin`;
+  document.title = t('admin.pageTitle', { view: heading.textContent });
   if (focus) heading.focus();
   current = signedIn ? name : null;
   if (signedIn) views[name].enter();
@@ -102,8 +103,9 @@ function initLogin() {
     sendBtn.disabled = true;
     try {
       const r = await api('POST', '/v1/admin/otp/send', { anonymous: true });
-      const until = r && r.expires_at ? `; it is valid until ${fmtTime(r.expires_at)}` : '';
-      $('#otp-sent').textContent = `Code sent${r && r.channel ? ` through ${r.channel}` : ''}${until}.`;
+      const sent = r && r.channel ? t('admin.codeSentThrough', { channel: r.channel }) : t('admin.codeSent');
+      const until = r && r.expires_at ? ` ${t('admin.codeValidUntil', { time: fmtTime(r.expires_at) })}` : '';
+      $('#otp-sent').textContent = `${sent}${until}`;
       $('#otp-code').focus();
     } catch (err) {
       showError($('#login-error'), err);
@@ -123,8 +125,8 @@ function initLogin() {
       auth.setSession(r.session_token);
       await afterSignIn();
     } catch (err) {
-      if (err.status === 401) err.message = `${err.message} Check the code or send a new one.`;
       showError($('#login-error'), err);
+      if (err.status === 401) $('#login-error').textContent += ` ${t('admin.checkCode')}`;
       $('#otp-code').select();
     } finally {
       btn.disabled = false;
@@ -154,16 +156,39 @@ function initLogin() {
     if (auth.isSession()) {
       try { await api('DELETE', '/v1/admin/session'); } catch { /* signed out locally anyway */ }
     }
-    signOut('You are signed out.');
+    signOut(t('admin.signedOut'));
   });
 }
 
-function init() {
+const LANG_KEY = 'replyd.admin.lang';
+
+/** The language switch in the header: "" follows the browser. Choosing
+ * one keeps it in this browser and reloads the page in it. */
+function initLanguage() {
+  const sel = $('#lang');
+  sel.replaceChildren(new Option(t('admin.langBrowser'), ''), ...LANGS.map((code) => {
+    const o = new Option(NAMES[code], code);
+    o.lang = code;
+    return o;
+  }));
+  sel.value = localStorage.getItem(LANG_KEY) || '';
+  sel.addEventListener('change', () => {
+    if (sel.value) localStorage.setItem(LANG_KEY, sel.value);
+    else localStorage.removeItem(LANG_KEY);
+    location.reload();
+  });
+}
+
+async function init() {
+  const lang = await loadCatalog(localStorage.getItem(LANG_KEY) || pick());
+  setLocale(lang);
+  translate();
+  initLanguage();
   initLogin();
   const ctx = { confirm: confirmDialog, setDemoBanner };
   for (const v of Object.values(views)) v.init(ctx);
   onUnauthorized((err) => {
-    if (current) signOut(`Signed out: ${err.message}`);
+    if (current) signOut(t('admin.signedOutBecause', { reason: errorText(err) }));
   });
   $('#skip').addEventListener('click', (ev) => {
     ev.preventDefault();

@@ -1,5 +1,6 @@
 // A small SVG bar chart drawn to the width of its container.
-import { h, fmtShort } from './util.js';
+import { h, fmtShort, fmtHourMinute, getLocale } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 
 const HEIGHT = 180;
 const PAD = { top: 12, right: 8, bottom: 26, left: 40 };
@@ -8,7 +9,6 @@ const PAD = { top: 12, right: 8, bottom: 26, left: 40 };
 // they never run together on a phone.
 const CHAR_W = 7;
 const GAP = 10;
-const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
 
 function niceMax(v) {
   if (v <= 4) return 4;
@@ -36,15 +36,18 @@ export function barChart(figure, points, label, opts = {}) {
   const total = points.reduce((s, p) => s + p.v, 0);
   const peak = points.reduce((b, p) => (p.v > (b ? b.v : -1) ? p : b), null);
 
-  const summary = !points.length ? `${label}: no data.`
-    : unit ? `${label}: ${points.map((p) => `${name(p)} ${p.v}${unit}`).join(', ')}.`
-      : `${label}: ${points.length} intervals, ${total} in all, peak ${peak.v} at ${name(peak)}.`;
-  const svg = h('svg', { viewBox: `0 0 ${width} ${HEIGHT}`, width, height: HEIGHT, role: 'img', 'aria-label': summary });
+  const num = new Intl.NumberFormat(getLocale(), { maximumFractionDigits: 1 });
+  const val = (v) => (unit === '%' ? new Intl.NumberFormat(getLocale(), { style: 'percent', maximumFractionDigits: 1 }).format(v / 100) : num.format(v));
+  const summary = !points.length ? t('admin.chartNoData', { label })
+    : unit ? t('admin.chartValues', { label, values: points.map((p) => `${name(p)} ${val(p.v)}`).join(', ') })
+      : t('admin.chartSummary', { label, n: points.length, total, peak: peak.v, at: name(peak) });
+  // The chart keeps time running left to right in every language.
+  const svg = h('svg', { viewBox: `0 0 ${width} ${HEIGHT}`, width, height: HEIGHT, role: 'img', 'aria-label': summary, dir: 'ltr' });
 
   for (const v of [0, max / 2, max]) {
     svg.append(
       h('line', { svg: true, class: 'grid', x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v) }),
-      h('text', { svg: true, class: 'tick', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', text: `${Math.round(v * 10) / 10}${unit}` }),
+      h('text', { svg: true, class: 'tick', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', text: val(Math.round(v * 10) / 10) }),
     );
   }
   const n = points.length;
@@ -54,14 +57,14 @@ export function barChart(figure, points, label, opts = {}) {
     const x = PAD.left + i * slot + (slot - barW) / 2;
     const top = y(p.v);
     svg.append(h('rect', { svg: true, class: 'bar', x, y: top, width: barW, height: Math.max(0, PAD.top + plotH - top) },
-      h('title', { svg: true, text: `${name(p)}: ${p.v}${unit}` })));
+      h('title', { svg: true, text: `${name(p)}: ${val(p.v)}` })));
   });
   if (n) {
     // Labels go only where they do not touch one already placed, so they
     // never run together on a phone: each category in order, or for times
     // the first, the last and then the middle (the clock alone within a day).
     const categories = points[0].name !== undefined && n <= 8;
-    const timeFmt = n > 1 && points[0].t && points[n - 1].t - points[0].t < 20 * 3600e3 ? (d) => clockFmt.format(d) : fmtShort;
+    const timeFmt = n > 1 && points[0].t && points[n - 1].t - points[0].t < 20 * 3600e3 ? fmtHourMinute : fmtShort;
     const text = (p) => (p.name !== undefined ? p.name : timeFmt(p.t));
     const placed = [];
     const label = (i, anchor) => {
@@ -81,7 +84,7 @@ export function barChart(figure, points, label, opts = {}) {
       if (n > 2) label(Math.floor((n - 1) / 2), 'middle');
     }
   } else {
-    svg.append(h('text', { svg: true, class: 'tick', x: width / 2, y: HEIGHT / 2, 'text-anchor': 'middle', text: 'No data' }));
+    svg.append(h('text', { svg: true, class: 'tick', x: width / 2, y: HEIGHT / 2, 'text-anchor': 'middle', text: t('admin.noData') }));
   }
   figure.append(svg);
 }

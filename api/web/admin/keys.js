@@ -1,14 +1,15 @@
 // Keys view: list (optionally with revoked keys) with when each key was last
 // used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
-import { $, h, showError, timeEl, shortHash } from './util.js';
+import { $, h, showError, timeEl, shortHash, fmtInt } from './util.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 import tablets from './tablets.js';
 
 let ctx;
 
 function hideCreated() {
   $('#key-created-value').value = '';
-  $('#key-created-client').textContent = '';
+  $('#key-created-h').textContent = '';
   $('#key-copy-msg').textContent = '';
   $('#key-created-warnings').replaceChildren();
   $('#key-created').hidden = true;
@@ -40,31 +41,31 @@ function render(items) {
     const active = k.Status === 'active';
     const revokedAt = timeEl(k.RevokedAt);
     return h('tr', { 'data-hash': k.APIKeyHash, 'data-client': k.ClientID, class: active ? '' : 'dim' },
-      h('th', { scope: 'row', text: k.ClientID || '(none)' }),
-      h('td', { 'data-label': 'Status' },
-        h('span', { class: `badge ${active ? 'ok' : 'bad'}`, text: k.Status }),
-        revokedAt ? h('span', { class: 'hint block' }, 'at ', revokedAt) : ''),
-      h('td', { 'data-label': 'Scopes', text: (k.Scopes || []).join(', ') || '–' }),
-      h('td', { 'data-label': 'Per minute', class: 'num', text: k.RateLimitPerMinute === 0 ? 'no limit' : k.RateLimitPerMinute ?? '–' }),
-      h('td', { 'data-label': 'Created' }, timeEl(k.CreatedAt)),
+      h('th', { scope: 'row', text: k.ClientID || t('admin.noClientId') }),
+      h('td', { 'data-label': t('admin.status') },
+        h('span', { class: `badge ${active ? 'ok' : 'bad'}`, text: active ? t('admin.keyActive') : t('admin.keyRevoked') }),
+        revokedAt ? h('span', { class: 'hint block' }, t('admin.revokedAt'), ' ', revokedAt) : ''),
+      // Scope names are the API's words: translate=no keeps them as they are.
+      h('td', { 'data-label': t('admin.scopes'), translate: 'no', text: (k.Scopes || []).join(', ') || '–' }),
+      h('td', { 'data-label': t('admin.perMinute'), class: 'num', text: k.RateLimitPerMinute === 0 ? t('admin.noLimit') : fmtInt(k.RateLimitPerMinute) }),
+      h('td', { 'data-label': t('admin.created') }, timeEl(k.CreatedAt)),
       // LastUsedAt is written at most once a minute per key.
-      h('td', { 'data-label': 'Last used' }, timeEl(k.LastUsedAt) || 'never'),
-      h('td', { 'data-label': 'Key hash', class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
+      h('td', { 'data-label': t('admin.lastUsed') }, timeEl(k.LastUsedAt) || t('admin.never')),
+      h('td', { 'data-label': t('admin.keyHash'), class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
       h('td', { class: 'actions' }, active
-        ? h('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke key ${k.ClientID}`, text: 'Revoke', onclick: () => revoke(k) })
+        ? h('button', { type: 'button', class: 'danger small', 'aria-label': t('admin.revokeKeyOf', { client: k.ClientID }), text: t('admin.revoke'), onclick: () => revoke(k) })
         : ''),
     );
   }));
 }
 
 async function revoke(k) {
-  const ok = await ctx.confirm('Revoke this key?',
-    `Apps using the key for ${k.ClientID} stop working at once. A revoked key cannot be restored.`, 'Revoke key');
+  const ok = await ctx.confirm(t('admin.revokeQ'), t('admin.revokeText', { client: k.ClientID }), t('admin.revokeKey'));
   if (!ok) return;
   try {
     await api('DELETE', `/v1/admin/keys/${encodeURIComponent(k.APIKeyHash)}`);
     showError($('#keys-error'), null);
-    $('#keys-msg').textContent = `Key for ${k.ClientID} revoked.`;
+    $('#keys-msg').textContent = t('admin.keyRevokedMsg', { client: k.ClientID });
   } catch (err) {
     showError($('#keys-error'), err);
   }
@@ -88,8 +89,8 @@ async function loadUsers() {
   try {
     const r = await api('GET', '/v1/admin/users');
     const chosen = sel.value;
-    sel.replaceChildren(h('option', { value: '', text: 'Its own' }),
-      ...((r && r.items) || []).map((u) => h('option', { value: u.user, text: `Shared with ${u.user}` })));
+    sel.replaceChildren(h('option', { value: '', text: t('admin.itsOwn') }),
+      ...((r && r.items) || []).map((u) => h('option', { value: u.user, text: t('admin.sharedWith', { user: u.user }) })));
     sel.value = chosen;
     if (sel.value !== chosen) sel.value = '';
   } catch {
@@ -107,9 +108,9 @@ async function create(ev) {
     const r = await api('POST', '/v1/admin/keys', { json: body });
     showError($('#keys-error'), null);
     $('#keys-msg').textContent = '';
-    $('#key-created-client').textContent = r.client_id || body.client_id;
+    $('#key-created-h').replaceChildren(...nodes('admin.keyFor', { client: h('span', { id: 'key-created-client', text: r.client_id || body.client_id }) }));
     $('#key-created-value').value = r.api_key;
-    $('#key-created-warnings').replaceChildren(...(r.warnings || []).map((w) => h('p', { text: `Note: ${w}.` })));
+    $('#key-created-warnings').replaceChildren(...(r.warnings || []).map((w) => h('p', { text: t('admin.keyWarning', { warning: w }) })));
     $('#key-created').hidden = false;
     $('#key-created').focus();
     $('#kc-client').value = '';
@@ -126,13 +127,13 @@ async function copy() {
   const msg = $('#key-copy-msg');
   try {
     await navigator.clipboard.writeText(input.value);
-    msg.textContent = 'Copied to the clipboard.';
+    msg.textContent = t('admin.copied');
   } catch {
     // No clipboard API (plain HTTP on a LAN): select the text for the admin.
     input.focus();
     input.select();
     const copied = document.execCommand && document.execCommand('copy');
-    msg.textContent = copied ? 'Copied to the clipboard.' : 'The key is selected: copy it with your device\'s copy command.';
+    msg.textContent = copied ? t('admin.copied') : t('admin.keySelected');
   }
 }
 

@@ -1,6 +1,7 @@
 // Logs view: filters (level, stream, window or since) and auto-refresh.
 import { api } from './api.js';
-import { $, h, showError, timeEl, shortHash, fmtClock } from './util.js';
+import { $, h, showError, timeEl, shortHash, fmtClock, fmtMs } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 
 const REFRESH_MS = 5000;
 let timer = 0;
@@ -29,7 +30,7 @@ async function load() {
     showError($('#logs-error'), null);
     const items = (r && r.items) || [];
     render(items);
-    $('#logs-meta').textContent = `${items.length} ${items.length === 1 ? 'entry' : 'entries'}, updated ${fmtClock()}.`;
+    $('#logs-meta').textContent = t('admin.logsMeta', { n: items.length, time: fmtClock() });
   } catch (err) {
     if (err.name !== 'AbortError') showError($('#logs-error'), err);
   } finally {
@@ -41,23 +42,28 @@ async function load() {
 // request, and the box that wrote the entry (several boxes share one log).
 function detail(e) {
   const parts = [];
-  if (e.status) parts.push(`HTTP ${e.status}${e.latency_ms ? `, ${e.latency_ms} ms` : ''}`);
-  if (e.node) parts.push(`on ${e.node}`);
+  if (e.status) parts.push(`HTTP ${e.status}${e.latency_ms ? `, ${fmtMs(e.latency_ms)}` : ''}`);
+  if (e.node) parts.push(t('admin.onNode', { node: e.node }));
   return parts.join(', ');
 }
 
+// The level and stream names as the filters show them.
+const levelName = (l) => ({ info: t('admin.info'), warn: t('admin.warn'), error: t('admin.error') }[l] || l || '');
+const streamName = (s) => ({ infer: t('admin.infer'), admin: t('admin.admin'), auth: t('admin.auth') }[s] || s || '');
+
 function render(items) {
   const rows = items.map((e) => h('tr', { 'data-stream': e.stream_name, 'data-level': e.level },
-    h('td', { 'data-label': 'Time', class: 'nowrap' }, timeEl(e.timestamp)),
-    h('td', { 'data-label': 'Level' }, h('span', { class: `badge lvl-${e.level}`, text: e.level })),
-    h('td', { 'data-label': 'Stream', text: e.stream_name || '' }),
-    h('td', { 'data-label': 'Message', class: 'wrap' }, e.message || '',
+    h('td', { 'data-label': t('admin.time'), class: 'nowrap' }, timeEl(e.timestamp)),
+    h('td', { 'data-label': t('admin.level') }, h('span', { class: `badge lvl-${e.level}`, text: levelName(e.level) })),
+    h('td', { 'data-label': t('admin.stream'), text: streamName(e.stream_name) }),
+    // The message is replyd's own log line (English, as in its log).
+    h('td', { 'data-label': t('admin.message'), class: 'wrap', lang: 'en' }, e.message || '',
       e.status || e.node ? h('span', { class: 'hint block', text: detail(e) }) : ''),
-    h('td', { 'data-label': 'Client', class: 'wrap', text: e.client_id == null ? '–' : e.client_id || '(none)' }),
-    h('td', { 'data-label': 'Resource', class: 'mono', title: e.resource_id || '' },
+    h('td', { 'data-label': t('admin.client'), class: 'wrap', text: e.client_id == null ? '–' : e.client_id || t('admin.noClientId') }),
+    h('td', { 'data-label': t('admin.resource'), class: 'mono', title: e.resource_id || '' },
       e.resource_type ? `${e.resource_type} ${shortHash(e.resource_id)}` : ''),
   ));
-  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 6, text: 'No entries match.' })));
+  if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 6, text: t('admin.noEntries') })));
   $('#logs-table tbody').replaceChildren(...rows);
 }
 

@@ -2,16 +2,18 @@
 // readable before it is restored), restore.
 import { api } from './api.js';
 import { $, h, showError, timeEl, fmtRate, fmtInt } from './util.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 
 let ctx;
 let saved = ''; // the text of the current version, to tell edits apart
+let current = ''; // its version
 let acceptance = new Map(); // version -> its by_prompt_version entry
 
 /** What the outcome loop says about one version, in words. */
 function acceptanceText(version) {
   const v = acceptance.get(version);
-  if (!v || !v.outcomes) return 'no outcomes reported';
-  return `${fmtRate(v.acceptance_rate)} spoken (${fmtInt(v.outcomes)} outcomes)`;
+  if (!v || !v.outcomes) return t('admin.noOutcomes');
+  return t('admin.versionAcceptance', { rate: fmtRate(v.acceptance_rate), n: v.outcomes });
 }
 
 const dirty = () => $('#prompt-text').value !== saved;
@@ -33,7 +35,9 @@ async function load() {
     showError(err, null);
     saved = (cur && cur.prompt) || '';
     $('#prompt-text').value = saved;
-    $('#prompt-version').textContent = (cur && cur.version) || 'none';
+    const v = h('span', { id: 'prompt-version', text: (cur && cur.version) || t('admin.noneValue') });
+    $('#prompt-label').replaceChildren(...nodes('admin.promptLabel', { version: v }));
+    current = (cur && cur.version) || '';
     renderHistory((hist && hist.items) || [], cur && cur.version);
   } catch (e) {
     showError(err, e);
@@ -47,15 +51,15 @@ function renderHistory(items, currentVersion) {
     return h('li', { 'data-version': p.version },
       h('details', {},
         h('summary', {},
-          h('span', { class: 'ver', text: `Version ${p.version}` }),
-          isCurrent ? h('span', { class: 'badge ok', text: 'current' }) : '',
+          h('span', { class: 'ver', text: t('admin.versionN', { version: p.version }) }),
+          isCurrent ? h('span', { class: 'badge ok', text: t('admin.current') }) : '',
           ' ', timeEl(p.created_at), ' ',
           h('span', { class: 'acceptance', 'data-version': p.version, text: acceptanceText(p.version) }),
           h('span', { class: 'preview', text: preview(p.prompt) })),
         h('pre', { class: 'prompt-text', text: p.prompt })),
       isCurrent ? '' : h('button', {
-        type: 'button', class: 'small', text: 'Restore',
-        'aria-label': `Restore version ${p.version}`,
+        type: 'button', class: 'small', text: t('admin.restore'),
+        'aria-label': t('admin.restoreVersion', { version: p.version }),
         onclick: () => restore(p),
       }),
     );
@@ -69,7 +73,7 @@ async function save(text, message) {
     const r = await api('POST', '/v1/admin/system-prompt', { json: { prompt: text } });
     showError($('#prompt-error'), null);
     await load();
-    const version = (r && r.version) || $('#prompt-version').textContent;
+    const version = (r && r.version) || current;
     $('#prompt-msg').textContent = message(version);
   } catch (e) {
     showError($('#prompt-error'), e);
@@ -86,10 +90,9 @@ function preview(text) {
 
 async function restore(p) {
   // The admin reads what they restore before anything changes.
-  const edits = dirty() ? ' Your unsaved edits in the editor are discarded.' : '';
-  if (!(await ctx.confirm(`Restore version ${p.version}?`,
-    `It is saved as a new version and used for every request from then on.${edits} Its text:`, 'Restore', p.prompt))) return;
-  await save(p.prompt, (v) => `Version ${p.version} restored as version ${v}.`);
+  const text = dirty() ? t('admin.restoreTextDirty') : t('admin.restoreText');
+  if (!(await ctx.confirm(t('admin.restoreQ', { version: p.version }), text, t('admin.restore'), p.prompt))) return;
+  await save(p.prompt, (v) => t('admin.restored', { version: p.version, now: v }));
   $('#prompt-text').focus();
 }
 
@@ -99,14 +102,14 @@ export default {
     $('#prompt-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       if (!dirty()) {
-        $('#prompt-msg').textContent = 'Nothing changed: edit the text first.';
+        $('#prompt-msg').textContent = t('admin.nothingChanged');
         return;
       }
-      save($('#prompt-text').value, (v) => `Saved as version ${v}.`);
+      save($('#prompt-text').value, (v) => t('admin.savedAs', { version: v }));
     });
     $('#prompt-discard').addEventListener('click', () => {
       $('#prompt-text').value = saved;
-      $('#prompt-msg').textContent = 'Edits discarded.';
+      $('#prompt-msg').textContent = t('admin.editsDiscarded');
     });
   },
   enter() {

@@ -4,6 +4,7 @@
 // no page or API call shows them again.
 import { api, auth } from './api.js';
 import { $, h, showError } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 
 let ctx;
 let last = {}; // the status last drawn
@@ -17,11 +18,11 @@ function render(s) {
   last = s || {};
   const channel = last.otp_channel && last.otp_channel !== 'totp' ? last.otp_channel : '';
   $('#signin-facts').replaceChildren(
-    item('Admin key', 'works always'),
-    item('Codes sent', channel ? `through ${channel}` : 'none'),
-    item('Authenticator app', last.totp_enrolled ? 'set up' : 'not set up'),
+    item(t('admin.adminKey'), t('admin.worksAlways')),
+    item(t('admin.codesSent'), channel ? t('admin.throughChannel', { channel }) : t('admin.noneValue')),
+    item(t('admin.authenticatorApp'), last.totp_enrolled ? t('admin.isSetUp') : t('admin.notSetUp')),
   );
-  $('#totp-enroll').textContent = last.totp_enrolled ? 'Replace authenticator app' : 'Set up authenticator app';
+  $('#totp-enroll').textContent = last.totp_enrolled ? t('admin.replaceAuthenticatorApp') : t('admin.setUpAuthenticatorApp');
 }
 
 /** The QR code's <svg> from replyd's markup: parsed as SVG, never assigned
@@ -29,7 +30,7 @@ function render(s) {
 function svgOf(markup) {
   const root = new DOMParser().parseFromString(markup, 'image/svg+xml').documentElement;
   if (root.namespaceURI !== 'http://www.w3.org/2000/svg' || root.localName !== 'svg') {
-    throw new Error('The QR code could not be shown: type the secret into the app instead.');
+    throw new Error(t('admin.qrFailed'));
   }
   const svg = document.importNode(root, true);
   svg.setAttribute('class', 'qr');
@@ -78,7 +79,7 @@ async function sendCode() {
   $('#totp-sent').textContent = '';
   try {
     const r = await api('POST', '/v1/admin/otp/send', { anonymous: true });
-    $('#totp-sent').textContent = `Code sent${r && r.channel ? ` through ${r.channel}` : ''}.`;
+    $('#totp-sent').textContent = r && r.channel ? t('admin.codeSentThrough', { channel: r.channel }) : t('admin.codeSent');
     showError($('#signin-error'), null);
   } catch (err) {
     showError($('#signin-error'), err);
@@ -92,16 +93,14 @@ function hideConfirm() {
 }
 
 async function enroll() {
-  if (last.totp_enrolled && !(await ctx.confirm('Replace the authenticator app?',
-    'The app set up before stops working: its codes no longer sign in. Add replyd to the app again with the new secret.',
-    'Replace'))) return;
+  if (last.totp_enrolled && !(await ctx.confirm(t('admin.replaceTotpQ'), t('admin.replaceTotpText'), t('admin.replace')))) return;
   if (!auth.isSession()) {
     await enrollWith('');
     return;
   }
   // A session alone cannot enroll: confirm with a code sent now.
   if (!last.otp_channel || last.otp_channel === 'totp') {
-    showError($('#signin-error'), new Error('No channel is configured to send a code: sign in with the admin key to set up or replace the authenticator app.'));
+    showError($('#signin-error'), new Error(t('admin.noChannel')));
     return;
   }
   hide();

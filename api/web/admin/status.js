@@ -2,9 +2,10 @@
 // backup download.
 import { api } from './api.js';
 import { $, h, showError, fmtBytes, fmtDuration, fmtInt, fmtTime } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 import signin from './signin.js';
 
-const engineNames = { llm: 'Language model', stt: 'Speech to text', whisper: 'Speech to text' };
+const engineNames = { llm: 'admin.engineLlm', stt: 'admin.engineStt', whisper: 'admin.engineStt' };
 let ctx;
 
 function fact(term, value) {
@@ -13,11 +14,12 @@ function fact(term, value) {
 
 function engineState(e) {
   const parts = [];
-  if (e.error) parts.push(h('span', { class: 'badge bad', text: 'Error' }), ` ${e.error}`);
-  else if (e.ready) parts.push(h('span', { class: 'badge ok', text: 'Loaded' }));
-  else parts.push(h('span', { class: 'badge', text: 'Loading' }));
-  if (e.demo) parts.push(' ', h('span', { class: 'badge warn', text: 'Demo model' }));
-  if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: `since ${fmtTime(e.loaded_at)}` }));
+  // The error is replyd's own text (English, as in its log).
+  if (e.error) parts.push(h('span', { class: 'badge bad', text: t('admin.engineError') }), ' ', h('span', { lang: 'en', text: e.error }));
+  else if (e.ready) parts.push(h('span', { class: 'badge ok', text: t('admin.loaded') }));
+  else parts.push(h('span', { class: 'badge', text: t('admin.loading') }));
+  if (e.demo) parts.push(' ', h('span', { class: 'badge warn', text: t('admin.demoModel') }));
+  if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: t('admin.sinceTime', { time: fmtTime(e.loaded_at) }) }));
   return parts;
 }
 
@@ -25,9 +27,9 @@ function engineState(e) {
 // free; "Degraded" with the reason when the server says so.
 function storageState(s) {
   const st = s.storage || {};
-  const free = st.free_bytes != null ? ` ${fmtBytes(st.free_bytes)} free` : '';
-  if (s.status === 'degraded') return [h('span', { class: 'badge bad', text: 'Degraded' }), ` ${st.problem || ''}`];
-  return [h('span', { class: 'badge ok', text: 'OK' }), free];
+  const free = st.free_bytes != null ? ` ${t('admin.bytesFree', { size: fmtBytes(st.free_bytes) })}` : '';
+  if (s.status === 'degraded') return [h('span', { class: 'badge bad', text: t('admin.degraded') }), ' ', h('span', { lang: 'en', text: st.problem || '' })];
+  return [h('span', { class: 'badge ok', text: t('admin.storageOk') }), free];
 }
 
 async function load() {
@@ -37,40 +39,40 @@ async function load() {
     showError(err, null);
     ctx.setDemoBanner(s.engines);
     $('#status-facts').replaceChildren(
-      fact('Version', s.version || '–'),
-      fact('Box', s.node || '–'),
-      fact('Uptime', fmtDuration(s.uptime_seconds)),
-      fact('Queue depth', fmtInt(s.queue_depth)),
-      fact('Data file', fmtBytes(s.data_file_bytes)),
-      fact('Storage', storageState(s)),
-      fact('Code channel', s.otp_channel || '–'),
-      fact('HTTPS', s.tls ? 'on' : 'off'),
-      fact('M4A uploads (iOS)', s.m4a ? 'yes' : 'no: install ffmpeg'),
-      fact('Web pages on other origins', (s.cors_origins || []).length ? s.cors_origins.join(', ') : 'none'),
+      fact(t('admin.version'), s.version || '–'),
+      fact(t('admin.box'), s.node || '–'),
+      fact(t('admin.uptime'), fmtDuration(s.uptime_seconds)),
+      fact(t('admin.queueDepth'), fmtInt(s.queue_depth)),
+      fact(t('admin.dataFile'), fmtBytes(s.data_file_bytes)),
+      fact(t('admin.storage'), storageState(s)),
+      fact(t('admin.codeChannel'), s.otp_channel || '–'),
+      fact('HTTPS', s.tls ? t('admin.on') : t('admin.off')),
+      fact(t('admin.m4aUploads'), s.m4a ? t('admin.yes') : t('admin.noFfmpeg')),
+      fact(t('admin.corsOrigins'), (s.cors_origins || []).length ? s.cors_origins.join(', ') : t('admin.noneValue')),
     );
     const fp = $('#status-ca');
     fp.hidden = !s.tls_ca_fingerprint;
     $('#status-ca-fp').textContent = s.tls_ca_fingerprint || '';
     signin.render(s);
-    $('#status-datafile').replaceChildren(...(s.data_file ? ['Data file: ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
+    $('#status-datafile').replaceChildren(...(s.data_file ? [t('admin.dataFileAt'), ' ', h('code', { class: 'mono wrap', text: s.data_file })] : []));
     const rows = (s.engines || []).map((e) => h('tr', {},
-      h('th', { scope: 'row', text: engineNames[e.name] || e.name }),
-      h('td', { 'data-label': 'State' }, engineState(e)),
-      h('td', { 'data-label': 'Model file', class: 'mono wrap', text: e.model || '–' }),
-      h('td', { 'data-label': 'Backend', text: e.backend || '–' }),
+      h('th', { scope: 'row', text: engineNames[e.name] ? t(engineNames[e.name]) : e.name }),
+      h('td', { 'data-label': t('admin.state') }, engineState(e)),
+      h('td', { 'data-label': t('admin.modelFile'), class: 'mono wrap', text: e.model || '–' }),
+      h('td', { 'data-label': t('admin.backend'), text: e.backend || '–' }),
     ));
     const l = s.limits || {};
     const limits = [
-      ['Audio per request', l.max_audio_seconds != null ? fmtDuration(l.max_audio_seconds) : null],
-      ['Upload size', l.max_body_bytes != null ? fmtBytes(l.max_body_bytes) : null],
-      ['Dialog turns', l.max_messages],
-      ['Candidates', l.max_candidates != null ? `${l.default_candidates ?? '–'} by default, at most ${l.max_candidates}` : null],
-      ['Inference timeout', l.infer_timeout_seconds != null ? fmtDuration(l.infer_timeout_seconds) : null],
-      ['Admin session', l.session_ttl_seconds != null ? fmtDuration(l.session_ttl_seconds) : null],
+      [t('admin.audioPerRequest'), l.max_audio_seconds != null ? fmtDuration(l.max_audio_seconds) : null],
+      [t('admin.uploadSize'), l.max_body_bytes != null ? fmtBytes(l.max_body_bytes) : null],
+      [t('admin.dialogTurns'), l.max_messages != null ? fmtInt(l.max_messages) : null],
+      [t('admin.candidates'), l.max_candidates != null ? t('admin.candidatesLimit', { def: l.default_candidates ?? '–', max: l.max_candidates }) : null],
+      [t('admin.inferenceTimeout'), l.infer_timeout_seconds != null ? fmtDuration(l.infer_timeout_seconds) : null],
+      [t('admin.adminSession'), l.session_ttl_seconds != null ? fmtDuration(l.session_ttl_seconds) : null],
     ].filter(([, v]) => v != null);
     $('#status-limits').replaceChildren(...limits.map(([k, v]) => fact(k, String(v))));
     $('#status-limits').previousElementSibling.hidden = !limits.length;
-    if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 4, text: 'No engines reported.' })));
+    if (!rows.length) rows.push(h('tr', {}, h('td', { colspan: 4, text: t('admin.noEngines') })));
     $('#engines tbody').replaceChildren(...rows);
   } catch (e) {
     showError(err, e);
@@ -81,7 +83,7 @@ async function load() {
 async function backup() {
   const btn = $('#backup-download');
   btn.disabled = true;
-  $('#backup-msg').textContent = 'Preparing the backup…';
+  $('#backup-msg').textContent = t('admin.backupPreparing');
   try {
     const res = await api('GET', '/v1/admin/backup', { raw: true });
     const blob = await res.blob();
@@ -93,7 +95,7 @@ async function backup() {
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
     showError($('#backup-error'), null);
-    $('#backup-msg').textContent = `Downloaded ${name} (${fmtBytes(blob.size)}).`;
+    $('#backup-msg').textContent = t('admin.backupDone', { name, size: fmtBytes(blob.size) });
   } catch (e) {
     $('#backup-msg').textContent = '';
     showError($('#backup-error'), e);

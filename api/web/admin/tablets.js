@@ -3,7 +3,8 @@
 // own key (POST /v1/pair), so nobody types or sees the key. While the panel
 // is open the key list is polled, and the panel says when the tablet paired.
 import { api } from './api.js';
-import { $, showError, fmtTime } from './util.js';
+import { $, h, showError, fmtTime } from './util.js';
+import { t, nodes } from '../app/i18n/i18n.js';
 
 let ctx;
 let poll = null;
@@ -37,7 +38,7 @@ async function create() {
   try {
     const r = await api('POST', '/v1/admin/pairings', { json: ctx.settings() });
     showError($('#keys-error'), null);
-    $('#pairing-client').textContent = r.client_id || '(no client ID)';
+    $('#pairing-h').replaceChildren(...nodes('admin.pairingFor', { client: h('span', { id: 'pairing-client', text: r.client_id || t('admin.noClientId') }) }));
     $('#pairing-code').textContent = grouped(r.pairing_code);
     $('#pairing-qr').src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(r.qr_svg)}`;
     $('#pairing-qr').hidden = false;
@@ -45,8 +46,8 @@ async function create() {
     link.href = r.pair_url;
     link.textContent = r.pair_url.replace(/#.*$/, '');
     expires = Date.parse(r.expires_at);
-    $('#pairing-expiry').textContent = `The code works once, until ${fmtTime(r.expires_at)}.`;
-    $('#pairing-state').textContent = 'Waiting for the tablet…';
+    $('#pairing-expiry').textContent = t('admin.pairingExpiry', { time: fmtTime(r.expires_at) });
+    $('#pairing-state').textContent = t('admin.pairingWaiting');
     $('#pairing').hidden = false;
     $('#pairing').focus();
     $('#kc-client').value = '';
@@ -56,7 +57,7 @@ async function create() {
     poll = setInterval(() => {
       if (Date.now() > expires) {
         stopPolling();
-        $('#pairing-state').textContent = 'The code has expired: make a new one with Add tablet.';
+        $('#pairing-state').textContent = t('admin.pairingExpired');
         return;
       }
       ctx.reload();
@@ -83,7 +84,7 @@ function keysLoaded(items) {
     $('#pairing-qr').removeAttribute('src');
     $('#pairing-qr').hidden = true;
     $('#pairing-code').textContent = '';
-    $('#pairing-state').textContent = fresh.ClientID ? `Paired: the tablet ${fresh.ClientID} has its key.` : 'Paired: the tablet has its key.';
+    $('#pairing-state').textContent = fresh.ClientID ? t('admin.pairedAs', { client: fresh.ClientID }) : t('admin.paired');
   }
 }
 

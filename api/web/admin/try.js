@@ -2,10 +2,11 @@
 // or uploaded), and see the transcript, the candidates and the stage timings.
 import { api } from './api.js';
 import { $, h, showError, fmtInt, fmtBytes } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 
-const roles = [['speaker', 'Partner'], ['disabled_person', 'AAC user']];
-const stages = [['decode', 'Decode audio'], ['stt', 'Speech to text'], ['prompt', 'Build prompt'],
-  ['queue', 'Wait in queue'], ['generation', 'Generate replies'], ['total', 'Total']];
+const roles = [['speaker', 'admin.rolePartner'], ['disabled_person', 'admin.roleUser']];
+const stages = [['decode', 'admin.stageDecode'], ['stt', 'admin.engineStt'], ['prompt', 'admin.stagePrompt'],
+  ['queue', 'admin.stageQueue'], ['generation', 'admin.stageGeneration'], ['total', 'admin.stageTotal']];
 
 let audio = null; // {blob, name}
 let recorder = null;
@@ -15,12 +16,12 @@ let turnSeq = 0;
 function addTurn(role = 'speaker', text = '') {
   const n = ++turnSeq;
   const li = h('li', { class: 'turn' },
-    h('label', { for: `turn-role-${n}`, class: 'sr-only', text: 'Who speaks' }),
+    h('label', { for: `turn-role-${n}`, class: 'sr-only', text: t('admin.whoSpeaks') }),
     h('select', { id: `turn-role-${n}`, class: 'turn-role' },
-      roles.map(([v, t]) => h('option', { value: v, selected: v === role, text: t }))),
-    h('label', { for: `turn-text-${n}`, class: 'sr-only', text: 'What they say' }),
+      roles.map(([v, key]) => h('option', { value: v, selected: v === role, text: t(key) }))),
+    h('label', { for: `turn-text-${n}`, class: 'sr-only', text: t('admin.whatTheySay') }),
     h('input', { id: `turn-text-${n}`, class: 'turn-text grow', value: text, autocomplete: 'off' }),
-    h('button', { type: 'button', class: 'small quiet', text: 'Remove', 'aria-label': 'Remove this turn',
+    h('button', { type: 'button', class: 'small quiet', text: t('admin.remove'), 'aria-label': t('admin.removeTurn'),
       onclick: () => {
         const next = li.nextElementSibling || li.previousElementSibling;
         li.remove();
@@ -71,7 +72,7 @@ async function loadKeys() {
     const items = ((r && r.items) || []).filter((k) => k.Status === 'active');
     sel.replaceChildren(...(items.length
       ? items.map((k) => h('option', { value: k.APIKeyHash, selected: k.APIKeyHash === keep, text: `${k.ClientID} (${k.APIKeyHash.slice(0, 8)})` }))
-      : [h('option', { value: '', text: 'No active key: create one under Keys' })]));
+      : [h('option', { value: '', text: t('admin.noActiveKey') })]));
   } catch (err) {
     showError($('#try-error'), err);
   }
@@ -83,14 +84,14 @@ function recState(text) {
 
 async function startRecording() {
   if (!navigator.mediaDevices || !window.MediaRecorder) {
-    recState('Recording needs HTTPS (or localhost) and a browser with MediaRecorder.');
+    recState(t('admin.recordingNeeds'));
     return;
   }
   let stream;
   try {
     stream = await navigator.mediaDevices.getUserMedia({ audio: true });
   } catch (err) {
-    recState(`No microphone: ${err.message}`);
+    recState(t('admin.noMicrophone'));
     return;
   }
   const type = MediaRecorder.isTypeSupported('audio/webm;codecs=opus') ? 'audio/webm;codecs=opus' : '';
@@ -98,7 +99,7 @@ async function startRecording() {
   const chunks = [];
   recorder.addEventListener('dataavailable', (ev) => { if (ev.data.size) chunks.push(ev.data); });
   recorder.addEventListener('stop', () => {
-    stream.getTracks().forEach((t) => t.stop());
+    stream.getTracks().forEach((track) => track.stop());
     clearInterval(recTimer);
     $('#try-rec-time').textContent = '';
     const blob = new Blob(chunks, { type: recorder.mimeType || 'audio/webm' });
@@ -107,7 +108,7 @@ async function startRecording() {
     $('#try-stop').disabled = true;
     $('#try-file').value = '';
     setAudio(blob, 'recording.webm');
-    recState('Recording done.');
+    recState(t('admin.recordingDone'));
     $('#try-rec').focus();
   });
   recorder.start();
@@ -119,7 +120,7 @@ async function startRecording() {
   };
   tick();
   recTimer = setInterval(tick, 1000);
-  recState('Recording. Press Stop when the partner is done.');
+  recState(t('admin.recordingNow'));
   $('#try-rec').disabled = true;
   $('#try-stop').disabled = false;
   $('#try-stop').focus();
@@ -156,13 +157,13 @@ async function run(ev) {
   await stopRecording();
   const key = $('#try-key').value;
   if (!key) {
-    showError($('#try-error'), new Error('Pick an active API key first (create one under Keys).'));
+    showError($('#try-error'), new Error(t('admin.pickKey')));
     $('#try-key').focus();
     return;
   }
   const p = payload();
   if (!p.messages.length) {
-    showError($('#try-error'), new Error('Type at least one turn or add the partner\'s speech.'));
+    showError($('#try-error'), new Error(t('admin.needTurn')));
     return;
   }
   const form = new FormData();
@@ -173,7 +174,7 @@ async function run(ev) {
   btn.disabled = true;
   btn.setAttribute('aria-busy', 'true');
   const label = btn.textContent;
-  btn.textContent = 'Working…';
+  btn.textContent = t('admin.working');
   try {
     const r = await api('POST', '/v1/admin/try', { form });
     render(r, Boolean(audio));
@@ -189,21 +190,21 @@ async function run(ev) {
 function render(r, hadAudio) {
   const tr = $('#try-transcript');
   const text = r.transcript || '';
-  tr.textContent = text || (hadAudio ? '(nothing recognised)' : '(no audio sent)');
+  tr.textContent = text || (hadAudio ? t('admin.nothingRecognised') : t('admin.noAudioSent'));
   tr.classList.toggle('empty', !text);
   const cands = r.candidates && r.candidates.length
     ? r.candidates.slice().sort((a, b) => (a.rank ?? 0) - (b.rank ?? 0))
-    : (r.response || []).map((t) => ({ text: t }));
+    : (r.response || []).map((text) => ({ text }));
   $('#try-candidates').replaceChildren(...(cands.length
     ? cands.map((c) => h('li', {}, h('span', { class: 'cand', text: c.text }),
       c.language ? h('span', { class: 'hint', text: ` ${c.language}` }) : ''))
-    : [h('li', { class: 'empty', text: 'No candidates.' })]));
-  const t = r.timings_ms || {};
-  const total = t.total || 0;
-  $('#try-timings tbody').replaceChildren(...stages.filter(([k]) => k in t).map(([k, name]) => h('tr', { 'data-stage': k },
-    h('th', { scope: 'row', text: name }),
-    h('td', { class: 'num', text: fmtInt(t[k]) }),
-    h('td', {}, k === 'total' ? '' : h('meter', { min: 0, max: total || 1, value: t[k] || 0, 'aria-hidden': 'true' })),
+    : [h('li', { class: 'empty', text: t('admin.noCandidates') })]));
+  const ms = r.timings_ms || {};
+  const total = ms.total || 0;
+  $('#try-timings tbody').replaceChildren(...stages.filter(([k]) => k in ms).map(([k, name]) => h('tr', { 'data-stage': k },
+    h('th', { scope: 'row', text: t(name) }),
+    h('td', { class: 'num', text: fmtInt(ms[k]) }),
+    h('td', {}, k === 'total' ? '' : h('meter', { min: 0, max: total || 1, value: ms[k] || 0, 'aria-hidden': 'true' })),
   )));
   const box = $('#try-result');
   box.hidden = false;
@@ -227,8 +228,8 @@ async function applyLimits() {
 
 export default {
   init() {
-    addTurn('speaker', 'Hello, how are you feeling today?');
-    addTurn('disabled_person', 'Tired.');
+    addTurn('speaker', t('admin.sampleTurn1'));
+    addTurn('disabled_person', t('admin.sampleTurn2'));
     $('#try-add').addEventListener('click', () => addTurn(
       $('#try-turns').lastElementChild?.querySelector('.turn-role').value === 'speaker' ? 'disabled_person' : 'speaker',
     ).querySelector('input').focus());

@@ -2,7 +2,8 @@
 // tablets (API keys) linked to each memory: link another tablet of the same
 // person, unlink one, export the pairs, delete the user.
 import { api } from './api.js';
-import { $, h, showError, timeEl, shortHash } from './util.js';
+import { $, h, showError, timeEl, shortHash, fmtInt } from './util.js';
+import { t } from '../app/i18n/i18n.js';
 
 let ctx;
 let keys = []; // active keys, for naming hashes and the link choice
@@ -10,7 +11,7 @@ let keys = []; // active keys, for naming hashes and the link choice
 /** The client ID of a key hash, or its short hash. */
 function keyName(hash) {
   const k = keys.find((x) => x.APIKeyHash === hash);
-  return k ? k.ClientID || '(no client ID)' : shortHash(hash);
+  return k ? k.ClientID || t('admin.noClientId') : shortHash(hash);
 }
 
 async function load() {
@@ -35,34 +36,33 @@ function render(items) {
     const selectId = `users-link-${u.user}`;
     return h('tr', { 'data-user': u.user },
       h('th', { scope: 'row', class: 'mono', text: u.user }),
-      h('td', { 'data-label': 'Pairs', class: 'num', text: u.pairs }),
-      h('td', { 'data-label': 'Since' }, timeEl(u.created_at)),
-      h('td', { 'data-label': 'Last' }, timeEl(u.last_at) || '–'),
-      h('td', { 'data-label': 'Tablets' },
+      h('td', { 'data-label': t('admin.pairs'), class: 'num', text: fmtInt(u.pairs) }),
+      h('td', { 'data-label': t('admin.since') }, timeEl(u.created_at)),
+      h('td', { 'data-label': t('admin.last') }, timeEl(u.last_at) || '–'),
+      h('td', { 'data-label': t('admin.tablets') },
         h('ul', { class: 'plain' }, linked.map((hash) => h('li', {},
           h('span', { title: hash, text: keyName(hash) }), ' ',
-          h('button', { type: 'button', class: 'small', 'data-action': 'unlink', 'aria-label': `Unlink ${keyName(hash)} from ${u.user}`, text: 'Unlink',
+          h('button', { type: 'button', class: 'small', 'data-action': 'unlink', 'aria-label': t('admin.unlinkFrom', { tablet: keyName(hash), user: u.user }), text: t('admin.unlink'),
             onclick: () => unlink(u, hash) })))),
         others.length ? h('div', { class: 'row' },
-          h('label', { for: selectId, class: 'sr-only', text: `Tablet to link to ${u.user}` }),
+          h('label', { for: selectId, class: 'sr-only', text: t('admin.tabletToLink', { user: u.user }) }),
           h('select', { id: selectId }, others.map((k) => h('option', { value: k.APIKeyHash, text: k.ClientID || shortHash(k.APIKeyHash) }))),
-          h('button', { type: 'button', class: 'small', 'data-action': 'link', 'aria-label': `Link the chosen tablet to ${u.user}`, text: 'Link',
+          h('button', { type: 'button', class: 'small', 'data-action': 'link', 'aria-label': t('admin.linkChosen', { user: u.user }), text: t('admin.link'),
             onclick: () => link(u, $(`#${CSS.escape(selectId)}`).value) })) : ''),
       h('td', { class: 'actions' },
-        h('button', { type: 'button', class: 'small', 'aria-label': `Export the pairs of ${u.user}`, text: 'Export', onclick: () => exportPairs(u) }),
-        h('button', { type: 'button', class: 'danger small', 'aria-label': `Delete ${u.user}`, text: 'Delete', onclick: () => remove(u) })),
+        h('button', { type: 'button', class: 'small', 'aria-label': t('admin.exportPairsOf', { user: u.user }), text: t('admin.export'), onclick: () => exportPairs(u) }),
+        h('button', { type: 'button', class: 'danger small', 'aria-label': t('admin.deleteUserNamed', { user: u.user }), text: t('admin.delete'), onclick: () => remove(u) })),
     );
   }));
 }
 
 async function link(u, hash) {
   if (!hash) return;
-  const ok = await ctx.confirm('Link this tablet?',
-    `${keyName(hash)} will read and add to the remembered replies of ${u.user} whenever it sends that user's user_id. Link only tablets of the same person.`, 'Link');
+  const ok = await ctx.confirm(t('admin.linkQ'), t('admin.linkText', { tablet: keyName(hash), user: u.user }), t('admin.link'));
   if (!ok) return;
   try {
     await api('POST', `/v1/admin/users/${encodeURIComponent(u.user)}/keys`, { json: { api_key_hash: hash } });
-    $('#users-msg').textContent = `${keyName(hash)} is linked to ${u.user}.`;
+    $('#users-msg').textContent = t('admin.linked', { tablet: keyName(hash), user: u.user });
   } catch (err) {
     showError($('#users-error'), err);
   }
@@ -72,7 +72,7 @@ async function link(u, hash) {
 async function unlink(u, hash) {
   try {
     await api('DELETE', `/v1/admin/users/${encodeURIComponent(u.user)}/keys/${encodeURIComponent(hash)}`);
-    $('#users-msg').textContent = `${keyName(hash)} no longer uses the memory of ${u.user}.`;
+    $('#users-msg').textContent = t('admin.unlinked', { tablet: keyName(hash), user: u.user });
   } catch (err) {
     showError($('#users-error'), err);
   }
@@ -89,19 +89,18 @@ async function exportPairs(u) {
     a.click();
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
-    $('#users-msg').textContent = `Exported the pairs of ${u.user}.`;
+    $('#users-msg').textContent = t('admin.exported', { user: u.user });
   } catch (err) {
     showError($('#users-error'), err);
   }
 }
 
 async function remove(u) {
-  const ok = await ctx.confirm('Delete this user?',
-    `Everything replyd keeps for ${u.user} goes: the remembered replies, the texts awaiting feedback and the reported outcomes. This cannot be undone.`, 'Delete user');
+  const ok = await ctx.confirm(t('admin.deleteUserQ'), t('admin.deleteUserText', { user: u.user }), t('admin.deleteUser'));
   if (!ok) return;
   try {
     await api('DELETE', `/v1/admin/users/${encodeURIComponent(u.user)}`);
-    $('#users-msg').textContent = `${u.user} deleted.`;
+    $('#users-msg').textContent = t('admin.userDeleted', { user: u.user });
   } catch (err) {
     showError($('#users-error'), err);
   }

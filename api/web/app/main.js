@@ -8,6 +8,8 @@ import { speak, voices, onVoicesChanged } from './speech.js';
 import { scanner, dweller } from './access.js';
 import { Board, wordsOf } from './spell.js';
 import { T } from './strings.js';
+import * as i18n from './i18n/i18n.js';
+import { t as msg, errorText } from './i18n/i18n.js';
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -26,6 +28,10 @@ const state = {
   reachable: true,
 };
 
+// The page's language first: the letter board and every string are drawn
+// in it.
+await i18n.load(state.s.ui_language || i18n.pick());
+
 /** The Spell path asks again this long after the last key (SpeakFaster's
  * auto-fire for gaze typing). */
 const AUTO_FIRE_MS = 600;
@@ -34,7 +40,7 @@ const AUTO_FIRE_MS = 600;
 
 function addTurn(role, content) {
   state.history.push({ role, content });
-  const who = role === 'speaker' ? 'Partner' : (state.s.name || 'You');
+  const who = role === 'speaker' ? msg('app.partner') : (state.s.name || msg('app.you'));
   const li = document.createElement('li');
   li.className = `bubble ${role === 'speaker' ? 'partner' : 'user'}`;
   li.dataset.role = role;
@@ -147,7 +153,7 @@ function endTurn() {
 
 /** Speaks text as the user's turn and adds it to the conversation. */
 function say(text) {
-  if (!speak(text, state.s)) notice('This browser cannot speak: the reply is shown only.');
+  if (!speak(text, state.s)) notice(msg('app.cannotSpeak'));
   addTurn('disabled_person', text);
 }
 
@@ -227,7 +233,7 @@ function newConversation() {
   $('#log-empty').hidden = false;
   clearCandidates();
   closeCompose();
-  notice('New conversation.');
+  notice(msg('app.newConversationDone'));
 }
 
 // ------------------------------------------------------------ Spell path
@@ -346,9 +352,9 @@ async function steerNow(steer, looking = T.looking, noneText = null) {
       sp.timer = setTimeout(() => steerNow(steer, looking, noneText), err.retryAfter * 1000);
     } else if (err instanceof ReplydError && (err.status === 401 || err.status === 0)) {
       showError(err);
-      board.setStatus(T.failed(err.message));
+      board.setStatus(T.failed(errorText(err)));
     } else {
-      board.setStatus(T.failed(err.message || ''));
+      board.setStatus(T.failed(err instanceof ReplydError ? errorText(err) : msg('app.somethingWrong')));
     }
   }
 }
@@ -376,7 +382,7 @@ function spellKey(ev) {
   if (!spelling() || ev.ctrlKey || ev.metaKey || ev.altKey || $('#settings').open) return;
   if (ev.target.closest && ev.target.closest('input, textarea, select')) return;
   let b = null;
-  if (/^[a-z']$/i.test(ev.key)) b = $(`#sp-keys [data-key="${ev.key.toLowerCase()}"]`);
+  if (/^[\p{L}']$/u.test(ev.key)) b = $(`#sp-keys [data-key="${CSS.escape(ev.key.toLowerCase())}"]`);
   else if (ev.key === 'Backspace') b = $('#sp-del');
   else if (ev.key === 'Escape') b = $('#sp-close');
   if (!b || b.disabled) return;
@@ -389,7 +395,7 @@ function spellKey(ev) {
 function setListening(on) {
   const b = $('#listen');
   b.setAttribute('aria-pressed', on ? 'true' : 'false');
-  b.textContent = on ? 'Stop' : 'Listen';
+  b.textContent = on ? msg('app.stop') : msg('app.listen');
 }
 
 /** Listen: starts a recording (cancelling any request in flight), or stops
@@ -400,7 +406,7 @@ async function listen() {
     return;
   }
   if (!canRecord()) {
-    notice(window.isSecureContext ? 'This browser cannot record sound.' : 'The microphone needs HTTPS: see the note at the top.');
+    notice(window.isSecureContext ? msg('app.cannotRecord') : msg('app.micNeedsHttps'));
     return;
   }
   abortRequest('listen');
@@ -414,12 +420,12 @@ async function listen() {
   } catch (err) {
     state.recording = null;
     notice(err && err.name === 'NotAllowedError'
-      ? 'The microphone is blocked: allow it for this page in the browser settings.'
-      : 'The microphone could not be opened.');
+      ? msg('app.micBlocked')
+      : msg('app.micFailed'));
     return;
   }
   setListening(true);
-  progress('Listening… tap Stop when your partner has finished.', true);
+  progress(msg('app.listening'), true);
 }
 
 async function finishRecording(why) {
@@ -430,7 +436,7 @@ async function finishRecording(why) {
   const audio = await rec.stop();
   if (why === 'nothing' || !audio.heard) {
     progress(null);
-    notice("Didn't catch that: nothing was heard. Tap Listen and try again.");
+    notice(msg('app.nothingHeard'));
     return;
   }
   suggest(audio);
@@ -467,6 +473,9 @@ function payloadFor(withAudio) {
   if (s.persona) p.persona = s.persona;
   if (s.name) p.user_profile = `Name: ${s.name}`;
   if (s.language) p.language = s.language;
+  // The user's language: replies come in it (the page's language unless
+  // the user chose another).
+  p.reply_language = s.reply_language || i18n.current();
   if (s.user_id) {
     p.user_id = s.user_id;
     if (s.remember) p.remember = true;
@@ -484,7 +493,7 @@ async function suggest(audio) {
   const id = randomId(8);
   const r = { controller, id, timer: setTimeout(() => controller.abort('timeout'), INFER_TIMEOUT_MS) };
   state.request = r;
-  progress(audio ? 'Sending… then transcribing and suggesting replies.' : 'Suggesting replies…');
+  progress(audio ? msg('app.sending') : msg('app.suggesting'));
   const current = () => state.request === r;
   try {
     const res = await infer({
@@ -494,7 +503,7 @@ async function suggest(audio) {
       requestId: id,
       onTranscript: (t, ev) => {
         if (!current() || !audio) return;
-        if (t && !(ev && ev.no_speech)) progress(`Partner: “${t}”. Suggesting replies…`);
+        if (t && !(ev && ev.no_speech)) progress(msg('app.heardSuggesting', { text: t }));
       },
     });
     if (!current()) return;
@@ -504,14 +513,14 @@ async function suggest(audio) {
     if (audio) {
       const t = (res.transcript || '').trim();
       if (res.no_speech || !t) {
-        notice("Didn't catch that. Tap Listen and try again, or Partner types.");
+        notice(msg('app.notCaught'));
         return;
       }
       addTurn('speaker', t);
     }
     const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
     if (!list.length) {
-      notice('No replies were suggested. Type your own, or try again.');
+      notice(msg('app.noReplies'));
       return;
     }
     notice('');
@@ -537,7 +546,7 @@ async function suggest(audio) {
     clearTimeout(r.timer);
     progress(null);
     if (controller.signal.aborted) {
-      notice(controller.signal.reason === 'timeout' ? 'replyd took too long to answer. Try again.' : 'Cancelled.');
+      notice(controller.signal.reason === 'timeout' ? msg('app.tooSlow') : msg('app.cancelled'));
       return;
     }
     showError(err);
@@ -546,20 +555,18 @@ async function suggest(audio) {
 
 function showError(err) {
   if (!(err instanceof ReplydError)) {
-    notice('Something went wrong. Try again.');
+    notice(msg('app.somethingWrong'));
     return;
   }
   if (err.status === 0) {
     setReachable(false);
-    notice('replyd is not reachable. Try again when it is back.');
+    notice(msg('app.unreachableRetry'));
   } else if (err.status === 401) {
     pairing.forget();
     showView();
-    $('#pair-error').textContent = `${err.message} Pair this tablet again.`;
-  } else if (err.retryAfter) {
-    notice(`${err.message} (retry in ${err.retryAfter} s)`);
+    $('#pair-error').textContent = `${errorText(err)} ${msg('app.pairAgain')}`;
   } else {
-    notice(err.message);
+    notice(errorText(err));
   }
 }
 
@@ -569,14 +576,14 @@ function setReachable(ok, text) {
   state.reachable = ok;
   const b = $('#banner-offline');
   b.hidden = ok && !text;
-  b.textContent = text || (ok ? '' : 'replyd is not reachable. Check that the replyd box is on and that this tablet is on the clinic network; this page keeps trying.');
+  b.textContent = text || (ok ? '' : msg('app.unreachableBanner'));
 }
 
 async function checkHealth() {
   try {
     const h = await health();
-    if (h.status === 'loading') setReachable(true, 'replyd is starting: its models are loading. Suggestions work in a moment.');
-    else if (h.status === 'error') setReachable(true, 'replyd cannot suggest replies: a model failed to load. Tell the administrator.');
+    if (h.status === 'loading') setReachable(true, msg('app.loadingBanner'));
+    else if (h.status === 'error') setReachable(true, msg('app.modelErrorBanner'));
     else setReachable(true);
   } catch {
     setReachable(false);
@@ -598,19 +605,21 @@ function showView() {
 async function redeem(code) {
   const btn = $('#pair-submit');
   $('#pair-error').textContent = '';
-  $('#pair-msg').textContent = 'Pairing…';
+  $('#pair-msg').textContent = msg('app.pairing');
   btn.disabled = true;
   try {
     const r = await pair(code);
     $('#pair-code').value = '';
     $('#pair-msg').textContent = '';
     showView();
-    notice(`This tablet is paired${r.clientId ? ` as ${r.clientId}` : ''}. Tap Listen when your partner speaks.`);
+    notice(r.clientId ? msg('app.pairedAs', { client: r.clientId }) : msg('app.paired'));
     $('#listen').focus();
   } catch (err) {
     $('#pair-msg').textContent = '';
-    const msg = err.status === 0 ? 'replyd is not reachable: check the network and try again.' : err.message;
-    $('#pair-error').textContent = err.retryAfter ? `${msg} (retry in ${err.retryAfter} s)` : msg;
+    let why = errorText(err);
+    if (err.status === 0) why = msg('app.unreachablePair');
+    else if (err.status === 401) why = msg('app.pairCodeWrong');
+    $('#pair-error').textContent = why;
     $('#pair-code').focus();
   } finally {
     btn.disabled = false;
@@ -630,17 +639,29 @@ function pairFromLink() {
 
 // ------------------------------------------------------------ settings
 
-/** The letter board setting, in the words of strings.js. */
+/** The letter board setting: the layouts of the language's letters. */
 function fillBoardSetting() {
   $('#s-board-label').textContent = T.layoutLabel;
   $('#s-board').replaceChildren(new Option(T.layoutQwerty, 'qwerty'), new Option(T.layoutAbc, 'abc'));
 }
 
+/** The three language settings: the page's, the user's and the partner's. */
+function fillLanguageSettings() {
+  const opts = (first) => [new Option(first, ''), ...i18n.LANGS.map((code) => {
+    const o = new Option(i18n.NAMES[code], code);
+    o.lang = code;
+    return o;
+  })];
+  $('#s-ui').replaceChildren(...opts(msg('app.langTablet')));
+  $('#s-reply').replaceChildren(...opts(msg('app.langSameAsPage')));
+  $('#s-language').replaceChildren(...opts(msg('app.langAuto')));
+}
+
 function fillVoices() {
   const sel = $('#s-voice');
   const keep = sel.value || state.s.voice;
-  const opts = [new Option('Default', '')];
-  for (const v of voices()) opts.push(new Option(`${v.name} (${v.lang})${v.localService ? '' : ', needs internet'}`, v.voiceURI));
+  const opts = [new Option(msg('app.voiceDefault'), '')];
+  for (const v of voices()) opts.push(new Option(v.localService ? `${v.name} (${v.lang})` : msg('app.voiceOnline', { name: v.name, lang: v.lang }), v.voiceURI));
   sel.replaceChildren(...opts);
   sel.value = keep;
 }
@@ -652,13 +673,21 @@ function openSettings() {
 }
 
 function saveSettings() {
+  const before = state.s.ui_language;
   state.s = settings.fromForm($('#settings-form'));
+  if (state.s.ui_language !== before) {
+    // The page's language changed: the page starts again in it (the
+    // conversation is not kept, as after a reload).
+    settings.save(state.s);
+    location.reload();
+    return;
+  }
   settings.save(state.s);
   settings.apply(state.s);
   applyAccess();
   board.setLayout(state.s.board);
   $('#settings').close();
-  notice('Settings saved.');
+  notice(msg('app.settingsSaved'));
 }
 
 function unpair() {
@@ -667,7 +696,7 @@ function unpair() {
   newConversation();
   showView();
   notice('');
-  $('#pair-msg').textContent = 'This tablet is no longer paired.';
+  $('#pair-msg').textContent = msg('app.unpaired');
 }
 
 // ------------------------------------------------------------ access
@@ -698,13 +727,12 @@ function secureContextNote() {
   if (window.isSecureContext) return;
   const b = $('#banner-insecure');
   b.hidden = false;
-  b.textContent = `This page was opened over plain HTTP (${location.host}), so the browser turns off the microphone and offline use. `
-    + 'Partner types still works. Ask the administrator to turn on HTTPS (REPLYD_TLS=auto), install replyd\'s certificate '
-    + 'on this tablet from /tls/ca.pem, then open this page with https:// instead of http://.';
+  b.textContent = msg('app.insecure', { host: location.host });
   $('#listen').disabled = true;
 }
 
 function init() {
+  i18n.translate();
   settings.apply(state.s);
   secureContextNote();
   $('#pair-form').addEventListener('submit', (ev) => {
@@ -718,17 +746,18 @@ function init() {
       state.recording = null;
       setListening(false);
       progress(null);
-      notice('Cancelled.');
+      notice(msg('app.cancelled'));
       return;
     }
     abortRequest('cancel');
-    notice('Cancelled.');
+    notice(msg('app.cancelled'));
   });
   $('#none-fit').addEventListener('click', noneFit);
   $('#spell-open').textContent = T.spellOpen;
   $('#spell-open').addEventListener('click', openSpell);
   document.addEventListener('keydown', spellKey);
   fillBoardSetting();
+  fillLanguageSettings();
   $('#type-open').addEventListener('click', () => openCompose('type'));
   $('#partner-open').addEventListener('click', () => openCompose('partner'));
   $('#type-close').addEventListener('click', closeCompose);
@@ -740,7 +769,7 @@ function init() {
   $('#s-save').addEventListener('click', (ev) => { ev.preventDefault(); saveSettings(); });
   $('#s-cancel').addEventListener('click', () => $('#settings').close());
   $('#s-unpair').addEventListener('click', unpair);
-  $('#s-voice-test').addEventListener('click', () => speak('This is how I sound.', settings.fromForm($('#settings-form'))));
+  $('#s-voice-test').addEventListener('click', () => speak(msg('app.voiceSample'), settings.fromForm($('#settings-form'))));
   $('#settings').addEventListener('close', () => { access.rescan(); });
   onVoicesChanged(fillVoices);
   // The latest turn stays in view when the tablet turns or the text grows.

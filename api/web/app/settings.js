@@ -1,11 +1,15 @@
-// The tablet's settings, kept in localStorage: who the user is (name,
-// biography, persona, language, user_id, remember), how many suggestions,
+// The tablet's settings, kept in localStorage: the page's language
+// (ui_language; "" follows the tablet), who the user is (name, biography,
+// persona, reply_language: the user's language, "" the page's; language:
+// the partner's, "" detected; user_id, remember), how many suggestions,
 // the voice, and the screen and access options (board: the Spell path's
 // letter layout, qwerty or abc).
 
 const STORE = 'replyd.app.settings';
 
 export const defaults = Object.freeze({
+  ui_language: '',
+  reply_language: '',
   name: '',
   biography: '',
   persona: '',
@@ -54,7 +58,7 @@ const clamp = (v, lo, hi, def) => (Number.isFinite(v) ? Math.min(hi, Math.max(lo
 /** Fills the settings form from s. */
 export function toForm(form, s) {
   const el = form.elements;
-  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'board']) el[k].value = s[k];
+  for (const k of ['ui_language', 'reply_language', 'name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'board']) el[k].value = s[k];
   el.count.value = String(s.count);
   el.rate.value = String(s.rate);
   el.volume.value = String(s.volume);
@@ -70,7 +74,7 @@ export function toForm(form, s) {
 export function fromForm(form) {
   const el = form.elements;
   const s = { ...defaults };
-  for (const k of ['name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'voice', 'board']) s[k] = el[k].value.trim();
+  for (const k of ['ui_language', 'reply_language', 'name', 'biography', 'persona', 'language', 'user_id', 'size', 'theme', 'format', 'voice', 'board']) s[k] = el[k].value.trim();
   if (s.board !== 'abc') s.board = 'qwerty';
   s.count = clamp(Number(el.count.value), 1, 8, defaults.count);
   s.rate = clamp(Number(el.rate.value), 0.5, 2, 1);

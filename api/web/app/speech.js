@@ -25,8 +25,9 @@ export function speak(text, s) {
   if (v) {
     u.voice = v;
     u.lang = v.lang;
-  } else if (s.language) {
-    u.lang = s.language;
+  } else {
+    // The user's language: the one chosen, else the page's.
+    u.lang = s.reply_language || document.documentElement.lang || s.language;
   }
   u.rate = s.rate;
   u.volume = s.volume;

@@ -3,12 +3,8 @@
 // nothing of replyd: main.js asks for replies with steer() and counts the
 // presses it reports.
 import { T } from './strings.js';
-
-/** Letter rows of each layout; the apostrophe types "I'm" and "don't". */
-export const LAYOUTS = Object.freeze({
-  qwerty: ['qwertyuiop', "asdfghjkl'", 'zxcvbnm'],
-  abc: ['abcdefg', 'hijklmn', 'opqrstu', "vwxyz'"],
-});
+import { rowsFor, keyCap } from './letters.js';
+import { current } from './i18n/i18n.js';
 
 /** The words of a reply as the steer contract counts them: runs of
  * letters, combining marks and digits, joined by inner apostrophes or
@@ -202,25 +198,30 @@ export class Board {
     this.draw();
   }
 
-  /** Draws the letter rows of layout (qwerty or abc). */
+  /** Draws the letter rows of layout (qwerty: the language's keyboard,
+   * or abc) in the page's language (letters.js). */
   setLayout(layout) {
-    const l = LAYOUTS[layout] ? layout : 'qwerty';
+    const l = layout === 'abc' ? 'abc' : 'qwerty';
     if (l === this.layout && this.keys.childElementCount) return;
     this.layout = l;
     this.drawKeys();
   }
 
   drawKeys() {
-    const rows = LAYOUTS[this.layout].map((row, r) => el('div', {
+    const lang = current();
+    const letters = rowsFor(lang, this.layout);
+    const rows = letters.map((row, r) => el('div', {
       class: 'keyrow letters', role: 'group', 'aria-label': T.rowGroup(r + 1), 'data-scan-group': true, 'data-row': String(r + 1),
     }, ...[...row].map((ch) => button({
       class: 'key letter',
       'data-key': ch,
-      'aria-label': ch === "'" ? T.apostrophe : ch.toUpperCase(),
+      'aria-label': ch === "'" ? T.apostrophe : keyCap(ch, lang),
       onclick: () => this.act(() => this.typed.letter(ch)),
-    }, ch === "'" ? '’' : ch.toUpperCase()))));
+    }, ch === "'" ? '’' : keyCap(ch, lang)))));
     this.keys.replaceChildren(...rows);
     this.keys.dataset.layout = this.layout;
+    // As many columns as the longest row has keys.
+    this.keys.style.setProperty('--cols', String(Math.max(...letters.map((row) => [...row].length))));
   }
 
   /** Runs a change of what is typed; a press that changed it is reported. */
