@@ -54,6 +54,9 @@ func putLogKey(tx *bolt.Tx, e store.LogEntry, val []byte, now time.Time) ([]byte
 	if err := logs.Put(k, val); err != nil {
 		return nil, err
 	}
+	if isSteered(e) {
+		return k, putSteered(tx, e, k)
+	}
 	if e.StreamName != store.StreamInfer {
 		return k, nil
 	}
@@ -132,6 +135,9 @@ func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
 	}
 	for _, k := range dead {
 		if err := logs.Delete(k); err != nil {
+			return 0, err
+		}
+		if err := deleteSteered(tx, k); err != nil {
 			return 0, err
 		}
 		if v := idx.Get(k); v != nil {
