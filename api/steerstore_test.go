@@ -1,10 +1,14 @@
 package api
 
 import (
+	"context"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store/bolt"
 )
 
@@ -99,5 +103,52 @@ func TestSteerAcrossBoxes(t *testing.T) {
 	a.clock.Advance(600 * time.Millisecond)
 	if code, _ := steerOn(t, b, key, last); code != 200 {
 		t.Fatalf("600 ms later: %d", code)
+	}
+}
+
+// TestSteerSuperseded: the next keystroke (same key and dialog_id)
+// supersedes the steered request in flight: that one's engine context is
+// cancelled and it is answered 409 superseded, counted as a steered
+// request, while the keystroke is answered.
+func TestSteerSuperseded(t *testing.T) {
+	e := newEnv(t)
+	key := e.addKey("valid", 100)
+	started := make(chan []string, 2)
+	stopped := make(chan struct{})
+	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
+		if req.Steer != nil {
+			started <- req.Steer.Words
+			if len(req.Steer.Words) == 1 {
+				<-ctx.Done()
+				close(stopped)
+				return engine.Result{}, &engine.Error{Kind: engine.KindCanceled, Message: "canceled", Err: ctx.Err()}
+			}
+		}
+		return echoInferer(ctx, req)
+	}
+	parent := e.infer(key, steerPayload(`,"dialog_id":"d1"`))
+	keystroke := func(words string) chan *httptest.ResponseRecorder {
+		out := make(chan *httptest.ResponseRecorder, 1)
+		js := steerPayload(fmt.Sprintf(`,"dialog_id":"d1","steer":{"words":%s},"parent_inference_id":%q`, words, parent))
+		go func() { out <- e.do(inferReq(t, key, payloadPart(js))) }()
+		<-started
+		return out
+	}
+	first := keystroke(`["i"]`)
+	second := keystroke(`["i","w"]`)
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the superseded keystroke's engine context was not cancelled")
+	}
+	wantJSON(t, <-first, 409, errJSON("superseded", "a newer request for the same dialog_id replaced this one; do not retry it"))
+	if rec := <-second; rec.Code != 200 {
+		t.Fatalf("the next keystroke: %d %s", rec.Code, rec.Body)
+	}
+	m := e.do(adminReq("GET", "/metrics", "")).Body.String()
+	for _, want := range []string{`replyd_steer_requests_total{outcome="superseded"} 1`, `replyd_steer_requests_total{outcome="ok"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
