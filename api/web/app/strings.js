@@ -32,6 +32,8 @@ export const T = Object.freeze({
   noneWords: 'No reply fits these letters. Spell a word, or speak what you typed.',
   noneStart: 'No reply starts like this. Type more, or speak what you typed.',
   noneReplace: (w) => `No other word fits in place of “${w}”.`,
+  pickInitial: (w) => `Other words for “${w}”: to choose the new word’s first letter, press that letter.`,
+  lookingInitial: (w, ch) => `Looking for words starting with ${ch.toUpperCase()} in place of “${w}”…`,
   spellWord: 'Spell a word',
   wordsOf: (n) => `Change a word of reply ${n}`,
   tooFast: (s) => `Too many requests: asking again in ${s} s.`,
