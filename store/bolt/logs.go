@@ -158,13 +158,18 @@ func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
 	return len(dead), nil
 }
 
-// LogBytes returns the bytes the log entries and their stats index occupy in
-// the file (whole pages) and the number of entries. It walks the pages of
+// LogBytes returns the bytes the log entries and their indexes (the stats'
+// and the steered answers') occupy in the file (whole pages) and the number
+// of entries. It walks the pages of
 // both buckets: call it from housekeeping, not per request.
 func (db *DB) LogBytes() (size int64, entries int, err error) {
 	err = db.view(func(tx *bolt.Tx) error {
 		ls, is := tx.Bucket(bucketLogs).Stats(), tx.Bucket(bucketInferIdx).Stats()
 		size = int64(ls.BranchAlloc + ls.LeafAlloc + is.BranchAlloc + is.LeafAlloc)
+		if sb := tx.Bucket(bucketSteerIdx); sb != nil {
+			ss := sb.Stats()
+			size += int64(ss.BranchAlloc + ss.LeafAlloc)
+		}
 		entries = ls.KeyN
 		return nil
 	})
