@@ -160,8 +160,8 @@ func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
 
 // LogBytes returns the bytes the log entries and their indexes (the stats'
 // and the steered answers') occupy in the file (whole pages) and the number
-// of entries. It walks the pages of
-// both buckets: call it from housekeeping, not per request.
+// of entries. It walks the pages of the buckets: call it from housekeeping,
+// not per request.
 func (db *DB) LogBytes() (size int64, entries int, err error) {
 	err = db.view(func(tx *bolt.Tx) error {
 		ls, is := tx.Bucket(bucketLogs).Stats(), tx.Bucket(bucketInferIdx).Stats()
