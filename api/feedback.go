@@ -89,25 +89,17 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	if err != nil {
 		return &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}
 	}
+	inf, err := s.openInference(key.Hash, id, now)
+	if err != nil {
+		return err
+	}
 	// A steered answer's outcome is its turn's.
-	steered, err := steeredAnswer(recent, key.Hash)
-	if err != nil {
-		return err
-	}
+	steered := steeredAnswer(inf)
 	if steered != nil {
-		id = recent.turn
-	}
-	inf, err := s.store.Inference(id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errNoInference()
-	}
-	if err != nil {
-		return err
-	}
-	if inf.KeyHash != key.Hash || now.Sub(inf.At) > store.FeedbackWindow {
-		return errNoInference()
-	}
-	if steered != nil {
+		id = inf.Turn
+		if inf, err = s.openInference(key.Hash, id, now); err != nil {
+			return err
+		}
 		inf.CandidateChars = steered.chars
 	}
 	n := len(inf.CandidateChars)

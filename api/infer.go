@@ -418,16 +418,15 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
 		return err
 	}
-	if st.steered {
-		out.SteerMode, out.SteerExhausted = string(req.Steer.Mode), res.SteerExhausted
-		s.recent.addSteered(out.InferenceID, st.keyHash, s.now(), out.Response, turn, string(req.Steer.Mode))
-		return s.sendAnswer(c, events, out)
-	}
 	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
 	for i, text := range out.Response {
 		inf.CandidateChars[i] = score.Chars(text)
 	}
-	if req.MemoryUser != "" && res.PartnerTurn != "" {
+	if st.steered {
+		// Its log entry makes it findable by id on every box (steer.go).
+		out.SteerMode, out.SteerExhausted = string(req.Steer.Mode), res.SteerExhausted
+		inf.Turn, inf.SteerMode = turn, string(req.Steer.Mode)
+	} else if req.MemoryUser != "" && res.PartnerTurn != "" {
 		// Nothing to pair a reply with when the partner said nothing.
 		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
 		inf.UserTag = tag

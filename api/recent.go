@@ -33,10 +33,6 @@ type recentInference struct {
 	at         time.Time
 	candidates []string
 	written    chan struct{} // closed once the log entry is written (or failed)
-	// turn and mode are set on a steered answer: the inference of the turn
-	// it counts as, and its steering mode. It has no inference of its own
-	// in the store; feedback naming it is the turn's.
-	turn, mode string
 }
 
 func newRecentInferences(max int) *recentInferences {
@@ -55,16 +51,6 @@ func (r *recentInferences) add(id, keyHash string, at time.Time, candidates []st
 		r.head = (r.head + 1) % r.max
 	}
 	r.byID[id] = &recentInference{keyHash: keyHash, at: at, candidates: candidates, written: make(chan struct{})}
-}
-
-// addSteered records a steered answer that counts as inference turn.
-func (r *recentInferences) addSteered(id, keyHash string, at time.Time, candidates []string, turn, mode string) {
-	r.add(id, keyHash, at, candidates)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ri := r.byID[id]
-	ri.turn, ri.mode = turn, mode
-	close(ri.written)
 }
 
 // written marks the inference's log entry as written (or as failed).

@@ -106,12 +106,10 @@ type Server struct {
 	refusals  refusalLog          // rate-limit refusals logged, one a window per key
 	recent    *recentInferences
 	flights   *dialogFlights // the inference in flight per key and dialog_id
-	// steerBudget is the per-key budget of steered requests (steer.go).
-	steerBudget steerBuckets
-	rand        io.Reader
-	otpMu       sync.Mutex // serialises OTP sends
-	otp         *otpGuard
-	totpOnly    bool
+	rand      io.Reader
+	otpMu     sync.Mutex // serialises OTP sends
+	otp       *otpGuard
+	totpOnly  bool
 
 	failures  *authFailures
 	failMu    sync.Mutex

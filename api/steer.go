@@ -14,16 +14,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/engine/steer"
 	"github.com/replyd/replyd/store"
 )
@@ -35,10 +32,13 @@ const CodeInvalidPayload = "invalid_payload"
 func init() { codeStatus[CodeInvalidPayload] = 400 }
 
 // The steering budget per API key: a token bucket refilled at
-// steerPerMinute a minute holding at most steerBurst requests.
+// steerPerMinute a minute holding at most steerBurst requests, kept by the
+// store's RateLimiter (in memory for bbolt, shared by the boxes of a
+// PostgreSQL store) under the key's hash and budgetSteer.
 const (
 	steerPerMinute = 100
 	steerBurst     = 10
+	budgetSteer    = "#steer"
 )
 
 // wireSteer is the payload's steer object; each member is raw so that a
@@ -128,30 +128,43 @@ func parseSteer(raw json.RawMessage, parent string, req *engine.Request) error {
 
 // steerParent resolves a steered request's parent_inference_id for the key
 // keyHash to the turn it counts as: the id itself, or the turn a steered
-// answer refined. Unknown, foreign and expired ids are one 404.
+// answer refined. Both are read from the store, so a keystroke finds its
+// parent on any box and after a restart. Unknown, foreign and expired ids
+// are one 404.
 func (s *Server) steerParent(ctx context.Context, keyHash, id string) (turn string, err error) {
 	now := s.now()
-	ri, err := s.recent.get(ctx, id, now)
-	if err != nil {
+	// An answer of this box whose log entry is on its way: wait for it.
+	if _, err := s.recent.get(ctx, id, now); err != nil {
 		return "", &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}
 	}
-	if ri != nil && ri.turn != "" {
-		if ri.keyHash != keyHash {
-			return "", errNoInference()
-		}
-		id = ri.turn
-	}
-	inf, err := s.store.Inference(id)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", errNoInference()
-	}
+	inf, err := s.openInference(keyHash, id, now)
 	if err != nil {
 		return "", err
 	}
-	if inf.KeyHash != keyHash || now.Sub(inf.At) > store.FeedbackWindow {
-		return "", errNoInference()
+	if inf.Turn == "" {
+		return id, nil
 	}
-	return id, nil
+	if _, err := s.openInference(keyHash, inf.Turn, now); err != nil {
+		return "", err
+	}
+	return inf.Turn, nil
+}
+
+// openInference returns the stored inference (or steered answer) id when
+// it is keyHash's and within the feedback window at now, else the 404 that
+// does not say which.
+func (s *Server) openInference(keyHash, id string, now time.Time) (store.Inference, error) {
+	inf, err := s.store.Inference(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return inf, errNoInference()
+	}
+	if err != nil {
+		return inf, err
+	}
+	if inf.KeyHash != keyHash || now.Sub(inf.At) > store.FeedbackWindow {
+		return inf, errNoInference()
+	}
+	return inf, nil
 }
 
 // startSteer admits a steered request: text only, within the key's
@@ -166,7 +179,11 @@ func (s *Server) startSteer(c echo.Context, st *inferState, req engine.Request, 
 	if err := s.store.Refund(st.keyHash+budgetInfer, now); err != nil {
 		s.reqLogger(c).Warn("giving a steered request back to the rate limit failed", "error", err.Error())
 	}
-	if ok, retry := s.steerBudget.take(st.keyHash, now); !ok {
+	ok, retry, err := s.store.Take(st.keyHash+budgetSteer, steerPerMinute, steerBurst, now)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
 		s.metrics.rateLimited.Inc()
 		return "", &Error{
 			Code:       CodeRateLimited,
@@ -234,53 +251,6 @@ func (m *steerMetrics) observeKSR(mode, version string, chars, actions int) {
 	m.ksrActions.WithLabelValues(mode, version).Add(float64(actions))
 }
 
-// steerBuckets is the per-key steering budget. It is safe for concurrent
-// use and kept in memory only: a restart refills every bucket.
-type steerBuckets struct {
-	mu      sync.Mutex
-	buckets map[string]*steerBucket
-	swept   time.Time
-}
-
-type steerBucket struct {
-	tokens float64
-	at     time.Time
-}
-
-// take spends one request of key's bucket at now, or returns how long
-// until one is there.
-func (b *steerBuckets) take(key string, now time.Time) (bool, time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buckets == nil {
-		b.buckets = map[string]*steerBucket{}
-	}
-	rate := float64(steerPerMinute) / 60 // a second
-	if now.Sub(b.swept) > time.Minute {
-		// A bucket left alone this long is full: forget it.
-		for k, x := range b.buckets {
-			if now.Sub(x.at).Seconds()*rate >= steerBurst {
-				delete(b.buckets, k)
-			}
-		}
-		b.swept = now
-	}
-	x := b.buckets[key]
-	if x == nil {
-		x = &steerBucket{tokens: steerBurst, at: now}
-		b.buckets[key] = x
-	}
-	if d := now.Sub(x.at).Seconds(); d > 0 {
-		x.tokens = math.Min(steerBurst, x.tokens+d*rate)
-		x.at = now
-	}
-	if x.tokens < 1 {
-		return false, time.Duration(math.Ceil((1-x.tokens)/rate*1000)) * time.Millisecond
-	}
-	x.tokens--
-	return true, 0
-}
-
 // ksrJSON is one group of the stats' ksr section.
 type ksrJSON struct {
 	SteerMode     string   `json:"steer_mode"`
@@ -329,20 +299,13 @@ type steeredFeedback struct {
 	chars []int // the candidates' lengths in characters
 }
 
-// steeredAnswer returns the steered answer recent is (nil when it is none),
-// or the 404 of an inference that is not keyHash's.
-func steeredAnswer(recent *recentInference, keyHash string) (*steeredFeedback, error) {
-	if recent == nil || recent.turn == "" {
-		return nil, nil
+// steeredAnswer returns what feedback needs of inf when it is a steered
+// answer (nil otherwise).
+func steeredAnswer(inf store.Inference) *steeredFeedback {
+	if inf.Turn == "" {
+		return nil
 	}
-	if recent.keyHash != keyHash {
-		return nil, errNoInference()
-	}
-	sf := &steeredFeedback{mode: recent.mode}
-	for _, c := range recent.candidates {
-		sf.chars = append(sf.chars, score.Chars(c))
-	}
-	return sf, nil
+	return &steeredFeedback{mode: inf.SteerMode, chars: inf.CandidateChars}
 }
 
 // setActions records on o the steering mode of the answer it names and

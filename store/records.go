@@ -218,6 +218,12 @@ type InferenceInfo struct {
 	// creates, with a link from the entry's key (Store.MemorySubject). It is
 	// not kept in the log.
 	UserTag string `json:"-"`
+	// Turn and SteerMode describe a steered answer (an entry of
+	// StreamSteer): the inference id of the turn it refines, which it
+	// counts as, and its steering mode ("words", "prefix", "replace").
+	// Both are empty for an inference of its own.
+	Turn      string `json:",omitempty"`
+	SteerMode string `json:",omitempty"`
 }
 
 // RememberedTexts is the dialog text an inference of a remembering user
@@ -288,6 +294,10 @@ type Inference struct {
 	Texts      *RememberedTexts
 	// Outcome is the reported outcome, nil while none was reported.
 	Outcome *Outcome
+	// Turn and SteerMode are set for a steered answer (see
+	// InferenceInfo.Turn): it has no outcome of its own; feedback naming
+	// it is recorded on Turn.
+	Turn, SteerMode string
 }
 
 // Pair is one remembered exchange of a user: the partner's turn and what

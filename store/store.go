@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"io"
+	"math"
 	"time"
 
 	"github.com/replyd/replyd/internal/window"
@@ -179,7 +180,11 @@ type Store interface {
 
 	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
 	// is durable when AppendLog returns nil; concurrent calls may share one
-	// commit. Entries of stream StreamInfer count in Stats.
+	// commit. Entries of stream StreamInfer count in Stats. An entry of
+	// StreamSteer whose Inference has an ID and a Turn records a steered
+	// answer: Inference finds it by its id (on every box, after a restart)
+	// with its Turn and SteerMode, while it counts in no statistics and
+	// takes no outcome (SetOutcome: ErrNotFound).
 	AppendLog(e LogEntry) error
 	// Logs returns the entries with Timestamp >= q.Since (inclusive) that
 	// match q.Level and q.Stream when those are set, newest first, at most
@@ -219,7 +224,8 @@ type Store interface {
 	// Inference returns the answered inference whose log entry carried this
 	// id (LogEntry.Inference.ID), with its remembered texts while they are
 	// kept, decrypted, or ErrNotFound (also once its entry was pruned or its
-	// user deleted). The feedback rules (which key, FeedbackWindow,
+	// user deleted). For a steered answer (AppendLog) it returns ID, At,
+	// KeyHash, Subject, PromptVersion, CandidateChars, Turn and SteerMode. The feedback rules (which key, FeedbackWindow,
 	// ReplaceWindow) are the caller's.
 	Inference(id string) (Inference, error)
 	// SetOutcome records o as the inference's outcome, replacing any
@@ -342,6 +348,33 @@ type RateLimiter interface {
 	// limit used up). It does nothing when the window is over or nothing
 	// was admitted in it.
 	Refund(key string, now time.Time) error
+	// Take spends one request of key's token bucket (a budget that holds
+	// at most burst requests and refills perMinute a minute, starting
+	// full) at now, or, when less than one request is left, refuses and
+	// returns the time until one is: the steering budget, a keystroke
+	// every 600 ms. The buckets are apart from Allow's windows. A time
+	// before the bucket's last request (another box's clock) refills
+	// nothing. perMinute or burst <= 0 means unlimited. An error (wrapping
+	// ErrUnavailable when the database cannot be reached) admits nothing.
+	Take(key string, perMinute, burst int, now time.Time) (ok bool, retry time.Duration, err error)
+}
+
+// BucketLevel is the token bucket's arithmetic both limiters share: the
+// level of a bucket that held tokens at at, refilled to now at perMinute
+// a minute up to burst, and whether one request can be taken (then the
+// level after it) or the time until one can.
+func BucketLevel(tokens float64, at, now time.Time, perMinute, burst int) (level float64, ok bool, retry time.Duration) {
+	rate := float64(perMinute) / float64(time.Minute) // a nanosecond
+	level = tokens
+	if d := now.Sub(at); d > 0 {
+		level = min(float64(burst), tokens+float64(d)*rate)
+	}
+	if level < 1 {
+		// Whole milliseconds, rounded up (a hair of float error aside).
+		ms := math.Ceil((1-level)/rate/float64(time.Millisecond) - 1e-6)
+		return level, false, time.Duration(ms) * time.Millisecond
+	}
+	return level - 1, true, 0
 }
 
 // RateWindowOver reports whether a window that opened at start is over at

@@ -90,6 +90,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	contextTokens := fs.Int("context", 2048, "context tokens per sequence")
 	seed := fs.Uint("seed", 1, "base sampling seed (dialog i uses seed+i): runs are repeatable")
 	temperature := fs.Float64("temperature", api.DefaultLimits().DefaultTemperature, "sampling temperature")
+	steerSeqs := fs.Int("steer-seqs", 1, "with --steer: sequences decoded per candidate shown (1 or 2; the best by log-probability are shown)")
 	steerFlag := fs.String("steer", "", "simulate a user steering to the true reply: initials, words (initials, the longest word spelled), prefix:N (its first N characters) or replace (a near miss with one word wrong); scores top-1/top-n and the simulated keystroke saving rate with and without the dialog's context")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: replyd eval [--dialogs FILE.jsonl] [--prompt-file F]... [--prompt-version V --server URL]... [-n 4] [--steer MODE] [--json]\n\n"+
@@ -112,6 +113,9 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	max := api.DefaultLimits().MaxCandidates
+	if *steerSeqs < 1 || *steerSeqs > 2 {
+		return fmt.Errorf("eval: --steer-seqs must be 1 or 2")
+	}
 	if *n < 1 || *n > max {
 		return fmt.Errorf("eval: -n must be between 1 and %d", max)
 	}
@@ -145,6 +149,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	lm, err := llm.Open(llm.Options{
 		ModelPath: *model, ContextPerSeq: *contextTokens, Threads: *threads,
 		MaxCandidates: max, PrefixCacheMiB: 16, Demo: isDemoModel(*model), Logger: slog.New(slog.DiscardHandler),
+		SteerSeqFactor: *steerSeqs,
 	})
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
@@ -159,7 +164,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return err
 		}
-		return printSteerEval(stdout, scores, *n, *model, isDemoModel(*model), name, *asJSON)
+		return printSteerEval(stdout, scores, *n, *steerSeqs, *model, isDemoModel(*model), name, *asJSON)
 	}
 	bar := newProgress(stderr, len(ds)*len(prompts))
 	for i := range prompts {

@@ -180,19 +180,20 @@ func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim stee
 	return out, nil
 }
 
-func printSteerEval(w io.Writer, scores []steerScore, n int, model string, demo bool, dialogs string, asJSON bool) error {
+func printSteerEval(w io.Writer, scores []steerScore, n, seqs int, model string, demo bool, dialogs string, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Dialogs    string       `json:"dialogs"`
 			Candidates int          `json:"candidates"`
+			SeqFactor  int          `json:"steer_seqs"`
 			Model      string       `json:"model"`
 			Demo       bool         `json:"demo_model"`
 			Results    []steerScore `json:"results"`
-		}{dialogs, n, model, demo, scores})
+		}{dialogs, n, seqs, model, demo, scores})
 	}
-	fmt.Fprintf(w, "replyd eval --steer %s: dialogs from %s, %d candidates each, model %s\n", scores[0].Steer, dialogs, n, model)
+	fmt.Fprintf(w, "replyd eval --steer %s: dialogs from %s, %d candidates each (%d sequences decoded), model %s\n", scores[0].Steer, dialogs, n, n*seqs, model)
 	if demo {
 		fmt.Fprintln(w, "(a demo model with random weights: it scores near zero; use a real model for real figures)")
 	}

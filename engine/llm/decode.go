@@ -154,7 +154,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		}
 		tokens = append(tokens, sr.kept...)
 		// Every candidate's cells must fit beside the prompt's.
-		sr.limit = max(min(sr.limit, (e.cells-len(tokens))/n-1), 1)
+		sr.limit = max(min(sr.limit, (e.cells-len(tokens))/e.decodeSeqs(n, sr)-1), 1)
 	}
 	gen.PromptTokens = len(tokens)
 
@@ -181,9 +181,10 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 	start = time.Now()
 	promptDecode, promptThreadSteps, promptSteps := r.inDecode, r.threadSteps, r.steps
 	m := j.decoding
+	k := e.decodeSeqs(n, sr) // sequences decoded in the first round
 	if m == DecodeAuto {
 		m = DecodeSequential
-		if e.batched[n] {
+		if e.batched[k] {
 			m = DecodeBatched
 		}
 	}
@@ -195,6 +196,9 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			e.freeGen()
 		}
 		want := n - len(out)
+		if round == 0 {
+			want = k
+		}
 		var cands []*cand
 		for i := 0; i < want; i++ {
 			t := temp
@@ -248,10 +252,10 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		e.freeGen()
 	}
 	gen.Generation = time.Since(start)
+	rankCandidates(out)
 	if len(out) > n {
 		out = out[:n]
 	}
-	rankCandidates(out)
 	gen.SteerExhausted = sr != nil && len(out) < n
 	e.offerReplies(req.DialogID, out, sr != nil)
 	for i, c := range out {

@@ -138,8 +138,13 @@ type Options struct {
 	// ColdPromptTarget is turned into tokens with; zero measures it once
 	// in Open.
 	PromptRate float64
-	Demo       bool // the model is a generated demo model (reported in Status)
-	Logger     *slog.Logger
+	// SteerSeqFactor is how many sequences a steered request decodes per
+	// candidate it shows (at most MaxCandidates in all), keeping the best
+	// by length-normalised log-probability; 0 or 1: as many as shown
+	// (docs/steering.md gives the figures of 2).
+	SteerSeqFactor int
+	Demo           bool // the model is a generated demo model (reported in Status)
+	Logger         *slog.Logger
 }
 
 // Engine generates candidate replies. It implements engine.Generator,

@@ -347,3 +347,13 @@ func (c *cand) steerAccept(piece []byte, stop bool) {
 		c.failed = true
 	}
 }
+
+// decodeSeqs is how many sequences a request showing n candidates decodes
+// in its first round: n, or for a steered request (sr not nil) n times
+// Options.SteerSeqFactor, at most MaxCandidates; the best n are shown.
+func (e *Engine) decodeSeqs(n int, sr *steerRun) int {
+	if sr == nil || e.opts.SteerSeqFactor <= 1 {
+		return n
+	}
+	return min(max(n, n*e.opts.SteerSeqFactor), e.opts.MaxCandidates)
+}

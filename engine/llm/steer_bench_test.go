@@ -222,3 +222,45 @@ func BenchmarkSteeredRequest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSteeredVsUnsteered is BenchmarkSteeredRequest interleaved: each
+// iteration runs the unsteered request and then each steered one for the
+// same warm dialog (same dialog_id, 4 candidates, the same seed), so that
+// load from other processes hits all of them alike, and it reports each
+// mode's time over the unsteered time of the same iterations (x_MODE;
+// target <= 1.2) and per token sampled (tok_x_MODE). Run it with
+// -benchtime Nx.
+func BenchmarkSteeredVsUnsteered(b *testing.B) {
+	e := openBench(b)
+	const dialogID = "bench-steer-interleaved"
+	timed(b, e, benchRequest(3, 4, dialogID), DecodeAuto)
+	modes := []struct {
+		name string
+		s    *engine.Steer
+	}{
+		{"unsteered", nil},
+		{"words", &engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "l", "t"}}},
+		{"prefix", &engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}},
+		{"replace", &engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk please", Word: 2}},
+	}
+	total := make([]time.Duration, len(modes))
+	tokens := make([]int, len(modes))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for m, c := range modes {
+			req := benchRequest(3, 4, dialogID)
+			req.Seed = uint32(1 + i)
+			req.Steer = c.s
+			d, g := timed(b, e, req, DecodeAuto)
+			total[m] += d
+			tokens[m] += g.GenTokens
+		}
+	}
+	b.ReportMetric(float64(total[0].Milliseconds())/float64(b.N), "unsteered_ms")
+	for m := 1; m < len(modes); m++ {
+		b.ReportMetric(float64(total[m])/float64(total[0]), "x_"+modes[m].name)
+		if tokens[m] > 0 && tokens[0] > 0 {
+			b.ReportMetric(float64(total[m])/float64(tokens[m])/(float64(total[0])/float64(tokens[0])), "tok_x_"+modes[m].name)
+		}
+	}
+}

@@ -61,6 +61,8 @@ var (
 	// Schema 4.
 	bucketMemLinks  = []byte("mem_links")  // key hash ‖ 0 ‖ tag -> subject (MemorySubject)
 	bucketOTPGuards = []byte("otp_guards") // scope -> JSON OTPGuard (scopes other than "")
+	// Created at any schema (steering).
+	bucketSteerIdx = []byte("steer_index") // same key as logs, steered answers only -> JSON steerRow
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -70,7 +72,7 @@ var (
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
-		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards)
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards, bucketSteerIdx)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's

@@ -54,6 +54,9 @@ func putLogKey(tx *bolt.Tx, e store.LogEntry, val []byte, now time.Time) ([]byte
 	if err := logs.Put(k, val); err != nil {
 		return nil, err
 	}
+	if isSteered(e) {
+		return k, putSteered(tx, e, k)
+	}
 	if e.StreamName != store.StreamInfer {
 		return k, nil
 	}
@@ -134,6 +137,9 @@ func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
 		if err := logs.Delete(k); err != nil {
 			return 0, err
 		}
+		if err := deleteSteered(tx, k); err != nil {
+			return 0, err
+		}
 		if v := idx.Get(k); v != nil {
 			row, err := decodeRow(v)
 			if err != nil {
@@ -152,13 +158,18 @@ func deleteOldest(tx *bolt.Tx, n int, cut []byte) (int, error) {
 	return len(dead), nil
 }
 
-// LogBytes returns the bytes the log entries and their stats index occupy in
-// the file (whole pages) and the number of entries. It walks the pages of
-// both buckets: call it from housekeeping, not per request.
+// LogBytes returns the bytes the log entries and their indexes (the stats'
+// and the steered answers') occupy in the file (whole pages) and the number
+// of entries. It walks the pages of the buckets: call it from housekeeping,
+// not per request.
 func (db *DB) LogBytes() (size int64, entries int, err error) {
 	err = db.view(func(tx *bolt.Tx) error {
 		ls, is := tx.Bucket(bucketLogs).Stats(), tx.Bucket(bucketInferIdx).Stats()
 		size = int64(ls.BranchAlloc + ls.LeafAlloc + is.BranchAlloc + is.LeafAlloc)
+		if sb := tx.Bucket(bucketSteerIdx); sb != nil {
+			ss := sb.Stats()
+			size += int64(ss.BranchAlloc + ss.LeafAlloc)
+		}
 		entries = ls.KeyN
 		return nil
 	})

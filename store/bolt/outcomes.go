@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,10 @@ func (db *DB) Inference(id string) (store.Inference, error) {
 	var inf store.Inference
 	err := db.view(func(tx *bolt.Tx) error {
 		lk, row, err := inferenceRow(tx, id)
+		if errors.Is(err, store.ErrNotFound) && lk != nil {
+			inf, err = steeredInference(tx, lk)
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -43,7 +48,8 @@ func inferenceRow(tx *bolt.Tx, id string) ([]byte, inferRow, error) {
 	}
 	v := tx.Bucket(bucketInferIdx).Get(lk)
 	if v == nil {
-		return nil, inferRow{}, fmt.Errorf("store: inference: %w", store.ErrNotFound)
+		// A steered answer's key (steered.go), or none.
+		return append([]byte(nil), lk...), inferRow{}, fmt.Errorf("store: inference: %w", store.ErrNotFound)
 	}
 	row, err := decodeRow(v)
 	return append([]byte(nil), lk...), row, err

@@ -21,3 +21,9 @@ func (db *DB) Allow(key string, limit int, now time.Time) (bool, time.Duration, 
 func (db *DB) Refund(key string, now time.Time) error {
 	return db.limiter.Refund(key, now)
 }
+
+// Take spends one request of key's token bucket; see store.RateLimiter.
+// Like the windows, the buckets are kept in memory (one process).
+func (db *DB) Take(key string, perMinute, burst int, now time.Time) (bool, time.Duration, error) {
+	return db.limiter.Take(key, perMinute, burst, now)
+}

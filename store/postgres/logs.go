@@ -10,7 +10,7 @@ import (
 )
 
 // logCols are the logs columns scanLog reads, in its order.
-const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node, error_code, inference_id, prompt_version, candidate_chars"
+const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node, error_code, inference_id, prompt_version, candidate_chars, steer_turn, steer_mode"
 
 // scanLog reads one logs row selected with logCols.
 func scanLog(r pgx.Row) (store.LogEntry, error) {
@@ -19,13 +19,43 @@ func scanLog(r pgx.Row) (store.LogEntry, error) {
 	var id *string
 	var version string
 	var chars []int32
+	var turn, mode string
 	err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node,
-		&e.ErrorCode, &id, &version, &chars)
+		&e.ErrorCode, &id, &version, &chars, &turn, &mode)
 	e.Timestamp = fromNS(ts)
 	if id != nil {
-		e.Inference = &store.InferenceInfo{ID: *id, PromptVersion: version, CandidateChars: ints(chars)}
+		e.Inference = &store.InferenceInfo{ID: *id, PromptVersion: version, CandidateChars: ints(chars), Turn: turn, SteerMode: mode}
 	}
 	return e, err
+}
+
+// inferenceCols are the logs columns of an entry's Inference: kept for an
+// infer entry and for a steered answer (a steer entry that names its
+// turn), whose id Inference then finds; none for any other entry.
+type inferenceCols struct {
+	id                  *string
+	version, turn, mode string
+	chars               []int32
+}
+
+func inferenceColsOf(e store.LogEntry) inferenceCols {
+	var c inferenceCols
+	inf := e.Inference
+	if inf == nil {
+		return c
+	}
+	steered := e.StreamName == store.StreamSteer && inf.ID != "" && inf.Turn != ""
+	if e.StreamName != store.StreamInfer && !steered {
+		return c
+	}
+	if inf.ID != "" {
+		c.id = &inf.ID
+	}
+	c.version, c.chars = inf.PromptVersion, int32s(inf.CandidateChars)
+	if steered {
+		c.turn, c.mode = inf.Turn, inf.SteerMode
+	}
+	return c
 }
 
 // AppendLog inserts one entry, durable at commit; see store.Store.
@@ -36,31 +66,19 @@ func (s *Store) AppendLog(e store.LogEntry) error {
 	if e.Timestamp.IsZero() {
 		e.Timestamp = s.now()
 	}
-	var id *string
-	var version string
-	var chars []int32
+	c := inferenceColsOf(e)
 	var texts *store.RememberedTexts
-	if inf := e.Inference; inf != nil && e.StreamName == store.StreamInfer {
-		if inf.ID != "" {
-			id = &inf.ID
-		}
-		version = inf.PromptVersion
-		chars = make([]int32, len(inf.CandidateChars))
-		for i, n := range inf.CandidateChars {
-			chars[i] = int32(n)
-		}
-		if e.Subject != "" {
-			texts = inf.Remember
-		}
+	if inf := e.Inference; inf != nil && e.StreamName == store.StreamInfer && e.Subject != "" {
+		texts = inf.Remember
 	}
 	now := s.now()
 	return s.tx("append log", func(ctx context.Context, tx pgx.Tx) error {
 		var seq int64
 		err := tx.QueryRow(ctx, `INSERT INTO logs (ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node,
-				error_code, inference_id, prompt_version, candidate_chars, remembered)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING seq`,
+				error_code, inference_id, prompt_version, candidate_chars, remembered, steer_turn, steer_mode)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING seq`,
 			ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
-			e.ErrorCode, id, version, chars, texts != nil).Scan(&seq)
+			e.ErrorCode, c.id, c.version, c.chars, texts != nil, c.turn, c.mode).Scan(&seq)
 		if err != nil || texts == nil {
 			return err
 		}

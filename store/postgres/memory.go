@@ -214,8 +214,9 @@ func (s *Store) Inference(id string) (store.Inference, error) {
 		var seq, ts int64
 		var chars []int32
 		var oc outcomeCols
-		err := tx.QueryRow(ctx, `SELECT seq, ts_ns, resource_id, subject, prompt_version, candidate_chars, remembered, `+outcomeColumns+`
-			FROM logs WHERE inference_id = $1`, id).Scan(append([]any{&seq, &ts, &inf.KeyHash, &inf.Subject, &inf.PromptVersion, &chars, &inf.Remembered}, oc.dest()...)...)
+		err := tx.QueryRow(ctx, `SELECT seq, ts_ns, resource_id, subject, prompt_version, candidate_chars, remembered, steer_turn, steer_mode, `+outcomeColumns+`
+			FROM logs WHERE inference_id = $1`, id).Scan(append([]any{&seq, &ts, &inf.KeyHash, &inf.Subject, &inf.PromptVersion, &chars, &inf.Remembered,
+			&inf.Turn, &inf.SteerMode}, oc.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("store: inference: %w", store.ErrNotFound)
 		}
@@ -256,7 +257,7 @@ func (s *Store) SetOutcome(id string, o store.Outcome, reply string) (uint64, er
 		keys, sel := actions(o)
 		err := tx.QueryRow(ctx, `UPDATE logs SET outcome_kind = $2, outcome_rank = $3, outcome_spoken_chars = $4, outcome_keystrokes = $5,
 				outcome_ttc_ms = $6, outcome_first_ns = $7, outcome_at_ns = $8, outcome_steer_mode = $9, outcome_keys = $10, outcome_selections = $11
-			WHERE inference_id = $1 RETURNING seq, ts_ns, subject, remembered`,
+			WHERE inference_id = $1 AND steer_turn = '' RETURNING seq, ts_ns, subject, remembered`,
 			id, o.Kind, o.Rank, o.SpokenChars, o.KeystrokesSaved, o.TimeToChoiceMS, nullNS(o.FirstAt), nullNS(o.At), o.SteerMode, keys, sel).Scan(&seq, &ts, &subject, &remembered)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("store: inference: %w", store.ErrNotFound)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/replyd/replyd/store"
 )
 
@@ -49,4 +51,36 @@ func (s *Store) Refund(key string, now time.Time) error {
 			WHERE key_hash = $1 AND count > 0 AND $2 < start_ns + $3 AND $2 >= start_ns - $3`, key, ns(now), int64(store.RateWindow))
 		return err
 	})
+}
+
+// Take spends one request of key's token bucket, shared by every box; see
+// store.RateLimiter. One transaction locks the key's row (created full on
+// first use) and applies store.BucketLevel, the arithmetic of the bbolt
+// store's buckets, so that concurrent keystrokes on several boxes are
+// counted one after the other.
+func (s *Store) Take(key string, perMinute, burst int, now time.Time) (bool, time.Duration, error) {
+	if perMinute <= 0 || burst <= 0 {
+		return true, 0, nil
+	}
+	var ok bool
+	var retry time.Duration
+	err := s.tx("steering budget", func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO rate_buckets (key_hash, tokens, at_ns) VALUES ($1, $2, $3) ON CONFLICT (key_hash) DO NOTHING`,
+			key, float64(burst), ns(now)); err != nil {
+			return err
+		}
+		var tokens float64
+		var at int64
+		if err := tx.QueryRow(ctx, `SELECT tokens, at_ns FROM rate_buckets WHERE key_hash = $1 FOR UPDATE`, key).Scan(&tokens, &at); err != nil {
+			return err
+		}
+		var level float64
+		level, ok, retry = store.BucketLevel(tokens, fromNS(at), now, perMinute, burst)
+		_, err := tx.Exec(ctx, `UPDATE rate_buckets SET tokens = $2, at_ns = greatest(at_ns, $3) WHERE key_hash = $1`, key, level, ns(now))
+		return err
+	})
+	if err != nil {
+		return false, 0, err
+	}
+	return ok, retry, nil
 }

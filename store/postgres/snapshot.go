@@ -198,7 +198,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, memory_links, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -301,23 +301,15 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		defer stop()
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"logs"},
 			[]string{"ts_ns", "level", "message", "resource_type", "resource_id", "stream", "subject", "status", "latency_ms", "node",
-				"error_code", "inference_id", "prompt_version", "candidate_chars"},
+				"error_code", "inference_id", "prompt_version", "candidate_chars", "steer_turn", "steer_mode"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				e, err, ok := next()
 				if !ok || err != nil {
 					return nil, err
 				}
-				var id *string
-				var version string
-				var chars []int32
-				if inf := e.Inference; inf != nil && e.StreamName == store.StreamInfer {
-					if inf.ID != "" {
-						id = &inf.ID
-					}
-					version, chars = inf.PromptVersion, int32s(inf.CandidateChars)
-				}
+				c := inferenceColsOf(e)
 				return []any{ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
-					e.ErrorCode, id, version, chars}, nil
+					e.ErrorCode, c.id, c.version, c.chars, c.turn, c.mode}, nil
 			}))
 		if err != nil {
 			return err

@@ -104,6 +104,9 @@ var scenarios = []scenario{
 	{"memory/prune", memoryPrune},
 	{"memory/links-scope-to-keys", memoryLinks},
 
+	// Steered answers (steered.go).
+	{"steer/answers-found-by-id-not-counted", steeredAnswers},
+
 	// Operations (ops.go).
 	{"ops/ping-describe-size-backup", opsBasics},
 	{"snapshot/import-round-trip", snapshotRoundTrip},
@@ -116,6 +119,8 @@ var scenarios = []scenario{
 	{"ratelimit/limit-lowered-mid-window", limiter(limiterLowered)},
 	{"ratelimit/concurrent-exact", limiter(limiterConcurrent)},
 	{"ratelimit/refund-shed-requests", limiter(limiterRefund)},
+	{"ratelimit/token-bucket", limiter(limiterBucket)},
+	{"ratelimit/token-bucket-concurrent-exact", limiter(limiterBucketConcurrent)},
 }
 
 // Run runs every scenario as a parallel subtest of t, each on a fresh store

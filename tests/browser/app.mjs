@@ -688,6 +688,22 @@ async function main() {
       equal(x.payload.parent_inference_id, spell.parent.answer.inference_id, 'parent_inference_id of a replace');
       spell.replies = await checkSteered(x, 'replace');
       spell.answer = x.answer;
+      // The next letter on the board chooses the new word's initial
+      // (steer.replace.initial) instead of typing.
+      const word = wordsOf(text)[k];
+      const ch = word[0].toLowerCase() === 's' ? 't' : 's';
+      check((await page.textContent('#sp-hint')).includes(word), 'the hint offers to choose the initial');
+      const typedBefore = await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' '));
+      const n = rec.seen.length;
+      await key(ch);
+      const y = await rec.next(n, 'the alternatives with a chosen initial');
+      check(same(y.payload.steer, { replace: { text, word: k, initial: ch } }), `steer ${JSON.stringify(y.payload.steer)}`);
+      equal(y.status, 200, 'status of the replace with an initial');
+      equal(await page.$$eval('#sp-typed .letter-chip', (cs) => cs.map((c) => c.textContent).join(' ')), typedBefore, 'the letter typed nothing');
+      if ((y.answer.response || []).length) {
+        spell.replies = await checkSteered(y, 'replace');
+        spell.answer = y.answer;
+      }
       await axe('with alternatives for a word');
       await page.setViewportSize(PHONE);
       const over = await page.evaluate(() => document.querySelector('#cands-wrap').scrollWidth - document.querySelector('#cands-wrap').clientWidth);

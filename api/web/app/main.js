@@ -268,6 +268,7 @@ function openSpell() {
 function closeSpell() {
   if (!spelling()) return;
   steerAbort();
+  board.forgetInitial();
   $('#spell').hidden = true;
   document.body.classList.remove('spelling');
   $('#spell-open').hidden = !state.turn;
@@ -365,6 +366,11 @@ function replaceWord(text, k, w) {
   if (!t) return;
   t.selections += 1;
   steerNow({ replace: { text, word: k } }, T.lookingOther(w), T.noneReplace(w));
+  // The next letter on the board asks for words of that initial instead.
+  board.askInitial(w, (ch) => {
+    t.keys += 1;
+    steerNow({ replace: { text, word: k, initial: ch } }, T.lookingInitial(w, ch), T.noneReplace(w));
+  });
 }
 
 /** "Speak as typed": the letters as they are become the reply. */

@@ -216,7 +216,7 @@ export class Board {
       class: 'key letter',
       'data-key': ch,
       'aria-label': ch === "'" ? T.apostrophe : keyCap(ch, lang),
-      onclick: () => this.act(() => this.typed.letter(ch)),
+      onclick: () => this.letter(ch),
     }, ch === "'" ? '’' : keyCap(ch, lang)))));
     this.keys.replaceChildren(...rows);
     this.keys.dataset.layout = this.layout;
@@ -224,8 +224,36 @@ export class Board {
     this.keys.style.setProperty('--cols', String(Math.max(...letters.map((row) => [...row].length))));
   }
 
+  /** A letter key: the initial asked for by askInitial, or a letter typed. */
+  letter(ch) {
+    const pick = this.initialPick;
+    if (pick && ch !== "'") {
+      this.initialPick = null;
+      this.draw();
+      pick.fn(ch);
+      return;
+    }
+    this.act(() => this.typed.letter(ch));
+  }
+
+  /** After a word chip (word of a reply): the next letter key chooses the
+   * replacement word's initial and calls fn(letter) instead of typing; any
+   * other press on the board forgets it. */
+  askInitial(word, fn) {
+    this.initialPick = { word, fn };
+    this.draw();
+  }
+
+  /** Forgets an initial asked for (the board closes). */
+  forgetInitial() {
+    if (!this.initialPick) return;
+    this.initialPick = null;
+    this.draw();
+  }
+
   /** Runs a change of what is typed; a press that changed it is reported. */
   act(change) {
+    this.initialPick = null;
     if (change()) this.on.press();
     this.offer(false);
     this.draw();
@@ -258,6 +286,7 @@ export class Board {
   }
 
   expand() {
+    this.initialPick = null;
     this.on.press();
     this.offer(false);
     this.on.expand();
@@ -281,6 +310,7 @@ export class Board {
   }
 
   reset() {
+    this.initialPick = null;
     this.typed = new Typed();
     this.setStatus('');
     this.draw();
@@ -322,6 +352,8 @@ export class Board {
       const again = this.chips.querySelector(`[data-entry="${focused}"]`);
       if (again) again.focus();
     }
-    this.hint.textContent = words && t.open >= 0 ? T.spellingWord(t.open, t.entries[t.open]) : words && t.entries.length ? T.chipHint : '';
+    this.host.toggleAttribute('data-initial', Boolean(this.initialPick));
+    if (this.initialPick) this.hint.textContent = T.pickInitial(this.initialPick.word);
+    else this.hint.textContent = words && t.open >= 0 ? T.spellingWord(t.open, t.entries[t.open]) : words && t.entries.length ? T.chipHint : '';
   }
 }

@@ -37,6 +37,8 @@ export const T = Object.freeze({
   get noneWords() { return s('noneWords'); },
   get noneStart() { return s('noneStart'); },
   noneReplace: (w) => t('spell.noneReplace', { word: w }),
+  pickInitial: (w) => t('spell.pickInitial', { word: w }),
+  lookingInitial: (w, ch) => t('spell.lookingInitial', { word: w, letter: ch.toUpperCase() }),
   get spellWord() { return s('spellWord'); },
   wordsOf: (n) => t('spell.wordsOf', { n }),
   tooFast: (n) => t('spell.tooFast', { n }),
