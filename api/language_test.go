@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
@@ -71,5 +72,19 @@ func TestInferReportsTranscriptLanguage(t *testing.T) {
 	evs := readEvents(t, rec.Body.String())
 	if len(evs) != 2 || evs[0].name != "transcript" || evs[0].data != `{"transcript":"Guten Morgen","transcript_language":"de"}` {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// TestStatusShowsEnglishOnlyWarning: the admin status carries the
+// speech-to-text engine's English-only flag, its count of requests for
+// other languages and its warning, as the engine reports them.
+func TestStatusShowsEnglishOnlyWarning(t *testing.T) {
+	e := newEnv(t)
+	e.health.mu.Lock()
+	e.health.engines[1] = engine.EngineStatus{Name: "stt", Ready: true, EnglishOnly: true, NonEnglishRequests: 2, Warning: "English-only: 2 requests"}
+	e.health.mu.Unlock()
+	body := e.do(adminReq("GET", "/v1/admin/status", "")).Body.String()
+	if !strings.Contains(body, `"english_only":true,"non_english_requests":2,"warning":"English-only: 2 requests"}`) {
+		t.Errorf("status: %s", body)
 	}
 }

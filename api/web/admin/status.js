@@ -17,6 +17,8 @@ function engineState(e) {
   else if (e.ready) parts.push(h('span', { class: 'badge ok', text: 'Loaded' }));
   else parts.push(h('span', { class: 'badge', text: 'Loading' }));
   if (e.demo) parts.push(' ', h('span', { class: 'badge warn', text: 'Demo model' }));
+  // What the engine does not do as asked, such as other languages on an English-only Whisper model.
+  if (e.warning) parts.push(h('span', { class: 'hint block', text: e.warning }));
   if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: `since ${fmtTime(e.loaded_at)}` }));
   return parts;
 }
