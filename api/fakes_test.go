@@ -53,7 +53,7 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 		res.Timings.Decode = 3 * time.Millisecond
 		res.Timings.STT = 40 * time.Millisecond
 		if req.OnTranscript != nil {
-			req.OnTranscript(res.Transcript)
+			req.OnTranscript(engine.Heard{Transcript: res.Transcript})
 		}
 	}
 	for i := 0; i < req.MaxCandidates; i++ {

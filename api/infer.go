@@ -261,6 +261,12 @@ type timingsMS struct {
 // additive.
 type inferResponse struct {
 	Transcript *string `json:"transcript,omitempty"`
+	// TranscriptLanguage is the language the recording was transcribed in
+	// (a Whisper code such as "de"): present when speech-to-text ran.
+	// TranscriptWarning, when present, says why it is not the payload's
+	// language (an English-only model, a language the model does not know).
+	TranscriptLanguage string `json:"transcript_language,omitempty"`
+	TranscriptWarning  string `json:"transcript_warning,omitempty"`
 	// NoSpeech is present exactly when an audio part was sent: true when
 	// the recording held no speech (then transcript is "" and response is
 	// empty: the tablet shows "didn't catch that").
@@ -341,8 +347,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	var events *eventStream
 	if wantsEventStream(c.Request().Header.Get(echo.HeaderAccept)) {
 		events = &eventStream{c: c}
-		req.OnTranscript = func(text string) {
-			if err := events.send("transcript", transcriptEvent{Transcript: text}); err == nil {
+		req.OnTranscript = func(h engine.Heard) {
+			if err := events.send("transcript", newTranscriptEvent(h)); err == nil {
 				st.streamed = true
 			}
 		}
@@ -413,6 +419,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if f.hasAudio {
 		t, ns := res.Transcript, res.NoSpeech
 		out.Transcript, out.NoSpeech = &t, &ns
+		out.TranscriptLanguage, out.TranscriptWarning = res.TranscriptLanguage, res.TranscriptWarning
 	}
 	st.candidates = len(out.Response)
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {

@@ -427,14 +427,14 @@ func TestInferPanicIsAnswered(t *testing.T) {
 }
 
 func TestParseLanguage(t *testing.T) {
-	for in, want := range map[string]string{"": "", "auto": "auto", "en": "en", " DE ": "de", "pt-br": "pt-BR", "zh-hant-TW": "zh-Hant-TW", "sr-Latn": "sr-Latn"} {
-		got, err := parseLanguage(in)
+	for in, want := range map[string]string{"": "", "auto": "auto", "en": "en", " DE ": "de", "pt-br": "pt-BR", "zh-hant-TW": "zh-Hant-TW", "sr-Latn": "sr-Latn", "uk": "uk", "ar": "ar"} {
+		got, err := parseLanguage("language", in)
 		if err != nil || got != want {
 			t.Errorf("parseLanguage(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"english", "e", "en_US!", "123", "en-", "x", "qq-ZZZZ"} {
-		if _, err := parseLanguage(bad); err == nil {
+	for _, bad := range []string{"english", "e", "en_US!", "123", "en-", "x", "qq-ZZZZ", "xx", "zz", "deutsch"} {
+		if _, err := parseLanguage("language", bad); err == nil {
 			t.Errorf("parseLanguage(%q) accepted", bad)
 		}
 	}

@@ -20,6 +20,7 @@ type wirePayload struct {
 	Messages      []wireMessage `json:"messages"`
 	Biography     string        `json:"disabled_person_biography"`
 	Language      string        `json:"language"`
+	ReplyLanguage string        `json:"reply_language"`
 	Persona       string        `json:"persona"`
 	UserID        string        `json:"user_id"`
 	UserProfile   string        `json:"user_profile"`
@@ -107,6 +108,7 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 		{"persona", p.Persona, lim.MaxProfileChars},
 		{"user_profile", p.UserProfile, lim.MaxProfileChars},
 		{"language", p.Language, lim.MaxIDChars},
+		{"reply_language", p.ReplyLanguage, lim.MaxIDChars},
 		{"user_id", p.UserID, lim.MaxIDChars},
 		{"dialog_id", p.DialogID, lim.MaxIDChars},
 		{"step_id", p.StepID, lim.MaxIDChars},
@@ -115,9 +117,16 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 			return req, -1, badRequest("%s has %d characters; the limit is %d", f.name, n, f.max)
 		}
 	}
-	lang, err := parseLanguage(p.Language)
+	lang, err := parseLanguage("language", p.Language)
 	if err != nil {
 		return req, -1, err
+	}
+	replyLang, err := parseLanguage("reply_language", p.ReplyLanguage)
+	if err != nil {
+		return req, -1, err
+	}
+	if replyLang == "auto" {
+		replyLang = "" // follow language, else the transcript's
 	}
 	if p.Remember && strings.TrimSpace(p.UserID) == "" {
 		return req, -1, badRequest("remember requires user_id: replies are remembered per user")
@@ -143,10 +152,11 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 	}
 	req.Messages = msgs
 	req.Profile = engine.Profile{
-		Biography:   p.Biography,
-		Persona:     p.Persona,
-		UserProfile: p.UserProfile,
-		Language:    lang,
+		Biography:     p.Biography,
+		Persona:       p.Persona,
+		UserProfile:   p.UserProfile,
+		Language:      lang,
+		ReplyLanguage: replyLang,
 	}
 	req.UserID = p.UserID
 	if p.Remember {
@@ -164,19 +174,21 @@ func parsePayload(data []byte, lim Limits) (engine.Request, int, error) {
 	return req, audioIdx, nil
 }
 
-// parseLanguage checks the payload's language: empty or "auto" (detect
-// it), or a well-formed BCP 47 tag with registered subtags ("en", "pt-BR",
-// "zh-Hant"), returned in canonical form. Anything else is a 400 that never
-// quotes the value: the value is free text from the network and is never
-// logged either.
-func parseLanguage(v string) (string, error) {
+// parseLanguage checks the payload's language field called name (language
+// or reply_language): empty or "auto" (detect it, or follow), or a
+// well-formed BCP 47 tag whose subtags are registered ("en", "pt-BR",
+// "zh-Hant"), returned in canonical form. Anything else (a misspelt or
+// unknown code such as "xx" or "german") is a 400 that never quotes the
+// value: the value is free text from the network and is never logged
+// either.
+func parseLanguage(name, v string) (string, error) {
 	v = strings.TrimSpace(v)
 	if v == "" || v == "auto" {
 		return v, nil
 	}
 	tag, err := language.Parse(v)
 	if err != nil {
-		return "", badRequest("language must be a BCP 47 language tag such as en, de or pt-BR (or auto)")
+		return "", badRequest("%s must be a BCP 47 language tag such as en, de or pt-BR (or auto)", name)
 	}
 	return tag.String(), nil
 }

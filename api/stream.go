@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/engine"
 )
 
 // MIMEEventStream is the media type of Server-Sent Events.
@@ -83,7 +85,16 @@ func (s *eventStream) send(event string, v any) error {
 	return http.NewResponseController(w.Writer).Flush()
 }
 
-// transcriptEvent is the data of the "transcript" event.
+// transcriptEvent is the data of the "transcript" event: the transcript,
+// the language it was transcribed in and any warning about that language,
+// as in the InferResponse.
 type transcriptEvent struct {
-	Transcript string `json:"transcript"`
+	Transcript         string `json:"transcript"`
+	TranscriptLanguage string `json:"transcript_language,omitempty"`
+	TranscriptWarning  string `json:"transcript_warning,omitempty"`
+}
+
+// newTranscriptEvent is the "transcript" event for what speech-to-text heard.
+func newTranscriptEvent(h engine.Heard) transcriptEvent {
+	return transcriptEvent{Transcript: h.Transcript, TranscriptLanguage: h.Language, TranscriptWarning: h.Warning}
 }

@@ -99,7 +99,7 @@ func TestInferStreamsTranscriptFirst(t *testing.T) {
 	e.addKey("valid", 60)
 	generate := make(chan struct{})
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
-		req.OnTranscript("transcript of 5 bytes")
+		req.OnTranscript(engine.Heard{Transcript: "transcript of 5 bytes"})
 		<-generate // the candidates are generated after the client saw the transcript
 		return echoInferer(ctx, engine.Request{MaxCandidates: req.MaxCandidates, Audio: req.Audio})
 	}
@@ -191,7 +191,7 @@ func TestInferStreamErrorAfterStart(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&captured, nil)) })
 	e.addKey("valid", 60)
 	e.inf.fn = func(ctx context.Context, req engine.Request) (engine.Result, error) {
-		req.OnTranscript("hello")
+		req.OnTranscript(engine.Heard{Transcript: "hello"})
 		return engine.Result{HasTranscript: true, Transcript: "hello"}, engine.Errorf(engine.KindLLM, fmt.Errorf("decode -1"), "reply generation failed")
 	}
 	rec := e.do(streamReq(t, "valid", payloadPart(simplePayload), audioPart([]byte("x"))))

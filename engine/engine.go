@@ -32,7 +32,26 @@ type Profile struct {
 	Biography   string // disabled_person_biography
 	Persona     string
 	UserProfile string
-	Language    string // BCP 47 or ISO 639-1 code such as "en"; empty means unknown
+	// Language is the partner's language, the payload's language: the
+	// transcription hint (BCP 47 such as "en" or "pt-BR"). Empty or "auto"
+	// means detect it from the recording.
+	Language string
+	// ReplyLanguage is the AAC user's language, the payload's
+	// reply_language (BCP 47). Empty means Language, else the language the
+	// recording was transcribed in (see ReplyLanguage).
+	ReplyLanguage string
+}
+
+// ReplyLanguageFor is the language replies are asked in: p.ReplyLanguage,
+// else p.Language unless it is empty or "auto", else heard (the language
+// the recording was transcribed in), else LanguageUnknown.
+func (p Profile) ReplyLanguageFor(heard string) string {
+	for _, l := range []string{p.ReplyLanguage, p.Language, heard} {
+		if l = strings.TrimSpace(l); l != "" && l != "auto" {
+			return l
+		}
+	}
+	return LanguageUnknown
 }
 
 // Request is one validated /v1/infer call.
@@ -69,11 +88,24 @@ type Request struct {
 	// It is informational: the decoder detects the format from the bytes.
 	AudioContentType string
 
-	// OnTranscript, when set, is called once with the transcript as soon as
+	// OnTranscript, when set, is called once with the transcript, its
+	// language and any warning about that language as soon as
 	// speech-to-text has produced it, before the candidates are generated,
-	// on the goroutine that called Infer. It is not called for requests
-	// without audio or when speech-to-text fails.
-	OnTranscript func(transcript string)
+	// on the goroutine that called Infer: what the "transcript" event
+	// reports. It is not called for requests without audio, for a
+	// recording without speech, or when speech-to-text fails.
+	OnTranscript func(Heard)
+}
+
+// Heard is what speech-to-text made of a recording, for Request.OnTranscript.
+type Heard struct {
+	Transcript string
+	// Language is the language the recording was transcribed in (a
+	// Whisper language code such as "de").
+	Language string
+	// Warning, when not empty, says why Language is not the language the
+	// request asked for (Transcript.Warning).
+	Warning string
 }
 
 // LanguageUnknown is a candidate's Language when neither the payload nor
@@ -111,6 +143,9 @@ type Result struct {
 	HasTranscript bool
 	// TranscriptLanguage is the language the speech-to-text step used.
 	TranscriptLanguage string
+	// TranscriptWarning, when not empty, says why TranscriptLanguage is not
+	// the language the payload asked for (Transcript.Warning).
+	TranscriptWarning string
 	// NoSpeech: the recording holds no speech (voice activity detection
 	// found none, or Whisper's no-speech rule silenced it). The transcript
 	// is empty and no candidates were generated.
@@ -189,7 +224,12 @@ type TranscribeOptions struct {
 type Transcript struct {
 	Text     string
 	Language string
-	Tokens   []int
+	// Warning, when not empty, says in words for the client why Language
+	// is not the requested TranscribeOptions.Language: an English-only
+	// model transcribes everything as English, and a language the model
+	// does not know is detected instead. It never quotes the request.
+	Warning string
+	Tokens  []int
 	// Stage timings, for /metrics and the admin page.
 	Mel, Encoder, Decoder time.Duration
 }
@@ -205,8 +245,14 @@ type Transcriber interface {
 type GenerateRequest struct {
 	SystemPrompt string
 	Profile      Profile
-	Messages     []Message
-	DialogID     string
+	// ReplyLanguage is the language the candidates are asked in (BCP 47 or
+	// a Whisper code), already resolved by the pipeline
+	// (Profile.ReplyLanguageFor); "" or LanguageUnknown asks for none. The
+	// prompt says it after the dialog's cached head, so that a change of
+	// language keeps the dialog prefix cache.
+	ReplyLanguage string
+	Messages      []Message
+	DialogID      string
 	// Examples are the user's remembered replies most similar to the
 	// partner's current turn. The prompt shows them after the dialog's
 	// earlier turns and just before the partner's current turn (so the
@@ -280,6 +326,15 @@ type EngineStatus struct {
 	Backend   string    `json:"backend,omitempty"` // e.g. "cpu", "cuda"
 	LoadedAt  time.Time `json:"loaded_at,omitempty"`
 	QueueSize int       `json:"queue_depth,omitempty"`
+	// EnglishOnly marks a speech-to-text model that transcribes English
+	// only; NonEnglishRequests counts the requests since start that asked
+	// it for another language (they were transcribed as English).
+	EnglishOnly        bool  `json:"english_only,omitempty"`
+	NonEnglishRequests int64 `json:"non_english_requests,omitempty"`
+	// Warning says, in words for the administrator, what the engine does
+	// not do as asked although it runs (such as requests for languages an
+	// English-only model cannot transcribe); absent when nothing.
+	Warning string `json:"warning,omitempty"`
 }
 
 // StatusReporter is implemented by engines that can describe their state.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -40,10 +39,6 @@ type Pipeline struct {
 	Overlap bool
 
 	schedOnce sync.Once
-	// lastLanguage is the language of the last transcript: the guess
-	// Prefill renders the prompt with when the payload names none, since
-	// the prompt names the language the transcript turns out to be in.
-	lastLanguage atomic.Value
 }
 
 func (p *Pipeline) now() time.Time {
@@ -135,7 +130,7 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 	}
 	res.Transcript = tr.Text
 	res.TranscriptLanguage = tr.Language
-	p.lastLanguage.Store(tr.Language)
+	res.TranscriptWarning = tr.Warning
 	if strings.TrimSpace(tr.Text) == "" {
 		// Whisper's no-speech rule silenced every window.
 		res.Transcript = ""
@@ -148,7 +143,7 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 		}
 	}
 	if req.OnTranscript != nil {
-		req.OnTranscript(tr.Text)
+		req.OnTranscript(Heard{Transcript: tr.Text, Language: tr.Language, Warning: tr.Warning})
 	}
 	return reserve, nil
 }
@@ -168,11 +163,9 @@ func (p *Pipeline) ahead(ctx context.Context, req Request, msgs []Message, reser
 			break
 		}
 	}
-	profile := req.Profile
-	if l, ok := p.lastLanguage.Load().(string); ok && profile.Language == "" {
-		profile.Language = l
-	}
-	greq := p.generateRequest(req, profile, head, nil, reserve)
+	// The reply language is not known before the transcript, and need not
+	// be: the prompt says it after the head (GenerateRequest.ReplyLanguage).
+	greq := p.generateRequest(req, "", head, nil, reserve)
 	return func() { pf.Prefill(ctx, greq) }
 }
 
@@ -186,16 +179,15 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 		// After speech-to-text: the partner's turn is what they are matched on.
 		examples, res.RecallErr = p.Memory.Recall(ctx, req.MemoryUser, res.PartnerTurn, MaxExamples)
 	}
-	profile := req.Profile
-	if profile.Language == "" {
-		// Reply in the language the partner spoke when the payload does not say.
-		profile.Language = res.TranscriptLanguage
-	}
+	// This is the one place a candidate's language is decided: the
+	// payload's reply_language, else its language, else the language the
+	// recording was transcribed in (the partner's), else LanguageUnknown.
+	lang := req.Profile.ReplyLanguageFor(res.TranscriptLanguage)
 	done, err := p.sched().LLM.Enter(ctx)
 	if err != nil {
 		return err
 	}
-	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, profile, msgs, examples, reserve))
+	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, lang, msgs, examples, reserve))
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
@@ -208,24 +200,22 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 		return wrapEngineErr(err, KindLLM, "reply generation failed")
 	}
 	res.Candidates = gen.Candidates
-	// This is the one place a candidate's language is set: the language the
-	// reply was asked in, that is the payload's language, else the language
-	// the recording was transcribed in, else LanguageUnknown.
-	lang := profile.Language
-	if lang == "" {
-		lang = LanguageUnknown
-	}
 	for i := range res.Candidates {
 		res.Candidates[i].Language = lang
 	}
 	return nil
 }
 
-// generateRequest is what the language model gets for req with msgs.
-func (p *Pipeline) generateRequest(req Request, profile Profile, msgs []Message, examples []Example, reserve int) GenerateRequest {
+// generateRequest is what the language model gets for req with msgs,
+// asking for replies in lang ("" before it is known).
+func (p *Pipeline) generateRequest(req Request, lang string, msgs []Message, examples []Example, reserve int) GenerateRequest {
+	if lang == LanguageUnknown {
+		lang = ""
+	}
 	return GenerateRequest{
 		SystemPrompt:      req.SystemPrompt,
-		Profile:           profile,
+		Profile:           req.Profile,
+		ReplyLanguage:     lang,
 		Messages:          msgs,
 		DialogID:          req.DialogID,
 		Examples:          examples,

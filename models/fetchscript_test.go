@@ -104,3 +104,35 @@ func TestFetchScriptRejectsImpostor(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchScriptLanguage: outside English the recommended set has the
+// multilingual Whisper model instead of the English-only one (which would
+// transcribe every language as English); in English it is base.en, with a
+// hint at --language.
+func TestFetchScriptLanguage(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	for lang, want := range map[string]string{"de": "whisper-small-q5_1", "AR": "whisper-small-q5_1", "en-GB": "whisper-base.en", "": "whisper-base.en"} {
+		args := []string{fetchScript, "--dry-run"}
+		if lang != "" {
+			args = append(args, "--language", lang)
+		}
+		out, err := exec.Command("bash", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		var whisper []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if name, ok := strings.CutPrefix(line, "would fetch whisper-"); ok {
+				whisper = append(whisper, "whisper-"+strings.SplitN(name, ":", 2)[0])
+			}
+		}
+		if len(whisper) != 1 || whisper[0] != want {
+			t.Errorf("--language %q fetches Whisper %v, want %s:\n%s", lang, whisper, want, out)
+		}
+		if hint := strings.Contains(string(out), "--language CODE"); hint != (want == "whisper-base.en") {
+			t.Errorf("--language %q: hint at --language shown: %v\n%s", lang, hint, out)
+		}
+	}
+}

@@ -7,7 +7,7 @@
 # offline, with `replyd models verify --dir <folder>`.
 #
 # Usage:
-#   scripts/fetch-models.sh [--dir DIR] [--all | NAME...]
+#   scripts/fetch-models.sh [--dir DIR] [--language CODE] [--all | NAME...]
 #   scripts/fetch-models.sh --list
 #   scripts/fetch-models.sh --from MIRROR_DIR [--dir DIR] [NAME...]
 #   scripts/fetch-models.sh --dry-run [...]
@@ -15,6 +15,11 @@
 # Without NAME the recommended pair is fetched (one Whisper model, one
 # language model). --from copies from a local folder (another appliance, a
 # mirror) instead of downloading, with the same checks.
+# --language names the language the clinic's partners speak (en, de, ar,
+# ...; default en). Outside English the recommended Whisper model is the
+# multilingual whisper-small-q5_1 instead of the English-only
+# whisper-base.en, which transcribes every language as English
+# (docs/languages.md).
 #
 # The pins below must equal models/manifest.json: `go test ./models/` fails
 # when they differ. The script stands alone so it can be copied by itself to
@@ -36,6 +41,7 @@ dir="replyd-models"
 from=""
 dry_run=0
 all=0
+language=en
 names=()
 
 die() {
@@ -44,7 +50,7 @@ die() {
 }
 
 usage() {
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -62,6 +68,11 @@ while [ $# -gt 0 ]; do
 	--all)
 		all=1
 		shift
+		;;
+	--language)
+		[ $# -ge 2 ] || die "--language needs a language code such as en, de or ar"
+		language="$2"
+		shift 2
 		;;
 	--dry-run)
 		dry_run=1
@@ -100,6 +111,17 @@ pin_for() {
 	return 1
 }
 
+# multilingual_whisper is the Whisper model recommended outside English.
+multilingual_whisper=whisper-small-q5_1
+
+# is_english CODE: true for en and its regional forms (en-GB, en_US).
+is_english() {
+	case "$(echo "$1" | tr '[:upper:]' '[:lower:]')" in
+	en | en-* | en_*) return 0 ;;
+	esac
+	return 1
+}
+
 selected=()
 if [ "${#names[@]}" -gt 0 ]; then
 	[ "$all" -eq 0 ] || die "give either --all or model names, not both"
@@ -109,9 +131,17 @@ if [ "${#names[@]}" -gt 0 ]; then
 	done
 else
 	for p in "${PINS[@]}"; do
-		IFS='|' read -r _ _ _ _ _ r _ <<<"$p"
+		IFS='|' read -r n _ _ _ _ r _ <<<"$p"
+		if [ "$all" -eq 0 ] && [ "$n" = whisper-base.en ] && ! is_english "$language"; then
+			# English-only Whisper transcribes every language as English.
+			p=$(pin_for "$multilingual_whisper")
+			echo "fetch-models: language $language: the multilingual $multilingual_whisper instead of the English-only $n"
+		fi
 		if [ "$all" -eq 1 ] || [ "$r" = yes ]; then selected+=("$p"); fi
 	done
+	if [ "$all" -eq 0 ] && is_english "$language"; then
+		echo "fetch-models: English only (whisper-base.en); for partners who speak other languages run with --language CODE (e.g. --language de) to fetch the multilingual $multilingual_whisper"
+	fi
 fi
 
 command -v sha256sum >/dev/null 2>&1 || die "sha256sum (coreutils) is required"

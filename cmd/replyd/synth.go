@@ -33,11 +33,28 @@ type synthShape struct {
 }
 
 var synthShapes = map[string]synthShape{
-	"tiny.en":      whisperShape("Whisper tiny.en (d 384, 4+4 layers)", func(t string) whisper.ModelConfig { c := whisper.TinyENConfig(); c.WeightType = t; return c }),
-	"base.en":      whisperShape("Whisper base.en (d 512, 6+6 layers)", whisper.BaseENConfig),
-	"small.en":     whisperShape("Whisper small.en (d 768, 12+12 layers)", whisper.SmallENConfig),
-	"qwen2.5-0.5b": llmShape("Qwen2.5-0.5B-Instruct (width 896, 24 layers, 151936 tokens)", llm.Qwen05BConfig),
-	"qwen2.5-1.5b": llmShape("Qwen2.5-1.5B-Instruct (width 1536, 28 layers, 151936 tokens)", llm.Qwen15BConfig),
+	"tiny.en":        whisperShape("Whisper tiny.en (d 384, 4+4 layers)", tinyConfig),
+	"base.en":        whisperShape("Whisper base.en (d 512, 6+6 layers)", whisper.BaseENConfig),
+	"small.en":       whisperShape("Whisper small.en (d 768, 12+12 layers)", whisper.SmallENConfig),
+	"tiny":           whisperShape("Whisper tiny, multilingual (d 384, 4+4 layers, 99 languages)", multilingual(tinyConfig)),
+	"base":           whisperShape("Whisper base, multilingual (d 512, 6+6 layers, 99 languages)", multilingual(whisper.BaseENConfig)),
+	"small":          whisperShape("Whisper small, multilingual (d 768, 12+12 layers, 99 languages)", multilingual(whisper.SmallENConfig)),
+	"large-v3-turbo": whisperShape("Whisper large-v3-turbo, multilingual (d 1280, 32+4 layers, 128 mels, 100 languages)", whisper.LargeV3TurboConfig),
+	"qwen2.5-0.5b":   llmShape("Qwen2.5-0.5B-Instruct (width 896, 24 layers, 151936 tokens)", llm.Qwen05BConfig),
+	"qwen2.5-1.5b":   llmShape("Qwen2.5-1.5B-Instruct (width 1536, 28 layers, 151936 tokens)", llm.Qwen15BConfig),
+}
+
+// tinyConfig is tiny.en's shape with weights of type t.
+func tinyConfig(t string) whisper.ModelConfig {
+	c := whisper.TinyENConfig()
+	c.WeightType = t
+	return c
+}
+
+// multilingual turns an English-only shape into the multilingual model of
+// its size (whisper.Multilingual).
+func multilingual(cfg func(string) whisper.ModelConfig) func(string) whisper.ModelConfig {
+	return func(t string) whisper.ModelConfig { return whisper.Multilingual(cfg(t)) }
 }
 
 // whisperShape writes Whisper models whose text tokens are the generated

@@ -51,7 +51,7 @@ func TestModelsSynth(t *testing.T) {
 		t.Errorf("stderr %q, demo %v, status %+v", errOut.String(), isDemoModel(path), st)
 	}
 	for _, args := range [][]string{
-		{"synth", "--shape", "tiny", "--dir", dir},
+		{"synth", "--shape", "medium", "--dir", dir},
 		{"synth", "--shape", "qwen2.5-0.5b", "--type", "q5_0", "--dir", dir},
 		{"synth", "--dir", dir},
 		// The Qwen2.5 shapes are written with Qwen's tokenizer or not at all.
@@ -60,5 +60,35 @@ func TestModelsSynth(t *testing.T) {
 		if err := cmdModels(args, &out, &errOut); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// TestModelsSynthMultilingual: the multilingual shapes have the language
+// tokens of OpenAI's multilingual vocabulary, and a transcription without a
+// language detects one of them (random weights decide which).
+func TestModelsSynthMultilingual(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := cmdModels([]string{"synth", "--shape", "tiny", "--type", "q4_0", "--dir", dir}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	path := strings.TrimSpace(out.String())
+	m, err := whisper.Load(path, whisper.Options{Threads: 1, NoFallback: true, MaxTokensPerWindow: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if info := m.Info(); !info.Multilingual || info.Languages != 99 || info.HParams.NVocab != 51865 || info.HParams.NAudioState != 384 {
+		t.Fatalf("Info() = %+v", info)
+	}
+	if st := m.Status(); st.EnglishOnly {
+		t.Errorf("a multilingual model reports English only: %+v", st)
+	}
+	tr, err := m.Transcribe(context.Background(), testaudio.Voiced(1, 16000), engine.TranscribeOptions{Language: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Language) < 2 || tr.Warning != "" {
+		t.Errorf("detected language %q, warning %q", tr.Language, tr.Warning)
 	}
 }

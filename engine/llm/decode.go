@@ -377,7 +377,7 @@ func (e *Engine) promptTokens(req engine.GenerateRequest, gen *engine.Generation
 // many went into the prompt.
 func (e *Engine) fitPrompt(req engine.GenerateRequest, budget int, gen *engine.Generation) ([]int, []chatMessage, error) {
 	var tokens []int
-	turns := e.withSampled(req.DialogID, dialogTurns(req.Messages))
+	turns := withLanguage(e.withSampled(req.DialogID, dialogTurns(req.Messages)), req.ReplyLanguage)
 	keep := lastSpeaker(turns)
 	system := systemMessage(req)
 	reserve := 0
@@ -768,8 +768,9 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 		}
 	}
 	req := engine.GenerateRequest{
-		SystemPrompt: defaultSystemPrompt,
-		Profile:      engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Persona: "dry humour, brief", Language: "en"},
+		SystemPrompt:  defaultSystemPrompt,
+		Profile:       engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Persona: "dry humour, brief"},
+		ReplyLanguage: "en",
 		Messages: []engine.Message{
 			{Role: engine.RoleSpeaker, Content: "Good morning! Did you sleep well?"},
 			{Role: engine.RoleDisabledPerson, Content: "Yes thanks."},

@@ -29,7 +29,7 @@ const promptRateTokens = 256
 // small budget for the process's life.
 func (e *Engine) measurePromptRate() (float64, error) {
 	req := engine.GenerateRequest{SystemPrompt: defaultSystemPrompt,
-		Profile: engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS.", Language: "en"}}
+		Profile: engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS."}}
 	for i := 0; ; i++ {
 		tokens, err := e.render(chatFor(systemMessage(req), dialogTurns(req.Messages)), true)
 		if err != nil {

@@ -86,10 +86,11 @@ func dialog(n int) []engine.Message {
 
 func request(n int, seed uint32) engine.GenerateRequest {
 	return engine.GenerateRequest{
-		SystemPrompt: "You suggest replies for Sam.",
-		Profile:      engine.Profile{Biography: "Sam is 34 and has ALS.", Persona: "dry humour", Language: "en"},
-		Messages:     dialog(3),
-		N:            n, Temperature: 0.8, Seed: seed,
+		SystemPrompt:  "You suggest replies for Sam.",
+		Profile:       engine.Profile{Biography: "Sam is 34 and has ALS.", Persona: "dry humour", Language: "en"},
+		ReplyLanguage: "en",
+		Messages:      dialog(3),
+		N:             n, Temperature: 0.8, Seed: seed,
 	}
 }
 
@@ -133,8 +134,9 @@ func TestPromptGolden(t *testing.T) {
 		SystemPrompt: "You suggest short replies for an AAC user.",
 		Profile: engine.Profile{
 			Biography: "Alex, 52, former teacher, lives with MND.", Persona: "warm, brief",
-			UserProfile: "likes jazz and gardening", Language: "de-AT",
+			UserProfile: "likes jazz and gardening", Language: "en",
 		},
+		ReplyLanguage: "de-AT",
 		Messages: []engine.Message{
 			{Role: engine.RoleSpeaker, Content: "Hi Alex, how was the physio?"},
 			{Role: engine.RoleDisabledPerson, Content: "Tiring."},
@@ -143,7 +145,7 @@ func TestPromptGolden(t *testing.T) {
 			{Role: engine.RoleSpeaker, Content: "Do you want to rest now?", Audio: true},
 		},
 	}
-	msgs := chatFor(systemMessage(req), dialogTurns(req.Messages))
+	msgs := chatFor(systemMessage(req), withLanguage(dialogTurns(req.Messages), req.ReplyLanguage))
 	for _, tmpl := range []string{"chatml", "llama3", "gemma", "mistral-v7", "phi3", chatMLTemplate} {
 		name := tmpl
 		if tmpl == chatMLTemplate {
@@ -667,7 +669,7 @@ func TestLlamaLogsGoToSlog(t *testing.T) {
 // of the partner's current turn, after everything the prefix cache keeps.
 func TestExamplesPromptGolden(t *testing.T) {
 	req := request(1, 1)
-	msgs := chatFor(systemMessage(req), dialogTurns(req.Messages))
+	msgs := chatFor(systemMessage(req), withLanguage(dialogTurns(req.Messages), req.ReplyLanguage))
 	got, err := applyTemplate("chatml", withExamples(msgs, examplesNote([]engine.Example{
 		{Partner: "Fancy a cuppa?", Reply: "Go on then, milk no sugar."},
 		{Partner: "  Tea   or\ncoffee? ", Reply: strings.Repeat("very ", 30) + "long"},

@@ -16,17 +16,30 @@ const replyInstruction = "You speak as the AAC user: your turns in this chat are
 	"Write the next thing they would say: one short reply of a few words, in the first person, " +
 	"on one line, with no quotes and no explanation."
 
-// languageNames spells out the common language codes for the prompt; other
-// codes are passed through as they are.
+// languageNames spells out language codes for the prompt's language note:
+// the English name, and the language's own name where it differs, for
+// every language the pages ship (en, de, fr, es, it, nl, pt, pl, sv, uk,
+// ar) and the other common ones. Other codes are passed through as they
+// are.
 var languageNames = map[string]string{
-	"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
-	"nl": "Dutch", "pt": "Portuguese", "pl": "Polish", "sv": "Swedish", "da": "Danish",
-	"nb": "Norwegian", "no": "Norwegian", "fi": "Finnish", "cs": "Czech", "ru": "Russian",
-	"uk": "Ukrainian", "tr": "Turkish", "ja": "Japanese", "zh": "Chinese", "ko": "Korean",
+	"en": "English", "de": "German (Deutsch)", "fr": "French (français)", "es": "Spanish (español)",
+	"it": "Italian (italiano)", "nl": "Dutch (Nederlands)", "pt": "Portuguese (português)",
+	"pl": "Polish (polski)", "sv": "Swedish (svenska)", "uk": "Ukrainian (українська)", "ar": "Arabic (العربية)",
+	"da": "Danish (dansk)", "nb": "Norwegian (norsk)", "nn": "Norwegian (norsk)", "no": "Norwegian (norsk)",
+	"fi": "Finnish (suomi)", "cs": "Czech (čeština)", "sk": "Slovak (slovenčina)", "sl": "Slovenian (slovenščina)",
+	"hr": "Croatian (hrvatski)", "sr": "Serbian (српски)", "bg": "Bulgarian (български)", "ro": "Romanian (română)",
+	"hu": "Hungarian (magyar)", "el": "Greek (Ελληνικά)", "ru": "Russian (русский)", "be": "Belarusian (беларуская)",
+	"lt": "Lithuanian (lietuvių)", "lv": "Latvian (latviešu)", "et": "Estonian (eesti)", "ca": "Catalan (català)",
+	"eu": "Basque (euskara)", "gl": "Galician (galego)", "ga": "Irish (Gaeilge)", "cy": "Welsh (Cymraeg)",
+	"is": "Icelandic (íslenska)", "tr": "Turkish (Türkçe)", "he": "Hebrew (עברית)", "fa": "Persian (فارسی)",
+	"ur": "Urdu (اردو)", "hi": "Hindi (हिन्दी)", "bn": "Bengali (বাংলা)", "ta": "Tamil (தமிழ்)",
+	"ja": "Japanese (日本語)", "zh": "Chinese (中文)", "ko": "Korean (한국어)", "vi": "Vietnamese (Tiếng Việt)",
+	"th": "Thai (ไทย)", "id": "Indonesian (Bahasa Indonesia)", "ms": "Malay (Bahasa Melayu)",
+	"sw": "Swahili (Kiswahili)", "af": "Afrikaans",
 }
 
-// languageName returns the English name of a BCP 47 or ISO 639-1 code, or
-// the code itself when it is not a common one.
+// languageName returns the name of a BCP 47 or ISO 639-1 code for the
+// prompt, or the code itself when it is not a common one.
 func languageName(code string) string {
 	base := strings.ToLower(strings.SplitN(strings.ReplaceAll(code, "_", "-"), "-", 2)[0])
 	if n, ok := languageNames[base]; ok {
@@ -35,8 +48,39 @@ func languageName(code string) string {
 	return code
 }
 
+// languageNote is the instruction that asks for replies in lang; "" when
+// lang is empty or unknown (engine.LanguageUnknown).
+func languageNote(lang string) string {
+	lang = strings.TrimSpace(lang)
+	if lang == "" || lang == engine.LanguageUnknown {
+		return ""
+	}
+	return "[Reply in " + languageName(lang) + ".]"
+}
+
+// withLanguage puts the language note after the partner's current turn
+// (the last "user" turn), or in a turn of its own at the end of the
+// dialog when it has none. Either way the note is in the tail of the
+// prompt (see headOf), after everything the dialog prefix cache keeps: a
+// change of reply language re-evaluates only the tail, and the turn after
+// this one finds this one's cached up to the note. The system message
+// never carries it.
+func withLanguage(turns []turn, lang string) []turn {
+	note := languageNote(lang)
+	if note == "" {
+		return turns
+	}
+	out := append([]turn(nil), turns...)
+	if i := lastSpeaker(out); i >= 0 {
+		out[i].content += "\n" + note
+		return out
+	}
+	return append(out, turn{role: "user", content: note})
+}
+
 // systemMessage renders the system prompt, then what the payload says about
-// the AAC user, then the reply instruction.
+// the AAC user, then the reply instruction. The reply language is not in
+// it: see withLanguage.
 func systemMessage(req engine.GenerateRequest) string {
 	var b strings.Builder
 	sp := strings.TrimSpace(req.SystemPrompt)
@@ -53,18 +97,23 @@ func systemMessage(req engine.GenerateRequest) string {
 			b.WriteString(v)
 		}
 	}
-	if strings.TrimSpace(p.Biography+p.Persona+p.UserProfile+p.Language) != "" {
+	if strings.TrimSpace(p.Biography+p.Persona+p.UserProfile) != "" {
 		b.WriteString("\n\nAbout the AAC user:")
 		field("Biography", p.Biography)
 		field("Persona", p.Persona)
 		field("Profile", p.UserProfile)
-		if l := strings.TrimSpace(p.Language); l != "" {
-			field("Language", "reply in "+languageName(l))
-		}
 	}
 	b.WriteString("\n\n")
 	b.WriteString(replyInstruction)
 	return b.String()
+}
+
+// PromptText renders req's whole prompt with the model's chat template as
+// Generate renders it before fitting it into the context (no turn dropped,
+// no remembered examples, no sampled reply tokens spliced in): the words
+// the model is asked, for tests and for reading.
+func (e *Engine) PromptText(req engine.GenerateRequest) (string, error) {
+	return applyTemplate(e.tmpl, chatFor(systemMessage(req), withLanguage(dialogTurns(req.Messages), req.ReplyLanguage)), true)
 }
 
 // turn is one dialog turn in chat form.

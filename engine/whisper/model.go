@@ -154,8 +154,11 @@ type Model struct {
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
 	waiting atomic.Int64  // transcriptions waiting for sem
-	mu      sync.Mutex
-	closed  bool
+	// nonEnglish counts the transcriptions an English-only model was asked
+	// to make in another language (Status).
+	nonEnglish atomic.Int64
+	mu         sync.Mutex
+	closed     bool
 }
 
 // Load reads the whisper.cpp model file at path. A missing, truncated or
@@ -359,6 +362,14 @@ func (m *Model) Status() engine.EngineStatus {
 		QueueSize: len(m.sem) + int(m.waiting.Load())}
 	if closed {
 		st.Error = "closed"
+	}
+	if !m.multilingual {
+		st.EnglishOnly = true
+		st.NonEnglishRequests = m.nonEnglish.Load()
+		if n := st.NonEnglishRequests; n > 0 {
+			st.Warning = fmt.Sprintf("This speech-to-text model is English-only: %d requests since the start asked for another language "+
+				"and were transcribed as English. Install a multilingual Whisper model for them (scripts/fetch-models.sh).", n)
+		}
 	}
 	return st
 }

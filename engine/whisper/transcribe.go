@@ -89,13 +89,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 	}
 	m.start(opts)
 	defer func() { m.grow = nil }()
-	lang := -1
-	if opts.Language != "" && opts.Language != "auto" {
-		if lang = langID(opts.Language); lang < 0 {
-			// The value is free text from a request: never logged.
-			m.log.Warn("unknown transcription language, detecting instead")
-		}
-	}
+	lang, warning := m.language(opts.Language)
 	res, err := m.runWith(ctx, pcm, lang, m.maxTok, m.fallback)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -103,7 +97,7 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		}
 		return engine.Transcript{}, engine.Errorf(engine.KindSTT, err, "speech-to-text failed")
 	}
-	tr := engine.Transcript{Language: "en", Mel: res.melDur, Encoder: res.encDur, Decoder: res.decDur, Tokens: []int{}}
+	tr := engine.Transcript{Language: "en", Warning: warning, Mel: res.melDur, Encoder: res.encDur, Decoder: res.decDur, Tokens: []int{}}
 	if res.lang >= 0 && res.lang < len(langCodes) {
 		tr.Language = langCodes[res.lang]
 	}
@@ -125,6 +119,41 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		"language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
 	return tr, nil
+}
+
+// Warnings of Transcript.Warning.
+const (
+	warnEnglishOnly = "The speech-to-text model is English-only: the recording was transcribed as English. " +
+		"A multilingual Whisper model transcribes other languages."
+	warnUnknownLanguage = "The speech-to-text model does not know the requested language: the language was detected instead."
+)
+
+// language returns the language id of a transcription asked for in code
+// (-1: detect it) and the warning when that is not the language asked
+// for. As in whisper.cpp, an English-only model transcribes English
+// whatever it is asked (its main example warns "model is not
+// multilingual, ignoring language"), and a multilingual one detects the
+// language when code is empty or "auto" (whisper_full: language "auto"
+// runs whisper_lang_auto_detect) or names none it knows.
+func (m *Model) language(code string) (int, string) {
+	if code == "" || code == "auto" {
+		return -1, ""
+	}
+	id := langID(code)
+	if !m.multilingual {
+		if id != 0 {
+			m.nonEnglish.Add(1)
+			// The code is free text from a request: never logged.
+			m.log.Debug("English-only model asked for another language: transcribing English")
+			return -1, warnEnglishOnly
+		}
+		return -1, ""
+	}
+	if id < 0 {
+		m.log.Warn("unknown transcription language, detecting instead")
+		return -1, warnUnknownLanguage
+	}
+	return id, ""
 }
 
 func (m *Model) isClosed() bool {

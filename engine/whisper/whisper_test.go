@@ -103,8 +103,11 @@ func TestDemoModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Language != "en" {
-		t.Errorf("English-only model reports language %q", tr.Language)
+	if tr.Language != "en" || tr.Warning != warnEnglishOnly {
+		t.Errorf("English-only model asked for de reports language %q, warning %q", tr.Language, tr.Warning)
+	}
+	if st := m.Status(); !st.EnglishOnly || st.NonEnglishRequests != 1 || !strings.Contains(st.Warning, "English-only: 1 requests") {
+		t.Errorf("Status() after a German request = %+v", st)
 	}
 	if len(tr.Tokens) == 0 || tr.Mel <= 0 || tr.Encoder <= 0 || tr.Decoder <= 0 {
 		t.Fatalf("transcript %+v", tr)
@@ -423,8 +426,52 @@ func TestMultilingual(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Language != langCodes[res.lang] {
-		t.Fatalf("language %q, detection says %q", tr.Language, langCodes[res.lang])
+	if tr.Language != langCodes[res.lang] || tr.Warning != "" {
+		t.Fatalf("language %q (warning %q), detection says %q", tr.Language, tr.Warning, langCodes[res.lang])
+	}
+	// A language the model knows is used as it is; one it does not know
+	// is detected, and the transcript says so.
+	for code, want := range map[string]langWant{"de-AT": {"de", ""}, "gsw": {langCodes[res.lang], warnUnknownLanguage}} {
+		tr, err := m.Transcribe(context.Background(), pcm, engine.TranscribeOptions{Language: code})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Language != want.lang || tr.Warning != want.warning {
+			t.Errorf("asked for %s: language %q, warning %q; want %q, %q", code, tr.Language, tr.Warning, want.lang, want.warning)
+		}
+	}
+	if st := m.Status(); st.EnglishOnly || st.NonEnglishRequests != 0 || st.Warning != "" {
+		t.Errorf("Status() = %+v", st)
+	}
+}
+
+// langWant is a transcription's language and warning in a test table.
+type langWant struct{ lang, warning string }
+
+// TestLargeV3Vocabulary: a model with large-v3's vocabulary (n_vocab 51866,
+// 100 languages, <|yue|> the last) and its 128 mel bands, as
+// LargeV3TurboConfig writes it, loads with the special tokens moved up by
+// one more language and detects among all 100 languages.
+func TestLargeV3Vocabulary(t *testing.T) {
+	cfg := DemoConfig()
+	cfg.NVocab, cfg.NMels, cfg.Seed = 51866, 128, 6
+	m := loadWritten(t, cfg, 4)
+	if info := m.Info(); !info.Multilingual || info.Languages != 100 || m.tok.sot != 50258 || m.tok.transcribe != 50360 || m.tok.not != 50364 {
+		t.Fatalf("large-v3 tokens: %+v %+v", info, m.tok)
+	}
+	if want := LargeV3TurboConfig("q8_0"); want.NVocab != cfg.NVocab || want.NMels != cfg.NMels {
+		t.Fatalf("LargeV3TurboConfig has n_vocab %d, n_mels %d", want.NVocab, want.NMels)
+	}
+	res, err := m.run(context.Background(), chirp(2), -1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.langProbs) != 100 || res.windows[0].prompt[1] != 50259+res.lang {
+		t.Fatalf("detected %d, prompt %v", res.lang, res.windows[0].prompt)
+	}
+	tr, err := m.Transcribe(context.Background(), chirp(2), engine.TranscribeOptions{Language: "yue"})
+	if err != nil || tr.Language != "yue" {
+		t.Fatalf("asked for yue: %q, %v", tr.Language, err)
 	}
 }
 

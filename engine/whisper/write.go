@@ -68,6 +68,26 @@ func SmallENConfig(weightType string) ModelConfig {
 		NTextCtx: 448, NTextState: 768, NTextHead: 12, NTextLayer: 12, NMels: 80, WeightType: weightType, Seed: 11, EOTRowScale: 2.25}
 }
 
+// Multilingual returns cfg with the vocabulary of OpenAI's multilingual
+// models of its size: n_vocab 51865 (99 language tokens, from
+// <|en|> = 50259 on, as tiny, base, small, medium and large-v1/v2 have),
+// the text tokens ending one id later. A different seed draws other weights
+// than the English-only shape's.
+func Multilingual(cfg ModelConfig) ModelConfig {
+	cfg.NVocab = 51865
+	cfg.Seed += 100
+	return cfg
+}
+
+// LargeV3TurboConfig has the dimensions of OpenAI's large-v3-turbo
+// (d = 1280, 20 heads, 32 encoder layers and 4 decoder layers, 128 mel
+// bands, n_vocab 51866 with 100 language tokens, <|yue|> the last) with
+// random weights of type weightType.
+func LargeV3TurboConfig(weightType string) ModelConfig {
+	return ModelConfig{NVocab: 51866, NAudioCtx: 1500, NAudioState: 1280, NAudioHead: 20, NAudioLayer: 32,
+		NTextCtx: 448, NTextState: 1280, NTextHead: 20, NTextLayer: 4, NMels: 128, WeightType: weightType, Seed: 13, EOTRowScale: 2.25}
+}
+
 // WriteModel writes a whisper.cpp ggml model with deterministic random
 // weights drawn as the conformance data's generator draws them: linear
 // weights N(0, 1/in), biases N(0, 0.02²), layer norms 1+N(0, 0.05²) and

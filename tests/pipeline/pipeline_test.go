@@ -108,8 +108,8 @@ func TestPipelineTranscriptFillsMarkedMessage(t *testing.T) {
 	if len(got) != 2 || got[1].Content != res.Transcript || got[0].Content != "Hello." || rec.last.SystemPrompt != "Reply as me." {
 		t.Fatalf("the LLM got %+v, transcript %q", rec.last, res.Transcript)
 	}
-	if res.TranscriptLanguage == "" || rec.last.Profile.Language != res.TranscriptLanguage {
-		t.Fatalf("reply language %q, transcript language %q", rec.last.Profile.Language, res.TranscriptLanguage)
+	if res.TranscriptLanguage == "" || rec.last.ReplyLanguage != res.TranscriptLanguage {
+		t.Fatalf("reply language %q, transcript language %q", rec.last.ReplyLanguage, res.TranscriptLanguage)
 	}
 	for _, c := range res.Candidates {
 		if c.Language != res.TranscriptLanguage {
@@ -174,9 +174,10 @@ func TestPipelineWithoutAudio(t *testing.T) {
 			t.Errorf("candidate language %q without a language, want %q", c.Language, engine.LanguageUnknown)
 		}
 	}
-	// Tokens shared with the prompt the engine held before (the chat
-	// template's opening) may be reused; the turn itself is evaluated.
-	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens >= res.PromptTokens/2 {
+	// The prompt differs from the one before only in its end (the language
+	// is asked for after the partner's turn): what comes before is reused,
+	// the end is evaluated.
+	if res.PromptTokens <= 0 || res.GenTokens < len(res.Candidates) || res.CachedTokens >= res.PromptTokens {
 		t.Fatalf("token counts: prompt %d cached %d generated %d", res.PromptTokens, res.CachedTokens, res.GenTokens)
 	}
 }
@@ -252,7 +253,7 @@ func TestPipelineOverlap(t *testing.T) {
 			Messages: msgs, Audio: wav16k(2), DialogID: fmt.Sprintf("overlap-%v", overlap),
 			Profile:       engine.Profile{Language: "en"},
 			MaxCandidates: 2, Seed: 5, SystemPrompt: "Reply as me.",
-			OnTranscript: func(string) { log.add("transcript") },
+			OnTranscript: func(engine.Heard) { log.add("transcript") },
 		})
 		if err != nil {
 			t.Fatal(err)

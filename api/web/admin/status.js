@@ -19,6 +19,9 @@ function engineState(e) {
   else if (e.ready) parts.push(h('span', { class: 'badge ok', text: t('admin.loaded') }));
   else parts.push(h('span', { class: 'badge', text: t('admin.loading') }));
   if (e.demo) parts.push(' ', h('span', { class: 'badge warn', text: t('admin.demoModel') }));
+  // An English-only Whisper model asked for other languages keeps
+  // transcribing English (the server's warning, in the page's language).
+  if (e.english_only && e.non_english_requests > 0) parts.push(h('span', { class: 'hint block', text: t('admin.englishOnlyWarning', { n: e.non_english_requests }) }));
   if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: t('admin.sinceTime', { time: fmtTime(e.loaded_at) }) }));
   return parts;
 }
