@@ -100,10 +100,10 @@ type Config struct {
 	// that ends a partner's turn.
 	Live           string
 	LiveEndSilence time.Duration
-	SessionTTL   time.Duration
-	LogRetention time.Duration
-	LogMaxMB     int
-	MinFreeMB    int
+	SessionTTL     time.Duration
+	LogRetention   time.Duration
+	LogMaxMB       int
+	MinFreeMB      int
 	// MemoryRetention is how long remembered pairs are kept; negative
 	// (unset) follows LogRetention. See MemoryKeep.
 	MemoryRetention time.Duration
