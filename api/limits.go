@@ -112,6 +112,10 @@ type Limits struct {
 	LiveWriteTimeout  time.Duration
 	MaxLiveFrameBytes int64
 	MaxLivePerAddr    int
+	// LiveRealtimeFactor bounds how much faster than real time a session
+	// may send audio (after a second of slack): every sample costs voice
+	// detection.
+	LiveRealtimeFactor float64
 }
 
 // DefaultLimits returns the limits replyd ships with.
@@ -156,6 +160,7 @@ func DefaultLimits() Limits {
 		LiveWriteTimeout:      10 * time.Second,
 		MaxLiveFrameBytes:     64 << 10,
 		MaxLivePerAddr:        4,
+		LiveRealtimeFactor:    2,
 
 		PairingTTL:             10 * time.Minute,
 		PairAttemptsPerAddress: 5,
@@ -235,6 +240,7 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.LiveWriteTimeout, d.LiveWriteTimeout)
 	set64(&l.MaxLiveFrameBytes, d.MaxLiveFrameBytes)
 	setInt(&l.MaxLivePerAddr, d.MaxLivePerAddr)
+	setF(&l.LiveRealtimeFactor, d.LiveRealtimeFactor)
 	setDur(&l.PairingTTL, d.PairingTTL)
 	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
 	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -154,6 +155,16 @@ func (l *liveSessions) add(sess *liveSession, addr string, max int, retry time.D
 	return nil
 }
 
+// activate gives sess its connection, under the lock that each reads
+// it with; false when the server began shutting down meanwhile.
+func (l *liveSessions) activate(sess *liveSession, conn *websocket.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sess.conn = conn
+	sess.ctx, sess.cancel = context.WithCancelCause(context.Background())
+	return !l.closed
+}
+
 func (l *liveSessions) remove(sess *liveSession, addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -171,7 +182,7 @@ func (l *liveSessions) each(keep func(*liveSession) bool, fn func(*liveSession))
 	l.mu.Lock()
 	list := make([]*liveSession, 0, len(l.all))
 	for s := range l.all {
-		if keep == nil || keep(s) {
+		if s.conn != nil && (keep == nil || keep(s)) {
 			list = append(list, s)
 		}
 	}
@@ -185,7 +196,8 @@ func (l *liveSessions) each(keep func(*liveSession) bool, fn func(*liveSession))
 // off).
 func (l *liveSessions) closeKey(hash string) {
 	l.each(func(s *liveSession) bool { return s.key.Hash == hash }, func(s *liveSession) {
-		s.end(CloseSwitchedOff, "live listening was switched off for this API key")
+		// In the background: the close handshake may wait for the peer.
+		go s.end(CloseSwitchedOff, "live listening was switched off for this API key")
 	})
 }
 
@@ -239,6 +251,8 @@ type liveSession struct {
 	samples int64 // received since started
 
 	passes sync.WaitGroup // final passes in flight
+	// lastRead is when the last message arrived (Unix nanoseconds).
+	lastRead atomic.Int64
 }
 
 // liveTurn is a turn from its start to its answer.
@@ -303,8 +317,10 @@ func (s *Server) handleLive(c echo.Context) error {
 		return nil
 	}
 	conn.SetReadLimit(s.limits.MaxLiveFrameBytes)
-	sess.conn = conn
-	sess.ctx, sess.cancel = context.WithCancelCause(context.Background())
+	if !s.live.activate(sess, conn) {
+		_ = conn.Close(websocket.StatusGoingAway, "the server is shutting down; reconnect")
+		return nil
+	}
 	s.metrics.live.sessions.Inc()
 	defer s.metrics.live.sessions.Dec()
 	sess.run()
@@ -320,17 +336,16 @@ func (sess *liveSession) run() {
 		sess.passes.Wait()
 		_ = sess.conn.CloseNow()
 	}()
+	sess.lastRead.Store(time.Now().UnixNano())
 	go sess.pinger()
 	first := true
 	for {
-		rctx, cancel := context.WithTimeout(sess.ctx, s.limits.LiveIdle)
-		typ, data, err := sess.conn.Read(rctx)
-		idle := rctx.Err() != nil && sess.ctx.Err() == nil
-		cancel()
+		// A canceled read context closes the connection at once: the idle
+		// bound is the watchdog's (pinger), which closes it properly.
+		typ, data, err := sess.conn.Read(sess.ctx)
+		sess.lastRead.Store(time.Now().UnixNano())
 		if err != nil {
 			switch {
-			case idle:
-				sess.end(CloseIdle, fmt.Sprintf("nothing received for %s", s.limits.LiveIdle))
 			case websocket.CloseStatus(err) == websocket.StatusMessageTooBig || strings.Contains(err.Error(), "read limited"):
 				sess.end(websocket.StatusMessageTooBig, fmt.Sprintf("a message is larger than %s", formatBytes(s.limits.MaxLiveFrameBytes)))
 			}
@@ -394,11 +409,12 @@ func (sess *liveSession) audio(data []byte) bool {
 	if sess.paused {
 		return true
 	}
-	// A client may not send faster than twice real time (after a second
+	// A client may not send much faster than real time (after a second
 	// of slack): every sample costs voice detection.
 	sess.samples += int64(len(data) / 2)
-	if allowed := int64(2*time.Since(sess.started).Seconds()*engine.LiveRate) + engine.LiveRate; sess.samples > allowed {
-		sess.fail(websocket.StatusPolicyViolation, &Error{Code: CodeRateLimited, Message: "audio arrives faster than twice real time"})
+	f := s.limits.LiveRealtimeFactor
+	if allowed := int64(f*time.Since(sess.started).Seconds()*engine.LiveRate) + engine.LiveRate; sess.samples > allowed {
+		sess.fail(websocket.StatusPolicyViolation, &Error{Code: CodeRateLimited, Message: fmt.Sprintf("audio arrives faster than %g times real time", f)})
 		return false
 	}
 	pcm := pcmFromS16LE(data)
@@ -724,25 +740,39 @@ func (sess *liveSession) end(code websocket.StatusCode, reason string) {
 		if len(reason) > 123 {
 			reason = reason[:123]
 		}
-		sess.cancel(errSessionEnded)
+		// The close handshake first (the reader sees the peer's answer),
+		// then the work stops.
 		sess.wmu.Lock()
-		defer sess.wmu.Unlock()
 		_ = sess.conn.Close(code, reason)
+		sess.wmu.Unlock()
+		sess.cancel(errSessionEnded)
 	})
 }
 
-// pinger pings the client every LivePing: a peer that does not answer
-// within LivePing (gone without closing, or stalled) ends the session.
+// pinger is the session's watchdog: it closes the session with 4408 when
+// nothing arrived for LiveIdle, and pings the client every LivePing; a peer
+// that does not answer within LivePing (gone without closing, or stalled)
+// ends the session.
 func (sess *liveSession) pinger() {
-	t := time.NewTicker(sess.s.limits.LivePing)
+	l := sess.s.limits
+	t := time.NewTicker(max(min(l.LivePing, l.LiveIdle)/4, 10*time.Millisecond))
 	defer t.Stop()
+	lastPing := time.Now()
 	for {
 		select {
 		case <-sess.ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(sess.ctx, sess.s.limits.LivePing)
+		if time.Since(time.Unix(0, sess.lastRead.Load())) >= l.LiveIdle {
+			sess.end(CloseIdle, fmt.Sprintf("nothing received for %s", l.LiveIdle))
+			return
+		}
+		if time.Since(lastPing) < l.LivePing {
+			continue
+		}
+		lastPing = time.Now()
+		ctx, cancel := context.WithTimeout(sess.ctx, l.LivePing)
 		err := sess.conn.Ping(ctx)
 		cancel()
 		if err != nil {

@@ -43,7 +43,8 @@ type TurnConfig struct {
 	// PreRoll is the audio kept from before the first window heard as
 	// speech (Silero hears a word's onset a window late).
 	PreRoll time.Duration
-	// MaxTurn bounds the audio held for one turn: a turn that reaches it
+	// MaxTurn bounds the audio held for one turn (rounded up to a whole
+	// window): a turn that reaches it
 	// ends there (TurnEnd with Cut set) and the next one starts.
 	MaxTurn time.Duration
 	// Threshold is the probability from which a window is speech; a window
