@@ -149,7 +149,7 @@ func ticketFrom(t *testing.T, h http.Handler, key string) string {
 	}
 	var r liveTicketResponse
 	decode(t, rec, &r)
-	if !strings.HasPrefix(r.Ticket, liveTicketPrefix) || r.URL != "/v1/live?ticket="+r.Ticket || rec.Header().Get("Cache-Control") != "no-store" {
+	if !strings.HasPrefix(r.Ticket, liveTicketPrefix) || r.URL != "/v1/live?ticket="+r.Ticket+"&route="+secret.Hash(key)[:16] || rec.Header().Get("Cache-Control") != "no-store" {
 		t.Fatalf("ticket answer %s, headers %v", rec.Body, rec.Header())
 	}
 	return r.Ticket

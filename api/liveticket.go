@@ -37,7 +37,7 @@ type liveTicketResponse struct {
 	Ticket    string    `json:"ticket"`
 	ExpiresAt time.Time `json:"expires_at"`
 	// URL is the path and query to open the socket with (ws: or wss: on
-	// the host the ticket was asked from).
+	// the host the ticket was asked from): liveURL.
 	URL string `json:"url"`
 }
 
@@ -63,7 +63,16 @@ func (s *Server) handleLiveTicket(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return c.JSON(http.StatusCreated, liveTicketResponse{Ticket: tok, ExpiresAt: t.ExpiresAt.UTC(), URL: "/v1/live?ticket=" + tok})
+	return c.JSON(http.StatusCreated, liveTicketResponse{Ticket: tok, ExpiresAt: t.ExpiresAt.UTC(), URL: liveURL(tok, key.Hash)})
+}
+
+// liveURL is the session's path and query: the ticket, and route, the
+// first 16 hex digits of the key's SHA-256, by which a proxy in front of
+// several boxes sends the socket to the box that holds the key's dialogs
+// (scripts/haproxy.cfg hashes the same value of X-API-KEY). It names the
+// key no more than api_key_hash does, and opens nothing.
+func liveURL(ticket, keyHash string) string {
+	return "/v1/live?ticket=" + ticket + "&route=" + keyHash[:16]
 }
 
 // liveAllowed refuses live listening when the box or the key has it
