@@ -40,4 +40,18 @@ export const T = Object.freeze({
   layoutLabel: 'Letter board',
   layoutQwerty: 'QWERTY',
   layoutAbc: 'ABC',
+  // Live listening (live.js).
+  liveOpen: 'Listen live',
+  liveStop: 'Stop listening',
+  liveOn: 'Listening live: replyd hears your partner as they speak.',
+  livePausedSpeaking: 'Listening paused while the tablet speaks.',
+  livePausedSpelling: 'Listening paused while you spell or type.',
+  liveReconnecting: 'Connection lost: listening again as soon as replyd is back…',
+  liveOff: 'Not listening.',
+  liveHearing: 'Your partner is speaking…',
+  liveTranscribing: 'Your partner stopped: transcribing…',
+  liveNextTurn: 'Your partner spoke again: these replies answer what they just said.',
+  liveRefused: (msg) => `Live listening stopped: ${msg}`,
+  liveCannot: 'This browser cannot listen live: use Listen.',
+  handsFree: 'Hands-free: keep listening for the whole conversation',
 });
