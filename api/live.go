@@ -101,7 +101,7 @@ func parseLiveControl(data []byte) (liveControl, error) {
 // whose partner turn is the live audio. Steering does not apply (a steered
 // request refines an answer; it has no audio).
 func parseLivePayload(data []byte, lim Limits) error {
-	req, _, err := parsePayload(data, lim)
+	req, _, err := parsePayload(withLiveTurn(data), lim)
 	if err != nil {
 		return err
 	}
@@ -109,6 +109,26 @@ func parseLivePayload(data []byte, lim Limits) error {
 		return badRequest("steer does not apply to a live session; send steered requests to /v1/infer")
 	}
 	return nil
+}
+
+// withLiveTurn returns the payload with the live turn as its only message
+// when it has none (a session opened at the start of a conversation): the
+// partner's first turn is the dialog. Any other payload, valid or not, is
+// returned as it is.
+func withLiveTurn(data []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil || m == nil {
+		return data
+	}
+	if msgs, ok := m["messages"]; ok && !bytes.Equal(bytes.Join(bytes.Fields(msgs), nil), []byte("[]")) && !bytes.Equal(bytes.TrimSpace(msgs), []byte("null")) {
+		return data
+	}
+	m["messages"] = json.RawMessage(`[{"role":"speaker","audio":true}]`)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 // pcmFromS16LE converts 16-bit little-endian samples to float32.
@@ -532,7 +552,7 @@ func (sess *liveSession) startSpec(pcm []float32) *specPass {
 // request builds the engine request of a turn from payload.
 func (sess *liveSession) request(payload []byte) (engine.Request, string, error) {
 	s := sess.s
-	req, audioIdx, err := parsePayload(payload, s.limits)
+	req, audioIdx, err := parsePayload(withLiveTurn(payload), s.limits)
 	if err != nil {
 		return req, "", err
 	}

@@ -552,10 +552,23 @@ func TestLiveLimits(t *testing.T) {
 			ev = next(t, c)
 		}
 	})
+	t.Run("a payload without messages", func(t *testing.T) {
+		// The first turn of a conversation: the live turn is the dialog.
+		le := newLiveEnv(t)
+		c := le.open(t, `{"messages":[],"dialog_id":"new"}`)
+		sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+		if names, _ := events(t, c, 4); names[3] != "candidates" {
+			t.Fatalf("events %v", names)
+		}
+		reqs := le.inf.requests()
+		if len(reqs) != 1 || len(reqs[0].Messages) != 1 || !reqs[0].Messages[0].Audio || reqs[0].DialogID != "new" {
+			t.Errorf("requests %+v", reqs)
+		}
+	})
 	t.Run("invalid payload", func(t *testing.T) {
 		le := newLiveEnv(t)
-		c := le.open(t, `{"messages":[]}`)
-		if ev := next(t, c); ev.Event != "error" || !strings.Contains(string(ev.Data), "messages must not be empty") {
+		c := le.open(t, `{"messages":[{"role":"nobody"}]}`)
+		if ev := next(t, c); ev.Event != "error" || !strings.Contains(string(ev.Data), "messages[0].role must be") {
 			t.Errorf("event %s %s", ev.Event, ev.Data)
 		}
 		if code := closeCode(t, c); code != CloseInvalidMessage {
