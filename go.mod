@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/boombuler/barcode v1.1.0
+	github.com/coder/websocket v1.8.14
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/google/go-cmp v0.7.0
 	github.com/hajimehoshi/go-mp3 v0.3.4

@@ -106,6 +106,8 @@ type docData struct {
 	PairGuessesPerYear     int
 	PairOddsPerYear        string
 	CORSMaxAgeSeconds      int64
+	// Live sessions (client.md, "Live session").
+	Live liveDocs
 }
 
 func (s *Server) docData() docData {
@@ -171,6 +173,7 @@ func (s *Server) docData() docData {
 		MaxConnsPerAddr:       l.MaxConnsPerAddr,
 		UploadMemory:          formatBytes(l.UploadMemoryBytes),
 		MinBodyRate:           formatBytes(l.MinBodyRate),
+		Live:                  s.liveDocData(),
 		BodyRateGraceSeconds:  int64(l.BodyRateGrace / time.Second),
 		MinFree:               formatBytes(l.MinFreeBytes),
 		MaxChannels:           audio.MaxChannels,

@@ -24,6 +24,7 @@ const (
 	failAdmin       = "admin credential"
 	failLoginCode   = "login code"
 	failPairingCode = "pairing code"
+	failLiveTicket  = "live ticket"
 )
 
 // authFailWindow is the counting window of failed authentication.

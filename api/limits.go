@@ -100,6 +100,22 @@ type Limits struct {
 	// of 503 overloaded and 503 not_ready.
 	OverloadedRetryAfter time.Duration
 	NotReadyRetryAfter   time.Duration
+	// Live sessions (live.go): LiveTicketTTL is how long a ticket opens a
+	// session; LiveIdle how long a session may receive nothing at all;
+	// LivePing how often the server pings (and how long it waits for the
+	// pong); LiveWriteTimeout how long an event may take to be written;
+	// MaxLiveFrameBytes bounds one message; MaxLivePerAddr the sessions one
+	// client address holds.
+	LiveTicketTTL     time.Duration
+	LiveIdle          time.Duration
+	LivePing          time.Duration
+	LiveWriteTimeout  time.Duration
+	MaxLiveFrameBytes int64
+	MaxLivePerAddr    int
+	// LiveRealtimeFactor bounds how much faster than real time a session
+	// may send audio (after a second of slack): every sample costs voice
+	// detection.
+	LiveRealtimeFactor float64
 }
 
 // DefaultLimits returns the limits replyd ships with.
@@ -138,6 +154,13 @@ func DefaultLimits() Limits {
 		BodyRateGrace:         10 * time.Second,
 		OverloadedRetryAfter:  2 * time.Second,
 		NotReadyRetryAfter:    5 * time.Second,
+		LiveTicketTTL:         30 * time.Second,
+		LiveIdle:              2 * time.Minute,
+		LivePing:              20 * time.Second,
+		LiveWriteTimeout:      10 * time.Second,
+		MaxLiveFrameBytes:     64 << 10,
+		MaxLivePerAddr:        4,
+		LiveRealtimeFactor:    2,
 
 		PairingTTL:             10 * time.Minute,
 		PairAttemptsPerAddress: 5,
@@ -211,6 +234,13 @@ func (l Limits) withDefaults() Limits {
 	setDur(&l.BodyRateGrace, d.BodyRateGrace)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
+	setDur(&l.LiveTicketTTL, d.LiveTicketTTL)
+	setDur(&l.LiveIdle, d.LiveIdle)
+	setDur(&l.LivePing, d.LivePing)
+	setDur(&l.LiveWriteTimeout, d.LiveWriteTimeout)
+	set64(&l.MaxLiveFrameBytes, d.MaxLiveFrameBytes)
+	setInt(&l.MaxLivePerAddr, d.MaxLivePerAddr)
+	setF(&l.LiveRealtimeFactor, d.LiveRealtimeFactor)
 	setDur(&l.PairingTTL, d.PairingTTL)
 	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
 	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)

@@ -37,6 +37,7 @@ type metrics struct {
 	timeToChoice        prometheus.Histogram
 	examples            prometheus.Counter
 	steer               *steerMetrics
+	live                *liveMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *metrics {
@@ -80,6 +81,7 @@ func newMetrics(reg *prometheus.Registry, health HealthSource, version string) *
 	}
 	reg.MustRegister(m.outcomes, m.keystrokes, m.timeToChoice, m.examples)
 	m.steer = newSteerMetrics(reg)
+	m.live = newLiveMetrics(reg)
 	reg.MustRegister(m.requests, m.latency, m.stages, m.rateLimited, m.inferences, m.audio, m.tokens, m.tokensPerS,
 		m.authFailures, m.otpDeliveryFailures, m.otpLocks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

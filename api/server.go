@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replyd/replyd/api/web"
+	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/store"
 )
 
@@ -75,6 +76,15 @@ type Options struct {
 	// TOTPOnly is REPLYD_OTP_CHANNEL=totp: nothing is sent; the admin logs
 	// in with an authenticator app's code (POST /v1/admin/totp/enroll).
 	TOTPOnly bool
+	// Live listening (live.go): Voice detects speech in live audio (nil:
+	// live sessions are refused with 503 not_ready); Turn decides when a
+	// turn ends; LiveOff switches live listening off for the box
+	// (REPLYD_LIVE=off); Sched gives voice detection its priority (nil: no
+	// budget).
+	Voice   engine.VoiceDetector
+	Turn    engine.TurnConfig
+	LiveOff bool
+	Sched   *engine.Scheduler
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -132,6 +142,11 @@ type Server struct {
 	openAPIYAML []byte
 	static      *staticFiles // the admin page
 	appStatic   *staticFiles // the conversation page
+	voice       engine.VoiceDetector
+	turnCfg     engine.TurnConfig
+	liveOff     bool
+	sched       *engine.Scheduler
+	live        *liveSessions
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -180,6 +195,8 @@ func New(o Options) *Server {
 	s.flights = newDialogFlights()
 	s.otp = newOTPGuard(s.limits)
 	s.totpOnly = o.TOTPOnly
+	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
+	s.live = newLiveSessions()
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies
@@ -248,6 +265,8 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
 	s.corsRoute(e, "/v1/pair", s.handlePair)
 	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
+	s.corsRoute(e, "/v1/live/ticket", s.handleLiveTicket)
+	get(e, "/v1/live", s.handleLive)
 
 	// OTP send and verify are how an administrator logs in: no credential.
 	e.POST("/v1/admin/otp/send", s.handleOTPSend)
@@ -261,6 +280,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, a+"/keys", s.handleListKeys, s.adminAuth)
 	e.POST(a+"/keys", s.handleCreateKey, s.adminAuth)
 	e.DELETE(a+"/keys/:api_key_hash", s.handleRevokeKey, s.adminAuth)
+	e.PUT(a+"/keys/:api_key_hash/live", s.handleLiveSwitch, s.adminAuth)
 	e.POST(a+"/pairings", s.handleCreatePairing, s.adminAuth)
 	get(e, a+"/system-prompt", s.handleGetPrompt, s.adminAuth)
 	e.POST(a+"/system-prompt", s.handleSetPrompt, s.adminAuth)
@@ -297,7 +317,7 @@ func (s *Server) Handler() http.Handler { return s.e }
 // inference timeout plus two minutes. Serve it on Listener(ln) to bound the
 // connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -307,6 +327,9 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// Shutdown does not see the live sessions' hijacked connections.
+	srv.RegisterOnShutdown(s.CloseLive)
+	return srv
 }
 
 // m4aAvailable reports whether M4A/AAC uploads can be decoded now.

@@ -87,6 +87,13 @@ type Request struct {
 	// AudioContentType is the media type the client declared on the part.
 	// It is informational: the decoder detects the format from the bytes.
 	AudioContentType string
+	// PCM, when set, is audio already decoded (16 kHz mono, a live turn):
+	// it stands for Audio and is not decoded again.
+	PCM []float32
+	// Heard, when set, is the transcript of PCM computed ahead by
+	// Pipeline.HearAhead (a speculative pass whose audio did not change):
+	// the speech stage uses it instead of transcribing again.
+	Heard *Heard
 
 	// OnTranscript, when set, is called once with the transcript, its
 	// language and any warning about that language as soon as

@@ -63,7 +63,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (res Result, err erro
 	start := p.now()
 	defer func() { res.Timings.Total = p.now().Sub(start) }()
 	s := p.sched()
-	sttWork, own, release, err := s.Admit(req.Audio != nil)
+	sttWork, own, release, err := s.Admit(req.hasAudio())
 	if err != nil {
 		return res, err
 	}
@@ -71,7 +71,7 @@ func (p *Pipeline) Infer(ctx context.Context, req Request) (res Result, err erro
 
 	msgs := append([]Message(nil), req.Messages...)
 	reserve := 0
-	if req.Audio != nil {
+	if req.hasAudio() {
 		res.HasTranscript = true
 		reserve, err = p.hear(ctx, req, msgs, &res)
 		release(sttWork)
@@ -92,6 +92,9 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 	s := p.sched()
 	// Admitted before decoding: a request the stage would refuse costs no
 	// decoding.
+	if req.Heard != nil {
+		return p.useHeard(req, msgs, res), nil
+	}
 	done, err := s.STT.Enter(ctx)
 	if err != nil {
 		return 0, err
@@ -102,7 +105,10 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 	// requests' work.
 	defer func() { done(served) }()
 	t0 := p.now()
-	pcm, err := p.decode(ctx, req.Audio)
+	pcm := req.PCM
+	if pcm == nil {
+		pcm, err = p.decode(ctx, req.Audio)
+	}
 	res.Timings.Decode = p.now().Sub(t0)
 	if err != nil {
 		return 0, err

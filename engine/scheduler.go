@@ -112,6 +112,9 @@ type Scheduler struct {
 	total   int // 0: no budget
 	free    int
 	waiters [nPriorities][]*coreWaiter
+	// specCancel stops the speculative transcription that holds the
+	// transcription's turn, if any (BeginSpeculativeTranscription).
+	specCancel func()
 }
 
 type coreWaiter struct {
@@ -174,7 +177,15 @@ func (s *Scheduler) AcquireAt(ctx context.Context, p Priority, lo, hi int) (int,
 	}
 	w := &coreWaiter{lo: lo, hi: hi, granted: make(chan int, 1)}
 	s.waiters[p] = append(s.waiters[p], w)
+	var stop func()
+	if p == PriorityCommitted || p == PriorityAhead {
+		// Real work waits: a speculative transcription gives way.
+		stop = s.specCancel
+	}
 	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	select {
 	case n := <-w.granted:
 		return n, nil
@@ -333,6 +344,13 @@ func (s *Scheduler) BeginDecode(ctx context.Context) (end func(), err error) {
 // hand the speech engine (TranscribeOptions.Grow, by the rule of Lend), and
 // end, which gives back every core held and the turn; call it exactly once.
 func (s *Scheduler) BeginTranscription(ctx context.Context) (threads int, grow func(most int) int, end func(), err error) {
+	s.mu.Lock()
+	stop := s.specCancel
+	s.mu.Unlock()
+	if stop != nil {
+		// A committed transcription never waits for a speculative one.
+		stop()
+	}
 	select {
 	case s.sttTurn <- struct{}{}:
 	case <-ctx.Done():
@@ -414,4 +432,68 @@ func (s *Scheduler) Admit(withAudio bool) (stt, own time.Duration, release func(
 	}
 	release, err = s.Work.Admit(own)
 	return stt, own, release, err
+}
+
+// BeginSpeculativeTranscription is BeginTranscription for speculative work
+// (a live turn's audio heard ahead of its end): it takes the one
+// transcription's turn and then between 1 and STTThreads cores at
+// PrioritySpeculative. While it holds the turn, any committed or ahead work
+// that comes to wait for cores, and any committed transcription that comes
+// to wait for the turn, calls cancel: the speculative pass stops at the
+// speech engine's next check of its context. Its grow function never
+// borrows; between the encoder's steps it gives its cores to work of a
+// higher priority that waits (Yield). end gives back the cores and the
+// turn; call it exactly once.
+func (s *Scheduler) BeginSpeculativeTranscription(ctx context.Context, cancel func()) (threads int, grow func(most int) int, end func(), err error) {
+	select {
+	case s.sttTurn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil, nil, ctx.Err()
+	}
+	want := s.sttThreads
+	if want <= 0 {
+		want = s.Total()
+	}
+	n, err := s.AcquireAt(ctx, PrioritySpeculative, 1, want)
+	if err != nil {
+		<-s.sttTurn
+		return 0, nil, nil, err
+	}
+	if s != nil {
+		s.mu.Lock()
+		s.specCancel = cancel
+		s.mu.Unlock()
+	}
+	held := n
+	grow = func(int) int {
+		if s == nil || s.total == 0 {
+			return n
+		}
+		s.mu.Lock()
+		yield := s.waitingUpToLocked(PriorityAhead)
+		s.mu.Unlock()
+		if !yield {
+			return n
+		}
+		s.Release(held)
+		h, err := s.AcquireAt(ctx, PrioritySpeculative, n, n)
+		if err != nil {
+			// Canceled while it waited: the engine runs on until its next
+			// check of ctx; it takes its cores back as committed work, so
+			// that the busy threads never exceed the budget.
+			h, _ = s.Acquire(context.Background(), n, n)
+		}
+		held = h
+		return n
+	}
+	end = func() {
+		if s != nil {
+			s.mu.Lock()
+			s.specCancel = nil
+			s.mu.Unlock()
+		}
+		s.Release(held)
+		<-s.sttTurn
+	}
+	return n, grow, end, nil
 }

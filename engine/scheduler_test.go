@@ -364,3 +364,71 @@ func wantFree(t *testing.T, s *Scheduler, n int) {
 		t.Fatalf("free %d, want %d", got, n)
 	}
 }
+
+// TestSpeculativeTranscriptionGivesWay: a speculative transcription takes
+// the transcription's turn and cores at the lowest priority; between the
+// encoder's steps it gives its cores to committed work that waits, and a
+// committed transcription that comes cancels it and gets the turn.
+func TestSpeculativeTranscriptionGivesWay(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{Cores: 2})
+	ctx := context.Background()
+	canceled := make(chan struct{})
+	var once bool
+	threads, grow, end, err := s.BeginSpeculativeTranscription(ctx, func() {
+		if !once {
+			once = true
+			close(canceled)
+		}
+	})
+	if err != nil || threads != 2 || s.Free() != 0 {
+		t.Fatalf("threads %d, err %v, free %d", threads, err, s.Free())
+	}
+	// Nobody waits: the step keeps its cores.
+	if n := grow(2); n != 2 || s.Free() != 0 {
+		t.Fatalf("grow %d, free %d with nobody waiting", n, s.Free())
+	}
+	// Committed work comes to wait: it cancels the speculative pass, and
+	// the pass's next step gives it the cores.
+	got := make(chan int)
+	go func() {
+		n, _ := s.Acquire(ctx, 1, 1)
+		got <- n
+	}()
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting committed work did not cancel the speculative pass")
+	}
+	stepped := make(chan int)
+	go func() { stepped <- grow(2) }()
+	if n := <-got; n != 1 {
+		t.Fatalf("committed work got %d cores", n)
+	}
+	s.Release(1)
+	if n := <-stepped; n != 2 {
+		t.Fatalf("the step after yielding runs %d threads", n)
+	}
+	// A committed transcription waits for the turn until end.
+	began := make(chan struct{})
+	go func() {
+		_, _, end2, err := s.BeginTranscription(ctx)
+		if err == nil {
+			end2()
+		}
+		close(began)
+	}()
+	select {
+	case <-began:
+		t.Fatal("a committed transcription ran beside the speculative one")
+	case <-time.After(50 * time.Millisecond):
+	}
+	end()
+	select {
+	case <-began:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the committed transcription never got the turn")
+	}
+	if s.Free() != 2 {
+		t.Fatalf("free %d at the end", s.Free())
+	}
+}

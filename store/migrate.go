@@ -45,6 +45,10 @@ type Snapshot struct {
 	Memory []MemorySnapshot
 	// Pairings are the tablet pairings not yet pruned, used or not.
 	Pairings []Pairing
+	// LiveOff are the key hashes live listening is switched off for
+	// (SetLiveOff), sorted. Live tickets are not carried: they expire
+	// within a minute.
+	LiveOff []string
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
 	Logs iter.Seq2[LogEntry, error] `json:"-"`

@@ -178,6 +178,30 @@ type Store interface {
 	// at or before now, and returns how many it deleted.
 	PrunePairings(now time.Time) (int, error)
 
+	// CreateLiveTicket stores the one-time ticket t of a live session
+	// (LiveTicket) under t.Hash. In the same transaction it deletes every
+	// ticket whose ExpiresAt is at or before now, so expired tickets leave
+	// nothing behind. It returns ErrInvalid when t.Hash or t.KeyHash is
+	// empty or t expires at or before now, and ErrExists when the hash is
+	// taken.
+	CreateLiveTicket(t LiveTicket, now time.Time) error
+	// TakeLiveTicket removes the ticket stored under hash and returns it,
+	// in one atomic step: of several boxes or goroutines taking one ticket
+	// at once, exactly one gets it. It returns ErrNotFound when no ticket
+	// has this hash (never created, or taken before; nothing is written,
+	// so guessing costs no disk) and ErrExpired when it expired (it is
+	// deleted).
+	TakeLiveTicket(hash string, now time.Time) (LiveTicket, error)
+	// SetLiveOff switches live listening off (off) or back on for the API
+	// key keyHash: the key's holder withdrew consent, or an administrator
+	// did for them. It is idempotent and returns ErrNotFound for an unknown
+	// key. Every box reads it afresh (LiveOff), so a switch reaches them all
+	// at the next turn.
+	SetLiveOff(keyHash string, off bool) error
+	// LiveOff reports whether live listening is switched off for keyHash;
+	// false for a key never switched (or unknown).
+	LiveOff(keyHash string) (bool, error)
+
 	// AppendLog stores e (a zero Timestamp is set from the clock). The entry
 	// is durable when AppendLog returns nil; concurrent calls may share one
 	// commit. Entries of stream StreamInfer count in Stats. An entry of

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/api"
+	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/notify"
@@ -95,10 +96,14 @@ type Config struct {
 	MaxBodyMiB   int
 	MaxAudio     time.Duration
 	InferTimeout time.Duration
-	SessionTTL   time.Duration
-	LogRetention time.Duration
-	LogMaxMB     int
-	MinFreeMB    int
+	// Live listening (issue 23): on or off for the box, and the silence
+	// that ends a partner's turn.
+	Live           string
+	LiveEndSilence time.Duration
+	SessionTTL     time.Duration
+	LogRetention   time.Duration
+	LogMaxMB       int
+	MinFreeMB      int
 	// MemoryRetention is how long remembered pairs are kept; negative
 	// (unset) follows LogRetention. See MemoryKeep.
 	MemoryRetention time.Duration
@@ -241,6 +246,8 @@ func options() []option {
 		intOpt("max-body-mib", "REPLYD_MAX_BODY_MIB", strconv.FormatInt(lim.MaxBodyBytes>>20, 10), "largest accepted request body in MiB", func(c *Config) *int { return &c.MaxBodyMiB }),
 		durOpt("max-audio", "REPLYD_MAX_AUDIO", FormatDuration(lim.MaxAudio), "longest accepted recording", func(c *Config) *time.Duration { return &c.MaxAudio }),
 		durOpt("infer-timeout", "REPLYD_INFER_TIMEOUT", FormatDuration(lim.InferTimeout), "deadline of one inference, queue wait included", func(c *Config) *time.Duration { return &c.InferTimeout }),
+		strOpt("live", "REPLYD_LIVE", "on", "on: tablets may open live sessions (GET /v1/live) that listen to the partner as they speak; off: refused for every key", false, func(c *Config) *string { return &c.Live }),
+		durOpt("live-end-silence", "REPLYD_LIVE_END_SILENCE", FormatDuration(engine.DefaultEndSilence), "silence after the partner's speech that ends their turn in a live session (docs/live.md)", func(c *Config) *time.Duration { return &c.LiveEndSilence }),
 		durOpt("session-ttl", "REPLYD_SESSION_TTL", FormatDuration(lim.SessionTTL), "lifetime of an admin session", func(c *Config) *time.Duration { return &c.SessionTTL }),
 		durOpt("log-retention", "REPLYD_LOG_RETENTION", "30d", "how long log entries are kept (0 = forever)", func(c *Config) *time.Duration { return &c.LogRetention }),
 		intOpt("log-max-mb", "REPLYD_LOG_MAX_MB", "256", "most space the log may take in the data file, in MB; the oldest entries go first (0 = no bound)", func(c *Config) *int { return &c.LogMaxMB }),
@@ -351,6 +358,14 @@ func (c *Config) Validate() error {
 	}
 	if c.STTThreads < 0 {
 		errs = append(errs, errors.New("REPLYD_STT_THREADS must be 0 (automatic) or more"))
+	}
+	switch c.Live {
+	case "on", "off":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_LIVE: %q is not on or off", c.Live))
+	}
+	if c.LiveEndSilence < 100*time.Millisecond || c.LiveEndSilence > 5*time.Second {
+		errs = append(errs, fmt.Errorf("REPLYD_LIVE_END_SILENCE: %s is outside 100ms-5s", c.LiveEndSilence))
 	}
 	switch c.Overlap {
 	case "on", "off":

@@ -242,3 +242,12 @@ func writeDemoModels(dir string) error {
 	}
 	return nil
 }
+
+// voiceOf is the live sessions' voice detector: d, or nil when the VAD
+// model is not loaded (live sessions are then refused with 503 not_ready).
+func voiceOf(d *vad.Detector) engine.VoiceDetector {
+	if d == nil {
+		return nil
+	}
+	return d
+}

@@ -155,6 +155,10 @@ func (s *Server) Run(ctx context.Context) error {
 		CORSOrigins:    corsOrigins,
 		Certs:          certs,
 		M4A:            audio.M4AAvailable,
+		Voice:          voiceOf(det),
+		Turn:           engine.TurnConfig{EndSilence: cfg.LiveEndSilence, MaxTurn: cfg.MaxAudio},
+		LiveOff:        cfg.Live == "off",
+		Sched:          cpu,
 	})
 	s.api = srv
 

@@ -25,3 +25,21 @@ func BenchmarkProbs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLiveStream is the cost of live listening's voice detection:
+// one 32 ms window through a stream, as a live session runs it per window
+// of the partner's audio (b.N windows; ns/op ÷ 32 ms is the share of one
+// core a session takes).
+func BenchmarkLiveStream(b *testing.B) {
+	m, err := Load(shareddata.VADModel(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	vs := NewDetector(m).NewVoiceStream()
+	pcm := tones(1)
+	i := 0
+	for b.Loop() {
+		vs.Prob(pcm[i : i+WindowSamples])
+		i = (i + WindowSamples) % (len(pcm) - WindowSamples)
+	}
+}

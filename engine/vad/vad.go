@@ -34,3 +34,16 @@ func (d *Detector) KeepSpeech(ctx context.Context, pcm []float32) (engine.Speech
 func (d *Detector) Status() engine.EngineStatus {
 	return engine.EngineStatus{Name: "vad", Model: d.Model.Path(), Ready: true, Backend: "cpu"}
 }
+
+// NewVoiceStream starts a stream of Silero VAD over live audio
+// (engine.VoiceDetector), from the zero State.
+func (d *Detector) NewVoiceStream() engine.VoiceStream { return &stream{m: d.Model} }
+
+// stream is one live stream's Silero state.
+type stream struct {
+	m  *Model
+	st State
+}
+
+// Prob runs one window of WindowSamples samples.
+func (s *stream) Prob(window []float32) float32 { return s.m.Prob(&s.st, window) }

@@ -63,6 +63,9 @@ var (
 	bucketOTPGuards = []byte("otp_guards") // scope -> JSON OTPGuard (scopes other than "")
 	// Created at any schema (steering).
 	bucketSteerIdx = []byte("steer_index") // same key as logs, steered answers only -> JSON steerRow
+	// Live listening (schema 4 files gain them on the next writable open).
+	bucketLiveTickets = []byte("live_tickets") // ticket hash -> JSON LiveTicket
+	bucketLiveOff     = []byte("live_off")     // key hash -> empty: live listening switched off
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -72,7 +75,8 @@ var (
 	// allBuckets are created by a writable Open. Buckets added after
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
-		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards, bucketSteerIdx)
+		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards, bucketSteerIdx,
+		bucketLiveTickets, bucketLiveOff)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's

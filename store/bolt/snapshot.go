@@ -34,6 +34,13 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 				return err
 			}
 		}
+		snap.LiveOff = []string{}
+		if b := tx.Bucket(bucketLiveOff); b != nil {
+			_ = b.ForEach(func(k, _ []byte) error {
+				snap.LiveOff = append(snap.LiveOff, string(k))
+				return nil
+			})
+		}
 		if err := snapshotOutcomes(tx, &snap); err != nil {
 			return err
 		}
@@ -261,6 +268,14 @@ func (db *DB) Import(snap store.Snapshot, replace bool) error {
 				return err
 			}
 			if err := tx.Bucket(bucketPairings).Put([]byte(p.CodeHash), val); err != nil {
+				return err
+			}
+		}
+		for _, h := range snap.LiveOff {
+			if h == "" {
+				return invalid("a live-off key hash is empty")
+			}
+			if err := tx.Bucket(bucketLiveOff).Put([]byte(h), nil); err != nil {
 				return err
 			}
 		}

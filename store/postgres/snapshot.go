@@ -181,6 +181,15 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if snap.Pairings == nil {
 		snap.Pairings = []store.Pairing{}
 	}
+	if rows, err = tx.Query(ctx, "SELECT key_hash FROM live_off ORDER BY key_hash"); err != nil {
+		return snap, err
+	}
+	if snap.LiveOff, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return snap, err
+	}
+	if snap.LiveOff == nil {
+		snap.LiveOff = []string{}
+	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
 	}
@@ -198,7 +207,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users, live_tickets, live_off"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -210,7 +219,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guards)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
-				OR EXISTS (SELECT 1 FROM pairings)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM pairings) OR EXISTS (SELECT 1 FROM live_off)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -289,6 +298,12 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		batch.Queue(`INSERT INTO pairings (code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash, memory_subject)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, p.CodeHash, p.Key.ClientID, p.Key.Status, p.Key.Scopes, p.Key.RateLimitPerMinute,
 			ns(p.CreatedAt), ns(p.ExpiresAt), nullNS(p.UsedAt), keyHash, p.MemorySubject)
+	}
+	for _, h := range snap.LiveOff {
+		if h == "" {
+			return invalid("a live-off key hash is empty")
+		}
+		batch.Queue("INSERT INTO live_off (key_hash) VALUES ($1) ON CONFLICT DO NOTHING", h)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		if isUniqueViolation(err) {

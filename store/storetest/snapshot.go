@@ -27,6 +27,7 @@ func Fill(t testing.TB, s store.Store) {
 	MustCreateKey(t, s, "k2", T0) // same nanosecond: listed before k1
 	Must(t, s.CreateKey(store.APIKey{Hash: "k3", ClientID: "ward 3", Scopes: []string{"infer"}, RateLimitPerMinute: 5, CreatedAt: T0.Add(time.Minute)}))
 	Must(t, s.TouchKey("k1", T0.Add(2*time.Minute)))
+	Must(t, s.SetLiveOff("k3", true))
 	_, err = s.RevokeKey("k2", T0.Add(3*time.Minute))
 	Must(t, err)
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "first", Version: "1", CreatedAt: T0}))

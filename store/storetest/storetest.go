@@ -80,6 +80,13 @@ var scenarios = []scenario{
 	{"pairings/bound-and-invalid", pairingsBoundAndInvalid},
 	{"pairings/concurrent-redeem-once", pairingsConcurrentRedeem},
 
+	// Live listening (live.go).
+	{"live/ticket-single-use-expiry", liveTicketLifecycle},
+	{"live/ticket-invalid-and-prune", liveTicketInvalid},
+	{"live/ticket-concurrent-take-once", liveTicketConcurrentTake},
+	{"live/ticket-shared-by-boxes", liveTicketShared},
+	{"live/off-per-key", liveOffPerKey},
+
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},
 	{"prompt/empty-store", promptEmpty},

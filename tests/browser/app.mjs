@@ -860,6 +860,63 @@ async function main() {
       await setSettings(() => page.selectOption('#s-board', 'qwerty'));
     });
 
+    await step('Listen live: the microphone streams to replyd, which ends the turn; hands-free keeps listening and pauses while the tablet speaks', async () => {
+      // What the page sends on the socket, as it sends it.
+      const frames = [];
+      const onSocket = (ws) => {
+        if (!ws.url().includes('/v1/live')) return;
+        ws.on('framesent', (f) => frames.push({ at: Date.now(), text: typeof f.payload === 'string' ? f.payload : null }));
+      };
+      page.on('websocket', onSocket);
+      try {
+        await page.click('#new-conv');
+        // One turn: without hands-free, listening stops after its replies.
+        await page.click('#live');
+        await until(async () => (await page.getAttribute('#live', 'aria-pressed')) === 'true', 'the live state');
+        check(await page.isVisible('#live-state'), 'no listening indicator while listening');
+        await until(async () => (await candidates()).length > 0, 'the live turn\'s candidates', 120000);
+        await until(async () => (await page.getAttribute('#live', 'aria-pressed')) === 'false', 'listening to stop after one turn');
+        check(!(await page.isVisible('#live-state')), 'the listening indicator stays after listening stopped');
+        let b = await bubbles();
+        check(b.length === 1 && b[0].role === 'speaker' && b[0].text.trim(), `bubbles ${JSON.stringify(b)}`);
+        const first = frames.find((f) => f.text !== null);
+        const p = JSON.parse(first.text);
+        check(Array.isArray(p.messages) && /^[0-9a-f]{24}$/.test(p.dialog_id), `the first message ${first.text}`);
+        check(frames.some((f) => f.text === null), 'no audio was streamed');
+        await axe('after a live turn');
+
+        // Hands-free: the next turn comes by itself; choosing a reply pauses
+        // the streaming while the tablet speaks it (this browser never says
+        // when speaking ended: the page's timeout resumes it).
+        await setSettings(() => page.check('#s-hands-free'));
+        await page.click('#live');
+        const turns = (await bubbles()).length;
+        await until(async () => (await bubbles()).length > turns && (await candidates()).length > 0, 'a hands-free turn', 120000);
+        equal(await page.getAttribute('#live', 'aria-pressed'), 'true', 'listening after a hands-free turn');
+        await page.click('#cands .cand[data-rank="1"]');
+        await until(async () => /tablet speaks/.test(await page.textContent('#live-state')), 'the pause while the tablet speaks', 5000);
+        await shot('06-live-paused-tablet');
+        await until(async () => /Listening live/.test(await page.textContent('#live-state')), 'listening again after speaking', 30000);
+        const pause = frames.findIndex((f) => f.text && f.text.includes('"pause"'));
+        const resume = frames.findIndex((f, i) => i > pause && f.text && f.text.includes('"resume"'));
+        check(pause >= 0 && resume > pause, 'no pause and resume controls');
+        const during = frames.slice(pause + 1, resume).filter((f) => f.text === null).length;
+        equal(during, 0, 'audio frames sent while the tablet spoke');
+        check(frames.slice(pause).some((f) => f.text && f.text.includes('"payload"')), 'the dialog was not sent again after the user\'s reply');
+        b = await bubbles();
+        check(b.at(-1).role === 'disabled_person', `the chosen reply is not the last turn: ${JSON.stringify(b.at(-1))}`);
+        // The partner speaks again (the fake microphone loops): the next turn.
+        const n = b.length;
+        await until(async () => (await bubbles()).length > n, 'the next hands-free turn', 120000);
+        await page.click('#live'); // one press stops it
+        equal(await page.getAttribute('#live', 'aria-pressed'), 'false', 'one press stops listening');
+        check(!(await page.isVisible('#live-state')), 'the listening indicator stays after Stop');
+        await setSettings(() => page.uncheck('#s-hands-free'));
+      } finally {
+        page.off('websocket', onSocket);
+      }
+    });
+
     await step('New conversation starts a new dialog_id with no earlier turns', async () => {
       const before = (await partnerSays('Good morning!')).payload;
       await page.click('#new-conv');

@@ -10,6 +10,7 @@ import { Board, wordsOf } from './spell.js';
 import { T } from './strings.js';
 import * as i18n from './i18n/i18n.js';
 import { t as msg, errorText } from './i18n/i18n.js';
+import { LiveSession, canStream, speakingMs } from './live.js';
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -55,6 +56,7 @@ function addTurn(role, content) {
   log.append(li);
   $('#log-empty').hidden = true;
   log.scrollTop = log.scrollHeight;
+  liveDialogChanged();
 }
 
 function notice(text) {
@@ -153,7 +155,11 @@ function endTurn() {
 
 /** Speaks text as the user's turn and adds it to the conversation. */
 function say(text) {
-  if (!speak(text, state.s)) notice(msg('app.cannotSpeak'));
+  const spoken = liveSpeaking(text); // live listening pauses meanwhile
+  if (!speak(text, state.s, spoken)) {
+    spoken();
+    notice(msg('app.cannotSpeak'));
+  }
   addTurn('disabled_person', text);
 }
 
@@ -208,6 +214,7 @@ function openCompose(which) {
   closeCompose();
   const form = $(`#${which}-form`);
   form.hidden = false;
+  liveHold('spelling');
   form.querySelector('input').focus();
   access.rescan();
 }
@@ -215,6 +222,7 @@ function openCompose(which) {
 function closeCompose() {
   $('#type-form').hidden = true;
   $('#partner-form').hidden = true;
+  if (!spelling()) liveRelease('spelling');
   access.rescan();
 }
 
@@ -231,6 +239,7 @@ function newConversation() {
   endTurn();
   $('#log').replaceChildren();
   $('#log-empty').hidden = false;
+  liveDialogChanged();
   clearCandidates();
   closeCompose();
   notice(msg('app.newConversationDone'));
@@ -255,6 +264,7 @@ function openSpell() {
   board.setLayout(state.s.board);
   $('#spell').hidden = false;
   $('#spell-open').hidden = true;
+  liveHold('spelling');
   notice('');
   document.body.classList.add('spelling');
   const a = state.answer;
@@ -271,6 +281,7 @@ function closeSpell() {
   board.forgetInitial();
   $('#spell').hidden = true;
   document.body.classList.remove('spelling');
+  liveRelease('spelling');
   $('#spell-open').hidden = !state.turn;
   const a = state.answer;
   if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId);
@@ -446,6 +457,164 @@ async function finishRecording(why) {
     return;
   }
   suggest(audio);
+}
+
+// ------------------------------------------------------------ live listening
+
+// Live listening (live.js): the microphone streamed to replyd, which finds
+// the partner's turns. One press starts it and one stops it; with
+// hands-free on it keeps listening across turns, else it stops after one.
+// It pauses while the tablet speaks the chosen reply (until the browser
+// says the speaking ended, or a timeout from the text's length) and while
+// the user spells or types.
+const live = { session: null, holds: new Set(), speakTimer: null };
+
+function setLiveState(st, detail) {
+  const on = Boolean(live.session);
+  const b = $('#live');
+  b.setAttribute('aria-pressed', on ? 'true' : 'false');
+  b.textContent = on ? T.liveStop : T.liveOpen;
+  const el = $('#live-state');
+  el.hidden = !on;
+  el.dataset.state = st;
+  const paused = live.holds.has('speaking') ? T.livePausedSpeaking : T.livePausedSpelling;
+  el.textContent = { listening: T.liveOn, paused, reconnecting: T.liveReconnecting }[st] || T.liveOff;
+  if (st === 'error' && detail) notice(T.liveRefused(detail.message));
+  if (st === 'stopped' && detail && detail.reason) notice(T.liveRefused(detail.reason));
+}
+
+async function toggleLive() {
+  if (live.session) {
+    stopLive();
+    return;
+  }
+  if (!canStream()) {
+    notice(T.liveCannot);
+    return;
+  }
+  if (state.recording) {
+    state.recording.cancel();
+    state.recording = null;
+    setListening(false);
+  }
+  abortRequest('listen');
+  notice('');
+  const session = new LiveSession({
+    payload: () => payloadFor(false),
+    onEvent: liveEvent,
+    onState: (st, detail) => {
+      if (live.session !== session) return;
+      if (st === 'stopped' || st === 'error') live.session = null;
+      setLiveState(st, detail);
+    },
+  });
+  live.session = session;
+  setLiveState('reconnecting');
+  try {
+    await session.start();
+  } catch (err) {
+    live.session = null;
+    session.stop();
+    setLiveState('stopped');
+    notice(err && err.name === 'NotAllowedError'
+      ? 'The microphone is blocked: allow it for this page in the browser settings.'
+      : 'The microphone could not be opened.');
+  }
+}
+
+function stopLive() {
+  const s = live.session;
+  live.session = null;
+  clearTimeout(live.speakTimer);
+  live.holds.clear();
+  if (s) s.stop();
+  setLiveState('stopped');
+  progress(null);
+}
+
+function liveEvent(name, data) {
+  switch (name) {
+    case 'speech_start':
+      if (state.answer) {
+        // The user had not chosen: the partner's new turn replaces the replies.
+        endTurn();
+        clearCandidates();
+        notice(T.liveNextTurn);
+      }
+      progress(T.liveHearing, false);
+      break;
+    case 'end_of_turn':
+      progress(T.liveTranscribing, false);
+      break;
+    case 'transcript':
+      if (data.transcript && data.transcript.trim()) addTurn('speaker', data.transcript.trim());
+      break;
+    case 'candidates':
+      progress(null);
+      liveAnswer(data);
+      break;
+    case 'error':
+      progress(null);
+      if (data.error !== 'superseded') notice(data.message || '');
+      break;
+    default:
+  }
+}
+
+/** Shows a live turn's replies, as suggest does for an upload. */
+function liveAnswer(res) {
+  const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
+  if (res.no_speech || !list.length) return;
+  setReachable(true);
+  state.turn = {
+    parentId: res.inference_id,
+    base: payloadFor(false),
+    startedAt: performance.now(),
+    keys: 0,
+    selections: 0,
+    noneFit: false,
+    first: list,
+  };
+  showCandidates(list, res.inference_id);
+  $('#spell-open').hidden = !res.inference_id;
+  const first = $('#cands button');
+  if (first && !access.scanning()) first.focus();
+  if (!state.s.hands_free) stopLive();
+}
+
+/** Pauses live listening while the tablet speaks text; returns the function
+ * that ends the pause (called when the speaking ends, or by a timeout). */
+function liveSpeaking(text) {
+  if (!live.session) return () => {};
+  liveHold('speaking');
+  let over = false;
+  const end = () => {
+    if (over) return;
+    over = true;
+    clearTimeout(live.speakTimer);
+    liveRelease('speaking');
+  };
+  clearTimeout(live.speakTimer);
+  live.speakTimer = setTimeout(end, speakingMs(text, state.s.rate));
+  return end;
+}
+
+function liveHold(why) {
+  if (!live.session) return;
+  live.holds.add(why);
+  live.session.pause();
+  setLiveState('paused');
+}
+
+function liveRelease(why) {
+  if (!live.session || !live.holds.delete(why) || live.holds.size) return;
+  live.session.resume();
+  setLiveState('listening');
+}
+
+/** The dialog changed: the next live turns are answered with it. */
+function liveDialogChanged() {
+  if (live.session) live.session.updatePayload();
 }
 
 // ------------------------------------------------------------ inference
@@ -746,6 +915,10 @@ function init() {
     redeem($('#pair-code').value);
   });
   $('#listen').addEventListener('click', listen);
+  $('#live').addEventListener('click', toggleLive);
+  $('#live').hidden = !canStream();
+  $('#live').textContent = T.liveOpen;
+  $('#s-hands-free-label').textContent = T.handsFree;
   $('#cancel').addEventListener('click', () => {
     if (state.recording) {
       state.recording.cancel();

@@ -28,6 +28,7 @@ export const defaults = Object.freeze({
   dwell_s: 1,
   format: '',
   board: 'qwerty',
+  hands_free: false,
 });
 
 /** The saved settings over the defaults. */
@@ -67,6 +68,7 @@ export function toForm(form, s) {
   el.remember.checked = s.remember;
   el.scan.checked = s.scan;
   el.dwell.checked = s.dwell;
+  if (el.hands_free) el.hands_free.checked = s.hands_free;
   el.voice.value = s.voice;
 }
 
@@ -84,5 +86,6 @@ export function fromForm(form) {
   s.remember = el.remember.checked;
   s.scan = el.scan.checked;
   s.dwell = el.dwell.checked;
+  s.hands_free = Boolean(el.hands_free && el.hands_free.checked);
   return s;
 }

@@ -16,11 +16,16 @@ export function onVoicesChanged(fn) {
 /**
  * Speaks text with the settings' voice, rate and volume, cutting off
  * anything still being spoken. Resolves when queued; false when the browser
- * cannot speak.
+ * cannot speak. onEnd, when given, is called when the speaking ends (some
+ * browsers never say so: callers keep a timeout too).
  */
-export function speak(text, s) {
+export function speak(text, s, onEnd) {
   if (!('speechSynthesis' in window) || typeof SpeechSynthesisUtterance === 'undefined') return false;
   const u = new SpeechSynthesisUtterance(text);
+  if (onEnd) {
+    u.onend = onEnd;
+    u.onerror = onEnd;
+  }
   const v = voices().find((x) => x.voiceURI === s.voice);
   if (v) {
     u.voice = v;

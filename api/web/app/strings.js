@@ -47,4 +47,18 @@ export const T = Object.freeze({
   get layoutLabel() { return s('layoutLabel'); },
   get layoutQwerty() { return s('layoutQwerty'); },
   get layoutAbc() { return s('layoutAbc'); },
+  // Live listening (live.js).
+  get liveOpen() { return t('live.open'); },
+  get liveStop() { return t('live.stop'); },
+  get liveOn() { return t('live.on'); },
+  get livePausedSpeaking() { return t('live.pausedSpeaking'); },
+  get livePausedSpelling() { return t('live.pausedSpelling'); },
+  get liveReconnecting() { return t('live.reconnecting'); },
+  get liveOff() { return t('live.off'); },
+  get liveHearing() { return t('live.hearing'); },
+  get liveTranscribing() { return t('live.transcribing'); },
+  get liveNextTurn() { return t('live.nextTurn'); },
+  liveRefused: (why) => t('live.refused', { why }),
+  get liveCannot() { return t('live.cannot'); },
+  get handsFree() { return t('live.handsFree'); },
 });

@@ -5,7 +5,7 @@
 // cache only when the network fails. API calls are never cached.
 const CACHE = 'replyd-app-v3';
 const SHELL = ['./', 'index.html', 'app.css', 'main.js', 'client.js', 'recorder.js', 'wav-worklet.js',
-  'settings.js', 'speech.js', 'access.js', 'spell.js', 'strings.js', 'letters.js', 'i18n/i18n.js', 'i18n/en.json', 'manifest.webmanifest', 'icon.svg', 'icon-192.png', 'icon-512.png'];
+  'settings.js', 'speech.js', 'access.js', 'spell.js', 'strings.js', 'letters.js', 'live.js', 'i18n/i18n.js', 'i18n/en.json', 'manifest.webmanifest', 'icon.svg', 'icon-192.png', 'icon-512.png'];
 const NETWORK_WAIT_MS = 4000;
 
 self.addEventListener('install', (ev) => {

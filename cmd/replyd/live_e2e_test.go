@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/shareddata"
+)
+
+// TestLiveEndToEnd runs the real program (Silero VAD, Whisper and the
+// language model on the demo models) with a live session: a stretch of
+// broadband noise, hum and silence starts no turn (so no Whisper or
+// language-model work: both need a turn), then a spoken question followed by
+// silence is one turn answered with speech_start, end_of_turn and
+// candidates, logged as a live turn of the key.
+func TestLiveEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test starts the real binary")
+	}
+	const adminKey = "e2e-admin-key-live-0123456789abcdef"
+	_, env := demoEnv(t, adminKey)
+	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
+	question := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.3, 1.5, 0)
+	p := startReplyd(t, env)
+	key := p.CreateKey("tablet-live")
+
+	r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/live/ticket", Header: map[string]string{"X-API-KEY": key.APIKey}})
+	var tk struct{ URL string }
+	if err := json.Unmarshal(r.Body, &tk); r.Status != 201 || tk.URL == "" || err != nil {
+		t.Fatalf("ticket: %d %s", r.Status, r.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+p.Addr+tk.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"messages":[{"role":"disabled_person","content":"Hello."}],"dialog_id":"live-e2e","options":{"max_candidates":2}}`)); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			var ev struct{ Event string }
+			_ = json.Unmarshal(b, &ev)
+			events <- ev.Event
+		}
+	}()
+
+	// Noise (broadband, hum) and silence, 4 s, at about real time.
+	rng := rand.New(rand.NewPCG(7, 9))
+	noise := make([]float32, 4*16000)
+	for i := range noise {
+		switch {
+		case i < 16000:
+			noise[i] = float32(0.08 * (2*rng.Float64() - 1))
+		case i < 2*16000:
+			noise[i] = float32(0.1 * math.Sin(2*math.Pi*50*float64(i)/16000))
+		}
+	}
+	stream(ctx, t, c, noise)
+	select {
+	case ev := <-events:
+		t.Fatalf("noise and silence brought the event %q", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	stream(ctx, t, c, question)
+	var got []string
+	for ev := range events {
+		got = append(got, ev)
+		if ev == "candidates" || ev == "error" {
+			break
+		}
+	}
+	if s := strings.Join(got, ","); !strings.HasPrefix(s, "speech_start,end_of_turn,") || !strings.HasSuffix(s, ",candidates") {
+		t.Fatalf("events %s\n%s", s, p.Output())
+	}
+	_ = c.Close(websocket.StatusNormalClosure, "")
+
+	// The turn's entry is written once its answer was sent.
+	n := 0
+	var items []any
+	for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		logs := p.JSON("GET", "/v1/admin/logs?stream=infer", map[string]string{"X-ADMIN-KEY": adminKey}, nil, 200)
+		items, _ = logs["items"].([]any)
+		for _, e := range items {
+			if m, _ := e.(map[string]any); m != nil {
+				if msg, _ := m["message"].(string); strings.HasPrefix(msg, "live turn ok") {
+					n++
+				}
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d live turns logged, want 1: %v", n, items)
+	}
+}
+
+// stream sends pcm as 16-bit frames of 100 ms, at about 1.5 times real
+// time (replyd refuses more than twice).
+func stream(ctx context.Context, t *testing.T, c *websocket.Conn, pcm []float32) {
+	t.Helper()
+	for len(pcm) > 0 {
+		n := min(1600, len(pcm))
+		b := make([]byte, 2*n)
+		for i, v := range pcm[:n] {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(int16(max(-1, min(1, v))*32767)))
+		}
+		if err := c.Write(ctx, websocket.MessageBinary, b); err != nil {
+			t.Fatal(err)
+		}
+		pcm = pcm[n:]
+		time.Sleep(66 * time.Millisecond)
+	}
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Heard is the speech stage's result for a live turn computed ahead, at
+// speculative priority (Pipeline.HearAhead), to be used by the committed
+// turn (Request.Heard) when its audio did not change.
+type Heard struct {
+	// NoSpeech: voice detection or Whisper found no speech.
+	NoSpeech bool
+	Text     string
+	Language string
+	// AudioSeconds is the length of the audio heard.
+	AudioSeconds float64
+	// STT is how long the transcription took.
+	STT     time.Duration
+	reserve int
+}
+
+// HearAhead runs the speech stage on a live turn's audio (req.PCM) as
+// speculative work: voice detection and transcription take only cores that
+// no other work waits for, the transcription is stopped (its context
+// canceled) as soon as committed work or a committed transcription waits,
+// and it gives its cores back between the encoder's steps to any work of
+// a higher priority (Scheduler.BeginSpeculativeTranscription). With Overlap
+// and a Prefiller it queues the prompt's evaluation up to the partner's
+// turn too. The caller cancels ctx when the partner speaks again.
+func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*Heard, error) {
+	s := p.sched()
+	h := &Heard{AudioSeconds: float64(len(req.PCM)) / LiveRate}
+	pcm := req.PCM
+	if p.VAD != nil {
+		n, err := s.AcquireAt(ctx, PrioritySpeculative, 1, 1)
+		if err != nil {
+			return nil, wrapEngineErr(err, KindSTT, "voice activity detection failed")
+		}
+		sp, err := p.VAD.KeepSpeech(ctx, pcm)
+		s.Release(n)
+		if err != nil {
+			return nil, wrapEngineErr(err, KindSTT, "voice activity detection failed")
+		}
+		if len(sp.PCM) == 0 {
+			h.NoSpeech = true
+			return h, nil
+		}
+		pcm = sp.PCM
+	}
+	h.reserve = TranscriptReserve(time.Duration(len(pcm)) * time.Second / LiveRate)
+	msgs := append([]Message(nil), req.Messages...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	threads, grow, end, err := s.BeginSpeculativeTranscription(ctx, cancel)
+	if err != nil {
+		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
+	}
+	p.ahead(ctx, req, msgs, h.reserve)()
+	t0 := p.now()
+	tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language, Threads: threads, Grow: grow})
+	end()
+	h.STT = p.now().Sub(t0)
+	if err != nil {
+		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
+	}
+	h.Text, h.Language = tr.Text, tr.Language
+	if strings.TrimSpace(tr.Text) == "" {
+		h.Text, h.NoSpeech = "", true
+	}
+	return h, nil
+}
+
+// useHeard is the speech stage of a request whose transcript was computed
+// ahead (Request.Heard): it fills res and msgs as hear does and returns the
+// transcript's token reserve.
+func (p *Pipeline) useHeard(req Request, msgs []Message, res *Result) int {
+	h := req.Heard
+	res.AudioSeconds = h.AudioSeconds
+	res.Timings.STT = h.STT
+	if h.NoSpeech {
+		res.NoSpeech = true
+		return 0
+	}
+	res.Transcript, res.TranscriptLanguage = h.Text, h.Language
+	p.lastLanguage.Store(h.Language)
+	for i := range msgs {
+		if msgs[i].Audio {
+			msgs[i].Content = h.Text
+		}
+	}
+	if req.OnTranscript != nil {
+		req.OnTranscript(h.Text)
+	}
+	return h.reserve
+}
+
+// hasAudio reports whether req carries audio to hear: an upload, a live
+// turn's samples, or a transcript heard ahead.
+func (r Request) hasAudio() bool { return r.Audio != nil || r.PCM != nil || r.Heard != nil }

@@ -1,0 +1,124 @@
+package vad
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/shareddata"
+)
+
+// turnEvents streams pcm through a TurnDetector on the real Silero model in
+// chunks of 100 ms (what the page sends) and returns the events, with the
+// second each happened at, as "start@1.2 pause@2.3 ...".
+func turnEvents(t *testing.T, pcm []float32, cfg engine.TurnConfig) (string, []engine.TurnEvent) {
+	t.Helper()
+	d := engine.NewTurnDetector(NewDetector(model(t)).NewVoiceStream(), cfg)
+	var log []string
+	var evs []engine.TurnEvent
+	fed := 0
+	name := map[engine.TurnEventKind]string{engine.TurnStart: "start", engine.TurnPause: "pause", engine.TurnResume: "resume", engine.TurnEnd: "end"}
+	emit := func(e engine.TurnEvent) {
+		log = append(log, fmt.Sprintf("%s@%.1f", name[e.Kind], float64(fed)/SampleRate))
+		evs = append(evs, e)
+	}
+	maxHeld := 0
+	for len(pcm) > 0 {
+		n := min(1600, len(pcm))
+		fed += n
+		d.Push(pcm[:n], emit)
+		pcm = pcm[n:]
+		maxHeld = max(maxHeld, d.Held())
+	}
+	d.Flush(emit)
+	if lim := int(d.Config().MaxTurn/time.Second)*SampleRate + 2*WindowSamples; maxHeld > lim {
+		t.Errorf("held %d samples, over the bound %d", maxHeld, lim)
+	}
+	return strings.Join(log, " "), evs
+}
+
+// TestTurnEndsAfterSilence: one spoken question then silence is one turn:
+// it starts, pauses at 250 ms of silence, ends at 500 ms, and the turn's
+// audio holds the question.
+func TestTurnEndsAfterSilence(t *testing.T) {
+	q := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.5, 1.5, 0)
+	log, evs := turnEvents(t, q, engine.TurnConfig{})
+	kinds := []engine.TurnEventKind{}
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	if fmt.Sprint(kinds) != fmt.Sprint([]engine.TurnEventKind{engine.TurnStart, engine.TurnPause, engine.TurnEnd}) {
+		t.Fatalf("events %s, want start, pause, end", log)
+	}
+	end := evs[2]
+	if end.Fresh {
+		t.Error("the turn ended with no speech since its pause, yet Fresh")
+	}
+	vb := voiceBounds(q)
+	got := float64(len(end.PCM)) / SampleRate
+	if voice := vb[1] - vb[0]; got < voice || got > voice+1.2 {
+		t.Errorf("the turn holds %.2f s of audio; the voice lasts %.2f s", got, voice)
+	}
+	// The end comes EndSilence after the voice (within the VAD's lag).
+	var at float64
+	fmt.Sscanf(log[strings.LastIndex(log, "@")+1:], "%g", &at)
+	if at < vb[1]+0.4 || at > vb[1]+1.1 {
+		t.Errorf("the turn ended at %.1f s (%s); the voice ends at %.2f s", at, log, vb[1])
+	}
+}
+
+// TestTurnPauseThenResume: a short pause between two sentences pauses the
+// turn (a speculative pass would start) and resumes it (that pass is
+// dropped): still one turn, which pauses again after the second sentence;
+// its end is not Fresh, since that last pause's pass heard all of it.
+func TestTurnPauseThenResume(t *testing.T) {
+	a := shareddata.Speak(t, "Good morning.", "en-us", 0.5, 0, 0)
+	b := shareddata.Speak(t, "How are you feeling today?", "en-us", 0, 1.5, 0)
+	// Exactly 400 ms between the two voices.
+	ab, bb := voiceBounds(a), voiceBounds(b)
+	pcm := append(a[:int(ab[1]*SampleRate)+1], silence(0.4)...)
+	pcm = append(pcm, b[int(bb[0]*SampleRate):]...)
+	log, evs := turnEvents(t, pcm, engine.TurnConfig{EndSilence: 700 * time.Millisecond})
+	var kinds []engine.TurnEventKind
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	want := []engine.TurnEventKind{engine.TurnStart, engine.TurnPause, engine.TurnResume, engine.TurnPause, engine.TurnEnd}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("events %s: want start, pause, resume, pause, end", log)
+	}
+	if evs[4].Fresh || len(evs[1].PCM) >= len(evs[3].PCM) || len(evs[3].PCM) > len(evs[4].PCM) {
+		t.Errorf("fresh %v; audio at the pauses %d, %d and the end %d samples", evs[4].Fresh, len(evs[1].PCM), len(evs[3].PCM), len(evs[4].PCM))
+	}
+}
+
+// TestNoTurnWithoutSpeech: silence, broadband noise, hum and music-like
+// tones start no turn, and hold no more than the pre-roll.
+func TestNoTurnWithoutSpeech(t *testing.T) {
+	hum := make([]float32, 5*SampleRate)
+	for i := range hum {
+		hum[i] = float32(0.1*math.Sin(2*3.14159265*50*float64(i)/SampleRate) + 0.05*math.Sin(2*3.14159265*100*float64(i)/SampleRate))
+	}
+	for name, pcm := range map[string][]float32{
+		"silence": silence(5), "white-noise": whiteNoise(5, 0.1), "hum": hum, "tones": tones(5),
+	} {
+		d := engine.NewTurnDetector(NewDetector(model(t)).NewVoiceStream(), engine.TurnConfig{})
+		var evs []engine.TurnEvent
+		emit := func(e engine.TurnEvent) { evs = append(evs, e) }
+		for i := 0; i < len(pcm); i += 1600 {
+			d.Push(pcm[i:min(i+1600, len(pcm))], emit)
+			// The pre-roll, and at most a candidate that MinSpeech or
+			// EndSilence has not decided yet: never a turn's worth.
+			if held := d.Held(); held > SampleRate {
+				t.Errorf("%s: holds %d samples with no turn", name, held)
+			}
+		}
+		d.Flush(emit)
+		if len(evs) != 0 {
+			t.Errorf("%s: %d turn events, want none", name, len(evs))
+		}
+	}
+}
