@@ -143,7 +143,7 @@ func pcmFromS16LE(b []byte) []float32 {
 // aheadHearer is what an Inferer offers for speculative passes
 // (*engine.Pipeline).
 type aheadHearer interface {
-	HearAhead(ctx context.Context, req engine.Request) (*engine.Heard, error)
+	HearAhead(ctx context.Context, req engine.Request) (*engine.HeardAhead, error)
 }
 
 // liveSessions are the open sessions, for the per-address bound, the
@@ -285,7 +285,7 @@ type liveTurn struct {
 type specPass struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	heard  *engine.Heard
+	heard  *engine.HeardAhead
 	err    error
 }
 
@@ -623,7 +623,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
 		}
 	}
-	req.OnTranscript = func(text string) { sess.send("transcript", transcriptEvent{Transcript: text}) }
+	req.OnTranscript = func(h engine.Heard) { sess.send("transcript", newTranscriptEvent(h)) }
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err = s.inferer.Infer(ctx, req)
 	if err != nil {

@@ -79,7 +79,7 @@ func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Res
 		res.Transcript = "heard " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String()
 	}
 	if req.OnTranscript != nil {
-		req.OnTranscript(res.Transcript)
+		req.OnTranscript(engine.Heard{Transcript: res.Transcript, Language: res.TranscriptLanguage})
 	}
 	for i := 0; i < req.MaxCandidates; i++ {
 		res.Candidates = append(res.Candidates, engine.Candidate{Text: "reply", Rank: i + 1, Length: 1, Language: "en"})
@@ -88,7 +88,7 @@ func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Res
 	return res, nil
 }
 
-func (f *liveInferer) HearAhead(ctx context.Context, req engine.Request) (*engine.Heard, error) {
+func (f *liveInferer) HearAhead(ctx context.Context, req engine.Request) (*engine.HeardAhead, error) {
 	f.mu.Lock()
 	f.ahead = append(f.ahead, ctx)
 	hold := f.holdAhead
@@ -97,7 +97,7 @@ func (f *liveInferer) HearAhead(ctx context.Context, req engine.Request) (*engin
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &engine.Heard{Text: "ahead " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String(),
+	return &engine.HeardAhead{Text: "ahead " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String(),
 		AudioSeconds: float64(len(req.PCM)) / engine.LiveRate}, nil
 }
 

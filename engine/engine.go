@@ -93,7 +93,7 @@ type Request struct {
 	// Heard, when set, is the transcript of PCM computed ahead by
 	// Pipeline.HearAhead (a speculative pass whose audio did not change):
 	// the speech stage uses it instead of transcribing again.
-	Heard *Heard
+	Heard *HeardAhead
 
 	// OnTranscript, when set, is called once with the transcript, its
 	// language and any warning about that language as soon as

@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// Heard is the speech stage's result for a live turn computed ahead, at
+// HeardAhead is the speech stage's result for a live turn computed ahead, at
 // speculative priority (Pipeline.HearAhead), to be used by the committed
 // turn (Request.Heard) when its audio did not change.
-type Heard struct {
+type HeardAhead struct {
 	// NoSpeech: voice detection or Whisper found no speech.
 	NoSpeech bool
 	Text     string
 	Language string
+	// Warning is the transcription's warning (Transcript.Warning).
+	Warning string
 	// AudioSeconds is the length of the audio heard.
 	AudioSeconds float64
 	// STT is how long the transcription took.
@@ -29,9 +31,9 @@ type Heard struct {
 // a higher priority (Scheduler.BeginSpeculativeTranscription). With Overlap
 // and a Prefiller it queues the prompt's evaluation up to the partner's
 // turn too. The caller cancels ctx when the partner speaks again.
-func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*Heard, error) {
+func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, error) {
 	s := p.sched()
-	h := &Heard{AudioSeconds: float64(len(req.PCM)) / LiveRate}
+	h := &HeardAhead{AudioSeconds: float64(len(req.PCM)) / LiveRate}
 	pcm := req.PCM
 	if p.VAD != nil {
 		n, err := s.AcquireAt(ctx, PrioritySpeculative, 1, 1)
@@ -65,7 +67,7 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*Heard, error) {
 	if err != nil {
 		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 	}
-	h.Text, h.Language = tr.Text, tr.Language
+	h.Text, h.Language, h.Warning = tr.Text, tr.Language, tr.Warning
 	if strings.TrimSpace(tr.Text) == "" {
 		h.Text, h.NoSpeech = "", true
 	}
@@ -83,15 +85,14 @@ func (p *Pipeline) useHeard(req Request, msgs []Message, res *Result) int {
 		res.NoSpeech = true
 		return 0
 	}
-	res.Transcript, res.TranscriptLanguage = h.Text, h.Language
-	p.lastLanguage.Store(h.Language)
+	res.Transcript, res.TranscriptLanguage, res.TranscriptWarning = h.Text, h.Language, h.Warning
 	for i := range msgs {
 		if msgs[i].Audio {
 			msgs[i].Content = h.Text
 		}
 	}
 	if req.OnTranscript != nil {
-		req.OnTranscript(h.Text)
+		req.OnTranscript(Heard{Transcript: h.Text, Language: h.Language, Warning: h.Warning})
 	}
 	return h.reserve
 }
