@@ -56,7 +56,9 @@ export function begin(label, steps, bin, chromiumPath, artifacts) {
  * needs no permission prompt) included. */
 export const chromiumArgs = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync', '--no-first-run',
-  '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream'];
+  '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+  // The pages follow the browser's language: these tests read English.
+  '--lang=en-US'];
 
 export function check(cond, msg) {
   if (!cond) throw new Error(msg);

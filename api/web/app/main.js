@@ -65,7 +65,7 @@ function notice(text) {
 
 /** Shows list as the reply buttons, best first; while the user spells,
  * each reply's words are chips that ask for other words. */
-function showCandidates(list, inferenceId) {
+function showCandidates(list, inferenceId, language) {
   const ul = $('#cands');
   ul.replaceChildren();
   const chips = spelling();
@@ -88,7 +88,7 @@ function showCandidates(list, inferenceId) {
   });
   $('#cands-wrap').hidden = list.length === 0;
   $('#none-fit').disabled = list.length === 0;
-  if (list.length) state.answer = { inferenceId, shownAt: performance.now(), candidates: list };
+  if (list.length) state.answer = { inferenceId, shownAt: performance.now(), candidates: list, language };
   if (chips) access.refresh();
   else access.rescan();
 }
@@ -137,7 +137,7 @@ function report(fields, picked = false) {
 
 /** The user picked candidate rank: speak it, add it, report it. */
 function choose(text, rank) {
-  say(text);
+  say(text, state.answer && state.answer.language);
   report({ chosen_rank: rank }, true);
   endTurn();
   clearCandidates();
@@ -154,13 +154,34 @@ function endTurn() {
 }
 
 /** Speaks text as the user's turn and adds it to the conversation. */
-function say(text) {
+function say(text, lang) {
   const spoken = liveSpeaking(text); // live listening pauses meanwhile
-  if (!speak(text, state.s, spoken)) {
+  const ok = speak(text, state.s, spoken, lang);
+  if (ok === 'novoice') {
+    spoken();
+    notice(msg('app.noVoice', { language: languageName(lang || state.s.reply_language || i18n.current()) }));
+  } else if (!ok) {
     spoken();
     notice(msg('app.cannotSpeak'));
   }
   addTurn('disabled_person', text);
+}
+
+/** The language the answer's replies are in (each candidate's language,
+ * the same for all of one answer); undefined when the server did not say. */
+function replyLanguage(res) {
+  const c = Array.isArray(res.candidates) ? res.candidates.find((x) => x && typeof x.language === 'string') : null;
+  return c ? c.language : undefined;
+}
+
+/** The name of language tag in the page's language (the tag itself when
+ * the browser cannot name it). */
+function languageName(tag) {
+  try {
+    return new Intl.DisplayNames([i18n.current()], { type: 'language' }).of(tag) || tag;
+  } catch {
+    return tag;
+  }
 }
 
 /** None fit: reported at once (what the user then says replaces it, with
@@ -268,7 +289,7 @@ function openSpell() {
   notice('');
   document.body.classList.add('spelling');
   const a = state.answer;
-  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId);
+  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId, a.language);
   board.draw();
   const first = $('#sp-keys button');
   if (first && !access.scanning()) first.focus({ preventScroll: true });
@@ -284,7 +305,7 @@ function closeSpell() {
   liveRelease('spelling');
   $('#spell-open').hidden = !state.turn;
   const a = state.answer;
-  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId);
+  if (a && !$('#cands-wrap').hidden) showCandidates(a.candidates, a.inferenceId, a.language);
   else access.rescan();
 }
 
@@ -343,7 +364,7 @@ async function steerNow(steer, looking = T.looking, noneText = null) {
     setReachable(true);
     const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
     if (list.length) {
-      showCandidates(list, res.inference_id);
+      showCandidates(list, res.inference_id, replyLanguage(res));
       board.setStatus(T.found(list.length));
       // The word chip the user tapped is gone with its reply: the focus
       // goes to the best alternative rather than to the page.
@@ -575,7 +596,7 @@ function liveAnswer(res) {
     noneFit: false,
     first: list,
   };
-  showCandidates(list, res.inference_id);
+  showCandidates(list, res.inference_id, replyLanguage(res));
   $('#spell-open').hidden = !res.inference_id;
   const first = $('#cands button');
   if (first && !access.scanning()) first.focus();
@@ -711,7 +732,7 @@ async function suggest(audio) {
       noneFit: false,
       first: list,
     };
-    showCandidates(list, res.inference_id);
+    showCandidates(list, res.inference_id, replyLanguage(res));
     $('#spell-open').hidden = !res.inference_id;
     const first = $('#cands button');
     if (first && !access.scanning()) first.focus();
