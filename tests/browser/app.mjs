@@ -967,7 +967,14 @@ async function main() {
       const round = await inferRound(() => page.click('#listen'), { expectAudio: 'audio/wav' });
       check(round.body.includes('RIFF') && round.body.includes('WAVEfmt '), 'not a WAV file');
       await setSettings(() => page.selectOption('#s-format', ''));
-      // Cancel while the next request runs.
+      // Cancel while the next request runs: the browser holds it 3 s, so
+      // that it is still in flight when Cancel is pressed however fast the
+      // box answers (the demo models answer a short turn in tens of ms).
+      const hold = async (route) => {
+        await new Promise((r) => setTimeout(r, 3000));
+        await route.continue().catch(() => {});
+      };
+      await page.route('**/v1/infer', hold);
       const [req] = await Promise.all([
         page.waitForRequest((r) => r.url().endsWith('/v1/infer')),
         partnerSaysNoWait('Are you warm enough?'),
@@ -977,6 +984,7 @@ async function main() {
       await failed;
       equal((await page.textContent('#notice')).trim(), 'Cancelled.', 'notice after Cancel');
       check(await page.isHidden('#progress'), 'progress left after Cancel');
+      await page.unroute('**/v1/infer', hold);
     });
 
     await step('no speech: a tone is answered no_speech and the page says "didn\'t catch that", adding no turn', async () => {
