@@ -16,10 +16,16 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
+// jsonPost is a POST of the JSON body to path.
+func jsonPost(path, body string) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
 // feedbackReq builds POST /v1/feedback with key ("" sends none) and body.
 func feedbackReq(key, body string) *http.Request {
-	req := httptest.NewRequest(http.MethodPost, "/v1/feedback", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	req := jsonPost("/v1/feedback", body)
 	if key != "" {
 		req.Header.Set(HeaderAPIKey, key)
 	}

@@ -392,30 +392,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		log.Debug("remembered replies in the prompt", "examples", res.Examples, "example_tokens", res.ExampleTokens, "prompt_tokens", res.PromptTokens)
 	}
 
-	out := inferResponse{
-		Response:   make([]string, 0, len(res.Candidates)),
-		Candidates: make([]answerCandidate, 0, len(res.Candidates)),
-		TimingsMS: timingsMS{
-			Decode:     res.Timings.Decode.Milliseconds(),
-			STT:        res.Timings.STT.Milliseconds(),
-			Prompt:     res.Timings.Prompt.Milliseconds(),
-			Generation: res.Timings.Generation.Milliseconds(),
-			Queue:      res.Timings.Queue.Milliseconds(),
-			Total:      s.now().Sub(st.start).Milliseconds(),
-		},
-	}
-	if res.HistorySent > 0 {
-		sent, used := res.HistorySent, res.HistoryUsed
-		out.HistoryTurnsSent, out.HistoryTurnsUsed = &sent, &used
-	}
-	for i, cand := range res.Candidates {
-		rank := cand.Rank
-		if rank <= 0 {
-			rank = i + 1
-		}
-		out.Response = append(out.Response, cand.Text)
-		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
-	}
+	out := newInferResponse(res, s.now().Sub(st.start))
 	if f.hasAudio {
 		t, ns := res.Transcript, res.NoSpeech
 		out.Transcript, out.NoSpeech = &t, &ns
@@ -497,4 +474,35 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 	default:
 		return &Error{Code: CodeInternal, Message: internalMessage, Err: err}
 	}
+}
+
+// newInferResponse is the answer to a turn the engine answered with res,
+// total after the request began: candidates, timings and history counts,
+// shared by POST /infer and the live turns.
+func newInferResponse(res engine.Result, total time.Duration) inferResponse {
+	out := inferResponse{
+		Response:   make([]string, 0, len(res.Candidates)),
+		Candidates: make([]answerCandidate, 0, len(res.Candidates)),
+		TimingsMS: timingsMS{
+			Decode:     res.Timings.Decode.Milliseconds(),
+			STT:        res.Timings.STT.Milliseconds(),
+			Prompt:     res.Timings.Prompt.Milliseconds(),
+			Generation: res.Timings.Generation.Milliseconds(),
+			Queue:      res.Timings.Queue.Milliseconds(),
+			Total:      total.Milliseconds(),
+		},
+	}
+	if res.HistorySent > 0 {
+		sent, used := res.HistorySent, res.HistoryUsed
+		out.HistoryTurnsSent, out.HistoryTurnsUsed = &sent, &used
+	}
+	for i, cand := range res.Candidates {
+		rank := cand.Rank
+		if rank <= 0 {
+			rank = i + 1
+		}
+		out.Response = append(out.Response, cand.Text)
+		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
+	}
+	return out
 }

@@ -636,27 +636,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 		return
 	}
 	s.metrics.observeInference(res)
-	out = inferResponse{
-		Response:   make([]string, 0, len(res.Candidates)),
-		Candidates: make([]answerCandidate, 0, len(res.Candidates)),
-		TimingsMS: timingsMS{
-			Decode: res.Timings.Decode.Milliseconds(), STT: res.Timings.STT.Milliseconds(),
-			Prompt: res.Timings.Prompt.Milliseconds(), Generation: res.Timings.Generation.Milliseconds(),
-			Queue: res.Timings.Queue.Milliseconds(), Total: s.now().Sub(start).Milliseconds(),
-		},
-	}
-	if res.HistorySent > 0 {
-		sent, used := res.HistorySent, res.HistoryUsed
-		out.HistoryTurnsSent, out.HistoryTurnsUsed = &sent, &used
-	}
-	for i, cand := range res.Candidates {
-		rank := cand.Rank
-		if rank <= 0 {
-			rank = i + 1
-		}
-		out.Response = append(out.Response, cand.Text)
-		out.Candidates = append(out.Candidates, answerCandidate{Text: cand.Text, Rank: rank, Length: cand.Length, Language: cand.Language})
-	}
+	out = newInferResponse(res, s.now().Sub(start))
 	tr, ns := res.Transcript, res.NoSpeech
 	out.Transcript, out.NoSpeech = &tr, &ns
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {

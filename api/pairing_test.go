@@ -24,8 +24,7 @@ import (
 
 // pairReq is POST /v1/pair with body from addr.
 func pairReq(body, addr string) *http.Request {
-	req := httptest.NewRequest(http.MethodPost, "/v1/pair", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	req := jsonPost("/v1/pair", body)
 	if addr != "" {
 		req.RemoteAddr = addr
 	}

@@ -214,26 +214,21 @@ type steerMetrics struct {
 func newSteerMetrics(reg *prometheus.Registry) *steerMetrics {
 	labels := []string{"steer_mode", "prompt_version"}
 	m := &steerMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_steer_requests_total",
-			Help: "Steered inference requests by outcome code (ok or the error code); they are not counted in replyd_inferences_total.",
-		}, []string{"outcome"}),
-		exhaustedN: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_steer_answers_total",
-			Help: "Answered steered requests by steering mode and whether fewer matches than asked could be made (exhausted).",
-		}, []string{"steer_mode", "exhausted"}),
-		ksrReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_ksr_replies_total",
-			Help: "Spoken replies whose keys and selections were reported, by steering mode (none: unsteered) and prompt version.",
-		}, labels),
-		ksrChars: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_ksr_chars_total",
-			Help: "Characters of those replies. KSR = 1 - replyd_ksr_actions_total / replyd_ksr_chars_total.",
-		}, labels),
-		ksrActions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replyd_ksr_actions_total",
-			Help: "Keys pressed plus selections made for those replies.",
-		}, labels),
+		requests: counterVec("replyd_steer_requests_total",
+			"Steered inference requests by outcome code (ok or the error code); they are not counted in replyd_inferences_total.",
+			"outcome"),
+		exhaustedN: counterVec("replyd_steer_answers_total",
+			"Answered steered requests by steering mode and whether fewer matches than asked could be made (exhausted).",
+			"steer_mode", "exhausted"),
+		ksrReplies: counterVec("replyd_ksr_replies_total",
+			"Spoken replies whose keys and selections were reported, by steering mode (none: unsteered) and prompt version.",
+			labels...),
+		ksrChars: counterVec("replyd_ksr_chars_total",
+			"Characters of those replies. KSR = 1 - replyd_ksr_actions_total / replyd_ksr_chars_total.",
+			labels...),
+		ksrActions: counterVec("replyd_ksr_actions_total",
+			"Keys pressed plus selections made for those replies.",
+			labels...),
 	}
 	reg.MustRegister(m.requests, m.exhaustedN, m.ksrReplies, m.ksrChars, m.ksrActions)
 	return m

@@ -351,14 +351,9 @@ func (s *Scheduler) BeginTranscription(ctx context.Context) (threads int, grow f
 		// A committed transcription never waits for a speculative one.
 		stop()
 	}
-	select {
-	case s.sttTurn <- struct{}{}:
-	case <-ctx.Done():
-		return 0, nil, nil, ctx.Err()
-	}
-	want := s.sttThreads
-	if want <= 0 {
-		want = s.Total()
+	want, err := s.takeSTTTurn(ctx)
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	n, err := s.Acquire(ctx, want, want)
 	if err != nil {
@@ -445,14 +440,9 @@ func (s *Scheduler) Admit(withAudio bool) (stt, own time.Duration, release func(
 // higher priority that waits (Yield). end gives back the cores and the
 // turn; call it exactly once.
 func (s *Scheduler) BeginSpeculativeTranscription(ctx context.Context, cancel func()) (threads int, grow func(most int) int, end func(), err error) {
-	select {
-	case s.sttTurn <- struct{}{}:
-	case <-ctx.Done():
-		return 0, nil, nil, ctx.Err()
-	}
-	want := s.sttThreads
-	if want <= 0 {
-		want = s.Total()
+	want, err := s.takeSTTTurn(ctx)
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	n, err := s.AcquireAt(ctx, PrioritySpeculative, 1, want)
 	if err != nil {
@@ -496,4 +486,20 @@ func (s *Scheduler) BeginSpeculativeTranscription(ctx context.Context, cancel fu
 		<-s.sttTurn
 	}
 	return n, grow, end, nil
+}
+
+// takeSTTTurn waits for the speech engine's turn (or ctx) and reports how
+// many threads a transcription wants: the configured count, or every core.
+// Whoever gets the turn gives it back with <-s.sttTurn.
+func (s *Scheduler) takeSTTTurn(ctx context.Context) (want int, err error) {
+	select {
+	case s.sttTurn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	want = s.sttThreads
+	if want <= 0 {
+		want = s.Total()
+	}
+	return want, nil
 }

@@ -50,60 +50,7 @@ func TestCancelAbortsRunningDecode(t *testing.T) {
 	long.Messages = longDialog(50, 40)
 	long.DialogID = "long"
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	var order []string // decodes started, by request
-	phase := "A"
-	retry := make(chan engine.Generation, 1)
-	retryErr := make(chan error, 1)
-	e.decodeHook = func(step int) {
-		mu.Lock()
-		order = append(order, phase)
-		p := phase
-		mu.Unlock()
-		if p != "A" || step != 2 {
-			return
-		}
-		// The retry queues behind the running request...
-		mu.Lock()
-		phase = "B"
-		mu.Unlock()
-		go func() {
-			g, err := e.Generate(context.Background(), long)
-			retry <- g
-			retryErr <- err
-		}()
-		for {
-			e.mu.Lock()
-			queued := len(e.pending)
-			e.mu.Unlock()
-			if queued == 1 {
-				break
-			}
-			runtime.Gosched()
-		}
-		// ...and the request is cancelled as its third chunk's decode
-		// starts: the flag is up before llama.cpp begins.
-		cancel()
-		for atomic.LoadInt32(e.lctx.abort.p) == 0 {
-			runtime.Gosched()
-		}
-	}
-	defer func() { e.decodeHook = nil }()
-	if _, err := e.Generate(ctx, long); engine.KindOf(err) != engine.KindCanceled {
-		t.Fatalf("cancelled request: err = %v, want KindCanceled", err)
-	}
-	var got engine.Generation
-	select {
-	case got = <-retry:
-	case <-time.After(5 * time.Minute):
-		t.Fatal("the retry never ran")
-	}
-	if err := <-retryErr; err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	e.decodeHook = nil
+	got := cancelAtThirdDecode(t, e, long, long, "cancelled request", "retry")
 	// What the request gives when nothing interrupts it: on another
 	// dialog, evaluated from scratch after a short one took the context.
 	mustGenerate(t, e, request(2, 1))
@@ -112,12 +59,6 @@ func TestCancelAbortsRunningDecode(t *testing.T) {
 	want := mustGenerate(t, e, ref)
 	if want.CachedTokens > 100 || want.PromptTokens <= 3*promptChunk {
 		t.Fatalf("reference: %d of %d prompt tokens cached, want a cold prompt of more than 3 chunks", want.CachedTokens, want.PromptTokens)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	// A's three decodes (the third aborted), then only B's.
-	if len(order) < 4 || strings.Join(order[:4], "") != "AAAB" || strings.Contains(strings.Join(order[3:], ""), "A") {
-		t.Errorf("decodes by request: %v, want A A A then B only", order)
 	}
 	if got.CachedTokens != 2*promptChunk {
 		t.Errorf("the retry reused %d tokens, want the %d of the two chunks evaluated before the abort", got.CachedTokens, 2*promptChunk)
@@ -129,6 +70,76 @@ func TestCancelAbortsRunningDecode(t *testing.T) {
 		t.Errorf("abort flag left at %d", v)
 	}
 	t.Logf("retry: queue %v, prompt %v for %d new tokens", got.Queue, got.Prompt, got.PromptTokens-got.CachedTokens)
+}
+
+// cancelAtThirdDecode runs first and, as its third decode starts (the abort
+// flag up before llama.cpp begins), queues next behind it and cancels it. It
+// checks that first fails as cancelled and that the decodes ran as first's
+// three (the third aborted) then only next's, and returns next's generation.
+// firstName and nextName name the two requests in failures.
+func cancelAtThirdDecode(t *testing.T, e *Engine, first, next engine.GenerateRequest, firstName, nextName string) engine.Generation {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var order []string // decodes started, by request
+	phase := "A"
+	done := make(chan engine.Generation, 1)
+	doneErr := make(chan error, 1)
+	e.decodeHook = func(step int) {
+		mu.Lock()
+		order = append(order, phase)
+		p := phase
+		mu.Unlock()
+		if p != "A" || step != 2 {
+			return
+		}
+		// The next request queues behind the running one...
+		mu.Lock()
+		phase = "B"
+		mu.Unlock()
+		go func() {
+			g, err := e.Generate(context.Background(), next)
+			done <- g
+			doneErr <- err
+		}()
+		for {
+			e.mu.Lock()
+			queued := len(e.pending)
+			e.mu.Unlock()
+			if queued == 1 {
+				break
+			}
+			runtime.Gosched()
+		}
+		// ...and the running one is cancelled as its third decode starts:
+		// the flag is up before llama.cpp begins.
+		cancel()
+		for atomic.LoadInt32(e.lctx.abort.p) == 0 {
+			runtime.Gosched()
+		}
+	}
+	defer func() { e.decodeHook = nil }()
+	if _, err := e.Generate(ctx, first); engine.KindOf(err) != engine.KindCanceled {
+		t.Fatalf("%s: err = %v, want KindCanceled", firstName, err)
+	}
+	var got engine.Generation
+	select {
+	case got = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("the %s never ran", nextName)
+	}
+	if err := <-doneErr; err != nil {
+		t.Fatalf("%s: %v", nextName, err)
+	}
+	e.decodeHook = nil
+	mu.Lock()
+	defer mu.Unlock()
+	// A's three decodes (the third aborted), then only B's.
+	if len(order) < 4 || strings.Join(order[:4], "") != "AAAB" || strings.Contains(strings.Join(order[3:], ""), "A") {
+		t.Errorf("decodes by request: %v, want A A A then B only", order)
+	}
+	return got
 }
 
 // TestAbortFlagIsPerRequest: a context that is done after its request

@@ -79,19 +79,10 @@ func limiterLowered(t *testing.T, l store.RateLimiter) {
 
 // limiterConcurrent: 40 requests at once under a limit of 7 admit exactly 7.
 func limiterConcurrent(t *testing.T, l store.RateLimiter) {
-	oks := make([]bool, 40)
-	errs := concurrently(len(oks), func(i int) error {
-		var err error
-		oks[i], _, err = l.Allow("k", 7, T0)
-		return err
+	n := admitted(t, 40, func() (bool, error) {
+		ok, _, err := l.Allow("k", 7, T0)
+		return ok, err
 	})
-	n := 0
-	for i, err := range errs {
-		Must(t, err)
-		if oks[i] {
-			n++
-		}
-	}
 	if n != 7 {
 		t.Errorf("%d of 40 concurrent requests admitted under a limit of 7", n)
 	}

@@ -126,19 +126,10 @@ func limiterBucket(t *testing.T, l store.RateLimiter) {
 // limiterBucketConcurrent: 40 keystrokes at once from a full bucket of 7
 // admit exactly 7, on any box.
 func limiterBucketConcurrent(t *testing.T, l store.RateLimiter) {
-	oks := make([]bool, 40)
-	errs := concurrently(len(oks), func(i int) error {
-		var err error
-		oks[i], _, err = l.Take("k", 100, 7, T0)
-		return err
+	n := admitted(t, 40, func() (bool, error) {
+		ok, _, err := l.Take("k", 100, 7, T0)
+		return ok, err
 	})
-	n := 0
-	for i, err := range errs {
-		Must(t, err)
-		if oks[i] {
-			n++
-		}
-	}
 	if n != 7 {
 		t.Errorf("%d of 40 concurrent keystrokes admitted from a bucket of 7", n)
 	}

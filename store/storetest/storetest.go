@@ -202,3 +202,40 @@ func concurrently(n int, fn func(i int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// oneSucceeded reports how many of errs are nil, failing the test for any
+// other error than loser (what the losers of a race for one thing get),
+// described as what ("concurrent take").
+func oneSucceeded(t *testing.T, errs []error, loser error, what string) int {
+	t.Helper()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, loser):
+			t.Errorf("%s: %v, want nil or %v", what, err, loser)
+		}
+	}
+	return ok
+}
+
+// admitted runs allow n times at once and reports how many it admitted,
+// failing the test on any error.
+func admitted(t *testing.T, n int, allow func() (bool, error)) int {
+	t.Helper()
+	oks := make([]bool, n)
+	errs := concurrently(n, func(i int) error {
+		var err error
+		oks[i], err = allow()
+		return err
+	})
+	count := 0
+	for i, err := range errs {
+		Must(t, err)
+		if oks[i] {
+			count++
+		}
+	}
+	return count
+}
