@@ -582,14 +582,12 @@ function liveEvent(name, data) {
   }
 }
 
-/** Shows a live turn's replies, as suggest does for an upload. */
-function liveAnswer(res) {
-  const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
-  if (res.no_speech || !list.length) return;
-  setReachable(true);
+/** Starts the turn an answer opens (what steered requests refine: base is
+ * the payload they repeat) and shows its replies, focusing the first. */
+function startTurn(res, list, base) {
   state.turn = {
     parentId: res.inference_id,
-    base: payloadFor(false),
+    base,
     startedAt: performance.now(),
     keys: 0,
     selections: 0,
@@ -600,6 +598,14 @@ function liveAnswer(res) {
   $('#spell-open').hidden = !res.inference_id;
   const first = $('#cands button');
   if (first && !access.scanning()) first.focus();
+}
+
+/** Shows a live turn's replies, as suggest does for an upload. */
+function liveAnswer(res) {
+  const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
+  if (res.no_speech || !list.length) return;
+  setReachable(true);
+  startTurn(res, list, payloadFor(false));
   if (!state.s.hands_free) stopLive();
 }
 
@@ -723,19 +729,7 @@ async function suggest(audio) {
     setReachable(true);
     // The turn: steered requests repeat its messages (the transcript in
     // place of the recording), dialog_id and step_id.
-    state.turn = {
-      parentId: res.inference_id,
-      base: { ...payload, messages: state.history.map((m) => ({ role: m.role, content: m.content })) },
-      startedAt: performance.now(),
-      keys: 0,
-      selections: 0,
-      noneFit: false,
-      first: list,
-    };
-    showCandidates(list, res.inference_id, replyLanguage(res));
-    $('#spell-open').hidden = !res.inference_id;
-    const first = $('#cands button');
-    if (first && !access.scanning()) first.focus();
+    startTurn(res, list, { ...payload, messages: state.history.map((m) => ({ role: m.role, content: m.content })) });
   } catch (err) {
     if (!current()) return; // replaced or cancelled on purpose
     state.request = null;
