@@ -74,7 +74,7 @@ func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Res
 	res := engine.Result{HasTranscript: true, AudioSeconds: float64(len(req.PCM)) / engine.LiveRate}
 	switch {
 	case req.Heard != nil:
-		res.Transcript = req.Heard.Text
+		res.Transcript = req.Heard.Transcript
 	default:
 		res.Transcript = "heard " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String()
 	}
@@ -97,7 +97,7 @@ func (f *liveInferer) HearAhead(ctx context.Context, req engine.Request) (*engin
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &engine.HeardAhead{Text: "ahead " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String(),
+	return &engine.HeardAhead{Heard: engine.Heard{Transcript: "ahead " + time.Duration(len(req.PCM)*int(time.Second)/engine.LiveRate).String()},
 		AudioSeconds: float64(len(req.PCM)) / engine.LiveRate}, nil
 }
 

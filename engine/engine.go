@@ -241,6 +241,11 @@ type Transcript struct {
 	Mel, Encoder, Decoder time.Duration
 }
 
+// Heard is what a client is told of t (Request.OnTranscript).
+func (t Transcript) Heard() Heard {
+	return Heard{Transcript: t.Text, Language: t.Language, Warning: t.Warning}
+}
+
 // Transcriber turns 16 kHz mono float32 samples into text. Implementations
 // must be safe for concurrent use (they may serialise internally).
 type Transcriber interface {

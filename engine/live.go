@@ -10,12 +10,11 @@ import (
 // speculative priority (Pipeline.HearAhead), to be used by the committed
 // turn (Request.Heard) when its audio did not change.
 type HeardAhead struct {
+	// Heard is the transcript, its language and warning, as the committed
+	// turn reports them (Request.OnTranscript).
+	Heard
 	// NoSpeech: voice detection or Whisper found no speech.
 	NoSpeech bool
-	Text     string
-	Language string
-	// Warning is the transcription's warning (Transcript.Warning).
-	Warning string
 	// AudioSeconds is the length of the audio heard.
 	AudioSeconds float64
 	// STT is how long the transcription took.
@@ -67,9 +66,9 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, err
 	if err != nil {
 		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 	}
-	h.Text, h.Language, h.Warning = tr.Text, tr.Language, tr.Warning
+	h.Heard = tr.Heard()
 	if strings.TrimSpace(tr.Text) == "" {
-		h.Text, h.NoSpeech = "", true
+		h.Transcript, h.NoSpeech = "", true
 	}
 	return h, nil
 }
@@ -85,14 +84,14 @@ func (p *Pipeline) useHeard(req Request, msgs []Message, res *Result) int {
 		res.NoSpeech = true
 		return 0
 	}
-	res.Transcript, res.TranscriptLanguage, res.TranscriptWarning = h.Text, h.Language, h.Warning
+	res.Transcript, res.TranscriptLanguage, res.TranscriptWarning = h.Transcript, h.Language, h.Warning
 	for i := range msgs {
 		if msgs[i].Audio {
-			msgs[i].Content = h.Text
+			msgs[i].Content = h.Transcript
 		}
 	}
 	if req.OnTranscript != nil {
-		req.OnTranscript(Heard{Transcript: h.Text, Language: h.Language, Warning: h.Warning})
+		req.OnTranscript(h.Heard)
 	}
 	return h.reserve
 }

@@ -149,7 +149,7 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 		}
 	}
 	if req.OnTranscript != nil {
-		req.OnTranscript(Heard{Transcript: tr.Text, Language: tr.Language, Warning: tr.Warning})
+		req.OnTranscript(tr.Heard())
 	}
 	return reserve, nil
 }
