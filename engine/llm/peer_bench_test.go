@@ -315,7 +315,11 @@ func startReplydContext(bin, model string, threads, replyTokens, ctxTokens int) 
 		"REPLYD_LLM_MODEL": model, "REPLYD_WHISPER_MODEL": strings.TrimSpace(string(out)),
 		"REPLYD_THREADS": fmt.Sprint(threads), "REPLYD_CPU_CORES": fmt.Sprint(threads),
 		"REPLYD_MAX_REPLY_TOKENS": fmt.Sprint(replyTokens), "REPLYD_LLM_CONTEXT": fmt.Sprint(ctxTokens),
-		"REPLYD_INFER_TIMEOUT": "10m", "REPLYD_LOG_LEVEL": "warn"}})
+		"REPLYD_INFER_TIMEOUT": "10m", "REPLYD_LOG_LEVEL": "warn",
+		// The whole prompt, as llama-server evaluates it: no history cut to
+		// the cold-prompt target (the prompt tokens compared are counted in
+		// this process from the full dialog).
+		"REPLYD_COLD_PROMPT_TARGET": "0"}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -373,9 +377,14 @@ func (s *replydServer) infer(req engine.GenerateRequest) (engine.Generation, err
 		Timings struct {
 			Prompt, Generation int64
 		} `json:"timings_ms"`
+		HistoryUsed int `json:"history_turns_used"`
+		HistorySent int `json:"history_turns_sent"`
 	}
 	if err := json.Unmarshal(resp.Body, &out); err != nil || resp.Status != http.StatusOK || len(out.Candidates) != req.N {
 		return engine.Generation{}, fmt.Errorf("replyd: status %d, %d candidates: %s", resp.Status, len(out.Candidates), resp.Body)
+	}
+	if out.HistoryUsed != out.HistorySent {
+		return engine.Generation{}, fmt.Errorf("replyd used %d of the %d turns of history sent: the prompts would differ", out.HistoryUsed, out.HistorySent)
 	}
 	g := engine.Generation{Prompt: time.Duration(out.Timings.Prompt) * time.Millisecond,
 		Generation: time.Duration(out.Timings.Generation) * time.Millisecond}
