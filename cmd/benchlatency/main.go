@@ -207,9 +207,15 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	}
 	// The first turn of each dialog, then the going-on turns, alternating
 	// the servers turn by turn.
+	// After each round of going-on turns, `replyd models steps` times the
+	// reference steps at those turns' prompt lengths, so a turn and its
+	// reference are timed minutes apart at most: this host's speed drifts
+	// (other guests of the same machine) by more than the ratio's target.
 	first := make([]turnTimes, len(dialogs))
 	goingOn := make([][]turnTimes, len(dialogs))
+	var refs []stepTable // refs[turn-1]: the reference steps of that round
 	for turn := 0; turn <= cfg.turns; turn++ {
+		var contexts []int
 		for i, d := range dialogs {
 			tt, err := d.turn(ctx)
 			if err != nil {
@@ -219,7 +225,15 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 				first[i] = tt
 			} else {
 				goingOn[i] = append(goingOn[i], tt)
+				contexts = append(contexts, tt.gen.PromptTokens)
 			}
+		}
+		if turn > 0 {
+			steps, err := measureSteps(ctx, cfg.bin, llmPath, cfg.candidates, contexts, cfg.stepRounds)
+			if err != nil {
+				return err
+			}
+			refs = append(refs, steps)
 		}
 	}
 	rows := make([]turnTimes, len(dialogs))
@@ -236,35 +250,29 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	for _, s := range servers {
 		_ = s.stop()
 	}
-	var contexts []int
-	for _, ts := range goingOn {
-		for _, t := range ts {
-			contexts = append(contexts, t.gen.PromptTokens)
-		}
-	}
-	steps, err := measureSteps(ctx, cfg.bin, llmPath, cfg.candidates, contexts, cfg.stepRounds)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "going-on generation / its decodes at reference step times (replyd models steps, median of %d; host %s):\n", cfg.stepRounds, hostLoad())
+	fmt.Fprintf(stdout, "going-on generation / its decodes at reference step times (replyd models steps after each round of turns, median of %d; host %s):\n", cfg.stepRounds, hostLoad())
 	for i, ts := range goingOn {
-		var ratios, gens, refs []float64
+		var ratios, gens, refMS []float64
 		rounds := 0
-		for _, t := range ts {
-			ref := steps.reference(t.gen)
+		for turn, t := range ts {
+			ref := refs[turn].reference(t.gen)
 			if ref <= 0 {
 				continue
 			}
 			ratios = append(ratios, t.Generation/ref)
 			gens = append(gens, t.Generation)
-			refs = append(refs, ref)
+			refMS = append(refMS, ref)
 			rounds += t.gen.rounds()
 		}
 		if len(ratios) == 0 {
 			continue
 		}
-		fmt.Fprintf(stdout, "  %-10s ratio %.2f (median of %d turns; generation %.0f ms against %.0f ms of reference steps, %.1f decodes a turn)\n",
-			variants[i].name, median(ratios), len(ratios), median(gens), median(refs), float64(rounds)/float64(len(ratios)))
+		each := make([]string, len(ratios))
+		for j, r := range ratios {
+			each[j] = fmt.Sprintf("%.2f", r)
+		}
+		fmt.Fprintf(stdout, "  %-10s ratio %.2f (median of %d turns: %s; generation %.0f ms against %.0f ms of reference steps, %.1f decodes a turn)\n",
+			variants[i].name, median(ratios), len(ratios), strings.Join(each, " "), median(gens), median(refMS), float64(rounds)/float64(len(ratios)))
 	}
 	return nil
 }
