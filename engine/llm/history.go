@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/replyd/replyd/engine"
@@ -20,46 +21,62 @@ import (
 // follow a cut find the same prefix cached instead of sliding the window
 // (and evaluating everything again) every turn.
 
-// promptRateTokens is the prompt measured at start-up for the prompt speed.
+// promptRateTokens is the size of each of the two prompt chunks measured
+// at start-up for the prompt speed.
 const promptRateTokens = 256
 
-// measurePromptRate evaluates a prompt of promptRateTokens tokens on every
-// thread and returns the prompt speed in tokens a second: the fastest of up
-// to three rounds, so that a start-up beside a busy process does not fix a
-// small budget for the process's life.
-func (e *Engine) measurePromptRate() (float64, error) {
+// measurePromptRate evaluates a prompt of 2 x promptRateTokens tokens on
+// every thread, timing its two halves, and returns the prompt speed of the
+// first half in tokens a second and how much each token's cost grows with
+// the cells before it (seconds per token per cell: attention over the
+// context; 0 when the second half was not slower). Each half's time is the
+// fastest of up to three rounds, so that a start-up beside a busy process
+// does not fix a small budget for the process's life.
+func (e *Engine) measurePromptRate() (rate, slope float64, err error) {
 	req := engine.GenerateRequest{SystemPrompt: defaultSystemPrompt,
 		Profile: engine.Profile{Biography: "Sam, 34, former teacher, lives at home with ALS."}}
+	const n = promptRateTokens
 	for i := 0; ; i++ {
 		tokens, err := e.render(chatFor(systemMessage(req), dialogTurns(req.Messages)), true)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		if len(tokens) >= promptRateTokens || i > 200 {
-			tokens = tokens[:min(len(tokens), promptRateTokens)]
-			// The fastest of up to three rounds (other processes only
-			// ever add time), fewer when one round takes long.
-			var best time.Duration
-			start := time.Now()
-			for round := 0; round < 3 && (round == 0 || time.Since(start) < 3*time.Second); round++ {
-				e.leaveCurrent()
-				r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+		if len(tokens) < 2*n && i <= 400 {
+			req.Messages = append(req.Messages, engine.Message{Role: engine.RoleSpeaker, Content: "Would you like some tea or coffee before the physio comes at ten, or shall we wait?"},
+				engine.Message{Role: engine.RoleDisabledPerson, Content: "Tea please, with milk."})
+			continue
+		}
+		tokens = tokens[:min(len(tokens), 2*n)]
+		half := min(n, len(tokens)/2)
+		// The fastest of up to three rounds (other processes only ever
+		// add time), fewer when one round takes long.
+		var best [2]time.Duration
+		start := time.Now()
+		for round := 0; round < 3 && (round == 0 || time.Since(start) < 4*time.Second); round++ {
+			e.leaveCurrent()
+			r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+			var d [2]time.Duration
+			for h, from := range []int{0, half} {
 				t0 := time.Now()
-				_, err := e.evalPrompt(r, promptSeq, tokens, 0, false)
-				d := time.Since(t0)
-				r.release()
-				e.leaveCurrent()
-				if err != nil {
-					return 0, err
+				if _, err = e.evalPrompt(r, promptSeq, tokens[:from+half], from, false); err != nil {
+					break
 				}
-				if best == 0 || d < best {
-					best = d
+				d[h] = time.Since(t0)
+			}
+			r.release()
+			e.leaveCurrent()
+			if err != nil {
+				return 0, 0, err
+			}
+			for h := range best {
+				if best[h] == 0 || d[h] < best[h] {
+					best[h] = d[h]
 				}
 			}
-			return float64(len(tokens)) / max(best.Seconds(), 1e-6), nil
 		}
-		req.Messages = append(req.Messages, engine.Message{Role: engine.RoleSpeaker, Content: "Would you like some tea or coffee before the physio comes at ten, or shall we wait?"},
-			engine.Message{Role: engine.RoleDisabledPerson, Content: "Tea please, with milk."})
+		per0 := max(best[0].Seconds(), 1e-6) / float64(half)
+		per1 := best[1].Seconds() / float64(half)
+		return 1 / per0, max(per1-per0, 0) / float64(half), nil
 	}
 }
 
@@ -69,7 +86,21 @@ func (e *Engine) historyBudget() int {
 	if e.opts.ColdPromptTarget <= 0 || e.promptRate <= 0 {
 		return 0
 	}
-	return max(int(e.opts.ColdPromptTarget.Seconds()*e.promptRate), 1)
+	return budgetTokens(e.opts.ColdPromptTarget.Seconds(), e.promptRate, e.promptSlope)
+}
+
+// budgetTokens is the most tokens a prompt evaluates in target seconds
+// when a token costs 1/rate seconds at the middle of the first chunk
+// measured (cell promptRateTokens/2) and slope seconds more for every cell
+// before it: the n with n*(a + slope*n/2) = target, a the cost at cell 0.
+// With slope 0, target*rate.
+func budgetTokens(target, rate, slope float64) int {
+	if slope <= 0 {
+		return max(int(target*rate), 1)
+	}
+	a := max(1/rate-slope*promptRateTokens/2, 1e-9)
+	n := (math.Sqrt(a*a+2*slope*target) - a) / slope
+	return max(int(n), 1)
 }
 
 // cachedFor returns how many leading tokens of tokens the engine holds

@@ -101,10 +101,29 @@ func TestHistoryCutInBlocks(t *testing.T) {
 // the budget follows from it; without a target there is no budget.
 func TestPromptRateMeasured(t *testing.T) {
 	e := openDemo(t, Options{MaxReplyTokens: 8, MaxCandidates: 2, ColdPromptTarget: time.Second})
-	if e.promptRate <= 0 || e.historyBudget() != max(int(e.promptRate), 1) {
-		t.Errorf("prompt speed %v tokens/s, budget %d tokens for 1 s", e.promptRate, e.historyBudget())
+	if b := e.historyBudget(); e.promptRate <= 0 || e.promptSlope < 0 || b < 1 || b > max(int(e.promptRate), 1) {
+		t.Errorf("prompt speed %v tokens/s, slope %v, budget %d tokens for 1 s", e.promptRate, e.promptSlope, b)
 	}
 	if e := openDemo(t, Options{MaxReplyTokens: 8, MaxCandidates: 2}); e.historyBudget() != 0 || e.promptRate != 0 {
 		t.Errorf("without a target: speed %v, budget %d", e.promptRate, e.historyBudget())
+	}
+}
+
+// TestBudgetTokensCountsAttention: with a cost growing along the context,
+// the budget is the prompt whose summed cost is the target; without, the
+// target times the speed.
+func TestBudgetTokensCountsAttention(t *testing.T) {
+	if n := budgetTokens(4, 200, 0); n != 800 {
+		t.Errorf("no slope: %d tokens, want 800", n)
+	}
+	const rate, slope = 212.0, 2.8e-6
+	n := budgetTokens(4, rate, slope)
+	a := 1/rate - slope*promptRateTokens/2
+	cost := func(n int) float64 { return float64(n) * (a + slope*float64(n)/2) }
+	if cost(n) > 4 || cost(n+2) <= 4 || n >= 848 {
+		t.Errorf("slope %v: %d tokens cost %.3f s (and %d: %.3f s) for a 4 s target", slope, n, cost(n), n+2, cost(n+2))
+	}
+	if n := budgetTokens(0.001, 100, 1e-3); n != 1 {
+		t.Errorf("a tiny target gives %d tokens, want 1", n)
 	}
 }

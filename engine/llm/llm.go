@@ -182,7 +182,11 @@ type Engine struct {
 	// promptRate is Options.PromptRate or the prompt speed Open measured,
 	// in tokens a second (0 without a ColdPromptTarget).
 	promptRate float64
-	nReq       atomic.Uint64
+	// promptSlope is how much a prompt token's cost grows with every cell
+	// before it, in seconds, measured with promptRate (0 when the speed is
+	// injected): the history budget counts attention over the context.
+	promptSlope float64
+	nReq        atomic.Uint64
 
 	// stepHook, when set (tests), runs on the owner goroutine before every
 	// decode of a request with the decode's ordinal number.
@@ -333,11 +337,11 @@ func Open(opts Options) (*Engine, error) {
 	if opts.ColdPromptTarget > 0 {
 		e.promptRate = opts.PromptRate
 		if e.promptRate <= 0 {
-			if e.promptRate, err = e.measurePromptRate(); err != nil {
+			if e.promptRate, e.promptSlope, err = e.measurePromptRate(); err != nil {
 				return fail("measuring the prompt speed failed: " + err.Error())
 			}
 		}
-		log.Info("history budget set", "prompt_tokens_per_s", int(e.promptRate), "cold_prompt_target_ms", opts.ColdPromptTarget.Milliseconds(),
+		log.Info("history budget set", "prompt_tokens_per_s", int(e.promptRate), "prompt_us_per_token_per_1000_cells", int(e.promptSlope*1e9), "cold_prompt_target_ms", opts.ColdPromptTarget.Milliseconds(),
 			"history_budget_tokens", e.historyBudget())
 	}
 	e.loaded = time.Now()
