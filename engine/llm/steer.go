@@ -1,8 +1,5 @@
 package llm
 
-// #include "scan.h"
-import "C"
-
 import (
 	"bytes"
 	"slices"
@@ -11,7 +8,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/steer"
@@ -305,13 +301,11 @@ func (s *sampler) sampleMasked(logits []float32, mask []uint64) (tok int, lp flo
 		tok, lp = s.sample(logits)
 		return tok, lp, true
 	}
-	var logZ C.double
-	k := int(C.replyd_scan_masked((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
-		(*C.uint8_t)(unsafe.Pointer(&mask[0])), (*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ))
+	k, logZ := s.scan(logits, mask)
 	if k == 0 {
 		return 0, 0, false
 	}
-	return s.pick(logits, k, float64(logZ))
+	return s.pick(logits, k, logZ)
 }
 
 // next samples c's next token from logits, under its constraint when the
