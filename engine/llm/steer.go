@@ -324,7 +324,8 @@ func (c *cand) next(logits []float32) (int, float64, bool) {
 // steerAccept advances c's constraint state over the token just accepted
 // (its piece up to a newline, or a stop token) and fails the candidate if
 // the token broke it, which the mask prevents, or if the reply ended where
-// it may not (its token budget ran out first).
+// it may not (its token budget ran out first). A candidate whose text is
+// complete (steer.Program.Complete) ends there.
 func (c *cand) steerAccept(piece []byte, stop bool) {
 	p := c.sr.prog
 	if stop {
@@ -339,6 +340,11 @@ func (c *cand) steerAccept(piece []byte, stop bool) {
 	}
 	if (end || c.done) && !p.CanEnd(st) {
 		c.failed = true
+	}
+	// Nothing but spaces may follow, which the cleaning drops: more
+	// tokens would cost decodes and change nothing shown.
+	if !c.done && p.Complete(st) {
+		c.done = true
 	}
 }
 

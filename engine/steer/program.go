@@ -410,6 +410,17 @@ func (p *Program) CanEnd(st State) bool {
 	return int(st.seg) < len(p.segs) && p.segs[st.seg].kind == segEnd
 }
 
+// Complete reports whether the reply may end in st and nothing but spaces
+// may follow (a replace's text written to its end): whatever the reply
+// goes on with, its cleaned text stays the same, so the sampler ends it.
+func (p *Program) Complete(st State) bool {
+	if st.np != 0 || st.join != 0 || st.flag&fInWord != 0 || int(st.seg) >= len(p.segs) {
+		return false
+	}
+	s := &p.segs[st.seg]
+	return s.kind == segEnd && s.exact
+}
+
 // Unconstrained reports whether every continuation from st meets the
 // constraint as long as the reply does not end before CanEnd: the sampler
 // needs no mask there (a prefix's free continuation).
