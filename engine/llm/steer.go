@@ -217,11 +217,14 @@ func (e *Engine) steerVocab() *steerVocab { return e.sv }
 // sample (nil: every token), first for a candidate's first token.
 func (sr *steerRun) mask(st steer.State, left int, first bool) []uint64 {
 	p := sr.prog
-	closing := p.Need(st) > left-3
 	heal := first && sr.heal != nil
-	if !closing && !heal && p.Unconstrained(st) {
+	if !heal && p.Unconstrained(st) {
+		// Any token keeps the state and the reply may end there, so
+		// closing needs no mask either (it would be a walk of the
+		// whole trie that allows everything).
 		return nil
 	}
+	closing := p.Need(st) > left-3
 	k := maskKey{st: st, heal: heal}
 	if closing {
 		k.left = left
