@@ -233,17 +233,25 @@ func (sr *steerRun) mask(st steer.State, left int, first bool) []uint64 {
 		return m
 	}
 	m := make([]uint64, (sr.sv.n+63)/64)
-	trie := sr.sv.all
-	if !closing && p.InFreeWord(st) {
-		copy(m, sr.sv.wordOnly)
-		trie = sr.sv.others
-	}
-	if p.CanEnd(st) {
-		mark(m, sr.sv.stops)
-	}
 	need := -1
 	if closing {
 		need = left - 1
+	}
+	trie := sr.sv.all
+	if p.InFreeWord(st) {
+		// Every word-only token may go on with the word: all of them
+		// are allowed, when closing as long as the reply can still
+		// end in time after them, which is the same for all of them
+		// unless FreeWordNeed says otherwise.
+		if n, ok := p.FreeWordNeed(st); !closing || ok {
+			if !closing || n <= need {
+				copy(m, sr.sv.wordOnly)
+			}
+			trie = sr.sv.others
+		}
+	}
+	if p.CanEnd(st) {
+		mark(m, sr.sv.stops)
 	}
 	sr.walk(trie, 0, st, need, m)
 	if heal {

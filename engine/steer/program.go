@@ -445,6 +445,25 @@ func (p *Program) InFreeWord(st State) bool {
 	return false
 }
 
+// FreeWordNeed is Need after any run of word runes written from st, where
+// InFreeWord(st): ok is false when it depends on the runes (a replace's
+// word still equal to the start of the word it must differ from). The
+// sampler then decides every word-only token at once.
+func (p *Program) FreeWordNeed(st State) (need int, ok bool) {
+	if !p.InFreeWord(st) {
+		return 0, false
+	}
+	i := int(st.seg)
+	s := &p.segs[i]
+	if s.kind == segFree {
+		return 0, true
+	}
+	if s.not != nil && st.flag&fDiv == 0 {
+		return 0, false
+	}
+	return p.tail[i+1], true
+}
+
 // Accepts reports whether the whole text (before cleaning) meets the
 // constraint, written from the start.
 func (p *Program) Accepts(text string) bool {

@@ -192,6 +192,14 @@ func checkLive(t *testing.T, p *steer.Program, s engine.Steer, text string) {
 				}
 			}
 		}
+		if n, ok := p.FreeWordNeed(st); ok {
+			for _, w := range []string{"a", "Zq", "é9", "xyz", "ميم"} {
+				next, ok, _ := p.Feed(st, []byte(w))
+				if ok && !next.Partial() && p.Need(next) != n {
+					t.Fatalf("%+v: after %q FreeWordNeed %d, but Need %d after %q more", s, text[:i+1], n, p.Need(next), w)
+				}
+			}
+		}
 		if n := p.Need(st); n > 0 && !progress(p, st, n) {
 			t.Fatalf("%+v: after %q (Need %d) no character lowers Need", s, text[:i+1], n)
 		}
