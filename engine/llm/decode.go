@@ -263,11 +263,17 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
 		})
 	}
+	var maskMs int64 // steering: the time spent on masks, and how many
+	masks := 0
+	if sr != nil {
+		maskMs, masks = sr.maskTime.Milliseconds(), len(sr.masks)
+	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
 		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(),
 		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds(),
 		"prompt_decode_ms", promptDecode.Milliseconds(), "gen_decode_ms", (r.inDecode - promptDecode).Milliseconds(),
-		"gen_mean_threads", meanThreads(r.threadSteps-promptThreadSteps, r.steps-promptSteps), "prompt_mean_threads", meanThreads(promptThreadSteps, promptSteps))
+		"gen_mean_threads", meanThreads(r.threadSteps-promptThreadSteps, r.steps-promptSteps), "prompt_mean_threads", meanThreads(promptThreadSteps, promptSteps),
+		"steer_masks", masks, "steer_mask_ms", maskMs)
 	return gen, nil
 }
 

@@ -46,11 +46,26 @@ func newSampler(temp float64, seed uint64, stream uint64) *sampler {
 // (top-k and log-sum-exp) runs in C (scan.c): it is most of a token's work
 // outside llama.cpp.
 func (s *sampler) sample(logits []float32) (int, float64) {
-	var logZ C.double
-	k := int(C.replyd_scan((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
-		(*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ))
-	tok, lp, _ := s.pick(logits, k, float64(logZ))
+	k, logZ := s.scan(logits, nil)
+	tok, lp, _ := s.pick(logits, k, logZ)
 	return tok, lp
+}
+
+// scan finds the top-k logits among the tokens mask allows (nil: all; a
+// bit per token, token i at bit i%64 of word i/64) into s.ids and s.vals,
+// best first, and returns how many it found (0 when mask allows none) and
+// the log-sum-exp of all the logits.
+func (s *sampler) scan(logits []float32, mask []uint64) (int, float64) {
+	var logZ C.double
+	var k C.int
+	if mask == nil {
+		k = C.replyd_scan((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
+			(*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ)
+	} else {
+		k = C.replyd_scan_masked((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
+			(*C.uint8_t)(unsafe.Pointer(&mask[0])), (*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ)
+	}
+	return int(k), float64(logZ)
 }
 
 // pick draws among the k tokens of the last scan (s.ids, s.vals) and

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "scan.h"
 
@@ -73,36 +74,112 @@ static double logsumexp(const float *logits, int n, float mx) {
 	return (double)mx + log(sum);
 }
 
-int replyd_scan(const float *logits, int n, int k, int32_t *ids, float *vals, double *logz) {
-	if (k > n) {
-		k = n;
+// load64 reads the 64 mask bits of logits i..i+63 (i a multiple of 64) from
+// allow; with no mask, all are set.
+static inline uint64_t load64(const uint8_t *allow, int i) {
+	if (!allow) {
+		return ~(uint64_t)0;
 	}
+	uint64_t w;
+	memcpy(&w, allow + (i >> 3), 8);
+	return w;
+}
+
+// topk writes the k largest of the allowed logits (every logit when allow
+// is NULL) to ids and vals, sorted by decreasing logit, equal logits by
+// increasing id, and returns how many it wrote.
+//
+// It goes over the logits 64 at a time, as one 64-bit word of the mask:
+// a word with no token allowed is skipped without reading its logits. Once
+// the list is full, a block is first compared with the list's last value
+// (which only allowed tokens raise): almost every block has no logit above
+// it, and only the few that do read their mask bits. So a mask costs a
+// word test per 64 tokens, not a bit test per token, whatever its density.
+static inline int topk(const float *logits, int n, int k, const uint8_t *allow, int32_t *ids, float *vals) {
 	int len = 0;
 	int i = 0;
-	// Top-k: a logit enters when the list is not full or it beats the
-	// last entry; after the first few thousand entries almost none do.
-	for (; i < n && len < k; i++) {
-		insert(ids, vals, &len, k, i, logits[i]);
-	}
-#if defined(__AVX2__) && defined(__FMA__)
-	for (; i + 8 <= n; i += 8) {
-		__m256 v = _mm256_loadu_ps(logits + i);
-		int mask = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ));
-		while (mask) {
-			int j = __builtin_ctz(mask);
-			mask &= mask - 1;
+	// Until the list is full, every allowed logit enters.
+	while (i + 64 <= n && len < k) {
+		uint64_t w = load64(allow, i);
+		while (w && len < k) {
+			int j = __builtin_ctzll(w);
+			w &= w - 1;
+			insert(ids, vals, &len, k, i + j, logits[i + j]);
+		}
+		while (w) {
+			int j = __builtin_ctzll(w);
+			w &= w - 1;
 			if (logits[i + j] > vals[k - 1]) {
 				insert(ids, vals, &len, k, i + j, logits[i + j]);
 			}
 		}
+		i += 64;
+	}
+#if defined(__AVX2__) && defined(__FMA__)
+	if (len == k) {
+		__m256 thr = _mm256_set1_ps(vals[k - 1]);
+		for (; i + 64 <= n; i += 64) {
+			uint64_t w = load64(allow, i);
+			if (!w) {
+				continue;
+			}
+			const float *p = logits + i;
+			__m256 c0 = _mm256_cmp_ps(_mm256_loadu_ps(p), thr, _CMP_GT_OQ);
+			__m256 c1 = _mm256_cmp_ps(_mm256_loadu_ps(p + 8), thr, _CMP_GT_OQ);
+			__m256 c2 = _mm256_cmp_ps(_mm256_loadu_ps(p + 16), thr, _CMP_GT_OQ);
+			__m256 c3 = _mm256_cmp_ps(_mm256_loadu_ps(p + 24), thr, _CMP_GT_OQ);
+			__m256 c4 = _mm256_cmp_ps(_mm256_loadu_ps(p + 32), thr, _CMP_GT_OQ);
+			__m256 c5 = _mm256_cmp_ps(_mm256_loadu_ps(p + 40), thr, _CMP_GT_OQ);
+			__m256 c6 = _mm256_cmp_ps(_mm256_loadu_ps(p + 48), thr, _CMP_GT_OQ);
+			__m256 c7 = _mm256_cmp_ps(_mm256_loadu_ps(p + 56), thr, _CMP_GT_OQ);
+			__m256 any = _mm256_or_ps(_mm256_or_ps(_mm256_or_ps(c0, c1), _mm256_or_ps(c2, c3)),
+						  _mm256_or_ps(_mm256_or_ps(c4, c5), _mm256_or_ps(c6, c7)));
+			if (_mm256_testz_ps(any, any)) {
+				continue;
+			}
+			uint64_t b = (uint64_t)_mm256_movemask_ps(c0) | (uint64_t)_mm256_movemask_ps(c1) << 8 |
+				     (uint64_t)_mm256_movemask_ps(c2) << 16 | (uint64_t)_mm256_movemask_ps(c3) << 24 |
+				     (uint64_t)_mm256_movemask_ps(c4) << 32 | (uint64_t)_mm256_movemask_ps(c5) << 40 |
+				     (uint64_t)_mm256_movemask_ps(c6) << 48 | (uint64_t)_mm256_movemask_ps(c7) << 56;
+			b &= w;
+			if (!b) {
+				continue;
+			}
+			while (b) {
+				int j = __builtin_ctzll(b);
+				b &= b - 1;
+				// The threshold may have risen since the compare.
+				if (p[j] > vals[k - 1]) {
+					insert(ids, vals, &len, k, i + j, p[j]);
+				}
+			}
+			thr = _mm256_set1_ps(vals[k - 1]);
+		}
 	}
 #endif
+	for (; i + 64 <= n; i += 64) {
+		uint64_t w = load64(allow, i);
+		while (w) {
+			int j = __builtin_ctzll(w);
+			w &= w - 1;
+			if (len < k || logits[i + j] > vals[k - 1]) {
+				insert(ids, vals, &len, k, i + j, logits[i + j]);
+			}
+		}
+	}
 	for (; i < n; i++) {
-		if (logits[i] > vals[k - 1]) {
+		if ((!allow || ((allow[i >> 3] >> (i & 7)) & 1)) && (len < k || logits[i] > vals[k - 1])) {
 			insert(ids, vals, &len, k, i, logits[i]);
 		}
 	}
+	return len;
+}
 
+int replyd_scan(const float *logits, int n, int k, int32_t *ids, float *vals, double *logz) {
+	if (k > n) {
+		k = n;
+	}
+	int len = topk(logits, n, k, NULL, ids, vals);
 	*logz = logsumexp(logits, n, vals[0]);
 	return len;
 }
@@ -112,37 +189,7 @@ int replyd_scan_masked(const float *logits, int n, int k, const uint8_t *allow, 
 	if (k > n) {
 		k = n;
 	}
-	int len = 0;
-	int i = 0;
-	// Top-k over the allowed logits only, eight at a time, skipping the
-	// blocks with none allowed.
-#if defined(__AVX2__) && defined(__FMA__)
-	__m256 thr = _mm256_set1_ps(INFINITY);
-	for (; i + 8 <= n; i += 8) {
-		int m = allow[i >> 3];
-		if (!m) {
-			continue;
-		}
-		if (len == k) {
-			m &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits + i), thr, _CMP_GT_OQ));
-		}
-		while (m) {
-			int j = __builtin_ctz(m);
-			m &= m - 1;
-			if (len < k || logits[i + j] > vals[k - 1]) {
-				insert(ids, vals, &len, k, i + j, logits[i + j]);
-				if (len == k) {
-					thr = _mm256_set1_ps(vals[k - 1]);
-				}
-			}
-		}
-	}
-#endif
-	for (; i < n; i++) {
-		if (((allow[i >> 3] >> (i & 7)) & 1) && (len < k || logits[i] > vals[k - 1])) {
-			insert(ids, vals, &len, k, i, logits[i]);
-		}
-	}
+	int len = topk(logits, n, k, allow, ids, vals);
 	if (len == 0) {
 		return 0;
 	}

@@ -1,8 +1,5 @@
 package llm
 
-// #include "scan.h"
-import "C"
-
 import (
 	"bytes"
 	"slices"
@@ -11,7 +8,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/steer"
@@ -221,11 +217,14 @@ func (e *Engine) steerVocab() *steerVocab { return e.sv }
 // sample (nil: every token), first for a candidate's first token.
 func (sr *steerRun) mask(st steer.State, left int, first bool) []uint64 {
 	p := sr.prog
-	closing := p.Need(st) > left-3
 	heal := first && sr.heal != nil
-	if !closing && !heal && p.Unconstrained(st) {
+	if !heal && p.Unconstrained(st) {
+		// Any token keeps the state and the reply may end there, so
+		// closing needs no mask either (it would be a walk of the
+		// whole trie that allows everything).
 		return nil
 	}
+	closing := p.Need(st) > left-3
 	k := maskKey{st: st, heal: heal}
 	if closing {
 		k.left = left
@@ -234,17 +233,25 @@ func (sr *steerRun) mask(st steer.State, left int, first bool) []uint64 {
 		return m
 	}
 	m := make([]uint64, (sr.sv.n+63)/64)
-	trie := sr.sv.all
-	if !closing && p.InFreeWord(st) {
-		copy(m, sr.sv.wordOnly)
-		trie = sr.sv.others
-	}
-	if p.CanEnd(st) {
-		mark(m, sr.sv.stops)
-	}
 	need := -1
 	if closing {
 		need = left - 1
+	}
+	trie := sr.sv.all
+	if p.InFreeWord(st) {
+		// Every word-only token may go on with the word: all of them
+		// are allowed, when closing as long as the reply can still
+		// end in time after them, which is the same for all of them
+		// unless FreeWordNeed says otherwise.
+		if n, ok := p.FreeWordNeed(st); !closing || ok {
+			if !closing || n <= need {
+				copy(m, sr.sv.wordOnly)
+			}
+			trie = sr.sv.others
+		}
+	}
+	if p.CanEnd(st) {
+		mark(m, sr.sv.stops)
 	}
 	sr.walk(trie, 0, st, need, m)
 	if heal {
@@ -305,13 +312,11 @@ func (s *sampler) sampleMasked(logits []float32, mask []uint64) (tok int, lp flo
 		tok, lp = s.sample(logits)
 		return tok, lp, true
 	}
-	var logZ C.double
-	k := int(C.replyd_scan_masked((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), C.int(topK),
-		(*C.uint8_t)(unsafe.Pointer(&mask[0])), (*C.int32_t)(unsafe.Pointer(&s.ids[0])), (*C.float)(unsafe.Pointer(&s.vals[0])), &logZ))
+	k, logZ := s.scan(logits, mask)
 	if k == 0 {
 		return 0, 0, false
 	}
-	return s.pick(logits, k, float64(logZ))
+	return s.pick(logits, k, logZ)
 }
 
 // next samples c's next token from logits, under its constraint when the
@@ -330,7 +335,8 @@ func (c *cand) next(logits []float32) (int, float64, bool) {
 // steerAccept advances c's constraint state over the token just accepted
 // (its piece up to a newline, or a stop token) and fails the candidate if
 // the token broke it, which the mask prevents, or if the reply ended where
-// it may not (its token budget ran out first).
+// it may not (its token budget ran out first). A candidate whose text is
+// complete (steer.Program.Complete) ends there.
 func (c *cand) steerAccept(piece []byte, stop bool) {
 	p := c.sr.prog
 	if stop {
@@ -345,6 +351,11 @@ func (c *cand) steerAccept(piece []byte, stop bool) {
 	}
 	if (end || c.done) && !p.CanEnd(st) {
 		c.failed = true
+	}
+	// Nothing but spaces may follow, which the cleaning drops: more
+	// tokens would cost decodes and change nothing shown.
+	if !c.done && p.Complete(st) {
+		c.done = true
 	}
 }
 

@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -103,6 +104,10 @@ func checkMasks(t *testing.T, e *Engine, rng *rand.Rand, n int) {
 			t.Fatal(err)
 		}
 		st, left := sr.start, sr.limit
+		if rng.IntN(2) == 0 {
+			// Near the token cap: the masks that close the reply.
+			left = min(sr.limit, len(toks)+1+rng.IntN(3))
+		}
 		for k := 0; k <= len(toks) && left > 0; k++ {
 			first := k == 0
 			m := sr.mask(st, left, first)
@@ -208,6 +213,9 @@ func TestSteerQwenVocab(t *testing.T) {
 	})
 	t.Run("mask", func(t *testing.T) {
 		checkMasks(t, e, rand.New(rand.NewPCG(9, 10)), 12)
+	})
+	t.Run("complete", func(t *testing.T) {
+		checkComplete(t, e)
 	})
 	t.Run("healing", func(t *testing.T) {
 		s := engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}
@@ -346,4 +354,50 @@ func TestSteeredReplyKeepsItsTokens(t *testing.T) {
 	if e.replies.sampled(req.DialogID, first.Candidates[0].Text) == nil {
 		t.Errorf("the turn's own reply %q is no longer offered after steering", first.Candidates[0].Text)
 	}
+}
+
+// checkComplete: a replace's candidate ends as soon as its text is
+// complete (nothing but spaces may follow): its tokens reach that state
+// only with the last one, so no decode goes to trailing spaces.
+func checkComplete(t *testing.T, e *Engine) {
+	t.Helper()
+	s := engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk please", Word: 2}
+	p, err := steer.Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for seed := uint32(1); seed <= 4; seed++ {
+		req := request(4, seed)
+		req.DialogID = fmt.Sprintf("d-steer-complete-%d", seed)
+		req.Steer = &s
+		g := mustGenerate(t, e, req)
+		for _, c := range g.Candidates {
+			toks := e.replies.sampled(req.DialogID, c.Text)
+			if toks == nil {
+				continue // not offered: cut by a newline
+			}
+			n++
+			st := steer.State{}
+			for i, tok := range toks {
+				var ok bool
+				if st, ok, _ = p.Feed(st, e.vocab.piece(tok)); !ok {
+					t.Fatalf("candidate %q: token %d (%q) breaks %+v", c.Text, i, e.vocab.piece(tok), s)
+				}
+				if p.Complete(st) != (i == len(toks)-1) {
+					t.Errorf("candidate %q: complete after token %d of %d (%q)", c.Text, i+1, len(toks), e.vocab.piece(tok))
+					break
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no candidate offered")
+	}
+}
+
+// TestSteerComplete is checkComplete on the demo model's SentencePiece
+// vocabulary.
+func TestSteerComplete(t *testing.T) {
+	checkComplete(t, openDemo(t, Options{Seed: 3}))
 }

@@ -410,6 +410,17 @@ func (p *Program) CanEnd(st State) bool {
 	return int(st.seg) < len(p.segs) && p.segs[st.seg].kind == segEnd
 }
 
+// Complete reports whether the reply may end in st and nothing but spaces
+// may follow (a replace's text written to its end): whatever the reply
+// goes on with, its cleaned text stays the same, so the sampler ends it.
+func (p *Program) Complete(st State) bool {
+	if st.np != 0 || st.join != 0 || st.flag&fInWord != 0 || int(st.seg) >= len(p.segs) {
+		return false
+	}
+	s := &p.segs[st.seg]
+	return s.kind == segEnd && s.exact
+}
+
 // Unconstrained reports whether every continuation from st meets the
 // constraint as long as the reply does not end before CanEnd: the sampler
 // needs no mask there (a prefix's free continuation).
@@ -432,6 +443,25 @@ func (p *Program) InFreeWord(st State) bool {
 		return st.flag&fInWord != 0 && !s.whole && int(st.pos) >= len(s.entry)
 	}
 	return false
+}
+
+// FreeWordNeed is Need after any run of word runes written from st, where
+// InFreeWord(st): ok is false when it depends on the runes (a replace's
+// word still equal to the start of the word it must differ from). The
+// sampler then decides every word-only token at once.
+func (p *Program) FreeWordNeed(st State) (need int, ok bool) {
+	if !p.InFreeWord(st) {
+		return 0, false
+	}
+	i := int(st.seg)
+	s := &p.segs[i]
+	if s.kind == segFree {
+		return 0, true
+	}
+	if s.not != nil && st.flag&fDiv == 0 {
+		return 0, false
+	}
+	return p.tail[i+1], true
 }
 
 // Accepts reports whether the whole text (before cleaning) meets the

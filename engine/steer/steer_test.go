@@ -182,6 +182,24 @@ func checkLive(t *testing.T, p *steer.Program, s engine.Steer, text string) {
 		if p.CanEnd(st) && p.Need(st) != 0 {
 			t.Fatalf("%+v: after %q CanEnd but Need %d", s, text[:i+1], p.Need(st))
 		}
+		if p.Complete(st) {
+			if !p.CanEnd(st) || !steer.Matches(s, steer.Clean(text[:i+1])) {
+				t.Fatalf("%+v: after %q Complete, but CanEnd %v", s, text[:i+1], p.CanEnd(st))
+			}
+			for c := byte(0x21); c < 0x7f; c++ {
+				if _, ok := p.Step(st, c); ok {
+					t.Fatalf("%+v: after %q Complete, but %q may follow", s, text[:i+1], c)
+				}
+			}
+		}
+		if n, ok := p.FreeWordNeed(st); ok {
+			for _, w := range []string{"a", "Zq", "é9", "xyz", "ميم"} {
+				next, ok, _ := p.Feed(st, []byte(w))
+				if ok && !next.Partial() && p.Need(next) != n {
+					t.Fatalf("%+v: after %q FreeWordNeed %d, but Need %d after %q more", s, text[:i+1], n, p.Need(next), w)
+				}
+			}
+		}
 		if n := p.Need(st); n > 0 && !progress(p, st, n) {
 			t.Fatalf("%+v: after %q (Need %d) no character lowers Need", s, text[:i+1], n)
 		}
@@ -207,6 +225,39 @@ func TestHeal(t *testing.T) {
 		}
 		if got := p.Heal(); got != want {
 			t.Errorf("Heal of %q = %q, want %q", prefix, got, want)
+		}
+	}
+}
+
+// TestComplete: a reply is complete once nothing but spaces may follow,
+// which only a replace's text written to its end is.
+func TestComplete(t *testing.T) {
+	replace := engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk please.", Word: 2}
+	for _, c := range []struct {
+		s    engine.Steer
+		text string
+		want bool
+	}{
+		{replace, "Tea with mint please.", true},
+		{replace, "Tea with mint please. ", true},
+		{replace, "Tea with mint please", false},
+		{replace, "Tea with mint", false},
+		{engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk", Word: 2}, "Tea with mint", false},
+		{engine.Steer{Mode: engine.SteerReplace, Text: "Tea with milk", Word: 2}, "Tea with mint ", true},
+		{engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "t"}}, "I want tea", false},
+		{engine.Steer{Mode: engine.SteerWords, Words: []string{"i", "w", "t"}}, "I want tea.", false},
+		{engine.Steer{Mode: engine.SteerPrefix, Prefix: "I would li"}, "I would like tea", false},
+	} {
+		p, err := steer.Compile(c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok, _ := p.Feed(steer.State{}, []byte(c.text))
+		if !ok {
+			t.Fatalf("%+v refuses %q", c.s, c.text)
+		}
+		if got := p.Complete(st); got != c.want {
+			t.Errorf("%+v after %q: Complete %v, want %v", c.s, c.text, got, c.want)
 		}
 	}
 }
