@@ -6,15 +6,19 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // tunnelTimeout is the short "timeout tunnel" the live test gives HAProxy
@@ -25,7 +29,8 @@ const tunnelTimeout = 3 * time.Second
 // HAProxy, terminating TLS) in front of two boxes on one PostgreSQL: a
 // ticket asked for through HAProxy opens GET /v1/live through HAProxy; the
 // socket lands on the box that holds the key's dialogs (the box of its
-// /v1/infer, by the shared logs' node); a spoken question streamed at real
+// /v1/infer, by the shared logs' node), for keys of both boxes (the
+// session is open there and not on the other box); a spoken question streamed at real
 // time comes back through the proxy as text events (speech_start,
 // end_of_turn, candidates) and is logged by that box; a session silent for
 // twice the tunnel timeout but pinged by the tablet survives and answers
@@ -36,20 +41,51 @@ func TestHAProxyLive(t *testing.T) {
 	c := startCluster(t, map[string]string{"REPLYD_TRUSTED_PROXIES": "127.0.0.1", "REPLYD_VAD_MODEL": shareddata.VADModel(t)})
 	l := startHAProxy(t, c, "REPLYD_LB_TUNNEL_TIMEOUT="+tunnelTimeout.String())
 
-	// The key's box is where HAProxy sends its /v1/infer.
-	k := c.a.CreateKey("tablet-live")
-	l.infer(k.APIKey, "", []string{"Good morning."})
-	nodes := nodesOf(t, c.a)[k.APIKeyHash]
-	if len(nodes) != 1 {
-		t.Fatalf("the key's /v1/infer landed on %v, want one box", nodes)
-	}
-	var home string
-	for n := range nodes {
-		home = n
-	}
-
+	boxes := map[string]*testutil.Replyd{"box-a": c.a, "box-b": c.b}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+
+	// Keys until both boxes are some key's home (the box of its
+	// /v1/infer): each key's socket is open on its home and nowhere else.
+	homeOf := func(k testutil.CreatedKey) string {
+		t.Helper()
+		l.infer(k.APIKey, "", []string{"Good morning."})
+		nodes := nodesOf(t, c.a)[k.APIKeyHash]
+		if len(nodes) != 1 {
+			t.Fatalf("the key's /v1/infer landed on %v, want one box", nodes)
+		}
+		for n := range nodes {
+			return n
+		}
+		return ""
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 20 && (i < 4 || len(seen) < 2); i++ {
+		k := c.a.CreateKey(fmt.Sprintf("tablet-route-%d", i))
+		home := homeOf(k)
+		seen[home] = true
+		s := l.openLive(ctx, k.APIKey)
+		for name, p := range boxes {
+			want := 0.0
+			if name == home {
+				want = 1
+			}
+			if got := liveSessions(t, p); got != want {
+				t.Errorf("key %d (home %s): %s has %v live sessions open, want %v", i, home, name, got, want)
+			}
+		}
+		_ = s.c.Close(websocket.StatusNormalClosure, "")
+		<-s.closed
+		for deadline := time.Now().Add(5 * time.Second); liveSessions(t, boxes[home]) != 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("every key's home was %v: the hash did not spread them", seen)
+	}
+
+	k := c.a.CreateKey("tablet-live")
+	home := homeOf(k)
 	s := l.openLive(ctx, k.APIKey)
 	defer s.c.CloseNow()
 	s.turn(ctx, question)
@@ -191,4 +227,22 @@ func (s *liveSocket) turn(ctx context.Context, pcm []float32) {
 	if ctx.Err() != nil {
 		t.Fatal(errors.New("the test's time ran out"))
 	}
+}
+
+// liveSessions reads replyd_live_sessions (the live sessions open now)
+// from p's /metrics.
+func liveSessions(t *testing.T, p *testutil.Replyd) float64 {
+	t.Helper()
+	body := p.Must(replydproc.Request{Path: "/metrics", Header: p.AdminHeader()}, 200)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "replyd_live_sessions "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatal("/metrics has no replyd_live_sessions")
+	return 0
 }
