@@ -88,7 +88,12 @@ func TestHAProxyLive(t *testing.T) {
 	home := homeOf(k)
 	s := l.openLive(ctx, k.APIKey)
 	defer s.c.CloseNow()
+	// The tablet pings every second, as the page does (every 30 s against
+	// the file's 5 minutes): an answer that takes longer than the short
+	// tunnel timeout is not cut.
+	stopPings := s.keepAlive(ctx, time.Second)
 	s.turn(ctx, question)
+	stopPings()
 	// The turn was logged by the key's box, beside its /v1/infer.
 	var after map[string]int
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -110,7 +115,9 @@ func TestHAProxyLive(t *testing.T) {
 			t.Fatalf("a ping through HAProxy after %v of silence: %v", time.Since(end.Add(-2*tunnelTimeout)).Round(time.Millisecond), err)
 		}
 	}
+	stopPings = s.keepAlive(ctx, time.Second)
 	s.turn(ctx, question)
+	stopPings()
 	_ = s.c.Close(websocket.StatusNormalClosure, "")
 
 	// Nobody pings (replyd's own ping comes every 20 s): HAProxy closes
@@ -181,6 +188,31 @@ func (l *lb) openLive(ctx context.Context, apiKey string) *liveSocket {
 		}
 	}()
 	return s
+}
+
+// keepAlive pings the session every interval until the returned stop is
+// called; a ping that fails fails the test.
+func (s *liveSocket) keepAlive(ctx context.Context, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			err := s.c.Ping(pctx)
+			pcancel()
+			if err != nil && ctx.Err() == nil {
+				s.t.Errorf("a ping through HAProxy: %v", err)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // turn streams pcm at real time and waits for the turn's answer: the
