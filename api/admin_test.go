@@ -580,18 +580,20 @@ func TestKeysLifecycle(t *testing.T) {
 		wantJSON(t, e.do(adminReq("POST", "/v1/admin/keys", c.body)), 400, errJSON("invalid_request", c.msg))
 	}
 
-	rec1 := `{"APIKeyHash":"` + created.APIKeyHash + `","ClientID":"","Status":"active","Scopes":["infer"],"RateLimitPerMinute":60,"CreatedAt":"2026-01-02T03:04:05Z","RevokedAt":null,"LastUsedAt":"2026-01-02T03:04:05Z"}`
-	rec2 := `{"APIKeyHash":"` + second.APIKeyHash + `","ClientID":"ward-3","Status":"active","Scopes":["infer"],"RateLimitPerMinute":10,"CreatedAt":"2026-01-02T03:05:05Z","RevokedAt":null,"LastUsedAt":null}`
-	rec3 := `{"APIKeyHash":"` + third.APIKeyHash + `","ClientID":"no-scope","Status":"active","Scopes":[],"RateLimitPerMinute":0,"CreatedAt":"2026-01-02T03:06:05Z","RevokedAt":null,"LastUsedAt":null}`
+	rec1 := `{"APIKeyHash":"` + created.APIKeyHash + `","ClientID":"","Status":"active","Scopes":["infer"],"RateLimitPerMinute":60,"CreatedAt":"2026-01-02T03:04:05Z","RevokedAt":null,"LastUsedAt":"2026-01-02T03:04:05Z","LiveListening":true}`
+	rec2 := `{"APIKeyHash":"` + second.APIKeyHash + `","ClientID":"ward-3","Status":"active","Scopes":["infer"],"RateLimitPerMinute":10,"CreatedAt":"2026-01-02T03:05:05Z","RevokedAt":null,"LastUsedAt":null,"LiveListening":true}`
+	rec3 := `{"APIKeyHash":"` + third.APIKeyHash + `","ClientID":"no-scope","Status":"active","Scopes":[],"RateLimitPerMinute":0,"CreatedAt":"2026-01-02T03:06:05Z","RevokedAt":null,"LastUsedAt":null,"LiveListening":true}`
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[`+rec3+`,`+rec2+`,`+rec1+`],"count":3}`)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?limit=1", "")), 200, `{"items":[`+rec3+`],"count":1}`)
 
 	// Revoke: 200 with the record, idempotent, hidden from the default list.
 	e.clock.Advance(time.Minute)
 	revoked2 := strings.Replace(strings.Replace(rec2, `"Status":"active"`, `"Status":"revoked"`, 1), `"RevokedAt":null`, `"RevokedAt":"2026-01-02T03:07:05Z"`, 1)
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+second.APIKeyHash, "")), 200, revoked2)
+	// The revocation answers the record without the key list's live switch.
+	revokedRec2 := strings.Replace(revoked2, `,"LiveListening":true`, ``, 1)
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+second.APIKeyHash, "")), 200, revokedRec2)
 	e.clock.Advance(time.Minute)
-	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+second.APIKeyHash, "")), 200, revoked2)
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/keys/"+second.APIKeyHash, "")), 200, revokedRec2)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[`+rec3+`,`+rec1+`],"count":2}`)
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=true", "")), 200, `{"items":[`+rec3+`,`+revoked2+`,`+rec1+`],"count":3}`)
 	wantJSON(t, e.do(inferReq(t, second.APIKey, payloadPart(simplePayload))), 401, errJSON("unauthorized", "X-API-KEY has been revoked"))

@@ -60,6 +60,10 @@ type keyRecord struct {
 	CreatedAt          time.Time  `json:"CreatedAt"`
 	RevokedAt          *time.Time `json:"RevokedAt"`
 	LastUsedAt         *time.Time `json:"LastUsedAt"`
+	// LiveListening is whether the key may open live sessions (the user's
+	// consent, PUT /v1/admin/keys/{api_key_hash}/live); in the key list
+	// only.
+	LiveListening *bool `json:"LiveListening,omitempty"`
 }
 
 func optTime(t time.Time) *time.Time {
@@ -235,7 +239,18 @@ func (s *Server) handleListKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(keys, toKeyRecord))
+	out := listOf(keys, toKeyRecord)
+	for i := range out.Items {
+		// One read a key: the list is the admin page's, at most
+		// MaxListLimit keys, and the switch lives beside the key record.
+		off, err := s.store.LiveOff(out.Items[i].APIKeyHash)
+		if err != nil {
+			return err
+		}
+		on := !off
+		out.Items[i].LiveListening = &on
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // handleRevokeKey serves DELETE /v1/admin/keys/{api_key_hash}: it sets the

@@ -449,6 +449,7 @@ func (sess *liveSession) audio(data []byte) bool {
 	}
 	sess.det.Push(pcm, sess.onTurn)
 	s.sched.Release(n)
+	s.metrics.live.observeHeld(sess.det.Held(), sess.det.InTurn())
 	return sess.ctx.Err() == nil
 }
 
@@ -486,6 +487,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			spec = nil
 		}
 		sess.passes.Add(1)
+		sess.s.metrics.live.passes.WithLabelValues("final").Inc()
 		go sess.finalPass(t, ev.PCM, spec, sess.payload)
 	}
 }
@@ -542,6 +544,7 @@ func (sess *liveSession) startSpec(pcm []float32) *specPass {
 	req.PCM = pcm
 	ctx, cancel := context.WithCancel(sess.ctx)
 	sp := &specPass{cancel: cancel, done: make(chan struct{})}
+	sess.s.metrics.live.passes.WithLabelValues("speculative").Inc()
 	go func() {
 		defer close(sp.done)
 		sp.heard, sp.err = h.HearAhead(ctx, req)
@@ -790,6 +793,29 @@ func (sess *liveSession) pinger() {
 type liveMetrics struct {
 	sessions prometheus.Gauge
 	spec     *prometheus.CounterVec
+	// passes counts the speech passes live sessions started: the only
+	// way a session makes Whisper or language-model work.
+	passes *prometheus.CounterVec
+	// heldPeak is the most audio one session held, outside a turn
+	// (listening: the pre-roll and a sound weighed as a turn's start) and
+	// in one, since the box started.
+	heldPeak *prometheus.GaugeVec
+	peakMu   sync.Mutex
+	peak     [2]int // samples: listening, turn
+}
+
+// observeHeld records the samples a session holds now.
+func (m *liveMetrics) observeHeld(samples int, inTurn bool) {
+	i, state := 0, "listening"
+	if inTurn {
+		i, state = 1, "turn"
+	}
+	m.peakMu.Lock()
+	defer m.peakMu.Unlock()
+	if samples > m.peak[i] {
+		m.peak[i] = samples
+		m.heldPeak.WithLabelValues(state).Set(float64(samples) / engine.LiveRate)
+	}
 }
 
 func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
@@ -803,6 +829,20 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 			Help: "Speculative speech passes of live turns by outcome: reused by the committed turn, canceled by resumed speech, failed (stopped for committed work, or an error).",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.sessions, m.spec)
+	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_live_passes_total",
+		Help: "Speech passes (voice detection and Whisper; the final one then the language model) that live sessions started, by kind: speculative (at a pause) or final (a committed turn). Noise that starts no turn starts none.",
+	}, []string{"kind"})
+	m.heldPeak = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "replyd_live_audio_held_peak_seconds",
+		Help: "The most audio one live session has held since the start, by state: listening (outside a turn: the pre-roll, or a sound not yet long enough to start a turn) or turn.",
+	}, []string{"state"})
+	for _, k := range []string{"speculative", "final"} {
+		m.passes.WithLabelValues(k)
+	}
+	for _, st := range []string{"listening", "turn"} {
+		m.heldPeak.WithLabelValues(st)
+	}
+	reg.MustRegister(m.sessions, m.spec, m.passes, m.heldPeak)
 	return m
 }

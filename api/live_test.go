@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,6 +341,38 @@ func TestLiveNoiseCostsNoWork(t *testing.T) {
 	if w := le.voice.windows.Load(); w < 5*engine.LiveRate/engine.VoiceWindow-1 {
 		t.Errorf("voice detection ran on %d windows of 5 s", w)
 	}
+	// The metrics say so too: no pass started, and the session held its
+	// pre-roll (200 ms) and at most one window more.
+	m := le.do(adminReq(http.MethodGet, "/metrics", "")).Body.String()
+	for _, want := range []string{
+		`replyd_live_passes_total{kind="speculative"} 0`,
+		`replyd_live_passes_total{kind="final"} 0`,
+		`replyd_live_audio_held_peak_seconds{state="turn"} 0`,
+	} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if held := metricValue(t, m, `replyd_live_audio_held_peak_seconds{state="listening"}`); held < 0.2 || held > 0.2+float64(engine.VoiceWindow)/engine.LiveRate {
+		t.Errorf("held %v s while listening to noise, want the 0.2 s pre-roll and at most a window more", held)
+	}
+}
+
+// metricValue returns the value of the sample named (with its labels) in
+// the exposition m.
+func metricValue(t *testing.T, m, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
 }
 
 // TestLiveTicketRefusals: the ticket is the only way in, works once, on
@@ -416,12 +449,27 @@ func TestLiveOriginAndSwitches(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/live/ticket", nil)
 	req.Header.Set(HeaderAPIKey, liveKey)
 	wantJSON(t, le.do(req), http.StatusForbidden, errJSON(CodeForbidden, "live listening is switched off for this API key"))
+	// The key list shows the switch (the admin page draws it from there).
+	if got := liveListed(t, le, hash); got != "false" {
+		t.Errorf("key list after switching off: LiveListening %s, want false", got)
+	}
 	wantJSON(t, le.do(adminReq(http.MethodPut, "/v1/admin/keys/"+hash+"/live", `{"enabled":true}`)), http.StatusOK, `{"api_key_hash":"`+hash+`","enabled":true}`)
 	ticketFrom(t, le.h, liveKey)
+	if got := liveListed(t, le, hash); got != "true" {
+		t.Errorf("key list after switching on: LiveListening %s, want true", got)
+	}
 	wantJSON(t, le.do(adminReq(http.MethodPut, "/v1/admin/keys/"+strings.Repeat("a", 64)+"/live", `{"enabled":true}`)), http.StatusNotFound, errJSON(CodeNotFound, "no API key has this api_key_hash"))
 	wantJSON(t, le.do(adminReq(http.MethodPut, "/v1/admin/keys/"+hash+"/live", `{}`)), http.StatusBadRequest, errJSON(CodeInvalidRequest, "enabled is required (true or false)"))
 
 	off := newLiveEnv(t, func(o *Options) { o.LiveOff = true })
+	for _, c := range []struct {
+		le   *liveEnv
+		want string
+	}{{le, `"live":"on"`}, {off, `"live":"off"`}} {
+		if body := c.le.do(adminReq(http.MethodGet, "/v1/admin/status", "")).Body.String(); !strings.Contains(body, c.want) {
+			t.Errorf("admin status: want %s in %s", c.want, body)
+		}
+	}
 	req = httptest.NewRequest(http.MethodPost, "/v1/live/ticket", nil)
 	req.Header.Set(HeaderAPIKey, liveKey)
 	wantJSON(t, off.do(req), http.StatusForbidden, errJSON(CodeForbidden, "live listening is switched off on this box (REPLYD_LIVE=off)"))
@@ -430,6 +478,9 @@ func TestLiveOriginAndSwitches(t *testing.T) {
 	}
 
 	deaf := newLiveEnv(t, func(o *Options) { o.Voice = nil })
+	if body := deaf.do(adminReq(http.MethodGet, "/v1/admin/status", "")).Body.String(); !strings.Contains(body, `"live":"no_vad"`) {
+		t.Errorf("admin status without a voice detector: %s", body)
+	}
 	req = httptest.NewRequest(http.MethodPost, "/v1/live/ticket", nil)
 	req.Header.Set(HeaderAPIKey, liveKey)
 	if rec := deaf.do(req); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), CodeNotReady) {
@@ -445,6 +496,26 @@ func TestLiveOriginAndSwitches(t *testing.T) {
 	if c, status := le.dial(t, tk, nil); c == nil {
 		t.Errorf("the ticket of the plain GET was spent: %d", status)
 	}
+}
+
+// liveListed returns the LiveListening field of the key hash in the admin
+// key list, as JSON ("true", "false"; "" when the key is not listed).
+func liveListed(t *testing.T, le *liveEnv, hash string) string {
+	t.Helper()
+	rec := le.do(adminReq(http.MethodGet, "/v1/admin/keys", ""))
+	var list struct {
+		Items []struct {
+			APIKeyHash    string
+			LiveListening json.RawMessage
+		}
+	}
+	decode(t, rec, &list)
+	for _, k := range list.Items {
+		if k.APIKeyHash == hash {
+			return string(k.LiveListening)
+		}
+	}
+	return ""
 }
 
 // TestLiveKeySwitchedOffClosesSessions: switching a key off closes its

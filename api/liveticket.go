@@ -94,6 +94,19 @@ func (s *Server) liveAllowed(key store.APIKey) error {
 	return nil
 }
 
+// liveState says whether this box opens live sessions, for the admin
+// status: "off" (REPLYD_LIVE=off), "no_vad" (no voice detection model) or
+// "on". A key's own switch is in the key list.
+func (s *Server) liveState() string {
+	switch {
+	case s.liveOff:
+		return "off"
+	case s.voice == nil:
+		return "no_vad"
+	}
+	return "on"
+}
+
 // takeLiveTicket trades the ticket of the socket's URL for its key. Every
 // refusal is a failed authentication of the client address.
 func (s *Server) takeLiveTicket(c echo.Context) (store.APIKey, error) {

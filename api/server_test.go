@@ -133,7 +133,7 @@ func TestStatus(t *testing.T) {
 	  "engines":[{"name":"llm","model":"/models/demo/llm-demo.gguf","ready":true,"demo":true,"backend":"cpu","loaded_at":"0001-01-01T00:00:00Z"},
 	             {"name":"stt","model":"/models/w.bin","ready":false,"demo":false,"error":"no such file","loaded_at":"0001-01-01T00:00:00Z"}],
 	  "queue_depth":2,"data_file":"/var/lib/replyd/replyd.db","data_file_bytes":`+strconv.FormatInt(size, 10)+`,"otp_channel":"console","totp_enrolled":false,"tls":false,
-	  "tls_ca_fingerprint":"","m4a":false,"cors_origins":[],
+	  "tls_ca_fingerprint":"","m4a":false,"cors_origins":[],"live":"no_vad",
 	  "limits":{"max_body_bytes":26214400,"max_payload_bytes":1048576,"max_audio_seconds":120,"max_messages":200,"max_content_chars":4000,
 	            "max_candidates":8,"default_candidates":3,"infer_timeout_seconds":30,"session_ttl_seconds":43200}}`)
 }

@@ -181,8 +181,12 @@ type statusResponse struct {
 	// M4A tells whether M4A/AAC uploads can be decoded (ffmpeg installed).
 	M4A bool `json:"m4a"`
 	// CORSOrigins are the origins allowed to call the tablet routes.
-	CORSOrigins []string   `json:"cors_origins"`
-	Limits      limitsView `json:"limits"`
+	CORSOrigins []string `json:"cors_origins"`
+	// Live is live listening on this box (liveState): "on", "off"
+	// (REPLYD_LIVE=off) or "no_vad" (no voice detection model: sessions
+	// are refused until it loads).
+	Live   string     `json:"live"`
+	Limits limitsView `json:"limits"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -214,6 +218,7 @@ func (s *Server) handleStatus(c echo.Context) error {
 		TLS:           s.tls,
 		M4A:           s.m4aAvailable(),
 		CORSOrigins:   append([]string{}, s.corsOrigins...),
+		Live:          s.liveState(),
 		Limits: limitsView{
 			MaxBodyBytes:      s.limits.MaxBodyBytes,
 			MaxPayloadBytes:   s.limits.MaxPayloadBytes,

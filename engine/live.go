@@ -58,7 +58,9 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, err
 	if err != nil {
 		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 	}
-	p.ahead(ctx, req, msgs, h.reserve)()
+	// Its prompt work is speculative too: at PriorityAhead it would wait
+	// for the cores this very transcription holds and cancel it.
+	p.ahead(WithPriority(ctx, PrioritySpeculative), req, msgs, h.reserve)()
 	t0 := p.now()
 	tr, err := p.STT.Transcribe(ctx, pcm, TranscribeOptions{Language: req.Profile.Language, Threads: threads, Grow: grow})
 	end()

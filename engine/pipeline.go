@@ -193,6 +193,9 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 	if err != nil {
 		return err
 	}
+	// The language model serves one job at a time: a speculative pass's
+	// prompt work must not keep this request waiting.
+	p.sched().StopSpeculative()
 	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, lang, msgs, examples, reserve))
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens

@@ -503,3 +503,37 @@ func (s *Scheduler) takeSTTTurn(ctx context.Context) (want int, err error) {
 	}
 	return want, nil
 }
+
+type priorityKey struct{}
+
+// WithPriority returns ctx carrying p: the priority at which the work done
+// for ctx ahead of its request waits for cores (PriorityOf). A speculative
+// pass marks its prompt work so, so that it never outranks, and never
+// cancels, its own transcription or anybody's committed work.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// PriorityOf returns the priority ctx carries (WithPriority), or def.
+func PriorityOf(ctx context.Context, def Priority) Priority {
+	if p, ok := ctx.Value(priorityKey{}).(Priority); ok {
+		return p
+	}
+	return def
+}
+
+// StopSpeculative cancels the speculative transcription that holds the
+// transcription's turn, if any, with its prompt work: committed work has
+// arrived. A committed language-model request calls it before it queues
+// for the language model, which serves one job at a time.
+func (s *Scheduler) StopSpeculative() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	stop := s.specCancel
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -430,5 +431,51 @@ func TestSpeculativeTranscriptionGivesWay(t *testing.T) {
 	}
 	if s.Free() != 2 {
 		t.Fatalf("free %d at the end", s.Free())
+	}
+}
+
+// TestSpeculativePromptWorkKeepsItsPass: the prompt work a speculative
+// pass queues (marked WithPriority(PrioritySpeculative)) waits behind the
+// pass's own transcription without canceling it (at PriorityAhead it would:
+// every speculative pass with its prompt to evaluate canceled itself), and
+// a committed language-model request stops the pass (StopSpeculative).
+func TestSpeculativePromptWorkKeepsItsPass(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{Cores: 2})
+	ctx := context.Background()
+	var canceled atomic.Int32
+	_, _, end, err := s.BeginSpeculativeTranscription(ctx, func() { canceled.Add(1) })
+	if err != nil || s.Free() != 0 {
+		t.Fatalf("err %v, free %d", err, s.Free())
+	}
+	wctx, stop := context.WithCancel(WithPriority(ctx, PrioritySpeculative))
+	waited := make(chan error)
+	go func() {
+		n, err := s.AcquireAt(wctx, PriorityOf(wctx, PriorityAhead), 1, 2)
+		if err == nil {
+			s.Release(n)
+		}
+		waited <- err
+	}()
+	for s.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if n := canceled.Load(); n != 0 {
+		t.Fatalf("the pass's own prompt work canceled it %d times", n)
+	}
+	if p := PriorityOf(ctx, PriorityAhead); p != PriorityAhead {
+		t.Fatalf("PriorityOf an unmarked context: %v", p)
+	}
+	s.StopSpeculative()
+	if n := canceled.Load(); n != 1 {
+		t.Fatalf("StopSpeculative canceled the pass %d times, want 1", n)
+	}
+	stop()
+	if err := <-waited; err == nil {
+		t.Fatal("the prompt work got cores the pass still held")
+	}
+	end()
+	s.StopSpeculative() // no pass: nothing to stop
+	if n := canceled.Load(); n != 1 || s.Free() != 2 {
+		t.Fatalf("canceled %d, free %d at the end", n, s.Free())
 	}
 }

@@ -64,7 +64,9 @@ func (r *run) decode() error {
 	n := r.held
 	switch {
 	case r.ahead:
-		got, err := cpu.AcquireAt(r.ctx, engine.PriorityAhead, max(r.minThreads, 1), r.e.opts.Threads)
+		// Prompt work ahead of a committed turn, or of a speculative pass
+		// (engine.WithPriority), one chunk at a time.
+		got, err := cpu.AcquireAt(r.ctx, engine.PriorityOf(r.ctx, engine.PriorityAhead), max(r.minThreads, 1), r.e.opts.Threads)
 		if err != nil {
 			return canceled(err)
 		}

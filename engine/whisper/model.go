@@ -26,6 +26,7 @@
 package whisper
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -115,6 +116,11 @@ type Model struct {
 	// (base) and may grow through grow (TranscribeOptions) between steps.
 	threads, maxThreads, base int
 	grow                      func(most int) int
+	// stop is the running transcription's context, which the encoder
+	// checks between its steps (encoderStep); nil outside Transcribe.
+	// stopped is its error once the encoder stopped for it.
+	stop    context.Context
+	stopped error
 	// grown counts the steps that asked to grow, and those that ran on
 	// lent cores (for the debug log).
 	grown struct{ asked, lent int }

@@ -222,9 +222,12 @@ func (m *Model) encBuf(i, n int) []float32 {
 
 // encode runs the encoder on one window's log-mel input ([n_mels][3000])
 // and returns its output, [n_audio_ctx][d], in a scratch buffer that the
-// next call overwrites.
+// next call overwrites; nil when the transcription was canceled between
+// two of its steps (encoderStep).
 func (m *Model) encode(mel []float32) []float32 {
-	m.encoderStep()
+	if !m.encoderStep() {
+		return nil
+	}
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
 	T := hp.NAudioCtx
@@ -266,7 +269,9 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	x := m.encBuf(2, T*d)
-	m.encoderStep()
+	if !m.encoderStep() {
+		return nil
+	}
 	convOut(x, col, T, d, d*3, m.conv2w, m.conv2b)
 	addInto(x, m.encPos[:T*d])
 
@@ -281,15 +286,17 @@ func (m *Model) encode(mel []float32) []float32 {
 	hd := d / nh
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := range m.enc {
-		if l > 0 {
-			m.encoderStep()
+		if l > 0 && !m.encoderStep() {
+			return nil
 		}
 		b := &m.enc[l]
 		layerNormInto(h, x, T, d, b.attnLn)
 		m.linear(q, h, T, b.attn.q, b.attn.qb)
 		m.linear(k, h, T, b.attn.k, nil)
 		m.linear(v, h, T, b.attn.v, b.attn.vb)
-		m.encoderStep()
+		if !m.encoderStep() {
+			return nil
+		}
 		for hh := 0; hh < nh; hh++ {
 			o := hh * hd
 			sgemmNT(T, T, hd, q[o:], d, k[o:], d, scores, T, false)
@@ -301,7 +308,9 @@ func (m *Model) encode(mel []float32) []float32 {
 		m.linear(h, a, T, b.attn.o, b.attn.ob)
 		addInto(x, h)
 		layerNormInto(h, x, T, d, b.mlpLn)
-		m.encoderStep()
+		if !m.encoderStep() {
+			return nil
+		}
 		m.linear(ff, h, T, b.fc1, b.fc1b)
 		parallel(m.threads, T, func(lo, hi int) { gelu(ff[lo*4*d : hi*4*d]) })
 		m.linear(h, ff, T, b.fc2, b.fc2b)
@@ -312,10 +321,21 @@ func (m *Model) encode(mel []float32) []float32 {
 }
 
 // encoderStep is a point between the encoder's steps: it may grow (see
-// growThreads), and OpenBLAS runs what the next products run.
-func (m *Model) encoderStep() {
+// growThreads), and OpenBLAS runs what the next products run. It returns
+// false when the transcription's context has ended: the encoder stops
+// there, so that a canceled pass (a speculative one giving way to
+// committed work) gives its cores up within one step (half a layer)
+// rather than after the whole encoder.
+func (m *Model) encoderStep() bool {
+	if m.stop != nil {
+		if m.stopped = m.stop.Err(); m.stopped != nil {
+			m.stopBLAS()
+			return false
+		}
+	}
 	m.growThreads()
 	m.syncBLAS()
+	return true
 }
 
 // decState is the decoder's state for one window: the self-attention KV

@@ -88,7 +88,8 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		}
 	}
 	m.start(opts)
-	defer func() { m.grow = nil }()
+	m.stop = ctx
+	defer func() { m.grow, m.stop, m.stopped = nil, nil, nil }()
 	lang, warning := m.language(opts.Language)
 	res, err := m.runWith(ctx, pcm, lang, m.maxTok, m.fallback)
 	if err != nil {
@@ -246,6 +247,9 @@ func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens 
 		t1 := time.Now()
 		mel.window(seek, input)
 		enc := m.encode(input)
+		if enc == nil {
+			return nil, m.stopped // canceled between the encoder's steps
+		}
 		st := m.newDecState(enc)
 		m.shrink()
 		res.encDur += time.Since(t1)

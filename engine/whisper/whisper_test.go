@@ -246,15 +246,27 @@ func TestTranscribeCancellation(t *testing.T) {
 	m := loadDemo(t, Options{Threads: 1})
 	pcm := chirp(2)
 
-	// Canceled while decoding: the loop checks ctx before the first window
-	// and before each token, so the 3rd check (2nd token) stops it.
+	// Canceled in the encoder: Transcribe checks ctx before the first
+	// window and between the encoder's steps (encoderStep), so the 3rd
+	// check (the encoder's second step) stops it there, within one step
+	// of the cancellation (a speculative pass giving way).
 	ctx := &countdownCtx{Context: context.Background(), n: 3}
 	_, err := m.Transcribe(ctx, pcm, engine.TranscribeOptions{})
 	if engine.KindOf(err) != engine.KindCanceled {
-		t.Fatalf("canceled mid-window: err = %v", err)
+		t.Fatalf("canceled in the encoder: err = %v", err)
 	}
 	if got := ctx.calls.Load(); got != 3 {
 		t.Fatalf("ctx.Err called %d times; the transcription did not stop at the first canceled check", got)
+	}
+
+	// Canceled while decoding: run checks ctx before the first window and
+	// before each token, so the 3rd check (2nd token) stops it.
+	ctx = &countdownCtx{Context: context.Background(), n: 3}
+	if _, err := m.run(ctx, pcm, -1, 4); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled mid-window: err = %v", err)
+	}
+	if got := ctx.calls.Load(); got != 3 {
+		t.Fatalf("ctx.Err called %d times in the decoder; it did not stop at the first canceled check", got)
 	}
 
 	// Canceled between windows: 37 s has two windows; count the checks of an

@@ -276,6 +276,9 @@ async function main() {
     const hook = await startWebhook();
     cleanups.push(hook.close);
     const adminKey = crypto.randomBytes(24).toString('base64url');
+    // Live listening needs the voice detector: the keys view switches it per key.
+    const vadModel = path.join(root, 'models', 'silero_vad_v5.onnx');
+    check(fs.existsSync(vadModel), `${vadModel} is missing: run scripts/deps.sh (or make vad-model)`);
     const replyd = await startReplyd({
       REPLYD_ADDR: `127.0.0.1:${await freePort()}`,
       REPLYD_DATA_DIR: path.join(tmp, 'data'),
@@ -285,6 +288,7 @@ async function main() {
       REPLYD_OTP_CHANNEL: 'webhook',
       REPLYD_OTP_WEBHOOK_URL: hook.url,
       REPLYD_OTP_RESEND_INTERVAL: '3s',
+      REPLYD_VAD_MODEL: vadModel,
     }, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
@@ -411,6 +415,7 @@ async function main() {
       const facts = await page.$$eval('#status-facts > div', (ds) => Object.fromEntries(ds.map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])));
       for (const k of ['Version', 'Box', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
       check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
+      equal(facts['Live listening'], 'on', 'live listening on the box (REPLYD_LIVE unset, the voice detector loaded)');
       const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
       for (const r of rows) {
         check(/Loaded/.test(r), `engine not loaded: ${r}`);
@@ -544,6 +549,46 @@ async function main() {
       await answered('/v1/admin/keys', null, () => page.click('#keys-refresh'));
       const used = await row.locator('td[data-label="Last used"]').textContent();
       check(/\d/.test(used), `"Last used" of a key just used: "${used}"`);
+    });
+
+    await step('keys: live listening is switched off and on again per key, as the API says; axe finds nothing either way', async () => {
+      const row = page.locator(`#keys-table tr[data-hash="${revokeKey.hash}"]`);
+      const sw = row.locator('input[role="switch"]');
+      const listed = async () => {
+        const list = await apiJSON(base, 'GET', '/v1/admin/keys', { 'X-ADMIN-SESSION': token });
+        equal(list.status, 200, 'GET /v1/admin/keys');
+        return list.json.items.find((k) => k.APIKeyHash === revokeKey.hash)?.LiveListening;
+      };
+      const ticket = async () => {
+        const r = await fetch(`${base}/v1/live/ticket`, { method: 'POST', headers: { 'X-API-KEY': revokeKey.key } });
+        await r.arrayBuffer();
+        return r.status;
+      };
+      if (await page.isVisible('#key-created')) await page.click('#key-created-done');
+      equal(await listed(), true, 'LiveListening of a new key');
+      check(await sw.isChecked(), 'the live switch of a new key is off');
+      equal(await sw.getAttribute('aria-label'), `Live listening for e2e-revoke-${nonce}`, "the switch's accessible name");
+      equal((await row.locator('td[data-label="Live listening"]').textContent()).trim(), 'on', 'the state beside the switch');
+
+      await answered('/v1/admin/keys', null, () => sw.click());
+      await until(async () => /Live listening is off for/.test(await page.textContent('#keys-msg')), 'the "switched off" note');
+      check(!(await sw.isChecked()), 'the switch after switching off');
+      equal((await row.locator('td[data-label="Live listening"]').textContent()).trim(), 'off', 'the state beside the switch after switching off');
+      equal(await listed(), false, 'LiveListening after switching off');
+      equal(await ticket(), 403, 'a live ticket for the key switched off');
+      await checkLabels('keys, live listening off');
+      await checkContrast('keys, live listening off');
+      await checkAxe('keys, live listening off');
+      await shot('03b-keys-live-off-desktop');
+
+      // The keyboard switches it back on (Space on a focused switch).
+      await sw.focus();
+      await answered('/v1/admin/keys', null, () => page.keyboard.press('Space'));
+      await until(async () => /Live listening is on for/.test(await page.textContent('#keys-msg')), 'the "switched on" note');
+      check(await sw.isChecked(), 'the switch after switching on again');
+      equal(await listed(), true, 'LiveListening after switching on again');
+      equal(await ticket(), 201, 'a live ticket for the key switched on again');
+      await checkAxe('keys, live listening on again');
     });
 
     await step('keys: a second key with the same client name is created with a warning', async () => {

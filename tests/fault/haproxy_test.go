@@ -44,8 +44,9 @@ type lb struct {
 // startHAProxy runs scripts/haproxy.cfg with a fresh self-signed
 // certificate in front of c's boxes, and a client that trusts it and
 // connects from 127.0.0.2 (the "tablet"; HAProxy reaches the boxes from
-// 127.0.0.1). It waits until HAProxy answers /healthz.
-func startHAProxy(t *testing.T, c *cluster) *lb {
+// 127.0.0.1). env adds NAME=value settings of the file (such as
+// REPLYD_LB_TUNNEL_TIMEOUT). It waits until HAProxy answers /healthz.
+func startHAProxy(t *testing.T, c *cluster, env ...string) *lb {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -75,6 +76,7 @@ func startHAProxy(t *testing.T, c *cluster) *lb {
 	cmd := exec.Command(bin, "-db", "-f", filepath.Join(repoRoot, "scripts", "haproxy.cfg"))
 	cmd.Env = append(os.Environ(), "REPLYD_LB_BIND="+addr, "REPLYD_LB_CERT="+certFile,
 		"REPLYD_BOX_A="+c.a.Addr, "REPLYD_BOX_B="+c.b.Addr)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = l.out, l.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -52,11 +52,41 @@ function render(items) {
       // LastUsedAt is written at most once a minute per key.
       h('td', { 'data-label': t('admin.lastUsed') }, timeEl(k.LastUsedAt) || t('admin.never')),
       h('td', { 'data-label': t('admin.keyHash'), class: 'mono', title: k.APIKeyHash, text: shortHash(k.APIKeyHash) }),
+      h('td', { 'data-label': t('admin.liveListening'), class: 'live-cell' }, liveSwitch(k, active)),
       h('td', { class: 'actions' }, active
         ? h('button', { type: 'button', class: 'danger small', 'aria-label': t('admin.revokeKeyOf', { client: k.ClientID }), text: t('admin.revoke'), onclick: () => revoke(k) })
         : ''),
     );
   }));
+}
+
+/** The key's live listening switch (the user's consent to the tablet
+ * streaming the microphone): a checkbox with the switch role and its state
+ * in words beside it. A revoked key shows its state only. */
+function liveSwitch(k, active) {
+  if (typeof k.LiveListening !== 'boolean') return '–';
+  const state = h('span', { class: 'live-state', 'aria-hidden': 'true', text: k.LiveListening ? t('admin.on') : t('admin.off') });
+  if (!active) return state;
+  const input = h('input', {
+    type: 'checkbox', role: 'switch', class: 'live-switch', checked: k.LiveListening,
+    'aria-label': t('admin.liveOfKey', { client: k.ClientID || t('admin.noClientId') }),
+    onchange: (ev) => switchLive(k, ev.target),
+  });
+  return h('label', { class: 'live-toggle' }, input, state);
+}
+
+async function switchLive(k, input) {
+  const enabled = input.checked;
+  input.disabled = true;
+  const client = k.ClientID || t('admin.noClientId');
+  try {
+    await api('PUT', `/v1/admin/keys/${encodeURIComponent(k.APIKeyHash)}/live`, { json: { enabled } });
+    showError($('#keys-error'), null);
+    $('#keys-msg').textContent = t(enabled ? 'admin.liveSwitchedOn' : 'admin.liveSwitchedOff', { client });
+  } catch (err) {
+    showError($('#keys-error'), err);
+  }
+  await load();
 }
 
 async function revoke(k) {

@@ -35,6 +35,15 @@ function storageState(s) {
   return [h('span', { class: 'badge ok', text: t('admin.storageOk') }), free];
 }
 
+// liveState is live listening on this box (REPLYD_LIVE); each key has its
+// own switch in the keys view.
+function liveState(live) {
+  if (live === 'on') return h('span', { class: 'badge ok', text: t('admin.on') });
+  if (live === 'off') return [h('span', { class: 'badge', text: t('admin.off') }), ' ', h('code', { translate: 'no', text: 'REPLYD_LIVE=off' })];
+  if (live === 'no_vad') return h('span', { class: 'badge warn', text: t('admin.liveNoVad') });
+  return '–';
+}
+
 async function load() {
   const err = $('#status-error');
   try {
@@ -52,6 +61,7 @@ async function load() {
       fact('HTTPS', s.tls ? t('admin.on') : t('admin.off')),
       fact(t('admin.m4aUploads'), s.m4a ? t('admin.yes') : t('admin.noFfmpeg')),
       fact(t('admin.corsOrigins'), (s.cors_origins || []).length ? s.cors_origins.join(', ') : t('admin.noneValue')),
+      fact(t('admin.liveListening'), liveState(s.live)),
     );
     const fp = $('#status-ca');
     fp.hidden = !s.tls_ca_fingerprint;
