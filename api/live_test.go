@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -705,5 +706,56 @@ func TestLiveOutlivesServerTimeouts(t *testing.T) {
 	go func() { _ = hs.Shutdown(context.Background()) }()
 	if code := closeCode(t, c); code != websocket.StatusGoingAway {
 		t.Errorf("close code at shutdown %d", code)
+	}
+}
+
+// metricValue returns the value of the /metrics series line that starts
+// with series (name and labels), or -1 when there is none.
+func metricValue(t *testing.T, e *env, series string) float64 {
+	t.Helper()
+	rec := e.do(adminReq("GET", "/metrics", ""))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// TestLiveWorkStartReported: the time from the arrival of a turn's last
+// voiced audio to the start of the pass whose transcript the turn uses is
+// observed once a turn, labelled by that pass: the speculative pass of the
+// pause when it was kept, the final pass when the client ended the turn
+// with no pause. Silence that arrives 150 ms after the voice was written puts
+// the speculative pass about that late.
+func TestLiveWorkStartReported(t *testing.T) {
+	le := newLiveEnv(t)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, pcm(1.024, true)) // 32 whole windows of voice
+	time.Sleep(150 * time.Millisecond)
+	sendAudio(t, c, pcm(1, false))
+	names, _ := events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	spec := `replyd_live_work_start_seconds_count{pass="speculative"}`
+	waitFor(t, func() bool { return metricValue(t, le.env, spec) == 1 })
+	if sum := metricValue(t, le.env, `replyd_live_work_start_seconds_sum{pass="speculative"}`); sum < 0.1 || sum > 5 { // the server reads the voice a little after it was written
+		t.Errorf("the speculative pass started %.3f s after the voice; the silence came 0.15 s after it", sum)
+	}
+	// Voice, then the client ends the turn: no pause, a final pass.
+	sendAudio(t, c, pcm(1, true))
+	write(t, c, websocket.MessageText, []byte(`{"type":"end"}`))
+	names, _ = events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	waitFor(t, func() bool { return metricValue(t, le.env, `replyd_live_work_start_seconds_count{pass="final"}`) == 1 })
+	if n := metricValue(t, le.env, spec); n != 1 {
+		t.Errorf("%s = %v after a turn without a pause", spec, n)
 	}
 }

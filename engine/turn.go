@@ -146,12 +146,13 @@ type TurnDetector struct {
 	pre     []float32 // the last PreRoll of audio, while not in a turn
 	turn    []float32 // the candidate's or turn's audio
 
-	inSpeech  bool // the last decided window was speech
-	candidate bool // speech heard, turn not yet started
-	started   bool // TurnStart sent
-	speech    int  // samples of speech in the candidate
-	silence   int  // samples of silence since the last speech window
-	paused    bool // TurnPause sent and no speech since
+	inSpeech  bool  // the last decided window was speech
+	candidate bool  // speech heard, turn not yet started
+	started   bool  // TurnStart sent
+	speech    int   // samples of speech in the candidate
+	silence   int   // samples of silence since the last speech window
+	paused    bool  // TurnPause sent and no speech since
+	voiced    int64 // windows decided as voice since the detector began
 
 	endSilence, pause, minSpeech, preRoll, maxTurn int
 }
@@ -173,6 +174,13 @@ func (d *TurnDetector) Held() int { return len(d.pending) + len(d.pre) + len(d.t
 
 // InTurn reports whether a turn has started and not ended.
 func (d *TurnDetector) InTurn() bool { return d.started }
+
+// Voiced returns how many windows the detector has decided were voice
+// since it began (Reset does not restart the count). A caller that notes
+// the count before and after Push, or inside an event's callback, knows
+// whether the samples it pushed held voice: live sessions time their work
+// from the arrival of the last voiced window.
+func (d *TurnDetector) Voiced() int64 { return d.voiced }
 
 // Windows returns how many whole windows Push would run voice detection
 // on for n more samples.
@@ -224,6 +232,9 @@ func (d *TurnDetector) window(w []float32, emit func(TurnEvent)) {
 		d.inSpeech = true
 	case p < max(d.cfg.Threshold-0.15, 0.01):
 		d.inSpeech = false
+	}
+	if d.inSpeech {
+		d.voiced++
 	}
 	if !d.candidate {
 		if !d.inSpeech {
