@@ -452,15 +452,30 @@ func (sess *liveSession) audio(data []byte) bool {
 		sess.push(pcm, arrived)
 		return true
 	}
-	// Voice detection on live audio comes first of all work.
-	n, err := s.sched.AcquireAt(sess.ctx, engine.PriorityVoice, 1, 1)
-	if err != nil {
+	// Voice detection on live audio comes first of all work. Work that
+	// holds every core without a yield point (a generation: over 20 s on a
+	// loaded box) would stall this reader, which must go on reading for the
+	// session's pongs and controls: after liveVoiceWait the windows run
+	// outside the budget (about 1% of one core a session).
+	wctx, cancel := context.WithTimeout(sess.ctx, liveVoiceWait)
+	n, err := s.sched.AcquireAt(wctx, engine.PriorityVoice, 1, 1)
+	cancel()
+	if sess.ctx.Err() != nil {
+		s.sched.Release(n)
 		return false
+	}
+	if err != nil {
+		n = 0
 	}
 	sess.push(pcm, arrived)
 	s.sched.Release(n)
 	return sess.ctx.Err() == nil
 }
+
+// liveVoiceWait bounds how long a live session's reader waits for a core
+// for voice detection (liveSession.audio): under the 100 ms a page's frame
+// lasts, so the reader keeps up with real time.
+const liveVoiceWait = 50 * time.Millisecond
 
 // push runs the detector on samples that arrived at arrived, noting
 // whether they held voice.

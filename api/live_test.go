@@ -759,3 +759,29 @@ func TestLiveWorkStartReported(t *testing.T) {
 		t.Errorf("%s = %v after a turn without a pause", spec, n)
 	}
 }
+
+// TestLiveVoiceWhileCoresHeld: work that holds every core and never yields
+// (a long generation on a loaded box) does not stall the session's reader:
+// voice detection runs outside the budget after a short wait, and turn
+// after turn is found and answered.
+func TestLiveVoiceWhileCoresHeld(t *testing.T) {
+	sched := engine.NewCores(1)
+	le := newLiveEnv(t, func(o *Options) { o.Sched = sched })
+	n, err := sched.Acquire(context.Background(), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Release(n)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	names, _ := events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	// Another turn with the core still held.
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	names, _ = events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("second turn: events %v", names)
+	}
+}

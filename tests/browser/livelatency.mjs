@@ -107,9 +107,10 @@ function partnerFile(tmp) {
 
 /** The AudioWorklet that finds the end of each utterance in what the page
  * hears: it posts the frame after the last quantum holding sound once
- * 300 ms of zeros followed (and the first frame of sound). Served at
- * /app/__lat-tap.js through a route: the page's CSP allows only its own
- * origin's scripts. */
+ * 300 ms of zeros followed (and the first frame of sound). It is loaded
+ * from a blob: URL, which the page's Content-Security-Policy forbids: the
+ * browser context bypasses the CSP (Playwright's bypassCSP; Playwright's
+ * routes do not see a worklet's module request). */
 const tapCode = `class LatTap extends AudioWorkletProcessor {
   constructor() { super(); this.loud = false; this.end = 0; }
   process(inputs) {
@@ -132,7 +133,7 @@ const tapCode = `class LatTap extends AudioWorkletProcessor {
 registerProcessor('lat-tap', LatTap);`;
 
 /** The page-side instruments, run before the page's own scripts. */
-function instruments() {
+function instruments(code) {
   const T = {
     captures: [], // {at: getUserMedia resolved, ends: [...], starts: [...]}
     shown: {},
@@ -148,7 +149,7 @@ function instruments() {
     },
   };
   window.__lat = T;
-  const tapURL = '/app/__lat-tap.js';
+  const tapURL = URL.createObjectURL(new Blob([code], { type: 'text/javascript' }));
   async function tap(stream, cap) {
     const ctx = new AudioContext();
     cap.stop = () => ctx.close().catch(() => {});
@@ -310,9 +311,8 @@ async function main() {
       timeout: 60000,
     });
     cleanups.push(() => browser.close());
-    const context = await browser.newContext({ permissions: ['microphone'], serviceWorkers: 'block', viewport: { width: 820, height: 1180 } });
-    await context.route('**/app/__lat-tap.js', (route) => route.fulfill({ status: 200, contentType: 'text/javascript', body: tapCode }));
-    await context.addInitScript(instruments);
+    const context = await browser.newContext({ permissions: ['microphone'], serviceWorkers: 'block', bypassCSP: true, viewport: { width: 820, height: 1180 } });
+    await context.addInitScript(instruments, tapCode);
     await context.addInitScript((key) => localStorage.setItem('replyd.app.key', key), apiKey);
     const page = await context.newPage();
     const problems = [];
@@ -388,7 +388,18 @@ async function main() {
       // Alternate which path goes first, so neither always follows the other.
       const order = n % 2 ? ['live', 'upload'] : ['upload', 'live'];
       for (const kind of order) {
-        const r = await turn(kind, n);
+        let r;
+        for (let attempt = 1; !r; attempt++) {
+          try {
+            r = await turn(kind, n);
+          } catch (err) {
+            // A box loaded by other work can pass the page's own timeout:
+            // that turn is tried again, and said so.
+            if (attempt >= 3) throw err;
+            console.log(`${kind} turn ${n}: ${err.message.split('\n')[0]}; trying again (load ${load()})`);
+            if (await page.getAttribute('#live', 'aria-pressed') === 'true') await page.click('#live');
+          }
+        }
         if (n === 0) {
           console.log(`(warm-up) ${kind}: candidates ${ms(r.candidates)} ms`);
           continue;
