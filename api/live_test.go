@@ -636,7 +636,7 @@ func TestLiveSpeculativePass(t *testing.T) {
 	le := newLiveEnv(t)
 	le.inf.holdAhead = true
 	c := le.open(t, livePayload)
-	// Speech, a 300 ms pause (over the 250 ms pause, under the 500 ms
+	// Speech, a 300 ms pause (over the 160 ms pause, under the 500 ms
 	// end), speech again.
 	sendAudio(t, c, append(append(pcm(1, true), pcm(0.3, false)...), pcm(0.5, true)...))
 	names, _ := events(t, c, 1)

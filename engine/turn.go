@@ -59,15 +59,24 @@ type TurnConfig struct {
 // between turns, but pause longer inside a sentence, and a partner talking
 // to an AAC user often slows down. 500 ms is the upper anchor: it splits
 // fewer sentences at a breath, and the speculative pass started at the
-// first 250 ms pause takes back most of the wait when the partner has in
-// fact finished. docs/live.md says how to choose another.
+// first short pause (DefaultPause) takes back most of the wait when the
+// partner has in fact finished. docs/live.md says how to choose another.
 const DefaultEndSilence = 500 * time.Millisecond
+
+// DefaultPause is the default silence at which a speculative pass starts:
+// 5 windows. The work on a turn then starts about 0.3 s after the end of
+// speech, the bound: Silero hears voice about 80 ms past its end,
+// the pause adds 160 ms, the page's 32 ms frame and the socket the rest
+// (make bench-live measures it; at 250 ms it was about 0.35 s). A pass
+// started at a pause inside a sentence is canceled when the voice resumes,
+// and only ever used cores nobody else wanted.
+const DefaultPause = 160 * time.Millisecond
 
 // DefaultTurnConfig returns the defaults.
 func DefaultTurnConfig() TurnConfig {
 	return TurnConfig{
 		EndSilence: DefaultEndSilence,
-		Pause:      250 * time.Millisecond,
+		Pause:      DefaultPause,
 		MinSpeech:  250 * time.Millisecond,
 		PreRoll:    200 * time.Millisecond,
 		MaxTurn:    60 * time.Second,

@@ -41,7 +41,7 @@ func turnEvents(t *testing.T, pcm []float32, cfg engine.TurnConfig) (string, []e
 }
 
 // TestTurnEndsAfterSilence: one spoken question then silence is one turn:
-// it starts, pauses at 250 ms of silence, ends at 500 ms, and the turn's
+// it starts, pauses at the short pause, ends at 500 ms, and the turn's
 // audio holds the question.
 func TestTurnEndsAfterSilence(t *testing.T) {
 	q := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.5, 1.5, 0)
