@@ -663,11 +663,15 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 	defer supersede(nil)
 	defer s.flights.start(sess.key.Hash, req.DialogID, supersede)()
 	if spec != nil {
+		// The pass's results are read only once it is done: a turn whose
+		// context ended first does not wait for it (nor race its writes).
+		reused := false
 		select {
 		case <-spec.done:
+			reused = spec.err == nil && spec.heard != nil
 		case <-ctx.Done():
 		}
-		if spec.err == nil && spec.heard != nil {
+		if reused {
 			req.Heard = spec.heard
 			s.metrics.live.spec.WithLabelValues("reused").Inc()
 			sess.workStarted(voiceEnd, spec.started, "speculative")
@@ -675,7 +679,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
 		}
 	}
-	if req.Heard == nil {
+	if req.Heard == nil && ctx.Err() == nil {
 		sess.workStarted(voiceEnd, time.Now(), "final")
 	}
 	req.OnTranscript = func(h engine.Heard) { sess.send("transcript", newTranscriptEvent(h)) }
