@@ -112,7 +112,6 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 20)
-	workBefore := len(workLines(d.srv.Output()))
 	if err := conn.Write(ctx, websocket.MessageText, payload); err != nil {
 		return eosTimes{}, err
 	}
@@ -140,7 +139,12 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	pcm := d.clip.pcm
 	start := time.Now()
 	eos := start.Add(time.Duration(d.clip.speechEnd) * time.Second / 16000)
+	// A pause inside the clip may end a turn early (jfk.wav holds one of
+	// about 1 s); the turn timed is the one that ends after the speech:
+	// its end_of_turn and the events after it.
 	got := map[string]liveEvent{}
+	ours := false
+	workBefore := len(workLines(d.srv.Output()))
 	tick := time.NewTimer(100 * time.Millisecond)
 	defer tick.Stop()
 	for k := 0; ; {
@@ -148,6 +152,12 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 		case ev := <-events:
 			if ev.name == "error" {
 				return eosTimes{}, fmt.Errorf("error event: %s", ev.data)
+			}
+			if ev.name == "end_of_turn" && ev.at.After(eos) {
+				ours = true
+			}
+			if !ours {
+				continue
 			}
 			if _, ok := got[ev.name]; !ok {
 				got[ev.name] = ev
@@ -193,6 +203,7 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	d.record(words, answer.Transcript, answer.Response)
 	// The server's line of this turn (its output reaches the buffer
 	// through a pipe, maybe after the answer).
+	// (the last line: earlier turns of the clip logged theirs before).
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if w := workLines(d.srv.Output()); len(w) > workBefore {
 			et.WorkStart, et.pass = w[len(w)-1].AfterVoiceMS, w[len(w)-1].Pass

@@ -362,6 +362,10 @@ async function main() {
       if (kind === 'upload') {
         r.sent = T.upload - end;
       } else {
+        // One turn: a box so loaded that the answer took longer than the
+        // file's silence hears the partner again (the file loops).
+        const turns = T.ws.filter((e) => e.event === 'end_of_turn').length;
+        check(turns === 1, `live turn ${n}: ${turns} turns ended before the replies (the fake microphone's file looped)`);
         const eot = T.ws.find((e) => e.event === 'end_of_turn');
         r.sent = eot ? eot.at - end : NaN;
         const tr = T.ws.find((e) => e.event === 'transcript');
@@ -370,7 +374,7 @@ async function main() {
         r.caArrived = ca ? ca.at - end : NaN;
         // replyd's line of this turn: the work on the final turn started.
         await poll(() => workLines(replyd.log()).length > logBefore, 'replyd\'s "live turn work started" line', 10000, 50);
-        const w = workLines(replyd.log()).slice(logBefore).at(-1);
+        const w = workLines(replyd.log())[logBefore];
         r.pass = w.pass;
         r.serverAfterVoice = w.after_voice_ms;
         r.workStart = w.work_start_unix_us / 1000 - (T.origin + end);
