@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -41,6 +42,9 @@ import (
 type eosTimes struct {
 	Sent, Transcript, Candidates, WorkStart float64
 	pass                                    string
+	// turns is how many turns the live path found in the clip (a pause
+	// inside it may end one early; the last is timed).
+	turns int
 }
 
 // quietWait is the conversation page's quiet wait before it uploads a
@@ -144,6 +148,7 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	// its end_of_turn and the events after it.
 	got := map[string]liveEvent{}
 	ours := false
+	turns := 0 // the clip's turns (end_of_turn events)
 	workBefore := len(workLines(d.srv.Output()))
 	tick := time.NewTimer(100 * time.Millisecond)
 	defer tick.Stop()
@@ -151,10 +156,16 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 		select {
 		case ev := <-events:
 			if ev.name == "error" {
+				// An earlier turn of the clip is superseded by the next;
+				// the last turn cannot be.
+				if bytes.Contains(ev.data, []byte(`"superseded"`)) {
+					continue
+				}
 				return eosTimes{}, fmt.Errorf("error event: %s", ev.data)
 			}
-			if ev.name == "end_of_turn" && ev.at.After(eos) {
-				ours = true
+			if ev.name == "end_of_turn" {
+				turns++
+				ours = ours || ev.at.After(eos)
 			}
 			if !ours {
 				continue
@@ -192,7 +203,7 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 		}
 		return float64(ev.at.Sub(eos).Microseconds()) / 1000
 	}
-	et := eosTimes{Sent: since("end_of_turn"), Transcript: since("transcript"), Candidates: since("candidates")}
+	et := eosTimes{Sent: since("end_of_turn"), Transcript: since("transcript"), Candidates: since("candidates"), turns: turns}
 	var answer struct {
 		Transcript *string  `json:"transcript"`
 		Response   []string `json:"response"`
@@ -301,8 +312,15 @@ func benchEOS(ctx context.Context, cfg config, s *server, label, shape string, c
 		med(ups, func(t eosTimes) float64 { return t.Transcript })-med(lives, func(t eosTimes) float64 { return t.Transcript }), "",
 		med(ups, func(t eosTimes) float64 { return t.Candidates })-med(lives, func(t eosTimes) float64 { return t.Candidates }))
 	var passes []string
+	split := 0
 	for _, t := range lives {
 		passes = append(passes, t.pass)
+		if t.turns > 1 {
+			split++
+		}
+	}
+	if split > 0 {
+		fmt.Fprintf(stdout, "live: in %d of %d turns a pause inside the clip ended a turn early (REPLYD_LIVE_END_SILENCE); the last turn, which holds less audio, is timed\n", split, len(lives))
 	}
 	slices.Sort(passes)
 	fmt.Fprintf(stdout, "live: the work on the final turn started %.0f ms (median) after its last voiced audio arrived (passes: %s)\n",
