@@ -39,7 +39,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-long bench-peer fuzz loadtest clean
+.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-live bench-long bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -121,6 +121,17 @@ bench: build qwen-tokenizer
 SYNTH_DIR ?= $(HOME)/.cache/replyd/synth
 bench-latency: build-native qwen-tokenizer
 	$(GO) run ./cmd/benchlatency -bin $(NATIVE_BIN) -models $(SYNTH_DIR) $(BENCH_LATENCY_FLAGS)
+
+# Issue 23's browser measurement: the conversation page in Chromium with a
+# fake microphone playing a spoken question, end of speech to transcript and
+# to replies shown, upload path (Listen) against live path (Listen live),
+# alternately, LIVE_TURNS each, on the synthetic base.en and Qwen2.5-0.5B
+# shapes (tests/browser/livelatency.mjs). It prints figures; it asserts only
+# that both paths answered.
+LIVE_TURNS ?= 5
+bench-live: build-native qwen-tokenizer
+	@scripts/deps.sh test
+	cd tests/browser && REPLYD_BIN=$(CURDIR)/$(NATIVE_BIN) SYNTH_DIR=$(SYNTH_DIR) TURNS=$(LIVE_TURNS) node livelatency.mjs
 
 # A long conversation: LONG_TURNS typed turns of realistic length in one
 # dialog on each shape, every turn printed, turn LONG_TURNS against turn 2.

@@ -269,6 +269,12 @@ type liveSession struct {
 	turn    *liveTurn // the admitted turn being heard, nil when none
 	started time.Time
 	samples int64 // received since started
+	// When the audio message being pushed arrived and the detector's
+	// voiced-window count before it; when the last message holding a
+	// voiced window arrived (voiceEnd).
+	arrived   time.Time
+	voicedAt  int64
+	lastVoice time.Time
 
 	passes sync.WaitGroup // final passes in flight
 	// lastRead is when the last message arrived (Unix nanoseconds).
@@ -287,6 +293,9 @@ type specPass struct {
 	done   chan struct{}
 	heard  *engine.HeardAhead
 	err    error
+	// voiceEnd is when the last voiced window before the pause arrived,
+	// started when the pass began.
+	voiceEnd, started time.Time
 }
 
 // errSessionEnded is the cause of a session context that ended.
@@ -438,19 +447,55 @@ func (sess *liveSession) audio(data []byte) bool {
 		return false
 	}
 	pcm := pcmFromS16LE(data)
+	arrived := time.Now()
 	if sess.det.Windows(len(pcm)) == 0 {
-		sess.det.Push(pcm, sess.onTurn)
+		sess.push(pcm, arrived)
 		return true
 	}
-	// Voice detection on live audio comes first of all work.
-	n, err := s.sched.AcquireAt(sess.ctx, engine.PriorityVoice, 1, 1)
-	if err != nil {
+	// Voice detection on live audio comes first of all work. Work that
+	// holds every core without a yield point (a generation: over 20 s on a
+	// loaded box) would stall this reader, which must go on reading for the
+	// session's pongs and controls: after liveVoiceWait the windows run
+	// outside the budget (about 1% of one core a session).
+	wctx, cancel := context.WithTimeout(sess.ctx, liveVoiceWait)
+	n, err := s.sched.AcquireAt(wctx, engine.PriorityVoice, 1, 1)
+	cancel()
+	if sess.ctx.Err() != nil {
+		s.sched.Release(n)
 		return false
 	}
-	sess.det.Push(pcm, sess.onTurn)
+	if err != nil {
+		n = 0
+	}
+	sess.push(pcm, arrived)
 	s.sched.Release(n)
 	s.metrics.live.observeHeld(sess.det.Held(), sess.det.InTurn())
 	return sess.ctx.Err() == nil
+}
+
+// liveVoiceWait bounds how long a live session's reader waits for a core
+// for voice detection (liveSession.audio): under the 100 ms a page's frame
+// lasts, so the reader keeps up with real time.
+const liveVoiceWait = 50 * time.Millisecond
+
+// push runs the detector on samples that arrived at arrived, noting
+// whether they held voice.
+func (sess *liveSession) push(pcm []float32, arrived time.Time) {
+	sess.arrived, sess.voicedAt = arrived, sess.det.Voiced()
+	sess.det.Push(pcm, sess.onTurn)
+	if sess.det.Voiced() != sess.voicedAt {
+		sess.lastVoice = arrived
+	}
+}
+
+// voiceEnd is when the last voiced window heard so far arrived: the message
+// being pushed when its windows so far held voice, else the last one that
+// did. Called from onTurn.
+func (sess *liveSession) voiceEnd() time.Time {
+	if sess.det.Voiced() != sess.voicedAt {
+		return sess.arrived
+	}
+	return sess.lastVoice
 }
 
 // onTurn handles the detector's events.
@@ -486,9 +531,13 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			spec.cancel()
 			spec = nil
 		}
+		var voiceEnd time.Time
+		if !ev.Cut { // a cut turn's voice goes on
+			voiceEnd = sess.voiceEnd()
+		}
 		sess.passes.Add(1)
 		sess.s.metrics.live.passes.WithLabelValues("final").Inc()
-		go sess.finalPass(t, ev.PCM, spec, sess.payload)
+		go sess.finalPass(t, ev.PCM, spec, sess.payload, voiceEnd)
 	}
 }
 
@@ -543,7 +592,7 @@ func (sess *liveSession) startSpec(pcm []float32) *specPass {
 	}
 	req.PCM = pcm
 	ctx, cancel := context.WithCancel(sess.ctx)
-	sp := &specPass{cancel: cancel, done: make(chan struct{})}
+	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now()}
 	sess.s.metrics.live.passes.WithLabelValues("speculative").Inc()
 	go func() {
 		defer close(sp.done)
@@ -586,8 +635,10 @@ func (sess *liveSession) request(payload []byte) (engine.Request, string, error)
 // finalPass answers a committed turn: the transcript (reusing the
 // speculative pass when the audio did not change), then the candidates. A
 // newer turn of the same key and dialog_id supersedes it, as a newer
-// /v1/infer request does.
-func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, payload []byte) {
+// /v1/infer request does. voiceEnd is when the turn's last voiced window
+// arrived (zero for a turn cut at MaxTurn): the time from it to the start
+// of the work whose transcript the turn uses is reported (workStarted).
+func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, payload []byte, voiceEnd time.Time) {
 	s := sess.s
 	defer sess.passes.Done()
 	start := s.now()
@@ -615,16 +666,24 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 	defer supersede(nil)
 	defer s.flights.start(sess.key.Hash, req.DialogID, supersede)()
 	if spec != nil {
+		// The pass's results are read only once it is done: a turn whose
+		// context ended first does not wait for it (nor race its writes).
+		reused := false
 		select {
 		case <-spec.done:
+			reused = spec.err == nil && spec.heard != nil
 		case <-ctx.Done():
 		}
-		if spec.err == nil && spec.heard != nil {
+		if reused {
 			req.Heard = spec.heard
 			s.metrics.live.spec.WithLabelValues("reused").Inc()
+			sess.workStarted(voiceEnd, spec.started, "speculative")
 		} else {
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
 		}
+	}
+	if req.Heard == nil && ctx.Err() == nil {
+		sess.workStarted(voiceEnd, time.Now(), "final")
 	}
 	req.OnTranscript = func(h engine.Heard) { sess.send("transcript", newTranscriptEvent(h)) }
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
@@ -659,6 +718,22 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 		// The client went away with the answer computed: not a success.
 		err = &Error{Code: CodeCanceled, Message: "the client closed the live session", Err: werr}
 	}
+}
+
+// workStarted reports how long after the turn's last voiced window arrived
+// the work whose transcript the turn uses started (pass: "speculative" when
+// the pass started at the pause became the final one, else "final"): the
+// histogram replyd_live_work_start_seconds and a debug line, which carries
+// both instants (Unix microseconds) for benchmarks that hold the end of
+// speech in another clock (tests/browser/livelatency.mjs).
+func (sess *liveSession) workStarted(voiceEnd, start time.Time, pass string) {
+	if voiceEnd.IsZero() {
+		return
+	}
+	d := max(start.Sub(voiceEnd), 0)
+	sess.s.metrics.live.workStart.WithLabelValues(pass).Observe(d.Seconds())
+	sess.log.Debug("live turn work started", "pass", pass, "after_voice_ms", float64(d.Microseconds())/1000,
+		"voice_end_unix_us", voiceEnd.UnixMicro(), "work_start_unix_us", start.UnixMicro())
 }
 
 // logTurn appends the turn's log entry, as inferLog does for /v1/infer:
@@ -791,8 +866,9 @@ func (sess *liveSession) pinger() {
 
 // liveMetrics are the Prometheus collectors of live listening.
 type liveMetrics struct {
-	sessions prometheus.Gauge
-	spec     *prometheus.CounterVec
+	sessions  prometheus.Gauge
+	spec      *prometheus.CounterVec
+	workStart *prometheus.HistogramVec
 	// passes counts the speech passes live sessions started: the only
 	// way a session makes Whisper or language-model work.
 	passes *prometheus.CounterVec
@@ -828,6 +904,9 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 			Name: "replyd_live_speculative_total",
 			Help: "Speculative speech passes of live turns by outcome: reused by the committed turn, canceled by resumed speech, failed (stopped for committed work, or an error).",
 		}, []string{"outcome"}),
+		workStart: histogramVec("replyd_live_work_start_seconds",
+			"Time from the arrival of a live turn's last voiced audio to the start of the speech pass whose transcript the turn uses, by pass: speculative (started at the first pause and kept) or final (started when the turn ended).",
+			[]float64{.025, .05, .1, .15, .2, .25, .3, .35, .4, .5, .6, .75, 1, 1.5, 2, 5}, "pass"),
 	}
 	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "replyd_live_passes_total",
@@ -843,6 +922,6 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 	for _, st := range []string{"listening", "turn"} {
 		m.heldPeak.WithLabelValues(st)
 	}
-	reg.MustRegister(m.sessions, m.spec, m.passes, m.heldPeak)
+	reg.MustRegister(m.sessions, m.spec, m.workStart, m.passes, m.heldPeak)
 	return m
 }

@@ -362,17 +362,27 @@ func TestLiveNoiseCostsNoWork(t *testing.T) {
 // the exposition m.
 func metricValue(t *testing.T, m, name string) float64 {
 	t.Helper()
+	v, ok := findMetric(t, m, name)
+	if !ok {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	return v
+}
+
+// findMetric returns series' value in the /metrics text m, and whether m
+// has it.
+func findMetric(t *testing.T, m, series string) (float64, bool) {
+	t.Helper()
 	for _, line := range strings.Split(m, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%s: %v", line, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
+	return 0, false
 }
 
 // TestLiveTicketRefusals: the ticket is the only way in, works once, on
@@ -706,7 +716,7 @@ func TestLiveSpeculativePass(t *testing.T) {
 	le := newLiveEnv(t)
 	le.inf.holdAhead = true
 	c := le.open(t, livePayload)
-	// Speech, a 300 ms pause (over the 250 ms pause, under the 500 ms
+	// Speech, a 300 ms pause (over the 160 ms pause, under the 500 ms
 	// end), speech again.
 	sendAudio(t, c, append(append(pcm(1, true), pcm(0.3, false)...), pcm(0.5, true)...))
 	names, _ := events(t, c, 1)
@@ -776,5 +786,76 @@ func TestLiveOutlivesServerTimeouts(t *testing.T) {
 	go func() { _ = hs.Shutdown(context.Background()) }()
 	if code := closeCode(t, c); code != websocket.StatusGoingAway {
 		t.Errorf("close code at shutdown %d", code)
+	}
+}
+
+// scrapeMetric returns the value of e's /metrics series (name and labels),
+// or -1 while it has no sample.
+func scrapeMetric(t *testing.T, e *env, series string) float64 {
+	t.Helper()
+	rec := e.do(adminReq("GET", "/metrics", ""))
+	if v, ok := findMetric(t, rec.Body.String(), series); ok {
+		return v
+	}
+	return -1
+}
+
+// TestLiveWorkStartReported: the time from the arrival of a turn's last
+// voiced audio to the start of the pass whose transcript the turn uses is
+// observed once a turn, labelled by that pass: the speculative pass of the
+// pause when it was kept, the final pass when the client ended the turn
+// with no pause. Silence that arrives 150 ms after the voice was written puts
+// the speculative pass about that late.
+func TestLiveWorkStartReported(t *testing.T) {
+	le := newLiveEnv(t)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, pcm(1.024, true)) // 32 whole windows of voice
+	time.Sleep(150 * time.Millisecond)
+	sendAudio(t, c, pcm(1, false))
+	names, _ := events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	spec := `replyd_live_work_start_seconds_count{pass="speculative"}`
+	waitFor(t, func() bool { return scrapeMetric(t, le.env, spec) == 1 })
+	if sum := scrapeMetric(t, le.env, `replyd_live_work_start_seconds_sum{pass="speculative"}`); sum < 0.1 || sum > 5 { // the server reads the voice a little after it was written
+		t.Errorf("the speculative pass started %.3f s after the voice; the silence came 0.15 s after it", sum)
+	}
+	// Voice, then the client ends the turn: no pause, a final pass.
+	sendAudio(t, c, pcm(1, true))
+	write(t, c, websocket.MessageText, []byte(`{"type":"end"}`))
+	names, _ = events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	waitFor(t, func() bool { return scrapeMetric(t, le.env, `replyd_live_work_start_seconds_count{pass="final"}`) == 1 })
+	if n := scrapeMetric(t, le.env, spec); n != 1 {
+		t.Errorf("%s = %v after a turn without a pause", spec, n)
+	}
+}
+
+// TestLiveVoiceWhileCoresHeld: work that holds every core and never yields
+// (a long generation on a loaded box) does not stall the session's reader:
+// voice detection runs outside the budget after a short wait, and turn
+// after turn is found and answered.
+func TestLiveVoiceWhileCoresHeld(t *testing.T) {
+	sched := engine.NewCores(1)
+	le := newLiveEnv(t, func(o *Options) { o.Sched = sched })
+	n, err := sched.Acquire(context.Background(), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Release(n)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	names, _ := events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	// Another turn with the core still held.
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	names, _ = events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("second turn: events %v", names)
 	}
 }

@@ -59,15 +59,24 @@ type TurnConfig struct {
 // between turns, but pause longer inside a sentence, and a partner talking
 // to an AAC user often slows down. 500 ms is the upper anchor: it splits
 // fewer sentences at a breath, and the speculative pass started at the
-// first 250 ms pause takes back most of the wait when the partner has in
-// fact finished. docs/live.md says how to choose another.
+// first short pause (DefaultPause) takes back most of the wait when the
+// partner has in fact finished. docs/live.md says how to choose another.
 const DefaultEndSilence = 500 * time.Millisecond
+
+// DefaultPause is the default silence at which a speculative pass starts:
+// 5 windows. The work on a turn then starts about 0.3 s after the end of
+// speech, the bound: Silero hears voice about 80 ms past its end,
+// the pause adds 160 ms, the page's 32 ms frame and the socket the rest
+// (make bench-live measures it; at 250 ms it was about 0.35 s). A pass
+// started at a pause inside a sentence is canceled when the voice resumes,
+// and only ever used cores nobody else wanted.
+const DefaultPause = 160 * time.Millisecond
 
 // DefaultTurnConfig returns the defaults.
 func DefaultTurnConfig() TurnConfig {
 	return TurnConfig{
 		EndSilence: DefaultEndSilence,
-		Pause:      250 * time.Millisecond,
+		Pause:      DefaultPause,
 		MinSpeech:  250 * time.Millisecond,
 		PreRoll:    200 * time.Millisecond,
 		MaxTurn:    60 * time.Second,
@@ -146,12 +155,13 @@ type TurnDetector struct {
 	pre     []float32 // the last PreRoll of audio, while not in a turn
 	turn    []float32 // the candidate's or turn's audio
 
-	inSpeech  bool // the last decided window was speech
-	candidate bool // speech heard, turn not yet started
-	started   bool // TurnStart sent
-	speech    int  // samples of speech in the candidate
-	silence   int  // samples of silence since the last speech window
-	paused    bool // TurnPause sent and no speech since
+	inSpeech  bool  // the last decided window was speech
+	candidate bool  // speech heard, turn not yet started
+	started   bool  // TurnStart sent
+	speech    int   // samples of speech in the candidate
+	silence   int   // samples of silence since the last speech window
+	paused    bool  // TurnPause sent and no speech since
+	voiced    int64 // windows decided as voice since the detector began
 
 	endSilence, pause, minSpeech, preRoll, maxTurn int
 }
@@ -173,6 +183,13 @@ func (d *TurnDetector) Held() int { return len(d.pending) + len(d.pre) + len(d.t
 
 // InTurn reports whether a turn has started and not ended.
 func (d *TurnDetector) InTurn() bool { return d.started }
+
+// Voiced returns how many windows the detector has decided were voice
+// since it began (Reset does not restart the count). A caller that notes
+// the count before and after Push, or inside an event's callback, knows
+// whether the samples it pushed held voice: live sessions time their work
+// from the arrival of the last voiced window.
+func (d *TurnDetector) Voiced() int64 { return d.voiced }
 
 // Windows returns how many whole windows Push would run voice detection
 // on for n more samples.
@@ -224,6 +241,9 @@ func (d *TurnDetector) window(w []float32, emit func(TurnEvent)) {
 		d.inSpeech = true
 	case p < max(d.cfg.Threshold-0.15, 0.01):
 		d.inSpeech = false
+	}
+	if d.inSpeech {
+		d.voiced++
 	}
 	if !d.candidate {
 		if !d.inSpeech {

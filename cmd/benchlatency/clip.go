@@ -19,6 +19,10 @@ type clip struct {
 	wav    []byte
 	words  string // what is said, for -text
 	source string
+	// pcm is the clip at 16 kHz, for the live path; speechEnd is where its
+	// sound ends (samples).
+	pcm       []float32
+	speechEnd int
 }
 
 // jfkWords is what jfk.wav says.
@@ -34,8 +38,9 @@ func partnerClip(path string, seconds float64) (clip, error) {
 		}
 	}
 	if path == "" {
-		return clip{wav: testaudio.Mono16(16000, testaudio.Voiced(seconds, 16000)), words: jfkWords,
-			source: "synthetic voiced sound"}, nil
+		pcm := testaudio.Voiced(seconds, 16000)
+		return clip{wav: testaudio.Mono16(16000, pcm), words: jfkWords,
+			source: "synthetic voiced sound", pcm: pcm, speechEnd: soundEnd(pcm)}, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -46,8 +51,37 @@ func partnerClip(path string, seconds float64) (clip, error) {
 		return clip{}, fmt.Errorf("%s: %w", path, err)
 	}
 	pcm = pcm[:min(len(pcm), int(seconds*float64(rate)))]
+	live := resample16k(pcm, rate)
 	return clip{wav: testaudio.Mono16(rate, pcm), words: jfkWords,
-		source: fmt.Sprintf("first %.1f s of %s", float64(len(pcm))/float64(rate), filepath.Base(path))}, nil
+		source: fmt.Sprintf("first %.1f s of %s", float64(len(pcm))/float64(rate), filepath.Base(path)),
+		pcm:    live, speechEnd: soundEnd(live)}, nil
+}
+
+// soundEnd returns the index after the last sample of pcm louder than
+// 0.02 (about -34 dBFS): where the partner's speech ends.
+func soundEnd(pcm []float32) int {
+	for i := len(pcm) - 1; i >= 0; i-- {
+		if pcm[i] > 0.02 || pcm[i] < -0.02 {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// resample16k converts pcm at rate to 16 kHz by linear interpolation (the
+// conversation page does the same when its audio runs at another rate).
+func resample16k(pcm []float32, rate int) []float32 {
+	if rate == 16000 || len(pcm) < 2 {
+		return pcm
+	}
+	step := float64(rate) / 16000
+	out := make([]float32, 0, int(float64(len(pcm))/step)+1)
+	for pos := 0.0; pos < float64(len(pcm)-1); pos += step {
+		i := int(pos)
+		f := float32(pos - float64(i))
+		out = append(out, pcm[i]*(1-f)+pcm[i+1]*f)
+	}
+	return out
 }
 
 // ensureModel returns the synthesised model of shape in dir, writing it with

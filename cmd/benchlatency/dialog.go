@@ -104,25 +104,7 @@ func newDialog(s *server, key, id string, candidates int, c clip, typed bool) *d
 // event stream, and adds the partner's words and the first candidate to the
 // dialog.
 func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
-	d.n++
-	partner := message{Role: "speaker", Audio: true}
-	words := d.clip.words
-	if d.say != nil {
-		words = d.say(d.n)
-	}
-	if d.typed {
-		partner = message{Role: "speaker", Content: words}
-	}
-	payload, err := json.Marshal(map[string]any{
-		"messages":                  append(slices.Clone(d.history), partner),
-		"dialog_id":                 d.id,
-		"step_id":                   fmt.Sprint(d.n),
-		"language":                  "en",
-		"disabled_person_biography": "Sam, 34, former maths teacher, has ALS and lives at home with his partner Alex.",
-		"persona":                   "dry humour, brief, warm with family",
-		"user_profile":              "likes jazz, chess and strong tea",
-		"options":                   map[string]any{"max_candidates": d.candidates},
-	})
+	payload, words, err := d.next()
 	if err != nil {
 		return turnTimes{}, err
 	}
@@ -192,16 +174,47 @@ func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 		return turnTimes{}, fmt.Errorf("the server logged %d \"generated\" lines for %d turns (is its log level debug and its format json?)", n, d.n)
 	}
 	d.generated, tt.gen = n, g
+	d.record(words, answer.Transcript, answer.Response)
+	return tt, nil
+}
+
+// next starts the dialog's next turn: the payload of the partner's next
+// utterance with the dialog so far, and the words said.
+func (d *dialog) next() ([]byte, string, error) {
+	d.n++
+	partner := message{Role: "speaker", Audio: true}
+	words := d.clip.words
+	if d.say != nil {
+		words = d.say(d.n)
+	}
+	if d.typed {
+		partner = message{Role: "speaker", Content: words}
+	}
+	payload, err := json.Marshal(map[string]any{
+		"messages":                  append(slices.Clone(d.history), partner),
+		"dialog_id":                 d.id,
+		"step_id":                   fmt.Sprint(d.n),
+		"language":                  "en",
+		"disabled_person_biography": "Sam, 34, former maths teacher, has ALS and lives at home with his partner Alex.",
+		"persona":                   "dry humour, brief, warm with family",
+		"user_profile":              "likes jazz, chess and strong tea",
+		"options":                   map[string]any{"max_candidates": d.candidates},
+	})
+	return payload, words, err
+}
+
+// record adds a turn to the dialog: what the partner said (the transcript
+// when there is one, else words) and the first candidate as the reply.
+func (d *dialog) record(words string, transcript *string, response []string) {
 	said := words
-	if answer.Transcript != nil {
-		said = *answer.Transcript
+	if transcript != nil {
+		said = *transcript
 	}
 	reply := "Okay."
-	if len(answer.Response) > 0 && strings.TrimSpace(answer.Response[0]) != "" {
-		reply = answer.Response[0]
+	if len(response) > 0 && strings.TrimSpace(response[0]) != "" {
+		reply = response[0]
 	}
 	d.history = append(d.history, message{Role: "speaker", Content: said}, message{Role: "disabled_person", Content: reply})
-	return tt, nil
 }
 
 // readEvent reads one Server-Sent Event.

@@ -24,6 +24,12 @@
 // their number of sequences), of those step times. A ratio of 1 means that
 // generating costs nothing beyond the decodes themselves.
 //
+// With -live (not with -text) it then times the turn from the end of the
+// partner's speech, on the server with today's defaults: an upload dialog,
+// with the conversation page's quiet wait before its upload added, and a
+// live dialog, whose clip is streamed over /v1/live in real time followed by
+// silence, their turns alternating (live.go).
+//
 // With -long N it runs the long-conversation benchmark instead: one server,
 // one dialog of N typed turns of realistic length (two to four everyday
 // sentences a partner turn, the first candidate taken as the reply), and
@@ -58,6 +64,9 @@ type config struct {
 	logs       string
 	long       int
 	stepRounds int
+	// live adds the turn from the end of speech: the upload path with the
+	// page's quiet wait and the live path (live.go).
+	live bool
 	// baseBin, when set, replaces the overlap comparison: the two servers
 	// are baseBin ("before") and bin ("after"), both with their defaults.
 	baseBin string
@@ -87,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logs, "logs", "", "directory to write each server's log to (with -env REPLYD_LOG_LEVEL=debug, Whisper's mel, encoder and decoder times)")
 	fs.IntVar(&c.long, "long", 0, "run the long-conversation benchmark: one dialog of this many typed turns (e.g. 50)")
 	fs.StringVar(&c.baseBin, "base-bin", "", "compare this replyd binary (\"before\", e.g. built from an older commit) with -bin (\"after\") instead of the overlap on and off, turns alternating in one run")
+	fs.BoolVar(&c.live, "live", false, "also time the turn from the end of the partner's speech: the upload path with the conversation page's quiet wait added, and the live path (/v1/live, the clip streamed in real time); not with -text (its live figures are not yet trusted: see docs/performance.md)")
 	fs.IntVar(&c.stepRounds, "step-rounds", 7, "reference decode steps timed per size and prompt length (the median is used)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -245,6 +255,16 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	for i, s := range servers {
 		if rss, err := s.peakRSS(); err == nil {
 			fmt.Fprintf(stdout, "peak RSS %s: %d MiB\n", variants[i].name, rss>>20)
+		}
+	}
+	if cfg.live && !cfg.text {
+		// On the server with today's defaults (the overlap on, or -bin).
+		i := 0
+		if cfg.baseBin != "" {
+			i = 1
+		}
+		if err := benchEOS(ctx, cfg, servers[i], variants[i].name, shape, clip, stdout); err != nil {
+			return err
 		}
 	}
 	for _, s := range servers {

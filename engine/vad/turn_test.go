@@ -41,7 +41,7 @@ func turnEvents(t *testing.T, pcm []float32, cfg engine.TurnConfig) (string, []e
 }
 
 // TestTurnEndsAfterSilence: one spoken question then silence is one turn:
-// it starts, pauses at 250 ms of silence, ends at 500 ms, and the turn's
+// it starts, pauses at the short pause, ends at 500 ms, and the turn's
 // audio holds the question.
 func TestTurnEndsAfterSilence(t *testing.T) {
 	q := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.5, 1.5, 0)
@@ -121,4 +121,30 @@ func TestNoTurnWithoutSpeech(t *testing.T) {
 			t.Errorf("%s: %d turn events, want none", name, len(evs))
 		}
 	}
+}
+
+// TestVoicedEndsWithTheVoice: the detector's count of voiced windows stops
+// growing within a few windows of the voice's end (Silero's lag), and does
+// not grow in the silence after it: a live session times the work of a
+// turn from the arrival of the last voiced window.
+func TestVoicedEndsWithTheVoice(t *testing.T) {
+	q := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.5, 1.5, 0)
+	d := engine.NewTurnDetector(NewDetector(model(t)).NewVoiceStream(), engine.TurnConfig{})
+	last := 0 // samples fed when Voiced last grew, one window at a time
+	for i := 0; i < len(q); i += WindowSamples {
+		before := d.Voiced()
+		d.Push(q[i:min(i+WindowSamples, len(q))], func(engine.TurnEvent) {})
+		if d.Voiced() > before {
+			last = min(i+WindowSamples, len(q))
+		}
+	}
+	if d.Voiced() == 0 {
+		t.Fatal("no voiced window in a spoken question")
+	}
+	vb := voiceBounds(q)
+	lastAt := float64(last) / SampleRate
+	if lastAt < vb[1] || lastAt > vb[1]+0.25 {
+		t.Errorf("the last voiced window ends at %.3f s; the voice ends at %.3f s", lastAt, vb[1])
+	}
+	t.Logf("last voiced window ends %.0f ms after the voice", (lastAt-vb[1])*1000)
 }

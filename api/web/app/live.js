@@ -7,7 +7,7 @@
 import { pairing } from './client.js';
 
 const RATE = 16000;
-const FRAME = 1600; // samples a message: 100 ms
+const FRAME = 512; // samples a message: 32 ms, one voice-detection window (docs/live.md)
 const KEEPALIVE_MS = 30000;
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
 

@@ -1,0 +1,456 @@
+#!/usr/bin/env node
+// A benchmark of the conversation page (issue 23): how long after the
+// partner stops speaking the AAC user sees the transcript and the replies,
+// on the upload path (Listen: the page records until its loudness test has
+// heard 1.5 s of quiet, then uploads) and on the live path (Listen live:
+// the page streams the microphone and replyd decides when the turn ended),
+// turn by turn alternately, each turn the first of a new dialog, in headless
+// Chromium whose fake microphone plays an espeak-ng question followed by
+// digital silence, against bin/replyd on Whisper base.en- and Qwen2.5-0.5B-
+// shaped synthetic models (`replyd models synth`).
+//
+// The end of speech is taken in the page's own clock: an init script wraps
+// getUserMedia so that every stream the page opens is also fed to an
+// AudioWorklet of the script's, which finds the last render quantum (128
+// frames) holding sound before the silence (the file's silence is digital
+// zeros). The transcript and the replies being shown are timed by a
+// MutationObserver. replyd's debug lines "live turn work started" give, on
+// the live path, when the work on the final turn started (server clock, the
+// same machine) and how long after the last voiced audio arrived; /metrics
+// gives the histogram replyd_live_work_start_seconds.
+//
+// It prints every turn, the medians of each path, their differences and
+// ratios, and the issue's targets met or not. It does not fail on timings:
+// a turn the page gave up on (its 45 s timeout, on a loaded box) is tried
+// once more, then counted as failed; the run fails when a path produced no
+// transcript or no replies at all.
+//
+// Environment: REPLYD_BIN (default ../../bin/replyd), CHROMIUM (default
+// /usr/bin/chromium), SYNTH_DIR (default ~/.cache/replyd/synth; models are
+// written there when missing), TURNS (turns per path, default 5),
+// LLM_SHAPE (default qwen2.5-0.5b), WHISPER_SHAPE (default base.en),
+// REPLYD_LIVE_END_SILENCE (passed to replyd when set).
+import { chromium } from 'playwright-core';
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { check, chromiumArgs, exitWith, freePort, poll, startReplyd } from './harness.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd'));
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const synthDir = process.env.SYNTH_DIR || path.join(os.homedir(), '.cache', 'replyd', 'synth');
+const TURNS = Number(process.env.TURNS || 5);
+const LLM_SHAPE = process.env.LLM_SHAPE || 'qwen2.5-0.5b';
+const WHISPER_SHAPE = process.env.WHISPER_SHAPE || 'base.en';
+const artifacts = path.join(here, 'artifacts', 'livelatency');
+
+// The partner's question, spoken by espeak-ng: about 3 s.
+const QUESTION = 'Would you like some tea or a glass of water before the doctor comes?';
+const LEAD_S = 1.0; // silence before it (the live socket opens meanwhile)
+const TAIL_S = 60; // silence after it: the turn ends before the file loops, even on a loaded box
+// A sample above this is sound (the file's silence is exact zeros; the
+// browser's processing may leave a few least significant bits).
+const SOUND = 4 / 32768;
+
+const load = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+const median = (v) => {
+  const s = v.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (!s.length) return NaN;
+  const n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+};
+const ms = (x) => (Number.isFinite(x) ? String(Math.round(x)) : '-');
+
+/** The synthetic model of shape in synthDir, written by `replyd models
+ * synth` when missing (or, for a language model, written before synth gave
+ * it Qwen's real tokenizer: cmd/benchlatency's hasBPEVocab). */
+function ensureModel(shape) {
+  const ext = shape.endsWith('.en') ? '.bin' : '.gguf';
+  const p = path.join(synthDir, `synth-${shape}-q8_0${ext}`);
+  const hasVocab = () => {
+    const fd = fs.openSync(p, 'r');
+    const head = Buffer.alloc(65536);
+    const n = fs.readSync(fd, head, 0, head.length, 0);
+    fs.closeSync(fd);
+    return head.subarray(0, n).includes('tokenizer.ggml.pre');
+  };
+  if (fs.existsSync(p) && (ext !== '.gguf' || hasVocab())) return p;
+  const out = execFileSync(bin, ['models', 'synth', '--shape', shape, '--dir', synthDir], { encoding: 'utf8', timeout: 600000 }).trim();
+  check(out === p, `replyd models synth wrote ${out}, expected ${p}`);
+  return p;
+}
+
+/** The fake microphone's file: LEAD_S of zeros, the question, TAIL_S of
+ * zeros, 48 kHz 16-bit mono without dither (zeros stay zeros). Returns its
+ * path and where the sound starts and ends in it (s). */
+function partnerFile(tmp) {
+  const raw = path.join(tmp, 'raw.wav');
+  const file = path.join(tmp, 'question.wav');
+  execFileSync('espeak-ng', ['-v', 'en-us', '-w', raw, QUESTION]);
+  execFileSync('sox', ['-D', raw, '-b', '16', '-c', '1', file, 'rate', '48000', 'pad', String(LEAD_S), String(TAIL_S)]);
+  const b = fs.readFileSync(file);
+  const data = b.indexOf('data') + 8;
+  const n = (b.length - data) >> 1;
+  let first = -1;
+  let last = -1;
+  for (let i = 0; i < n; i++) {
+    if (Math.abs(b.readInt16LE(data + 2 * i)) > 4) {
+      if (first < 0) first = i;
+      last = i;
+    }
+  }
+  return { file, start: first / 48000, end: (last + 1) / 48000, length: n / 48000 };
+}
+
+/** The AudioWorklet that finds the end of each utterance in what the page
+ * hears: it posts the frame after the last quantum holding sound once
+ * 300 ms of zeros followed (and the first frame of sound). It is loaded
+ * from a blob: URL, which the page's Content-Security-Policy forbids: the
+ * browser context bypasses the CSP (Playwright's bypassCSP; Playwright's
+ * routes do not see a worklet's module request). */
+const tapCode = `class LatTap extends AudioWorkletProcessor {
+  constructor() { super(); this.loud = false; this.end = 0; }
+  process(inputs) {
+    const ch = inputs[0] && inputs[0][0];
+    if (!ch || !ch.length) return true;
+    let any = false;
+    for (let i = 0; i < ch.length; i++) if (Math.abs(ch[i]) > ${SOUND}) { any = true; break; }
+    if (any) {
+      if (!this.loud) this.port.postMessage({ type: 'start', frame: currentFrame });
+      this.loud = true;
+      this.end = currentFrame + ch.length;
+    } else if (this.loud && currentFrame - this.end >= 0.3 * sampleRate) {
+      // 300 ms of zeros: the utterance ended with the last sound.
+      this.loud = false;
+      this.port.postMessage({ type: 'end', frame: this.end });
+    }
+    return true;
+  }
+}
+registerProcessor('lat-tap', LatTap);`;
+
+/** The page-side instruments, run before the page's own scripts. */
+function instruments(code) {
+  const T = {
+    captures: [], // {at: getUserMedia resolved, ends: [...], starts: [...]}
+    shown: {},
+    ws: [],
+    upload: null,
+    reset() {
+      // The taps of the last turn close (a stopped track never says so).
+      for (const c of this.captures) if (c.stop) c.stop();
+      this.captures = [];
+      this.shown = {};
+      this.ws = [];
+      this.upload = null;
+    },
+  };
+  window.__lat = T;
+  const tapURL = URL.createObjectURL(new Blob([code], { type: 'text/javascript' }));
+  async function tap(stream, cap) {
+    const ctx = new AudioContext();
+    cap.stop = () => ctx.close().catch(() => {});
+    await ctx.audioWorklet.addModule(tapURL);
+    await ctx.resume();
+    const node = new AudioWorkletNode(ctx, 'lat-tap');
+    const mute = ctx.createGain();
+    mute.gain.value = 0;
+    ctx.createMediaStreamSource(stream).connect(node);
+    node.connect(mute).connect(ctx.destination);
+    // A frame of this context in page time: now, less how far the
+    // context's clock has gone past it.
+    const pageTime = (frame) => performance.now() - (ctx.currentTime - frame / ctx.sampleRate) * 1000;
+    node.port.onmessage = (ev) => {
+      const t = pageTime(ev.data.frame);
+      if (ev.data.type === 'start') cap.starts.push(t);
+      else cap.ends.push(t);
+    };
+    cap.tapAt = pageTime(0);
+  }
+  const gum = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+  navigator.mediaDevices.getUserMedia = async (c) => {
+    const stream = await gum(c);
+    const cap = { at: performance.now(), starts: [], ends: [] };
+    T.captures.push(cap);
+    tap(stream, cap).catch((err) => { cap.error = String(err); });
+    return stream;
+  };
+  // The upload: when the page sent it.
+  const f = window.fetch.bind(window);
+  window.fetch = (url, init) => {
+    if (String(url).includes('/v1/infer') && !T.upload) T.upload = performance.now();
+    return f(url, init);
+  };
+  // The live events as they arrive, before the page handles them.
+  const WS = window.WebSocket;
+  window.WebSocket = class extends WS {
+    constructor(...a) {
+      super(...a);
+      this.addEventListener('message', (m) => {
+        if (typeof m.data !== 'string') return;
+        try { T.ws.push({ event: JSON.parse(m.data).event, at: performance.now() }); } catch { /* not an event */ }
+      });
+    }
+  };
+  // What the page shows: the partner's words (the upload path's progress
+  // line "Partner: “…”", or the partner's bubble) and the replies.
+  const look = () => {
+    const now = performance.now();
+    const progress = document.querySelector('#progress');
+    const text = document.querySelector('#progress-text');
+    const heard = (progress && !progress.hidden && text && text.textContent.startsWith('Partner: “'))
+      || document.querySelector('#log .bubble[data-role="speaker"]');
+    if (heard && T.shown.transcript === undefined) T.shown.transcript = now;
+    const wrap = document.querySelector('#cands-wrap');
+    if (wrap && !wrap.hidden && document.querySelector('#cands .cand') && T.shown.candidates === undefined) T.shown.candidates = now;
+  };
+  document.addEventListener('DOMContentLoaded', () => {
+    new MutationObserver(look).observe(document.documentElement, { subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['hidden'] });
+  });
+}
+
+/** The server's "live turn work started" debug lines (JSON log). */
+function workLines(log) {
+  const out = [];
+  for (const line of log.split('\n')) {
+    if (!line.includes('"live turn work started"')) continue;
+    try { out.push(JSON.parse(line)); } catch { /* a partial line */ }
+  }
+  return out;
+}
+
+/** The median of a Prometheus histogram (all label sets summed), by linear
+ * interpolation within the bucket as histogram_quantile does, and its count
+ * and mean. */
+function histogramMedian(text, name) {
+  const buckets = new Map();
+  let count = 0;
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    let m = line.match(new RegExp(`^${name}_bucket\\{.*le="([^"]+)".*\\} (\\S+)$`));
+    if (m) {
+      const le = m[1] === '+Inf' ? Infinity : Number(m[1]);
+      buckets.set(le, (buckets.get(le) || 0) + Number(m[2]));
+      continue;
+    }
+    if ((m = line.match(new RegExp(`^${name}_count(\\{.*\\})? (\\S+)$`)))) count += Number(m[2]);
+    if ((m = line.match(new RegExp(`^${name}_sum(\\{.*\\})? (\\S+)$`)))) sum += Number(m[2]);
+  }
+  if (!count) return { count: 0 };
+  const les = [...buckets.keys()].sort((a, b) => a - b);
+  const rank = count / 2;
+  let prevLe = 0;
+  let prevN = 0;
+  for (const le of les) {
+    const n = buckets.get(le);
+    if (n >= rank) {
+      const q = le === Infinity ? prevLe : prevLe + ((le - prevLe) * (rank - prevN)) / Math.max(n - prevN, 1e-9);
+      return { count, median: q, mean: sum / count };
+    }
+    prevLe = le;
+    prevN = n;
+  }
+  return { count, mean: sum / count };
+}
+
+async function main() {
+  for (const [f, what] of [[bin, 'run "make build" first'], [chromiumPath, 'run scripts/deps.sh (Debian package chromium)']]) {
+    if (!fs.existsSync(f)) {
+      console.error(`livelatency: ${f} is missing; ${what}`);
+      return 1;
+    }
+  }
+  const vadModel = path.join(root, 'models', 'silero_vad_v5.onnx');
+  check(fs.existsSync(vadModel), `${vadModel} is missing: run scripts/deps.sh (or make vad-model)`);
+  fs.rmSync(artifacts, { recursive: true, force: true });
+  fs.mkdirSync(artifacts, { recursive: true });
+  fs.mkdirSync(synthDir, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replyd-livelatency-'));
+  const cleanups = [];
+  try {
+    const whisper = ensureModel(WHISPER_SHAPE);
+    const llm = ensureModel(LLM_SHAPE);
+    const q = partnerFile(tmp);
+    fs.copyFileSync(q.file, path.join(artifacts, 'question.wav'));
+
+    const port = await freePort();
+    const adminKey = crypto.randomBytes(24).toString('base64url');
+    const env = {
+      REPLYD_ADDR: `127.0.0.1:${port}`,
+      REPLYD_DATA_DIR: path.join(tmp, 'data'),
+      REPLYD_ADMIN_KEY: adminKey,
+      REPLYD_LLM_MODEL: llm,
+      REPLYD_WHISPER_MODEL: whisper,
+      REPLYD_VAD_MODEL: vadModel,
+      REPLYD_LOG_LEVEL: 'debug',
+      REPLYD_LOG_FORMAT: 'json',
+      // A slow box is measured, not answered with 503 timeout.
+      REPLYD_INFER_TIMEOUT: '10m',
+    };
+    if (process.env.REPLYD_LIVE_END_SILENCE) env.REPLYD_LIVE_END_SILENCE = process.env.REPLYD_LIVE_END_SILENCE;
+    const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
+    cleanups.push(replyd.stop);
+    const base = replyd.base;
+    const kr = await fetch(`${base}/v1/admin/keys`, {
+      method: 'POST',
+      headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ client_id: 'livelatency', rate_limit_per_minute: 1000 }),
+    });
+    check(kr.status === 201 || kr.status === 200, `creating the API key: status ${kr.status}`);
+    const apiKey = (await kr.json()).api_key;
+
+    const browser = await chromium.launch({
+      executablePath: chromiumPath,
+      headless: true,
+      args: [...chromiumArgs, `--use-file-for-fake-audio-capture=${q.file}`,
+        // The fake microphone keeps playing while the page is hidden.
+        '--autoplay-policy=no-user-gesture-required'],
+      timeout: 60000,
+    });
+    cleanups.push(() => browser.close());
+    const context = await browser.newContext({ permissions: ['microphone'], serviceWorkers: 'block', bypassCSP: true, viewport: { width: 820, height: 1180 } });
+    await context.addInitScript(instruments, tapCode);
+    await context.addInitScript((key) => localStorage.setItem('replyd.app.key', key), apiKey);
+    const page = await context.newPage();
+    const problems = [];
+    page.on('pageerror', (err) => problems.push(err.message));
+    page.setDefaultTimeout(20000);
+    await page.goto(`${base}/app/`);
+    await poll(() => page.isVisible('#view-talk'), 'the conversation view', 20000, 50);
+
+    console.log(`livelatency: Whisper ${WHISPER_SHAPE} and ${LLM_SHAPE} (synthetic, ${synthDir}), ${TURNS} turns a path after one warm-up each, alternating`);
+    console.log(`partner: "${QUESTION}" (espeak-ng), sound ${q.start.toFixed(2)}-${q.end.toFixed(2)} s of a ${q.length.toFixed(1)} s file (${LEAD_S} s of zeros before, ${TAIL_S} s after)`);
+    console.log('ms after the end of speech; "sent" is the upload leaving the page, or the live end_of_turn event arriving; load = /proc/loadavg');
+
+    const results = { upload: [], live: [] };
+    const failed = { upload: 0, live: 0 };
+    const turn = async (kind, n) => {
+      await page.click('#new-conv');
+      await poll(async () => (await page.$$('#log .bubble')).length === 0, 'a new conversation', 10000, 50);
+      await page.evaluate(() => window.__lat.reset());
+      const logBefore = workLines(replyd.log()).length;
+      const loadAt = load();
+      await page.click(kind === 'upload' ? '#listen' : '#live');
+      await poll(() => page.evaluate(() => window.__lat.shown.candidates !== undefined || !!document.querySelector('#notice').textContent.trim()),
+        `the ${kind} turn's replies`, 180000, 25);
+      const T = await page.evaluate(() => {
+        const t = window.__lat;
+        return { captures: t.captures.map((c) => ({ at: c.at, tapAt: c.tapAt, starts: c.starts, ends: c.ends, error: c.error })), shown: t.shown, ws: t.ws, upload: t.upload, origin: performance.timeOrigin, notice: document.querySelector('#notice').textContent };
+      });
+      check(T.shown.candidates !== undefined, `${kind} turn ${n}: no replies shown; the page says "${T.notice}"`);
+      check(T.shown.transcript !== undefined, `${kind} turn ${n}: replies without the partner's words shown`);
+      const cap = T.captures[0];
+      check(cap && !cap.error, `${kind} turn ${n}: the page opened no microphone the script could tap (${cap && cap.error})`);
+      check(cap.starts.length >= 1 && cap.ends.length >= 1, `${kind} turn ${n}: no end of speech heard (starts ${cap.starts.length}, ends ${cap.ends.length})`);
+      const speechStart = cap.starts[0];
+      const end = cap.ends.filter((t) => t < T.shown.transcript).at(-1);
+      check(end !== undefined, `${kind} turn ${n}: the transcript was shown before the speech ended`);
+      // The file plays from its start when the page opens the microphone.
+      check(speechStart - cap.tapAt > 0.3 * 1000 * LEAD_S, `${kind} turn ${n}: speech started ${ms(speechStart - cap.tapAt)} ms after the capture: the file did not play from its start`);
+      const r = {
+        n,
+        load: loadAt,
+        speech: end - speechStart,
+        transcript: T.shown.transcript - end,
+        candidates: T.shown.candidates - end,
+      };
+      if (kind === 'upload') {
+        r.sent = T.upload - end;
+      } else {
+        // One turn: a box so loaded that the answer took longer than the
+        // file's silence hears the partner again (the file loops).
+        const turns = T.ws.filter((e) => e.event === 'end_of_turn').length;
+        check(turns === 1, `live turn ${n}: ${turns} turns ended before the replies (the fake microphone's file looped)`);
+        const eot = T.ws.find((e) => e.event === 'end_of_turn');
+        r.sent = eot ? eot.at - end : NaN;
+        const tr = T.ws.find((e) => e.event === 'transcript');
+        const ca = T.ws.find((e) => e.event === 'candidates');
+        r.trArrived = tr ? tr.at - end : NaN;
+        r.caArrived = ca ? ca.at - end : NaN;
+        // replyd's line of this turn: the work on the final turn started.
+        await poll(() => workLines(replyd.log()).length > logBefore, 'replyd\'s "live turn work started" line', 10000, 50);
+        const w = workLines(replyd.log())[logBefore];
+        r.pass = w.pass;
+        r.serverAfterVoice = w.after_voice_ms;
+        r.workStart = w.work_start_unix_us / 1000 - (T.origin + end);
+      }
+      // Listening stops after a turn without hands-free; the page is idle.
+      await poll(async () => (await page.getAttribute('#live', 'aria-pressed')) !== 'true' && (await page.getAttribute('#listen', 'aria-pressed')) !== 'true',
+        'the microphone to close', 20000, 50);
+      return r;
+    };
+
+    const print = (kind, r) => {
+      let line = `${kind.padEnd(6)} turn ${String(r.n).padStart(2)}: speech ${ms(r.speech)}, sent ${ms(r.sent)}, transcript ${ms(r.transcript)}, candidates ${ms(r.candidates)}`;
+      if (kind === 'live') line += ` (events arrived: transcript ${ms(r.trArrived)}, candidates ${ms(r.caArrived)}); work started ${ms(r.workStart)} after the end of speech, ${ms(r.serverAfterVoice)} after the last voiced audio arrived (${r.pass} pass)`;
+      console.log(`${line}; load ${r.load}`);
+    };
+
+    for (let n = 0; n <= TURNS; n++) {
+      // Alternate which path goes first, so neither always follows the other.
+      const order = n % 2 ? ['live', 'upload'] : ['upload', 'live'];
+      for (const kind of order) {
+        let r;
+        for (let attempt = 1; !r && attempt <= 2; attempt++) {
+          try {
+            r = await turn(kind, n);
+          } catch (err) {
+            // A box loaded by other work can pass the page's own timeout:
+            // that turn is tried again once, then counted as failed.
+            console.log(`${kind} turn ${n}: ${err.message.split('\n')[0]} (load ${load()})`);
+            failed[kind]++;
+            if (await page.getAttribute('#live', 'aria-pressed') === 'true') await page.click('#live');
+          }
+        }
+        if (!r) continue;
+        if (n === 0) {
+          console.log(`(warm-up) ${kind}: candidates ${ms(r.candidates)} ms`);
+          continue;
+        }
+        results[kind].push(r);
+        print(kind, r);
+      }
+    }
+    check(problems.length === 0, `errors in the page: ${problems.join('; ')}`);
+    check(results.upload.length > 0 && results.live.length > 0, `no measured turn on a path: upload ${results.upload.length}, live ${results.live.length}`);
+
+    const m = (kind, k) => median(results[kind].map((r) => r[k]));
+    console.log(`\nmedians of ${results.upload.length} upload and ${results.live.length} live turns, ms after the end of speech (load now ${load()}); attempts that failed (the page's 45 s timeout on a loaded box): upload ${failed.upload}, live ${failed.live}`);
+    console.log(`${'stage'.padEnd(20)} ${'upload'.padStart(8)} ${'live'.padStart(8)} ${'sooner'.padStart(8)} ${'ratio'.padStart(7)}`);
+    for (const [label, k] of [['sent / end_of_turn', 'sent'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates']]) {
+      const u = m('upload', k);
+      const l = m('live', k);
+      console.log(`${label.padEnd(20)} ${ms(u).padStart(8)} ${ms(l).padStart(8)} ${ms(u - l).padStart(8)} ${(l / u).toFixed(2).padStart(7)}`);
+    }
+    const work = m('live', 'workStart');
+    const serverWork = m('live', 'serverAfterVoice');
+    const passes = results.live.map((r) => r.pass).join(', ');
+    console.log(`live: work on the final turn started ${ms(work)} ms after the end of speech (page clock to replyd's), ${ms(serverWork)} ms after the last voiced audio arrived (replyd's own clock; passes: ${passes})`);
+    const mr = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${adminKey}` } });
+    const h = histogramMedian(await mr.text(), 'replyd_live_work_start_seconds');
+    console.log(`replyd_live_work_start_seconds: ${h.count} observations (warm-up included), median about ${ms(h.median * 1000)} ms (bucket interpolation), mean ${ms(h.mean * 1000)} ms`);
+    const sooner = (k) => m('upload', k) - m('live', k);
+    console.log(`targets: work starts <= 300 ms after the end of speech: ${work <= 300 ? 'met' : 'missed'} (${ms(work)}); `
+      + `transcript >= 1200 ms sooner: ${sooner('transcript') >= 1200 ? 'met' : 'missed'} (${ms(sooner('transcript'))}); `
+      + `candidates >= 1200 ms sooner: ${sooner('candidates') >= 1200 ? 'met' : 'missed'} (${ms(sooner('candidates'))})`);
+    fs.writeFileSync(path.join(artifacts, 'results.json'), JSON.stringify({ load: load(), results, failed }, null, 2));
+    console.log(`livelatency: both paths produced transcripts and candidates (upload ${results.upload.length}, live ${results.live.length} measured turns)`);
+    return 0;
+  } catch (err) {
+    console.error(`livelatency: ${(err && err.stack) || err}`);
+    console.log(`replyd.log: ${path.relative(process.cwd(), artifacts)}/`);
+    return 1;
+  } finally {
+    for (const c of cleanups.reverse()) {
+      try { await c(); } catch (err) { console.error(`cleanup: ${err.message}`); }
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+exitWith(main);
