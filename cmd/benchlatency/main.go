@@ -252,6 +252,16 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	}
 	fmt.Fprintf(stdout, "\n%s (%s), going-on turns: medians of %d, ms (first turn in brackets)\n", shape, filepath.Base(llmPath), cfg.turns)
 	printTable(stdout, variants[0].name, variants[1].name, rows, first)
+	if !cfg.text {
+		// The clock above starts at the upload; the AAC user's starts when
+		// the partner stopped speaking, and the page uploads only after
+		// its quiet wait.
+		if q, err := quietWait(); err == nil {
+			qms := float64(q.Milliseconds())
+			fmt.Fprintf(stdout, "from the end of speech, upload path (the page's %.0f ms quiet wait + the turn): transcript %.0f / %.0f ms, candidates %.0f / %.0f ms (%s / %s); the live path: make bench-live, or -live\n",
+				qms, qms+rows[0].ToTranscript, qms+rows[1].ToTranscript, qms+rows[0].Wall, qms+rows[1].Wall, variants[0].name, variants[1].name)
+		}
+	}
 	for i, s := range servers {
 		if rss, err := s.peakRSS(); err == nil {
 			fmt.Fprintf(stdout, "peak RSS %s: %d MiB\n", variants[i].name, rss>>20)

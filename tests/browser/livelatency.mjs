@@ -214,15 +214,18 @@ function instruments(code) {
   });
 }
 
-/** The server's "live turn work started" debug lines (JSON log). */
-function workLines(log) {
+/** The server's debug lines with message msg (JSON log). */
+function logLines(log, msg) {
   const out = [];
   for (const line of log.split('\n')) {
-    if (!line.includes('"live turn work started"')) continue;
+    if (!line.includes(`"msg":"${msg}"`)) continue;
     try { out.push(JSON.parse(line)); } catch { /* a partial line */ }
   }
   return out;
 }
+
+/** The server's "live turn work started" debug lines. */
+const workLines = (log) => logLines(log, 'live turn work started');
 
 /** The median of a Prometheus histogram (all label sets summed), by linear
  * interpolation within the bucket as histogram_quantile does, and its count
@@ -334,6 +337,8 @@ async function main() {
       await poll(async () => (await page.$$('#log .bubble')).length === 0, 'a new conversation', 10000, 50);
       await page.evaluate(() => window.__lat.reset());
       const logBefore = workLines(replyd.log()).length;
+      const sttBefore = logLines(replyd.log(), 'transcribed').length;
+      const genBefore = logLines(replyd.log(), 'generated').length;
       const loadAt = load();
       await page.click(kind === 'upload' ? '#listen' : '#live');
       await poll(() => page.evaluate(() => window.__lat.shown.candidates !== undefined || !!document.querySelector('#notice').textContent.trim()),
@@ -379,6 +384,20 @@ async function main() {
         r.serverAfterVoice = w.after_voice_ms;
         r.workStart = w.work_start_unix_us / 1000 - (T.origin + end);
       }
+      // The work the models did for the turn (the last transcription and
+      // generation logged since it began): with random weights Whisper
+      // decodes a different number of tokens for slightly different audio
+      // (up to all its temperature fallbacks), which no path causes, so
+      // the times are also given with the models' own time taken out.
+      await poll(() => logLines(replyd.log(), 'generated').length > genBefore, 'replyd\'s "generated" line', 10000, 50);
+      const stt = logLines(replyd.log(), 'transcribed').slice(sttBefore).at(-1);
+      const gen = logLines(replyd.log(), 'generated').slice(genBefore).at(-1);
+      if (stt && gen) {
+        r.decoded = stt.decoded;
+        r.whisper = stt.mel_ms + stt.encoder_ms + stt.decoder_ms;
+        r.transcriptPath = r.transcript - r.whisper;
+        r.candidatesPath = r.candidates - r.whisper - gen.prompt_ms - gen.generation_ms;
+      }
       // Listening stops after a turn without hands-free; the page is idle.
       await poll(async () => (await page.getAttribute('#live', 'aria-pressed')) !== 'true' && (await page.getAttribute('#listen', 'aria-pressed')) !== 'true',
         'the microphone to close', 20000, 50);
@@ -387,6 +406,7 @@ async function main() {
 
     const print = (kind, r) => {
       let line = `${kind.padEnd(6)} turn ${String(r.n).padStart(2)}: speech ${ms(r.speech)}, sent ${ms(r.sent)}, transcript ${ms(r.transcript)}, candidates ${ms(r.candidates)}`;
+      line += `; Whisper ${ms(r.whisper)} (${r.decoded} tokens decoded)`;
       if (kind === 'live') line += ` (events arrived: transcript ${ms(r.trArrived)}, candidates ${ms(r.caArrived)}); work started ${ms(r.workStart)} after the end of speech, ${ms(r.serverAfterVoice)} after the last voiced audio arrived (${r.pass} pass)`;
       console.log(`${line}; load ${r.load}`);
     };
@@ -422,7 +442,9 @@ async function main() {
     const m = (kind, k) => median(results[kind].map((r) => r[k]));
     console.log(`\nmedians of ${results.upload.length} upload and ${results.live.length} live turns, ms after the end of speech (load now ${load()}); attempts that failed (the page's 45 s timeout on a loaded box): upload ${failed.upload}, live ${failed.live}`);
     console.log(`${'stage'.padEnd(20)} ${'upload'.padStart(8)} ${'live'.padStart(8)} ${'sooner'.padStart(8)} ${'ratio'.padStart(7)}`);
-    for (const [label, k] of [['sent / end_of_turn', 'sent'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates']]) {
+    for (const [label, k] of [['sent / end_of_turn', 'sent'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates'],
+      ['Whisper (ms)', 'whisper'], ['tokens decoded', 'decoded'],
+      ['transcript - Whisper', 'transcriptPath'], ['candidates - models', 'candidatesPath']]) {
       const u = m('upload', k);
       const l = m('live', k);
       console.log(`${label.padEnd(20)} ${ms(u).padStart(8)} ${ms(l).padStart(8)} ${ms(u - l).padStart(8)} ${(l / u).toFixed(2).padStart(7)}`);
@@ -437,7 +459,8 @@ async function main() {
     const sooner = (k) => m('upload', k) - m('live', k);
     console.log(`targets: work starts <= 300 ms after the end of speech: ${work <= 300 ? 'met' : 'missed'} (${ms(work)}); `
       + `transcript >= 1200 ms sooner: ${sooner('transcript') >= 1200 ? 'met' : 'missed'} (${ms(sooner('transcript'))}); `
-      + `candidates >= 1200 ms sooner: ${sooner('candidates') >= 1200 ? 'met' : 'missed'} (${ms(sooner('candidates'))})`);
+      + `candidates >= 1200 ms sooner: ${sooner('candidates') >= 1200 ? 'met' : 'missed'} (${ms(sooner('candidates'))}); `
+      + `with the models' own time taken out (random weights decode different lengths): transcript ${ms(sooner('transcriptPath'))} and candidates ${ms(sooner('candidatesPath'))} ms sooner`);
     fs.writeFileSync(path.join(artifacts, 'results.json'), JSON.stringify({ load: load(), results, failed }, null, 2));
     console.log(`livelatency: both paths produced transcripts and candidates (upload ${results.upload.length}, live ${results.live.length} measured turns)`);
     return 0;
