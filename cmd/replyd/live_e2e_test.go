@@ -14,6 +14,7 @@ import (
 
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestLiveEndToEnd runs the real program (Silero VAD, Whisper and the
@@ -33,21 +34,7 @@ func TestLiveEndToEnd(t *testing.T) {
 	p := startReplyd(t, env)
 	key := p.CreateKey("tablet-live")
 
-	r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/live/ticket", Header: map[string]string{"X-API-KEY": key.APIKey}})
-	var tk struct{ URL string }
-	if err := json.Unmarshal(r.Body, &tk); r.Status != 201 || tk.URL == "" || err != nil {
-		t.Fatalf("ticket: %d %s", r.Status, r.Body)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws://"+p.Addr+tk.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"messages":[{"role":"disabled_person","content":"Hello."}],"dialog_id":"live-e2e","options":{"max_candidates":2}}`)); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := openLiveSession(t, p, key.APIKey, "live-e2e")
 	events := make(chan string, 16)
 	go func() {
 		defer close(events)
@@ -128,4 +115,28 @@ func stream(ctx context.Context, t *testing.T, c *websocket.Conn, pcm []float32)
 		pcm = pcm[n:]
 		time.Sleep(66 * time.Millisecond)
 	}
+}
+
+// openLiveSession takes a ticket for apiKey, opens p's live session with it
+// and sends the session's payload (dialog dialogID, two candidates); the
+// context bounds the session to 5 minutes, and both end with the test.
+func openLiveSession(t *testing.T, p *testutil.Replyd, apiKey, dialogID string) (context.Context, *websocket.Conn) {
+	t.Helper()
+	r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/live/ticket", Header: map[string]string{"X-API-KEY": apiKey}})
+	var tk struct{ URL string }
+	if err := json.Unmarshal(r.Body, &tk); r.Status != 201 || tk.URL == "" || err != nil {
+		t.Fatalf("ticket: %d %s", r.Status, r.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	c, _, err := websocket.Dial(ctx, "ws://"+p.Addr+tk.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	payload := `{"messages":[{"role":"disabled_person","content":"Hello."}],"dialog_id":"` + dialogID + `","options":{"max_candidates":2}}`
+	if err := c.Write(ctx, websocket.MessageText, []byte(payload)); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
 }

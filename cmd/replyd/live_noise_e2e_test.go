@@ -47,21 +47,7 @@ func TestLiveNoiseFilesCostNoWork(t *testing.T) {
 	key := p.CreateKey("tablet-noise")
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
 
-	r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/live/ticket", Header: map[string]string{"X-API-KEY": key.APIKey}})
-	var tk struct{ URL string }
-	if err := json.Unmarshal(r.Body, &tk); r.Status != 201 || tk.URL == "" || err != nil {
-		t.Fatalf("ticket: %d %s", r.Status, r.Body)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws://"+p.Addr+tk.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
-	if err := c.Write(ctx, websocket.MessageText, []byte(`{"messages":[{"role":"disabled_person","content":"Hello."}],"dialog_id":"live-noise","options":{"max_candidates":2}}`)); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := openLiveSession(t, p, key.APIKey, "live-noise")
 	var mu sync.Mutex
 	events := map[string]int{}
 	go func() {
