@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -231,21 +230,10 @@ type workLine struct {
 }
 
 // workLines returns the "live turn work started" lines of a server's JSON
-// log.
+// log (a line cut short, still arriving through the pipe, is left out).
 func workLines(log string) []workLine {
-	var out []workLine
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if !strings.Contains(sc.Text(), `"msg":"live turn work started"`) {
-			continue
-		}
-		var w workLine
-		if json.Unmarshal(sc.Bytes(), &w) == nil {
-			out = append(out, w)
-		}
-	}
-	return out
+	ws, _ := logLines[workLine](log, "live turn work started")
+	return ws
 }
 
 // benchEOS runs the turn from the end of speech on s: an upload dialog and

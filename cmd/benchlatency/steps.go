@@ -24,25 +24,41 @@ type generated struct {
 	GenDecodeMS int64 `json:"gen_decode_ms"`
 }
 
-// lastGenerated returns the last "generated" line of a server's JSON log
-// (REPLYD_LOG_FORMAT=json, REPLYD_LOG_LEVEL=debug), and how many it holds.
-func lastGenerated(log string) (generated, int, error) {
-	var last generated
-	n := 0
+// logLines returns the lines of a server's JSON log (REPLYD_LOG_FORMAT=json,
+// REPLYD_LOG_LEVEL=debug) whose message is msg, decoded into T, and the
+// first error met: a line that does not decode is left out.
+func logLines[T any](log, msg string) ([]T, error) {
+	var out []T
+	var first error
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `"msg":"generated"`) {
+		if !strings.Contains(sc.Text(), `"msg":"`+msg+`"`) {
 			continue
 		}
-		var g generated
-		if err := json.Unmarshal([]byte(line), &g); err != nil {
-			return generated{}, 0, fmt.Errorf("a generated line: %w", err)
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			if first == nil {
+				first = fmt.Errorf("a %s line: %w", msg, err)
+			}
+			continue
 		}
-		last, n = g, n+1
+		out = append(out, v)
 	}
-	return last, n, sc.Err()
+	if first == nil {
+		first = sc.Err()
+	}
+	return out, first
+}
+
+// lastGenerated returns the last "generated" line of a server's log, and
+// how many it holds.
+func lastGenerated(log string) (generated, int, error) {
+	gs, err := logLines[generated](log, "generated")
+	if err != nil || len(gs) == 0 {
+		return generated{}, 0, err
+	}
+	return gs[len(gs)-1], len(gs), nil
 }
 
 // stepTable is `replyd models steps`' answer: stepUS[i][k] is the median
