@@ -285,6 +285,9 @@ type liveSession struct {
 type liveTurn struct {
 	done func(*error) // frees the key's in-progress slot, refunds a shed turn
 	spec *specPass
+	// order is the turn's arrival among the dialog's requests, taken when
+	// it ended (dialogFlights.order).
+	order uint64
 }
 
 // specPass is a speculative speech pass over a turn's audio so far.
@@ -511,7 +514,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 		sess.send("speech_start", struct{}{})
 	case engine.TurnPause:
 		if sess.turn != nil {
-			sess.turn.spec = sess.startSpec(ev.PCM)
+			sess.turn.spec = sess.startSpec(ev.PCM, ev.Probs)
 		}
 	case engine.TurnResume:
 		if sess.turn != nil && sess.turn.spec != nil {
@@ -526,6 +529,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			return // refused at its start; the error was sent then
 		}
 		sess.send("end_of_turn", endOfTurnEvent{AudioMS: int64(len(ev.PCM)) * 1000 / engine.LiveRate})
+		t.order = sess.s.flights.order()
 		spec := t.spec
 		if ev.Fresh && spec != nil {
 			spec.cancel()
@@ -537,7 +541,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 		}
 		sess.passes.Add(1)
 		sess.s.metrics.live.passes.WithLabelValues("final").Inc()
-		go sess.finalPass(t, ev.PCM, spec, sess.payload, voiceEnd)
+		go sess.finalPass(t, ev.PCM, ev.Probs, spec, sess.payload, voiceEnd)
 	}
 }
 
@@ -579,9 +583,9 @@ func (sess *liveSession) dropTurn() {
 	}
 }
 
-// startSpec starts a speculative speech pass over pcm, when the engine
-// offers one.
-func (sess *liveSession) startSpec(pcm []float32) *specPass {
+// startSpec starts a speculative speech pass over pcm (probs: its
+// windows' speech probabilities), when the engine offers one.
+func (sess *liveSession) startSpec(pcm, probs []float32) *specPass {
 	h, ok := sess.s.inferer.(aheadHearer)
 	if !ok {
 		return nil
@@ -590,7 +594,7 @@ func (sess *liveSession) startSpec(pcm []float32) *specPass {
 	if err != nil {
 		return nil
 	}
-	req.PCM = pcm
+	req.PCM, req.VoiceProbs = pcm, probs
 	ctx, cancel := context.WithCancel(sess.ctx)
 	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now()}
 	sess.s.metrics.live.passes.WithLabelValues("speculative").Inc()
@@ -635,10 +639,16 @@ func (sess *liveSession) request(payload []byte) (engine.Request, string, error)
 // finalPass answers a committed turn: the transcript (reusing the
 // speculative pass when the audio did not change), then the candidates. A
 // newer turn of the same key and dialog_id supersedes it, as a newer
-// /v1/infer request does. voiceEnd is when the turn's last voiced window
+// /v1/infer request does, but only once the newer turn was heard to hold
+// speech: the box, not the client, cut the turns, and a tail that voice
+// detection or Whisper finds empty (a breath, the end of a word after a
+// pause, a cough) must not throw away the suggestions of the turn before
+// it. pcm is the turn's audio and probs its windows' speech
+// probabilities from the session's detector (the speech is kept by them).
+// voiceEnd is when the turn's last voiced window
 // arrived (zero for a turn cut at MaxTurn): the time from it to the start
 // of the work whose transcript the turn uses is reported (workStarted).
-func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, payload []byte, voiceEnd time.Time) {
+func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *specPass, payload []byte, voiceEnd time.Time) {
 	s := sess.s
 	defer sess.passes.Done()
 	start := s.now()
@@ -659,12 +669,23 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 	if p, ok, perr := s.store.CurrentPrompt(); perr == nil && ok && p.Prompt != "" {
 		version = p.Version
 	}
-	req.PCM = pcm
+	req.PCM, req.VoiceProbs = pcm, probs
 	ctx, cancel := context.WithTimeout(sess.ctx, s.limits.InferTimeout)
 	defer cancel()
 	ctx, supersede := context.WithCancelCause(ctx)
 	defer supersede(nil)
-	defer s.flights.start(sess.key.Hash, req.DialogID, supersede)()
+	// The turn takes the dialog's place (superseding the turn before it)
+	// when its transcript is known to hold speech: OnTranscript is called
+	// only then, before any language-model work.
+	endFlight := func() {}
+	defer func() { endFlight() }()
+	claimed := false
+	claim := func() {
+		if !claimed {
+			claimed = true
+			endFlight = s.flights.startAt(sess.key.Hash, req.DialogID, t.order, supersede)
+		}
+	}
 	if spec != nil {
 		// The pass's results are read only once it is done: a turn whose
 		// context ended first does not wait for it (nor race its writes).
@@ -685,7 +706,10 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm []float32, spec *specPass, p
 	if req.Heard == nil && ctx.Err() == nil {
 		sess.workStarted(voiceEnd, time.Now(), "final")
 	}
-	req.OnTranscript = func(h engine.Heard) { sess.send("transcript", newTranscriptEvent(h)) }
+	req.OnTranscript = func(h engine.Heard) {
+		claim()
+		sess.send("transcript", newTranscriptEvent(h))
+	}
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
 	res, err = s.inferer.Infer(ctx, req)
 	if err != nil {

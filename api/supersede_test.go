@@ -112,3 +112,29 @@ func TestInferHistoryCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestFlightsOrderedByArrival: what supersedes is the order requests
+// arrived in, not the order they are recorded in: a live turn is recorded
+// once it was heard to hold speech, and an earlier turn heard late is the
+// one cancelled, never the newer turn.
+func TestFlightsOrderedByArrival(t *testing.T) {
+	d := newDialogFlights()
+	first, second := d.order(), d.order()
+	ctx1, cancel1 := context.WithCancelCause(context.Background())
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
+	defer cancel1(nil)
+	defer cancel2(nil)
+	end2 := d.startAt("k", "d", second, cancel2)
+	end1 := d.startAt("k", "d", first, cancel1)
+	if !superseded(ctx1) || ctx2.Err() != nil {
+		t.Fatalf("older recorded late: older %v, newer %v", context.Cause(ctx1), context.Cause(ctx2))
+	}
+	end1() // the cancelled older one's end leaves the newer recorded
+	ctx3, cancel3 := context.WithCancelCause(context.Background())
+	defer cancel3(nil)
+	defer d.start("k", "d", cancel3)()
+	if !superseded(ctx2) || ctx3.Err() != nil {
+		t.Fatalf("a request arriving now: previous %v, it %v", context.Cause(ctx2), context.Cause(ctx3))
+	}
+	end2()
+}

@@ -90,6 +90,10 @@ type Request struct {
 	// PCM, when set, is audio already decoded (16 kHz mono, a live turn):
 	// it stands for Audio and is not decoded again.
 	PCM []float32
+	// VoiceProbs, when set with PCM, are the live turn detector's speech
+	// probabilities of PCM's windows (TurnEvent.Probs): the speech is kept
+	// by them when the VAD can (SpeechByProbs), not detected again.
+	VoiceProbs []float32
 	// Heard, when set, is the transcript of PCM computed ahead by
 	// Pipeline.HearAhead (a speculative pass whose audio did not change):
 	// the speech stage uses it instead of transcribing again.

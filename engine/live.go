@@ -35,12 +35,7 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, err
 	h := &HeardAhead{AudioSeconds: float64(len(req.PCM)) / LiveRate}
 	pcm := req.PCM
 	if p.VAD != nil {
-		n, err := s.AcquireAt(ctx, PrioritySpeculative, 1, 1)
-		if err != nil {
-			return nil, wrapEngineErr(err, KindSTT, "voice activity detection failed")
-		}
-		sp, err := p.VAD.KeepSpeech(ctx, pcm)
-		s.Release(n)
+		sp, err := p.keepSpeech(ctx, pcm, req.VoiceProbs, PrioritySpeculative)
 		if err != nil {
 			return nil, wrapEngineErr(err, KindSTT, "voice activity detection failed")
 		}

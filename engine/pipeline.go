@@ -115,7 +115,7 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 	}
 	res.AudioSeconds = float64(len(pcm)) / 16000
 	if p.VAD != nil {
-		sp, err := p.keepSpeech(ctx, pcm)
+		sp, err := p.keepSpeech(ctx, pcm, req.VoiceProbs, PriorityCommitted)
 		if err != nil {
 			return 0, wrapEngineErr(err, KindSTT, "voice activity detection failed")
 		}
@@ -251,10 +251,19 @@ func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
 	return pcm, nil
 }
 
-// keepSpeech runs voice activity detection on one core.
-func (p *Pipeline) keepSpeech(ctx context.Context, pcm []float32) (Speech, error) {
+// keepSpeech keeps the speech of pcm: by a live turn's probabilities
+// (Request.VoiceProbs) when there are some for every whole window and the
+// VAD can use them, else by voice activity detection on one core taken at
+// priority.
+func (p *Pipeline) keepSpeech(ctx context.Context, pcm, probs []float32, priority Priority) (Speech, error) {
+	if bp, ok := p.VAD.(SpeechByProbs); ok && probs != nil && len(probs) == len(pcm)/VoiceWindow {
+		if err := ctx.Err(); err != nil {
+			return Speech{}, err
+		}
+		return bp.KeepSpeechByProbs(pcm, probs), nil
+	}
 	s := p.sched()
-	n, err := s.Acquire(ctx, 1, 1)
+	n, err := s.AcquireAt(ctx, priority, 1, 1)
 	if err != nil {
 		return Speech{}, err
 	}

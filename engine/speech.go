@@ -16,3 +16,15 @@ type Speech struct {
 type SpeechFilter interface {
 	KeepSpeech(ctx context.Context, pcm []float32) (Speech, error)
 }
+
+// SpeechByProbs is a SpeechFilter that can keep the speech of samples
+// whose speech probabilities are already known, one per VoiceWindow
+// samples from the first (a live turn's, TurnEvent.Probs): it joins the
+// same segments without running voice detection again. A live turn's
+// probabilities come from the stream's detector, whose state carries the
+// conversation before the turn; a detector started afresh on the turn's
+// audio alone can hear less (jfk.wav's "ask not", after a pause, held
+// probabilities of 0.45-0.85 in the stream and none above 0.5 afresh).
+type SpeechByProbs interface {
+	KeepSpeechByProbs(pcm, probs []float32) Speech
+}

@@ -41,7 +41,8 @@ type TurnConfig struct {
 	// but voice detection.
 	MinSpeech time.Duration
 	// PreRoll is the audio kept from before the first window heard as
-	// speech (Silero hears a word's onset a window late).
+	// speech (Silero hears a word's onset a window late), rounded up to a
+	// whole window so that a turn's audio is whole windows (TurnEvent.Probs).
 	PreRoll time.Duration
 	// MaxTurn bounds the audio held for one turn (rounded up to a whole
 	// window): a turn that reaches it
@@ -142,6 +143,11 @@ type TurnEvent struct {
 	Fresh bool
 	// Cut (TurnEnd) is true when the turn reached MaxTurn.
 	Cut bool
+	// Probs (TurnPause, TurnEnd) are the speech probabilities of PCM's
+	// windows of VoiceWindow samples, in order (a turn ended by Flush may
+	// hold a last part window, without one): the speech stage keeps the
+	// speech by them (Request.VoiceProbs). Never written over either.
+	Probs []float32
 }
 
 // TurnDetector finds turns in a stream of 16 kHz mono samples. It holds at
@@ -154,6 +160,8 @@ type TurnDetector struct {
 	pending []float32 // samples short of a window
 	pre     []float32 // the last PreRoll of audio, while not in a turn
 	turn    []float32 // the candidate's or turn's audio
+	// preProbs and probs are pre's and turn's windows' probabilities.
+	preProbs, probs []float32
 
 	inSpeech  bool  // the last decided window was speech
 	candidate bool  // speech heard, turn not yet started
@@ -172,7 +180,7 @@ func NewTurnDetector(vs VoiceStream, cfg TurnConfig) *TurnDetector {
 	n := func(d time.Duration) int { return int(d * LiveRate / time.Second) }
 	return &TurnDetector{vs: vs, cfg: cfg,
 		endSilence: n(cfg.EndSilence), pause: n(cfg.Pause), minSpeech: n(cfg.MinSpeech),
-		preRoll: n(cfg.PreRoll), maxTurn: max(n(cfg.MaxTurn), VoiceWindow)}
+		preRoll: (n(cfg.PreRoll) + VoiceWindow - 1) / VoiceWindow * VoiceWindow, maxTurn: max(n(cfg.MaxTurn), VoiceWindow)}
 }
 
 // Config returns the detector's settings, defaults filled in.
@@ -227,8 +235,8 @@ func (d *TurnDetector) Reset() {
 }
 
 func (d *TurnDetector) reset() {
-	d.pre = d.pre[:0]
-	d.turn = nil
+	d.pre, d.preProbs = d.pre[:0], d.preProbs[:0]
+	d.turn, d.probs = nil, nil
 	d.inSpeech, d.candidate, d.started, d.paused = false, false, false, false
 	d.speech, d.silence = 0, 0
 }
@@ -247,18 +255,20 @@ func (d *TurnDetector) window(w []float32, emit func(TurnEvent)) {
 	}
 	if !d.candidate {
 		if !d.inSpeech {
-			d.keepPreRoll(w)
+			d.keepPreRoll(w, p)
 			return
 		}
 		// Speech: a candidate turn starts with the pre-roll.
 		d.candidate = true
 		d.turn = append(append(make([]float32, 0, len(d.pre)+8*VoiceWindow), d.pre...), w...)
-		d.pre = d.pre[:0]
+		d.probs = append(append(make([]float32, 0, len(d.preProbs)+8), d.preProbs...), p)
+		d.pre, d.preProbs = d.pre[:0], d.preProbs[:0]
 		d.speech, d.silence = VoiceWindow, 0
 		d.check(emit)
 		return
 	}
 	d.turn = append(d.turn, w...)
+	d.probs = append(d.probs, p)
 	if d.inSpeech {
 		d.speech += VoiceWindow
 		d.silence = 0
@@ -286,9 +296,10 @@ func (d *TurnDetector) check(emit func(TurnEvent)) {
 		// A candidate that never reached MinSpeech is dropped; the last
 		// PreRoll of its audio is the next one's pre-roll.
 		tail := d.turn[max(len(d.turn)-d.preRoll, 0):]
-		pre := append(d.pre[:0], tail...)
+		tailProbs := d.probs[max(len(d.probs)-d.preRoll/VoiceWindow, 0):]
+		pre, preProbs := append(d.pre[:0], tail...), append(d.preProbs[:0], tailProbs...)
 		d.reset()
-		d.pre = pre
+		d.pre, d.preProbs = pre, preProbs
 	case len(d.turn) >= d.maxTurn:
 		if d.started {
 			d.end(emit, true)
@@ -296,24 +307,29 @@ func (d *TurnDetector) check(emit func(TurnEvent)) {
 		d.reset()
 	case d.started && !d.paused && d.silence >= d.pause && d.pause < d.endSilence:
 		d.paused = true
-		emit(TurnEvent{Kind: TurnPause, PCM: d.turn})
+		emit(TurnEvent{Kind: TurnPause, PCM: d.turn, Probs: d.probs})
 	}
 }
 
 // end sends TurnEnd with the turn's audio.
 func (d *TurnDetector) end(emit func(TurnEvent), cut bool) {
-	emit(TurnEvent{Kind: TurnEnd, PCM: d.turn, Fresh: !d.paused, Cut: cut})
-	d.turn = nil
+	emit(TurnEvent{Kind: TurnEnd, PCM: d.turn, Fresh: !d.paused, Cut: cut, Probs: d.probs})
+	d.turn, d.probs = nil, nil
 }
 
-// keepPreRoll keeps the last PreRoll samples, w included.
-func (d *TurnDetector) keepPreRoll(w []float32) {
+// keepPreRoll keeps the last PreRoll samples (whole windows), w included,
+// and their probabilities, p included.
+func (d *TurnDetector) keepPreRoll(w []float32, p float32) {
 	if d.preRoll == 0 {
 		return
 	}
 	d.pre = append(d.pre, w...)
+	d.preProbs = append(d.preProbs, p)
 	if over := len(d.pre) - d.preRoll; over > 0 {
 		copy(d.pre, d.pre[over:])
 		d.pre = d.pre[:d.preRoll]
+		n := d.preRoll / VoiceWindow
+		copy(d.preProbs, d.preProbs[len(d.preProbs)-n:])
+		d.preProbs = d.preProbs[:n]
 	}
 }

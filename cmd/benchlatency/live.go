@@ -40,7 +40,13 @@ import (
 // "live turn work started" line).
 type eosTimes struct {
 	Sent, Transcript, Candidates, WorkStart float64
-	pass                                    string
+	// STT and LLM are the timed turn's own model times, from its answer's
+	// timings_ms (stt; prompt + generation): random-weight Whisper decodes
+	// very different token counts for audio that differs a little (the
+	// live turn holds its speech, the upload the whole clip), so the paths
+	// are also compared with these taken out.
+	STT, LLM float64
+	pass     string
 	// turns is how many turns the live path found in the clip (a pause
 	// inside it may end one early; the last is timed).
 	turns int
@@ -73,7 +79,7 @@ func (d *dialog) uploadFromEOS(ctx context.Context, wait time.Duration) (eosTime
 		return eosTimes{}, err
 	}
 	w := float64(wait.Milliseconds())
-	return eosTimes{Sent: w, Transcript: w + tt.ToTranscript, Candidates: w + tt.Wall}, nil
+	return eosTimes{Sent: w, Transcript: w + tt.ToTranscript, Candidates: w + tt.Wall, STT: tt.STT, LLM: tt.Prompt + tt.Generation}, nil
 }
 
 // liveEvent is one event of a live session as it arrived.
@@ -143,37 +149,43 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	start := time.Now()
 	eos := start.Add(time.Duration(d.clip.speechEnd) * time.Second / 16000)
 	// A pause inside the clip may end a turn early (jfk.wav holds one of
-	// about 1 s); the turn timed is the one that ends after the speech:
-	// its end_of_turn and the events after it.
-	got := map[string]liveEvent{}
-	ours := false
-	turns := 0 // the clip's turns (end_of_turn events)
+	// about 1 s), and the last turn may then hold too little speech to be
+	// answered (no_speech): what the partner sees is what the page shows,
+	// the last transcript and the last candidates with replies, once the
+	// clip's sound has been sent and every turn it ended has been answered
+	// (candidates, or an error: an earlier turn is superseded by a later
+	// one with speech).
+	got := map[string]liveEvent{} // the last of each event timed
+	turns, answered := 0, 0       // end_of_turn events, and their answers
+	inTurn := false
 	workBefore := len(workLines(d.srv.Output()))
 	tick := time.NewTimer(100 * time.Millisecond)
 	defer tick.Stop()
 	for k := 0; ; {
 		select {
 		case ev := <-events:
-			if ev.name == "error" {
-				// An earlier turn of the clip is superseded by the next;
-				// the last turn cannot be.
-				if bytes.Contains(ev.data, []byte(`"superseded"`)) {
-					continue
-				}
-				return eosTimes{}, fmt.Errorf("error event: %s", ev.data)
-			}
-			if ev.name == "end_of_turn" {
+			switch ev.name {
+			case "speech_start":
+				inTurn = true
+			case "end_of_turn":
+				inTurn = false
 				turns++
-				ours = ours || ev.at.After(eos)
-			}
-			if !ours {
-				continue
-			}
-			if _, ok := got[ev.name]; !ok {
 				got[ev.name] = ev
-			}
-			if ev.name != "candidates" {
-				continue
+			case "transcript":
+				got[ev.name] = ev
+			case "error":
+				if !bytes.Contains(ev.data, []byte(`"superseded"`)) {
+					return eosTimes{}, fmt.Errorf("error event: %s", ev.data)
+				}
+				answered++
+			case "candidates":
+				answered++
+				var a struct {
+					Response []string `json:"response"`
+				}
+				if json.Unmarshal(ev.data, &a) == nil && len(a.Response) > 0 {
+					got[ev.name] = ev
+				}
 			}
 		case err := <-readErr:
 			return eosTimes{}, fmt.Errorf("live session ended before the candidates: %w", err)
@@ -190,7 +202,14 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 			}
 			k++
 			tick.Reset(time.Until(start.Add(time.Duration(k+1) * 100 * time.Millisecond)))
+		}
+		// A second past the end of speech, any turn the clip's speech
+		// starts has started (Silero's lag and MinSpeech are under it).
+		if !time.Now().After(eos.Add(time.Second)) || inTurn || turns == 0 || answered < turns {
 			continue
+		}
+		if _, ok := got["candidates"]; !ok {
+			return eosTimes{}, fmt.Errorf("no turn of the clip's %d was answered with replies", turns)
 		}
 		break
 	}
@@ -206,10 +225,16 @@ func (d *dialog) liveTurn(ctx context.Context) (eosTimes, error) {
 	var answer struct {
 		Transcript *string  `json:"transcript"`
 		Response   []string `json:"response"`
+		Timings    struct {
+			STT        float64 `json:"stt"`
+			Prompt     float64 `json:"prompt"`
+			Generation float64 `json:"generation"`
+		} `json:"timings_ms"`
 	}
 	if err := json.Unmarshal(got["candidates"].data, &answer); err != nil {
 		return eosTimes{}, fmt.Errorf("candidates event: %w", err)
 	}
+	et.STT, et.LLM = answer.Timings.STT, answer.Timings.Prompt+answer.Timings.Generation
 	d.record(words, answer.Transcript, answer.Response)
 	// The server's line of this turn (its output reaches the buffer
 	// through a pipe, maybe after the answer).
@@ -299,6 +324,15 @@ func benchEOS(ctx context.Context, cfg config, s *server, label, shape string, c
 	fmt.Fprintf(stdout, "%-26s %18s %8.0f %9s %8.0f\n", "live sooner by", "",
 		med(ups, func(t eosTimes) float64 { return t.Transcript })-med(lives, func(t eosTimes) float64 { return t.Transcript }), "",
 		med(ups, func(t eosTimes) float64 { return t.Candidates })-med(lives, func(t eosTimes) float64 { return t.Candidates }))
+	// The same with each turn's own model time taken out: the transcript
+	// less its Whisper time, the candidates less Whisper and the language
+	// model's; what is left is when the work started and what waited.
+	fmt.Fprintf(stdout, "%-26s %18s %8.0f %9s %8.0f\n", "live sooner, models out", "",
+		med(ups, func(t eosTimes) float64 { return t.Transcript - t.STT })-med(lives, func(t eosTimes) float64 { return t.Transcript - t.STT }), "",
+		med(ups, func(t eosTimes) float64 { return t.Candidates - t.STT - t.LLM })-med(lives, func(t eosTimes) float64 { return t.Candidates - t.STT - t.LLM }))
+	fmt.Fprintf(stdout, "models' own time (median ms): Whisper upload %.0f, live %.0f; language model upload %.0f, live %.0f\n",
+		med(ups, func(t eosTimes) float64 { return t.STT }), med(lives, func(t eosTimes) float64 { return t.STT }),
+		med(ups, func(t eosTimes) float64 { return t.LLM }), med(lives, func(t eosTimes) float64 { return t.LLM }))
 	var passes []string
 	split := 0
 	for _, t := range lives {

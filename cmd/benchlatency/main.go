@@ -24,7 +24,7 @@
 // their number of sequences), of those step times. A ratio of 1 means that
 // generating costs nothing beyond the decodes themselves.
 //
-// With -live (not with -text) it then times the turn from the end of the
+// With -live (the default; not with -text) it then times the turn from the end of the
 // partner's speech, on the server with today's defaults: an upload dialog,
 // with the conversation page's quiet wait before its upload added, and a
 // live dialog, whose clip is streamed over /v1/live in real time followed by
@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logs, "logs", "", "directory to write each server's log to (with -env REPLYD_LOG_LEVEL=debug, Whisper's mel, encoder and decoder times)")
 	fs.IntVar(&c.long, "long", 0, "run the long-conversation benchmark: one dialog of this many typed turns (e.g. 50)")
 	fs.StringVar(&c.baseBin, "base-bin", "", "compare this replyd binary (\"before\", e.g. built from an older commit) with -bin (\"after\") instead of the overlap on and off, turns alternating in one run")
-	fs.BoolVar(&c.live, "live", false, "also time the turn from the end of the partner's speech: the upload path with the conversation page's quiet wait added, and the live path (/v1/live, the clip streamed in real time); not with -text (its live figures are not yet trusted: see docs/performance.md)")
+	fs.BoolVar(&c.live, "live", true, "also time the turn from the end of the partner's speech: the upload path with the conversation page's quiet wait added, and the live path (/v1/live, the clip streamed in real time); not with -text; -live=false skips it")
 	fs.IntVar(&c.stepRounds, "step-rounds", 7, "reference decode steps timed per size and prompt length (the median is used)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,7 @@ import (
 // language-model work (no live pass started, no transcription or
 // generation observed) unless Silero VAD heard speech, and then exactly
 // one final pass per turn it reported; and that the session held no more
-// audio than its bound: the 200 ms pre-roll (and one window) while it
+// audio than its bound: the 224 ms pre-roll (and one window) while it
 // heard nothing it took for speech.
 func TestLiveNoiseFilesCostNoWork(t *testing.T) {
 	if testing.Short() {
@@ -73,8 +74,9 @@ func TestLiveNoiseFilesCostNoWork(t *testing.T) {
 		return promSamples(t, string(body))
 	}
 
-	preRoll := engine.DefaultTurnConfig().PreRoll.Seconds()
 	window := float64(engine.VoiceWindow) / engine.LiveRate
+	// The pre-roll, rounded up to whole windows (200 ms: 7, 224 ms).
+	preRoll := math.Ceil(engine.DefaultTurnConfig().PreRoll.Seconds()/window) * window
 	for _, f := range files {
 		streamRealTime(ctx, t, c, f.pcm)
 		// Long enough for a turn that ended with the file to be
@@ -91,7 +93,7 @@ func TestLiveNoiseFilesCostNoWork(t *testing.T) {
 			m[`replyd_inference_stage_seconds_count{stage="stt"}`], m[`replyd_inference_stage_seconds_count{stage="generation"}`],
 			held, m[`replyd_live_audio_held_peak_seconds{state="turn"}`])
 		if f.quiet && count("speech_start") == 0 && held > preRoll+window+1e-9 {
-			t.Errorf("after %s: the session held %.3f s while listening, want at most the %.1f s pre-roll and a window", f.name, held, preRoll)
+			t.Errorf("after %s: the session held %.3f s while listening, want at most the %.3f s pre-roll and a window", f.name, held, preRoll)
 		}
 	}
 	_ = c.Close(websocket.StatusNormalClosure, "")

@@ -1,14 +1,19 @@
 package vad
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // turnEvents streams pcm through a TurnDetector on the real Silero model in
@@ -147,4 +152,61 @@ func TestVoicedEndsWithTheVoice(t *testing.T) {
 		t.Errorf("the last voiced window ends at %.3f s; the voice ends at %.3f s", lastAt, vb[1])
 	}
 	t.Logf("last voiced window ends %.0f ms after the voice", (lastAt-vb[1])*1000)
+}
+
+// TestTurnProbsKeepTheStreamsSpeech: a turn's events carry one speech
+// probability per window of its audio, the stream's own; kept by them, a
+// recording streamed from its start gives exactly what KeepSpeech gives
+// on the whole recording. And jfk.wav's first 5 s, whose pause ends a
+// turn after "And so, my fellow Americans", has a second turn, "ask not
+// what your country", which the stream hears as speech: kept by the
+// stream's probabilities it holds that speech. Kept by a detector started
+// afresh on the turn's audio it held none, and the partner's words were
+// answered as no speech (benchlatency -live found it).
+func TestTurnProbsKeepTheStreamsSpeech(t *testing.T) {
+	d := NewDetector(model(t))
+	q := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0, 1.5, 0)
+	q = q[:len(q)/WindowSamples*WindowSamples]
+	_, evs := turnEvents(t, q, engine.TurnConfig{PreRoll: 10 * time.Second, EndSilence: time.Second})
+	if len(evs) == 0 || evs[len(evs)-1].Kind != engine.TurnEnd {
+		t.Fatalf("no turn in the question: %d events", len(evs))
+	}
+	for _, e := range evs {
+		if (e.Kind == engine.TurnPause || e.Kind == engine.TurnEnd) && len(e.Probs) != len(e.PCM)/WindowSamples {
+			t.Fatalf("event %d: %d probabilities for %d samples", e.Kind, len(e.Probs), len(e.PCM))
+		}
+	}
+	end := evs[len(evs)-1]
+	// The pre-roll reached back to the first sample: the turn's audio is
+	// the recording's start, its probabilities the model's from zero.
+	want, err := d.KeepSpeech(context.Background(), end.PCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.KeepSpeechByProbs(end.PCM, end.Probs); got.Segments != want.Segments || !slices.Equal(got.PCM, want.PCM) {
+		t.Errorf("by the stream's probabilities: %d segments, %d samples; KeepSpeech: %d, %d", got.Segments, len(got.PCM), want.Segments, len(want.PCM))
+	}
+
+	b, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio", "jfk.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jfk, err := testaudio.ReadMono16(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, evs := turnEvents(t, append(jfk[:5*SampleRate:5*SampleRate], silence(1)...), engine.TurnConfig{})
+	var ends []engine.TurnEvent
+	for _, e := range evs {
+		if e.Kind == engine.TurnEnd {
+			ends = append(ends, e)
+		}
+	}
+	if len(ends) != 2 {
+		t.Fatalf("events %s: want two turns", log)
+	}
+	second := d.KeepSpeechByProbs(ends[1].PCM, ends[1].Probs)
+	if s := float64(len(second.PCM)) / SampleRate; s < 0.5 {
+		t.Errorf("the second turn (%.2f s of audio) keeps %.2f s of speech by the stream's probabilities", float64(len(ends[1].PCM))/SampleRate, s)
+	}
 }

@@ -30,6 +30,14 @@ func (d *Detector) KeepSpeech(ctx context.Context, pcm []float32) (engine.Speech
 	return engine.Speech{PCM: Join(pcm, segs, d.Params), Segments: len(segs)}, nil
 }
 
+// KeepSpeechByProbs is KeepSpeech with the probabilities of pcm's windows
+// already computed (a live turn's: engine.SpeechByProbs): the same
+// segments and joining, without running the model again.
+func (d *Detector) KeepSpeechByProbs(pcm, probs []float32) engine.Speech {
+	segs := Segments(probs, d.Params)
+	return engine.Speech{PCM: Join(pcm, segs, d.Params), Segments: len(segs)}
+}
+
 // Status describes the detector for /healthz and the admin page.
 func (d *Detector) Status() engine.EngineStatus {
 	return engine.EngineStatus{Name: "vad", Model: d.Model.Path(), Ready: true, Backend: "cpu"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -125,5 +126,47 @@ func TestPipelineTruncatedWAV(t *testing.T) {
 	}
 	if stt.calls != 0 || lm.calls != 0 {
 		t.Fatal("a truncated recording reached the engines")
+	}
+}
+
+// TestPipelineLiveTurnKeepsSpeechByItsProbs: a live turn's audio carries
+// its windows' speech probabilities from the session's detector
+// (Request.VoiceProbs); the speech stage keeps speech by them, not by a
+// detector started afresh on the turn. Probabilities of silence over a
+// spoken question keep nothing (no Whisper); the stream's own keep what
+// KeepSpeech keeps of the same audio; a count that does not fit the audio
+// is ignored and the audio detected again.
+func TestPipelineLiveTurnKeepsSpeechByItsProbs(t *testing.T) {
+	p, stt, _ := speechPipeline(t)
+	m, err := vad.Load(shareddata.VADModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := shareddata.Speak(t, "Would you like some tea?", "en-us", 0.3, 0.8, 0)
+	q = q[:len(q)/engine.VoiceWindow*engine.VoiceWindow]
+	hear := func(probs []float32) (engine.Result, []float32) {
+		t.Helper()
+		stt.pcm = nil
+		res, err := p.Infer(context.Background(), engine.Request{
+			Messages: []engine.Message{{Role: engine.RoleSpeaker, Audio: true}}, PCM: q, VoiceProbs: probs, MaxCandidates: 1, Seed: 1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, stt.pcm
+	}
+	calls := stt.calls
+	if res, _ := hear(make([]float32, len(q)/engine.VoiceWindow)); !res.NoSpeech || stt.calls != calls {
+		t.Errorf("probabilities of silence: no_speech %v, Whisper ran %d times", res.NoSpeech, stt.calls-calls)
+	}
+	want, err := vad.NewDetector(m).KeepSpeech(context.Background(), q)
+	if err != nil || len(want.PCM) == 0 {
+		t.Fatalf("KeepSpeech kept %d samples (%v)", len(want.PCM), err)
+	}
+	if _, heard := hear(m.Probs(q)); !slices.Equal(heard, want.PCM) {
+		t.Errorf("by the stream's probabilities Whisper heard %d samples, KeepSpeech keeps %d", len(heard), len(want.PCM))
+	}
+	if _, heard := hear(make([]float32, 3)); !slices.Equal(heard, want.PCM) {
+		t.Errorf("with a probability count that does not fit, Whisper heard %d samples, KeepSpeech keeps %d", len(heard), len(want.PCM))
 	}
 }
