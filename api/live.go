@@ -639,11 +639,11 @@ func (sess *liveSession) request(payload []byte) (engine.Request, string, error)
 // finalPass answers a committed turn: the transcript (reusing the
 // speculative pass when the audio did not change), then the candidates. A
 // newer turn of the same key and dialog_id supersedes it, as a newer
-// /v1/infer request does, but only once the newer turn was heard to hold
-// speech: the box, not the client, cut the turns, and a tail that voice
-// detection or Whisper finds empty (a breath, the end of a word after a
-// pause, a cough) must not throw away the suggestions of the turn before
-// it. pcm is the turn's audio and probs its windows' speech
+// /v1/infer request does, but only once the newer turn is known to hold
+// speech (by voice detection on its windows, else by its transcript): the
+// box, not the client, cut the turns, and a tail that voice detection or
+// Whisper finds empty (a breath, the end of a word after a pause, a cough)
+// must not throw away the suggestions of the turn before it. pcm is the turn's audio and probs its windows' speech
 // probabilities from the session's detector (the speech is kept by them).
 // voiceEnd is when the turn's last voiced window
 // arrived (zero for a turn cut at MaxTurn): the time from it to the start
@@ -675,8 +675,9 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 	ctx, supersede := context.WithCancelCause(ctx)
 	defer supersede(nil)
 	// The turn takes the dialog's place (superseding the turn before it)
-	// when its transcript is known to hold speech: OnTranscript is called
-	// only then, before any language-model work.
+	// when it is known to hold speech: by its probabilities below, else
+	// when its transcript comes (OnTranscript is called only for speech,
+	// before any language-model work).
 	endFlight := func() {}
 	defer func() { endFlight() }()
 	claimed := false
@@ -685,6 +686,12 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 			claimed = true
 			endFlight = s.flights.startAt(sess.key.Hash, req.DialogID, t.order, supersede)
 		}
+	}
+	// Speech by the turn's own probabilities (what the speech stage keeps)
+	// is known now: such a turn takes the dialog at once, so that the
+	// earlier answer's work gives its cores to this turn's.
+	if sp, ok := engine.KeepByProbs(s.voice, pcm, probs); ok && len(sp.PCM) > 0 {
+		claim()
 	}
 	if spec != nil {
 		// The pass's results are read only once it is done: a turn whose

@@ -42,6 +42,23 @@ func (v *loudVoice) Prob(w []float32) float32 {
 	return 0.02
 }
 
+// KeepSpeechByProbs (engine.SpeechByProbs) keeps the windows heard as
+// speech when they add up to half a second, a stand-in for voice
+// detection's minimum speech.
+func (v *loudVoice) KeepSpeechByProbs(pcm, probs []float32) engine.Speech {
+	var sp engine.Speech
+	for i, p := range probs {
+		if p >= 0.5 {
+			sp.PCM = append(sp.PCM, pcm[i*engine.VoiceWindow:(i+1)*engine.VoiceWindow]...)
+		}
+	}
+	if len(sp.PCM) < engine.LiveRate/2 {
+		return engine.Speech{}
+	}
+	sp.Segments = 1
+	return sp
+}
+
 // liveInferer is the fake engine of the live tests: it "transcribes" a
 // turn's samples as their length, answers like echoInferer, and offers
 // speculative passes (HearAhead) that the test can hold until canceled.
@@ -951,5 +968,33 @@ func TestLiveVoiceWhileCoresHeld(t *testing.T) {
 	names, _ = events(t, c, 4)
 	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
 		t.Fatalf("second turn: events %v", names)
+	}
+}
+
+// TestLiveSpeechTurnSupersedesAtItsEnd: a turn whose windows hold speech
+// (by the session's voice detection) supersedes the dialog's answer in
+// progress as soon as it ends, before its own transcript, so that the
+// earlier answer's work gives way to it at once.
+func TestLiveSpeechTurnSupersedesAtItsEnd(t *testing.T) {
+	le := newLiveEnv(t)
+	le.inf.blockFirst = 1
+	le.inf.started = make(chan struct{}, 3)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(1.5, true), pcm(0.8, false)...))
+	if names, _ := events(t, c, 3); strings.Join(names, ",") != "speech_start,end_of_turn,transcript" {
+		t.Fatalf("turn 1 events %v", names)
+	}
+	<-le.inf.started
+	// Turn 2's speech pass is held: no transcript can come for it.
+	le.inf.mu.Lock()
+	le.inf.holdAhead = true
+	le.inf.mu.Unlock()
+	sendAudio(t, c, append(pcm(1.5, true), pcm(0.8, false)...))
+	names, evs := events(t, c, 3)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,error" || !strings.Contains(string(evs[2].Data), `"superseded"`) {
+		t.Fatalf("turn 2 events %v (%s)", names, evs[len(evs)-1].Data)
+	}
+	if ctxs := le.inf.inferCtxs(); len(ctxs) != 1 || !superseded(ctxs[0]) {
+		t.Errorf("%d engine requests; turn 1's context ended with %v", len(ctxs), context.Cause(ctxs[0]))
 	}
 }

@@ -256,11 +256,8 @@ func (p *Pipeline) decode(ctx context.Context, data []byte) ([]float32, error) {
 // VAD can use them, else by voice activity detection on one core taken at
 // priority.
 func (p *Pipeline) keepSpeech(ctx context.Context, pcm, probs []float32, priority Priority) (Speech, error) {
-	if bp, ok := p.VAD.(SpeechByProbs); ok && probs != nil && len(probs) == len(pcm)/VoiceWindow {
-		if err := ctx.Err(); err != nil {
-			return Speech{}, err
-		}
-		return bp.KeepSpeechByProbs(pcm, probs), nil
+	if sp, ok := KeepByProbs(p.VAD, pcm, probs); ok {
+		return sp, ctx.Err()
 	}
 	s := p.sched()
 	n, err := s.AcquireAt(ctx, priority, 1, 1)

@@ -28,3 +28,14 @@ type SpeechFilter interface {
 type SpeechByProbs interface {
 	KeepSpeechByProbs(pcm, probs []float32) Speech
 }
+
+// KeepByProbs keeps pcm's speech by probs when f is a SpeechByProbs and
+// probs hold one probability for each whole window of pcm; ok is false
+// otherwise (the speech must then be detected).
+func KeepByProbs(f any, pcm, probs []float32) (sp Speech, ok bool) {
+	bp, ok := f.(SpeechByProbs)
+	if !ok || probs == nil || len(probs) != len(pcm)/VoiceWindow {
+		return Speech{}, false
+	}
+	return bp.KeepSpeechByProbs(pcm, probs), true
+}
