@@ -53,23 +53,25 @@ type Config struct {
 	TrustedProxies string
 	TrustedNets    []*net.IPNet
 
-	LLMModel       string
-	WhisperModel   string
-	VADModel       string // Silero VAD v5 ONNX file; empty or missing: VAD off
-	GPULayers      int
-	CPUCores       int
-	Threads        int
-	STTThreads     int
-	Overlap        string // on, off
-	Decoding       string // auto, batched, sequential
-	ContextPerSeq  int
-	QueueSize      int
-	STTQueueSize   int
-	MaxWaitRatio   float64
-	MaxDecodes     int
-	MaxReplyTokens int
-	PrefixCacheMiB int
-	Seed           int
+	LLMModel     string
+	WhisperModel string
+	VADModel     string // Silero VAD v5 ONNX file; empty or missing: VAD off
+	GPULayers    int
+	CPUCores     int
+	Threads      int
+	STTThreads   int
+	Overlap      string // on, off
+	// WhisperFallback: on (whisper.cpp's temperature fallback), off (-nf).
+	WhisperFallback string
+	Decoding        string // auto, batched, sequential
+	ContextPerSeq   int
+	QueueSize       int
+	STTQueueSize    int
+	MaxWaitRatio    float64
+	MaxDecodes      int
+	MaxReplyTokens  int
+	PrefixCacheMiB  int
+	Seed            int
 	// ColdPromptTarget bounds the uncached prompt of one request in time
 	// (llm.Options.ColdPromptTarget); 0: only the context bounds it.
 	ColdPromptTarget time.Duration
@@ -207,6 +209,7 @@ func options() []option {
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
+		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0); off: greedy only, as whisper.cpp's -nf (a bad window costs one decoding, not six)", false, func(c *Config) *string { return &c.WhisperFallback }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
@@ -371,6 +374,11 @@ func (c *Config) Validate() error {
 	case "on", "off":
 	default:
 		errs = append(errs, fmt.Errorf("REPLYD_OVERLAP: %q is not on or off", c.Overlap))
+	}
+	switch c.WhisperFallback {
+	case "on", "off":
+	default:
+		errs = append(errs, fmt.Errorf("REPLYD_WHISPER_FALLBACK: %q is not on or off", c.WhisperFallback))
 	}
 	if _, err := llm.ParseDecoding(c.Decoding); err != nil {
 		errs = append(errs, fmt.Errorf("REPLYD_DECODING: %w", err))

@@ -60,6 +60,7 @@ func TestConfigRejects(t *testing.T) {
 		{nil, []string{"--admin-key", "abcdefghijklmnopqrstuvwxyz"}, "too easy to guess"},
 		{map[string]string{"REPLYD_OTP_TTL": "0"}, nil, "REPLYD_OTP_TTL"},
 		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
+		{nil, []string{"--whisper-fallback", "sometimes"}, "REPLYD_WHISPER_FALLBACK"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)

@@ -67,9 +67,10 @@ func isDemoModel(path string) bool {
 func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) error {
 	t0 := time.Now()
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
-		Threads: cfg.SpeechThreadsMax(),
-		Demo:    isDemoModel(cfg.WhisperModel),
-		Logger:  log.With("engine", "stt"),
+		Threads:    cfg.SpeechThreadsMax(),
+		NoFallback: cfg.WhisperFallback == "off",
+		Demo:       isDemoModel(cfg.WhisperModel),
+		Logger:     log.With("engine", "stt"),
 	})
 	if err != nil {
 		e.setError("stt", err)

@@ -29,7 +29,9 @@
 // /usr/bin/chromium), SYNTH_DIR (default ~/.cache/replyd/synth; models are
 // written there when missing), TURNS (turns per path, default 5),
 // LLM_SHAPE (default qwen2.5-0.5b), WHISPER_SHAPE (default base.en),
-// REPLYD_LIVE_END_SILENCE (passed to replyd when set).
+// REPLYD_LIVE_END_SILENCE and REPLYD_WHISPER_FALLBACK (passed to replyd when
+// set: with the fallback off, random-weight Whisper decodes about the same
+// tokens for the same speech on both paths).
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -296,6 +298,7 @@ async function main() {
       REPLYD_INFER_TIMEOUT: '10m',
     };
     if (process.env.REPLYD_LIVE_END_SILENCE) env.REPLYD_LIVE_END_SILENCE = process.env.REPLYD_LIVE_END_SILENCE;
+    if (process.env.REPLYD_WHISPER_FALLBACK) env.REPLYD_WHISPER_FALLBACK = process.env.REPLYD_WHISPER_FALLBACK;
     const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
