@@ -643,11 +643,12 @@ func (sess *liveSession) request(payload []byte) (engine.Request, string, error)
 // speech (by voice detection on its windows, else by its transcript): the
 // box, not the client, cut the turns, and a tail that voice detection or
 // Whisper finds empty (a breath, the end of a word after a pause, a cough)
-// must not throw away the suggestions of the turn before it. pcm is the turn's audio and probs its windows' speech
-// probabilities from the session's detector (the speech is kept by them).
-// voiceEnd is when the turn's last voiced window
-// arrived (zero for a turn cut at MaxTurn): the time from it to the start
-// of the work whose transcript the turn uses is reported (workStarted).
+// must not throw away the suggestions of the turn before it. pcm is the
+// turn's audio and probs its windows' speech probabilities from the
+// session's detector (the speech is kept by them). voiceEnd is when the
+// turn's last voiced window arrived (zero for a turn cut at MaxTurn): the
+// time from it to the start of the work whose transcript the turn uses is
+// reported (workStarted).
 func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *specPass, payload []byte, voiceEnd time.Time) {
 	s := sess.s
 	defer sess.passes.Done()
