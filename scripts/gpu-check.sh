@@ -228,6 +228,7 @@ infer_once() {
 	t0=$(date +%s.%N)
 	st=$(http POST /v1/infer X-API-KEY "$key" "$INFER")
 	cp "$WORK/body" "$WORK/infer-$name.json"
+	command -v nvidia-smi >/dev/null && result "$name: GPU memory used while serving: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
 	result "$name: POST /v1/infer -> $st in $(python3 -c "import sys; print(round(float(sys.argv[2])-float(sys.argv[1]),3))" "$t0" "$(date +%s.%N)") s: $(head -c 900 "$WORK/body")"
 	[ "$st" = 200 ]
 }
@@ -359,7 +360,10 @@ unpack || exit 1
 env_report
 case $step in
 build) build ;;
-checks) checks gpu ngl0 cpu && short_memory ;;
+checks)
+	checks gpu ngl0 cpu
+	short_memory
+	;;
 clinic) clinic gpu cpu ;;
 all)
 	# The models are written while the backend compiles.
