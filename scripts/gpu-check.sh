@@ -10,6 +10,7 @@
 #   .gpu/gpu-check.sh build            # only the CUDA backend
 #   .gpu/gpu-check.sh checks           # offload, answers, agreement, tok/s, short memory
 #   .gpu/gpu-check.sh clinic           # the clinic turn, GPU against CPU
+#   .gpu/gpu-check.sh steps            # only the tokens/s and the greedy tokens
 #   .gpu/gpu-check.sh cpu              # rehearsal without a GPU: the CPU parts only
 #
 # Steps (each appends to $OUT/results.txt; everything goes to $OUT/log):
@@ -279,22 +280,61 @@ checks() {
 	[ -f "$WORK/infer-gpu.json" ] && [ -f "$WORK/infer-ngl0.json" ] && result "$(agree gpu ngl0)"
 	[ -f "$WORK/infer-gpu.json" ] && [ -f "$WORK/infer-cpu.json" ] && result "$(agree gpu cpu)"
 	[ -f "$WORK/infer-ngl0.json" ] && [ -f "$WORK/infer-cpu.json" ] && result "$(agree ngl0 cpu)"
-	for m in "${modes[@]}"; do
-		[ "$m" = ngl0 ] && continue
-		say "steps: $m, 1 and 4 sequences after 500 and 2000 prompt tokens"
+	stepcheck "${modes[@]}"
+}
+
+# stepcheck MODES...: generation tokens/s at 1 to 4 sequences (replyd models
+# steps), and 16 tokens of the filler prompt's greedy continuation (the raw
+# argmax of the logits, no sampler) compared across the modes, with each
+# token's lead over the runner-up.
+stepcheck() {
+	local m
+	models || return 1
+	for m in "$@"; do
+		say "steps: $m, 1 to 4 sequences after 500 and 2000 prompt tokens, greedy 16"
+		local args=(--seqs 4 --contexts "500,2000" --rounds 9)
+		# ngl0 only for the greedy tokens: its steps are the CPU's.
+		[ "$m" = ngl0 ] && args=(--seqs 1 --contexts 500 --rounds 1)
 		runenv "$m"
-		if env "${RUNENV[@]}" "$WORK/bin/replyd" models steps --model "$LLM" --seqs 4 --contexts 500,2000 --rounds 9 >"$WORK/steps-$m.json" 2>"$WORK/steps-$m.err"; then
-			python3 - "$WORK/steps-$m.json" "$m" <<'EOF' | tee -a "$RES"
+		if env "${RUNENV[@]}" "$WORK/bin/replyd" models steps --model "$LLM" "${args[@]}" --greedy 16 >"$WORK/steps-$m.json" 2>"$WORK/steps-$m.err"; then
+			[ "$m" = ngl0 ] && continue
+			python3 - "$WORK/steps-$m.json" "$m" <<'EOF2' | tee -a "$RES"
 import json, sys
 t = json.load(open(sys.argv[1]))
 for c, row in zip(t["context"], t["step_us"]):
     print(f"{sys.argv[2]}: generation after {c} prompt tokens: " + ", ".join(
         f"N={k}: step {row[k]/1000:.2f} ms = {k*1e6/row[k]:.0f} tok/s" for k in (1, 2, 3, 4) if k < len(row)))
-EOF
+EOF2
 		else
 			result "$m: models steps FAILED: $(tail -3 "$WORK/steps-$m.err")"
 		fi
 	done
+	python3 - "$WORK" "$@" <<'EOF2' | tee -a "$RES"
+import json, sys, os
+work, modes = sys.argv[1], sys.argv[2:]
+g = {}
+for m in modes:
+    p = os.path.join(work, f"steps-{m}.json")
+    if os.path.exists(p) and os.path.getsize(p):
+        g[m] = json.load(open(p)).get("greedy") or []
+names = list(g)
+for i in range(len(names)):
+    for j in range(i + 1, len(names)):
+        a, b = g[names[i]], g[names[j]]
+        n = 0
+        while n < min(len(a), len(b)) and a[n]["token"] == b[n]["token"]:
+            n += 1
+        line = f"greedy tokens {names[i]} vs {names[j]}: first {n} of {min(len(a), len(b))} agree"
+        if n:
+            line += f"; smallest lead over the runner-up on the agreeing ones {min(x['margin'] for x in a[:n]):.3f} ({names[i]})"
+            d = max(abs(x["logit"] - y["logit"]) for x, y in zip(a[:n], b[:n]))
+            line += f"; largest difference of the chosen logit {d:.4f}"
+        if n < min(len(a), len(b)):
+            line += f"; at token {n}: {names[i]} {a[n]['token']} (lead {a[n]['margin']:.3f}), {names[j]} {b[n]['token']} (lead {b[n]['margin']:.3f})"
+        print(line)
+for m in names:
+    print(f"greedy {m}: " + " ".join(f"{x['token']}({x['margin']:.2f})" for x in g[m]))
+EOF2
 }
 
 # short_memory: leave LEFT_MIB of the GPU's memory free (PyTorch holds the
@@ -365,6 +405,8 @@ checks)
 	short_memory
 	;;
 clinic) clinic gpu cpu ;;
+steps) stepcheck gpu ngl0 cpu ;;
+clinic-gpu) clinic gpu ;;
 all)
 	# The models are written while the backend compiles.
 	models >"$WORK/synth.log" 2>&1 &
