@@ -22,9 +22,11 @@
 #          OLLAMA_LIBRARY_PATH as Dockerfile.cuda sets it: the offload lines,
 #          /healthz, /v1/infer at temperature 0 with one seed, against the same
 #          request on the CPU (REPLYD_GPU_LAYERS=0, with and without the CUDA
-#          backend loaded); prompt and generation tokens/s at 1 and 4
-#          sequences (replyd models steps); replyd with too little GPU memory
-#          left (a PyTorch process holds the rest).
+#          backend loaded); generation tokens/s at 1 to 4 sequences and 16
+#          greedy tokens with their leads (replyd models steps --greedy; the
+#          prompt's tokens/s are the servers' "history budget set" lines);
+#          replyd with too little GPU memory left (a PyTorch process holds
+#          the rest).
 #  clinic  cmd/benchlatency's clinic turn (5 s utterance, 3 candidates, going
 #          on) on the GPU and on this machine's CPU cores, one after the other.
 set -uo pipefail
