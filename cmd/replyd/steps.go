@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
@@ -27,8 +28,14 @@ func cmdModelsSteps(ctx context.Context, args []string, stdout, stderr io.Writer
 	threads := fs.Int("threads", defaultThreads(), "threads of a decode")
 	rounds := fs.Int("rounds", 7, "steps of each size timed at each length (the median is printed)")
 	ctxPerSeq := fs.Int("context-per-seq", llm.DefaultContextPerSeq, "tokens of one dialog, as REPLYD_CONTEXT_PER_SEQ")
+	gpuDefault := -1
+	if v, err := strconv.Atoi(os.Getenv("REPLYD_GPU_LAYERS")); err == nil {
+		gpuDefault = v
+	}
+	gpuLayers := fs.Int("gpu-layers", gpuDefault, "layers on a GPU backend (-1 = all when one is present), as REPLYD_GPU_LAYERS, whose value is the default")
+	greedy := fs.Int("greedy", 0, "also continue the first context's prompt greedily for this many tokens (raw argmax, to compare backends)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: replyd models steps --model FILE [--seqs N] [--contexts N,N,...] [--threads N] [--rounds N]")
+		fmt.Fprintln(stderr, "Usage: replyd models steps --model FILE [--seqs N] [--contexts N,N,...] [--threads N] [--rounds N] [--gpu-layers N] [--greedy N]")
 		fmt.Fprintln(stderr, "\nTimes one decode step of 1..N sequences after prompts of the given lengths (for benchmarks).")
 		fs.PrintDefaults()
 	}
@@ -44,7 +51,7 @@ func cmdModelsSteps(ctx context.Context, args []string, stdout, stderr io.Writer
 		lens = append(lens, n)
 	}
 	e, err := llm.Open(llm.Options{ModelPath: *model, Threads: *threads, MaxCandidates: max(*seqs, 1),
-		ContextPerSeq: *ctxPerSeq, Decoding: llm.DecodeBatched, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		ContextPerSeq: *ctxPerSeq, Decoding: llm.DecodeBatched, GPULayers: *gpuLayers, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return fmt.Errorf("models steps: %w", err)
 	}
@@ -56,7 +63,14 @@ func cmdModelsSteps(ctx context.Context, args []string, stdout, stderr io.Writer
 	out := struct {
 		Context []int     `json:"context"`
 		StepUS  [][]int64 `json:"step_us"`
+		// Greedy: the first context's prompt continued greedily (--greedy).
+		Greedy []llm.GreedyToken `json:"greedy,omitempty"`
 	}{Context: lens}
+	if *greedy > 0 {
+		if out.Greedy, err = e.Greedy(ctx, lens[0], *greedy); err != nil {
+			return fmt.Errorf("models steps: %w", err)
+		}
+	}
 	for _, row := range times {
 		us := make([]int64, len(row))
 		for k, d := range row {

@@ -38,16 +38,10 @@ func (e *Engine) stepTimes(ctx context.Context, seqs int, contexts []int, rounds
 	if longest+1 > e.budget() {
 		return nil, errors.New("a context is longer than the prompt budget")
 	}
-	text := "The physiotherapist comes at ten, and after lunch we could walk to the park if the rain stops. "
-	var tokens []int
-	for len(tokens) < longest {
-		t, err := e.model.Tokenize(text, false, true)
-		if err != nil {
-			return nil, err
-		}
-		tokens = append(tokens, t...)
+	tokens, err := e.fillerTokens(longest)
+	if err != nil {
+		return nil, err
 	}
-	tokens = tokens[:longest]
 	r := &run{e: e, ctx: ctx, minThreads: e.opts.Threads}
 	defer r.release()
 	e.leaveCurrent()
@@ -93,4 +87,19 @@ func (e *Engine) stepTimes(ctx context.Context, seqs int, contexts []int, rounds
 		e.freeGen()
 	}
 	return times, nil
+}
+
+// fillerTokens is n tokens of an everyday sentence repeated: the prompt
+// the reference steps and Greedy are measured after.
+func (e *Engine) fillerTokens(n int) ([]int, error) {
+	text := "The physiotherapist comes at ten, and after lunch we could walk to the park if the rain stops. "
+	var tokens []int
+	for len(tokens) < n {
+		t, err := e.model.Tokenize(text, false, true)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, t...)
+	}
+	return tokens[:n], nil
 }
