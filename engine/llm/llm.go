@@ -295,7 +295,7 @@ func Open(opts Options) (*Engine, error) {
 		if reason == "" {
 			reason = err.Error()
 		}
-		return fail(reason)
+		return fail(gpuMemoryHint(reason, backend))
 	}
 
 	// One pool of cells: the longest prompt with its first candidate's
@@ -308,7 +308,7 @@ func Open(opts Options) (*Engine, error) {
 		if reason == "" {
 			reason = "llama.cpp could not create a context: " + err.Error()
 		}
-		return fail(reason)
+		return fail(gpuMemoryHint(reason, backend))
 	}
 	batch, err := llama.NewBatch(promptChunk, 1, 0)
 	if err != nil {
@@ -554,4 +554,17 @@ func (e *Engine) loop() {
 		e.mu.Unlock()
 		j.res <- jobResult{gen: gen, err: err}
 	}
+}
+
+// gpuMemoryHint adds to a load failure on a GPU backend what the operator
+// can do: replyd does not fall back to the CPU on its own (a box that was
+// meant to answer in a fraction of a second would answer in seconds
+// without anyone being told), so too little GPU memory stops the start
+// with this message (docs/gpu.md, measured on an H100 whose memory another
+// process held).
+func gpuMemoryHint(reason, backend string) string {
+	if backend == "cpu" {
+		return reason
+	}
+	return reason + " (on the " + backend + " backend: when the GPU's memory is short, set REPLYD_GPU_LAYERS to fewer layers, or 0 for the CPU)"
 }

@@ -713,3 +713,15 @@ func TestExamplesStayInBudget(t *testing.T) {
 		t.Errorf("long examples: %d examples, %d tokens (budget %d), prompt %d -> %d", g.Examples, g.ExampleTokens, ExampleTokenBudget, plain.PromptTokens, g.PromptTokens)
 	}
 }
+
+// TestGPUMemoryHint: a load failure on a GPU backend says what the
+// operator can do; on the CPU the reason is left as it is.
+func TestGPUMemoryHint(t *testing.T) {
+	const reason = "alloc_tensor_range: failed to allocate CUDA0 buffer of size 1640403456"
+	if got := gpuMemoryHint(reason, "cpu"); got != reason {
+		t.Errorf("cpu: %q", got)
+	}
+	if got := gpuMemoryHint(reason, "cuda"); !strings.HasPrefix(got, reason) || !strings.Contains(got, "REPLYD_GPU_LAYERS") {
+		t.Errorf("cuda: %q", got)
+	}
+}
