@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/testaudio"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -139,4 +142,84 @@ func openLiveSession(t *testing.T, p *testutil.Replyd, apiKey, dialogID string) 
 		t.Fatal(err)
 	}
 	return ctx, c
+}
+
+// TestLivePausedSentenceAnswered runs the real program on jfk.wav's first
+// 5 s, whose 1 s pause inside the sentence ends a turn: "And so, my fellow
+// Americans," then "ask not what your country". The second turn is heard
+// as speech (kept by the stream's own voice probabilities) and answered
+// with replies; no turn is answered no_speech, and every turn gets an
+// answer (candidates, or superseded for the first).
+func TestLivePausedSentenceAnswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test starts the real binary")
+	}
+	const adminKey = "e2e-admin-key-live-pause-0123456789ab"
+	_, env := demoEnv(t, adminKey)
+	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
+	b, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio", "jfk.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jfk, err := testaudio.ReadMono16(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startReplyd(t, env)
+	key := p.CreateKey("tablet-live-pause")
+	ctx, c := openLiveSession(t, p, key.APIKey, "live-e2e-pause")
+	type event struct {
+		Event string
+		Data  json.RawMessage
+	}
+	events := make(chan event, 32)
+	go func() {
+		defer close(events)
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			var ev event
+			_ = json.Unmarshal(b, &ev)
+			events <- ev
+		}
+	}()
+	stream(ctx, t, c, append(jfk[:5*16000:5*16000], make([]float32, 3*16000)...))
+
+	var got []string
+	turns, answers := 0, 0
+	var last struct {
+		NoSpeech bool     `json:"no_speech"`
+		Response []string `json:"response"`
+	}
+	timeout := time.After(3 * time.Minute)
+	for turns < 2 || answers < turns {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("the session ended; events %v\n%s", got, p.Output())
+			}
+			got = append(got, ev.Event)
+			switch ev.Event {
+			case "end_of_turn":
+				turns++
+			case "candidates":
+				answers++
+				if err := json.Unmarshal(ev.Data, &last); err != nil || last.NoSpeech {
+					t.Errorf("a turn answered %s", ev.Data)
+				}
+			case "error":
+				answers++
+				if !strings.Contains(string(ev.Data), `"superseded"`) {
+					t.Errorf("a turn failed: %s", ev.Data)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("events %v: want two turns, each answered\n%s", got, p.Output())
+		}
+	}
+	if turns != 2 || len(last.Response) == 0 {
+		t.Errorf("events %v: %d turns, the last answer holds %d replies", got, turns, len(last.Response))
+	}
 }
