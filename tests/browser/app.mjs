@@ -185,6 +185,15 @@ async function recordInfers(p = page) {
   };
 }
 
+/** Waits until the scan highlight arrives on the control (get() returns
+ * want), not merely is on it: the switch press that follows then has the
+ * control's whole scan time, where one seen late in its time could land on
+ * the next control on a loaded machine (make test failed so once). */
+async function scanArrives(get, want, what) {
+  await until(async () => (await get()) !== want, `the highlight away from ${what}`, 30000);
+  await until(async () => (await get()) === want, `the highlight on ${what}`, 30000);
+}
+
 /** The replies shown and each one's word chips. */
 const shownReplies = () => page.$$eval('#cands > li', (lis) => lis.map((li) => ({
   text: li.querySelector('.cand').textContent,
@@ -491,17 +500,17 @@ async function main() {
       await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.dataset.rank)) === '1', 'the highlight on the first candidate');
       await axe('while scanning');
       await shot('06-scanning-tablet');
-      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.dataset.rank)) === want, `the highlight on candidate ${want}`, 30000);
+      await scanArrives(() => page.evaluate(() => document.querySelector('.scanned')?.dataset.rank), want, `candidate ${want}`);
       await page.keyboard.press('Space');
       equal((await spoken()).at(-1), c[Number(want) - 1], 'spoken by the switch');
       equal((await bubbles()).at(-1).text, c[Number(want) - 1], 'appended by the switch');
       // A tap anywhere is the switch too.
-      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.id)) === 'type-open', 'the highlight on Type', 30000);
+      await scanArrives(() => page.evaluate(() => document.querySelector('.scanned')?.id), 'type-open', 'Type');
       await page.mouse.click(5, 400);
       await until(() => page.isVisible('#type-form'), 'the Type field opened by the switch');
       await page.click('#type-close'); // scanning pauses while a field is open
       // Settings by the switch, to turn scanning off.
-      await until(async () => (await page.evaluate(() => document.querySelector('.scanned')?.id)) === 'open-settings', 'the highlight on Settings', 30000);
+      await scanArrives(() => page.evaluate(() => document.querySelector('.scanned')?.id), 'open-settings', 'Settings');
       await page.keyboard.press('Enter');
       await until(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings opened by the switch');
       await page.uncheck('#s-scan');
