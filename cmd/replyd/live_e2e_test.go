@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
-	"github.com/replyd/replyd/internal/testaudio"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -157,14 +154,7 @@ func TestLivePausedSentenceAnswered(t *testing.T) {
 	const adminKey = "e2e-admin-key-live-pause-0123456789ab"
 	_, env := demoEnv(t, adminKey)
 	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
-	b, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio", "jfk.wav"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, jfk, err := testaudio.ReadMono16(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jfk := shareddata.JFK(t)
 	p := startReplyd(t, env)
 	key := p.CreateKey("tablet-live-pause")
 	ctx, c := openLiveSession(t, p, key.APIKey, "live-e2e-pause")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/internal/shareddata"
-	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // turnEvents streams pcm through a TurnDetector on the real Silero model in
@@ -187,14 +184,7 @@ func TestTurnProbsKeepTheStreamsSpeech(t *testing.T) {
 		t.Errorf("by the stream's probabilities: %d segments, %d samples; KeepSpeech: %d, %d", got.Segments, len(got.PCM), want.Segments, len(want.PCM))
 	}
 
-	b, err := os.ReadFile(filepath.Join(shareddata.Whisper(t), "audio", "jfk.wav"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, jfk, err := testaudio.ReadMono16(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jfk := shareddata.JFK(t)
 	log, evs := turnEvents(t, append(jfk[:5*SampleRate:5*SampleRate], silence(1)...), engine.TurnConfig{})
 	var ends []engine.TurnEvent
 	for _, e := range evs {

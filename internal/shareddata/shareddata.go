@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testaudio"
 )
 
 // Dir returns the directory holding the shared test data (the folder that
@@ -83,4 +85,21 @@ func logSkip(name string) {
 func ok(d string) bool {
 	st, err := os.Stat(filepath.Join(d, "whisper"))
 	return err == nil && st.IsDir()
+}
+
+// JFK returns the samples of the shared data's whisper/audio/jfk.wav (16 kHz
+// mono; "And so, my fellow Americans, ask not what your country can do for
+// you, ask what you can do for your country."), skipping as Dir does when
+// the data is missing.
+func JFK(tb testing.TB) []float32 {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(Whisper(tb), "audio", "jfk.wav"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, pcm, err := testaudio.ReadMono16(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pcm
 }
