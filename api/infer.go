@@ -301,7 +301,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	req, audioIdx, err := parsePayload(f.payload, s.limits)
 	if err != nil {
 		// A malformed steered request is logged as one (steer.go).
-		st.steered = toAPIError(err).Code == CodeInvalidPayload
+		st.steered = errors.Is(err, errMalformedSteer)
 		return err
 	}
 	tag := ""

@@ -25,11 +25,12 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// CodeInvalidPayload answers a malformed steer object or parent
-// inference id (status 400), as the steering contract names it.
-const CodeInvalidPayload = "invalid_payload"
-
-func init() { codeStatus[CodeInvalidPayload] = 400 }
+// errMalformedSteer marks (as the logged cause of a 400 invalid_request) a
+// malformed steer object or parent inference id, so that the request is
+// logged as a steered one. The client sees the one code of every malformed
+// request, invalid_request (shared/spec/interface.md), with a message that
+// names the field.
+var errMalformedSteer = errors.New("malformed steered request")
 
 // The steering budget per API key: a token bucket refilled at
 // steerPerMinute a minute holding at most steerBurst requests, kept by the
@@ -56,11 +57,11 @@ type wireReplace struct {
 }
 
 func invalidSteer(format string, args ...any) *Error {
-	return &Error{Code: CodeInvalidPayload, Message: fmt.Sprintf(format, args...)}
+	return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf(format, args...), Err: errMalformedSteer}
 }
 
 // parseSteer validates the payload's steer and parent_inference_id into req.
-// Errors are 400 invalid_payload naming the field; they never quote text.
+// Errors are 400 invalid_request naming the field; they never quote text.
 func parseSteer(raw json.RawMessage, parent string, req *engine.Request) error {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		if parent != "" {

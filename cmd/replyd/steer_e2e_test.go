@@ -83,10 +83,10 @@ func TestSteerEndToEnd(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{apiKey, `,"steer":{"words":["i"]}`, 400, "invalid_payload"},
-		{apiKey, `,"steer":{"words":["i"],"prefix":"I"},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_payload"},
-		{apiKey, `,"steer":{},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_payload"},
-		{apiKey, `,"steer":{"replace":{"text":"I want tea","word":3}},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_payload"},
+		{apiKey, `,"steer":{"words":["i"]}`, 400, "invalid_request"},
+		{apiKey, `,"steer":{"words":["i"],"prefix":"I"},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_request"},
+		{apiKey, `,"steer":{},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_request"},
+		{apiKey, `,"steer":{"replace":{"text":"I want tea","word":3}},"parent_inference_id":"` + turn.InferenceID + `"`, 400, "invalid_request"},
 		{apiKey, `,"steer":{"words":["i"]},"parent_inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAA"`, 404, "not_found"},
 		{other, `,"steer":{"words":["i"]},"parent_inference_id":"` + turn.InferenceID + `"`, 404, "not_found"},
 	} {
