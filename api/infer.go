@@ -230,7 +230,10 @@ func (s *Server) enterInfer(c echo.Context, key store.APIKey, st *inferState) (d
 		release()
 		return nil, err
 	}
+	// The key's end (revoked, or its scope gone) cancels the request.
+	right := s.inferRight(c, key.Hash)
 	return func(err *error) {
+		*err = right(*err)
 		if !st.steered {
 			s.refundIfShed(key.Hash, err)
 		}
@@ -348,6 +351,9 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if wantsEventStream(c.Request().Header.Get(echo.HeaderAccept)) {
 		events = &eventStream{c: c}
 		req.OnTranscript = func(h engine.Heard) {
+			if rightEndedCause(c.Request().Context()) != nil {
+				return // the key's end: nothing more is sent
+			}
 			if err := events.send("transcript", newTranscriptEvent(h)); err == nil {
 				st.streamed = true
 			}
@@ -419,6 +425,14 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	// Feedback may arrive before the log entry is written: until it is, it
 	// waits for it through recent.
 	s.recent.add(out.InferenceID, st.keyHash, s.now(), out.Response)
+	if e := rightEndedCause(reqCtx); e != nil {
+		// The key ended while the answer was made: not sent.
+		if events != nil && events.started {
+			st.streamed = true
+			_ = events.send("error", errorBody{Error: e.Code, Message: e.Message})
+		}
+		return e
+	}
 	return s.sendAnswer(c, events, out)
 }
 
@@ -467,6 +481,9 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 	case engine.KindNotReady:
 		return &Error{Code: CodeNotReady, Message: "models are loading; retry shortly", RetryAfter: s.limits.NotReadyRetryAfter, Err: err}
 	case engine.KindCanceled:
+		if e := rightEndedCause(reqCtx); e != nil {
+			return e
+		}
 		if reqCtx.Err() != nil {
 			return &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}
 		}

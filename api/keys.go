@@ -256,7 +256,8 @@ func (s *Server) handleListKeys(c echo.Context) error {
 // handleRevokeKey serves DELETE /v1/admin/keys/{api_key_hash}: it sets the
 // status to revoked and RevokedAt, answers the record, and is idempotent (a
 // second call keeps the first RevokedAt). The key is refused from the next
-// request on. An unknown hash is 404.
+// request on, and its work in progress (live sessions, inferences) ends
+// before the answer. An unknown hash is 404.
 func (s *Server) handleRevokeKey(c echo.Context) error {
 	hash := strings.ToLower(c.Param("api_key_hash"))
 	if !isKeyHash(hash) {
@@ -279,6 +280,9 @@ func (s *Server) handleRevokeKey(c echo.Context) error {
 	if before.Status != store.StatusRevoked {
 		s.adminLog(c, store.LevelInfo, hash, "api key revoked")
 	}
+	// Its work in progress ends: on this box now, on the others within
+	// KeyRecheck (rights.go).
+	s.rightsChanged(hash)
 	return c.JSON(http.StatusOK, toKeyRecord(k))
 }
 

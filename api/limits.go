@@ -116,6 +116,10 @@ type Limits struct {
 	// may send audio (after a second of slack): every sample costs voice
 	// detection.
 	LiveRealtimeFactor float64
+	// KeyRecheck is how often the keys of work in progress (live sessions,
+	// inferences) are read again, so that a key revoked on another box
+	// sharing the store ends its work within it (rights.go).
+	KeyRecheck time.Duration
 }
 
 // DefaultLimits returns the limits replyd ships with.
@@ -161,6 +165,7 @@ func DefaultLimits() Limits {
 		MaxLiveFrameBytes:     64 << 10,
 		MaxLivePerAddr:        4,
 		LiveRealtimeFactor:    2,
+		KeyRecheck:            2 * time.Second,
 
 		PairingTTL:             10 * time.Minute,
 		PairAttemptsPerAddress: 5,
@@ -241,6 +246,7 @@ func (l Limits) withDefaults() Limits {
 	set64(&l.MaxLiveFrameBytes, d.MaxLiveFrameBytes)
 	setInt(&l.MaxLivePerAddr, d.MaxLivePerAddr)
 	setF(&l.LiveRealtimeFactor, d.LiveRealtimeFactor)
+	setDur(&l.KeyRecheck, d.KeyRecheck)
 	setDur(&l.PairingTTL, d.PairingTTL)
 	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
 	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)

@@ -48,7 +48,9 @@ import (
 // Close codes of a live session beyond RFC 6455's (4000-4999 are the
 // application's): 4400 the first message or a control was not valid,
 // 4408 the client sent nothing for LiveIdle, 4403 live listening was
-// switched off for the key or the box while the session was open.
+// switched off for the key or the box (or the key lost the scope infer)
+// while the session was open; 4401 (CloseRevoked, rights.go) the key was
+// revoked.
 const (
 	CloseInvalidMessage websocket.StatusCode = 4400
 	CloseIdle           websocket.StatusCode = 4408
@@ -212,15 +214,6 @@ func (l *liveSessions) each(keep func(*liveSession) bool, fn func(*liveSession))
 	}
 }
 
-// closeKey closes the sessions of one key (its live switch was turned
-// off).
-func (l *liveSessions) closeKey(hash string) {
-	l.each(func(s *liveSession) bool { return s.key.Hash == hash }, func(s *liveSession) {
-		// In the background: the close handshake may wait for the peer.
-		go s.end(CloseSwitchedOff, "live listening was switched off for this API key")
-	})
-}
-
 // count returns the open sessions.
 func (l *liveSessions) count() int {
 	l.mu.Lock()
@@ -355,6 +348,9 @@ func (s *Server) handleLive(c echo.Context) error {
 	}
 	s.metrics.live.sessions.Inc()
 	defer s.metrics.live.sessions.Dec()
+	// The key's end (revoked, scope or live listening taken away) ends
+	// the session (rights.go).
+	defer s.holdRight(key.Hash, rightLive, sess.endForRight)()
 	sess.run()
 	return nil
 }
@@ -366,15 +362,18 @@ func (sess *liveSession) run() {
 		sess.cancel(errSessionEnded)
 		sess.dropTurn()
 		sess.passes.Wait()
+		sess.closeForRight() // the close code, before the connection goes
 		_ = sess.conn.CloseNow()
 	}()
 	sess.lastRead.Store(time.Now().UnixNano())
 	go sess.pinger()
 	first := true
 	for {
-		// A canceled read context closes the connection at once: the idle
-		// bound is the watchdog's (pinger), which closes it properly.
-		typ, data, err := sess.conn.Read(sess.ctx)
+		// A canceled read context would close the connection at once: the
+		// reader ends when the connection closes, and every end of the
+		// session closes it (end, send, pinger), so that a session whose
+		// work was canceled first (endForRight) still sends its close code.
+		typ, data, err := sess.conn.Read(context.Background())
 		sess.lastRead.Store(time.Now().UnixNano())
 		if err != nil {
 			switch {
@@ -550,10 +549,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 // requests in progress. The CPU budget admits the final pass itself.
 func (sess *liveSession) admitTurn() (*liveTurn, error) {
 	s := sess.s
-	if err := s.liveAllowed(sess.key); err != nil {
-		if toAPIError(err).Code == CodeForbidden {
-			go sess.end(CloseSwitchedOff, toAPIError(err).Message)
-		}
+	if err := s.liveRight(sess); err != nil {
 		return nil, err
 	}
 	release, err := s.enterInflight(sess.key)
@@ -661,6 +657,9 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		t.done(&err)
 		sess.logTurn(start, res, len(out.Response), inf, err)
 	}()
+	if err = s.liveRight(sess); err != nil {
+		return // the key's end: the session is closing
+	}
 	req, tag, err := sess.request(payload)
 	if err != nil {
 		sess.sendError(err)

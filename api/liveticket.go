@@ -160,8 +160,8 @@ type liveSwitchResponse struct {
 
 // handleLiveSwitch serves PUT /v1/admin/keys/{api_key_hash}/live: switch
 // live listening on or off for one key (the user's consent). Sessions of
-// the key that are open when it is switched off are closed at their next
-// turn.
+// the key that are open when it is switched off close with 4403: on this
+// box at once, on the others within KeyRecheck (rights.go).
 func (s *Server) handleLiveSwitch(c echo.Context) error {
 	hash := strings.ToLower(c.Param("api_key_hash"))
 	if !isKeyHash(hash) {
@@ -184,7 +184,7 @@ func (s *Server) handleLiveSwitch(c echo.Context) error {
 	state := "on"
 	if !*body.Enabled {
 		state = "off"
-		s.live.closeKey(hash)
+		s.rightsChanged(hash) // its sessions on this box close now
 	}
 	s.adminLog(c, store.LevelInfo, hash, "live listening switched %s", state)
 	return c.JSON(http.StatusOK, liveSwitchResponse{APIKeyHash: hash, Enabled: *body.Enabled})
@@ -206,6 +206,10 @@ type liveDocs struct {
 	ClosedInvalid     int
 	ClosedIdle        int
 	ClosedSwitchedOff int
+	ClosedRevoked     int
+	// KeyRecheckSeconds bounds how long a key changed on another box
+	// sharing the store keeps its work (rights.go).
+	KeyRecheckSeconds float64
 }
 
 func (s *Server) liveDocData() liveDocs {
@@ -224,5 +228,7 @@ func (s *Server) liveDocData() liveDocs {
 		ClosedInvalid:     int(CloseInvalidMessage),
 		ClosedIdle:        int(CloseIdle),
 		ClosedSwitchedOff: int(CloseSwitchedOff),
+		ClosedRevoked:     int(CloseRevoked),
+		KeyRecheckSeconds: l.KeyRecheck.Seconds(),
 	}
 }

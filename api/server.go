@@ -147,6 +147,7 @@ type Server struct {
 	liveOff     bool
 	sched       *engine.Scheduler
 	live        *liveSessions
+	rights      *grants // work in progress by the key whose right it holds (rights.go)
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -197,6 +198,7 @@ func New(o Options) *Server {
 	s.totpOnly = o.TOTPOnly
 	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
 	s.live = newLiveSessions()
+	s.rights = newGrants()
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies

@@ -23,6 +23,9 @@ type testStore struct {
 	// scrubProblem becomes DeleteUser's ScrubProblem (as when PostgreSQL
 	// refuses a VACUUM or CHECKPOINT).
 	scrubProblem string
+	// scopes replaces the stored scopes of a key hash in what GetKey
+	// returns (no route changes a key's scopes).
+	scopes map[string][]string
 }
 
 // faultable are the methods fail can break: the key lookup every tablet
@@ -68,7 +71,23 @@ func (s *testStore) GetKey(hash string) (store.APIKey, error) {
 	if err := s.fault("GetKey"); err != nil {
 		return store.APIKey{}, err
 	}
-	return s.DB.GetKey(hash)
+	k, err := s.DB.GetKey(hash)
+	s.mu.Lock()
+	if sc, ok := s.scopes[hash]; ok && err == nil {
+		k.Scopes = sc
+	}
+	s.mu.Unlock()
+	return k, err
+}
+
+// scopesOverride makes GetKey answer scopes for hash.
+func (s *testStore) scopesOverride(hash string, scopes []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scopes == nil {
+		s.scopes = map[string][]string{}
+	}
+	s.scopes[hash] = scopes
 }
 
 func (s *testStore) CreateKey(k store.APIKey) error {

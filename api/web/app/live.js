@@ -12,7 +12,7 @@ const KEEPALIVE_MS = 30000;
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
 
 /** Close codes after which reconnecting would be refused again. */
-const FINAL = new Set([4403, 4400, 1003, 1008, 1009]);
+const FINAL = new Set([4403, 4401, 4400, 1003, 1008, 1009]);
 
 /** Whether this browser can stream the microphone. */
 export function canStream() {
