@@ -28,6 +28,10 @@ func FuzzParsePayload(f *testing.F) {
 		`{"messages":[]}`, `{"messages":null}`, `{}`, `[]`, `null`, `"x"`, ``, `{"messages":[{"role":"x"}]}`,
 		`{"messages":[{"role":"speaker"}],"time_window_sec":1e30}`, `{"messages":[{"role":"speaker"}],"options":{"temperature":1e400}}`,
 		"\xef\xbb\xbf" + simplePayload, `{"messages":[{"role":"speaker","content":"\ud800"}]}`,
+		// Steering: a malformed steer is invalid_request like the rest.
+		`{"messages":[{"role":"speaker","content":"x"}],"steer":{"words":["a"]},"parent_inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAA"}`,
+		`{"messages":[{"role":"speaker","content":"x"}],"steer":{}}`, `{"messages":[{"role":"speaker"}],"parent_inference_id":"x"}`,
+		`{"messages":[{"role":"speaker","content":"x"}],"steer":{"replace":{"text":"a b","word":5}},"parent_inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAA"}`,
 	} {
 		f.Add([]byte(s))
 	}
