@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"time"
 
 	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/store"
@@ -18,12 +20,37 @@ type adminKeyStore interface {
 	AdminKeyHash() (string, error)
 	SetAdminKeyHash(hash string) error
 	SetAdminKeyHashIfAbsent(hash string) (bool, error)
+	PruneSessions(now time.Time) (int, error)
+	PrunePairings(now time.Time) (int, error)
+}
+
+// endOfTime is after every expiry: pruning at it deletes every session and
+// pairing.
+var endOfTime = time.Unix(0, math.MaxInt64)
+
+// endAdminGrants deletes every admin session and every pairing code: what
+// the replaced admin key's holder (or a session made while it was trusted)
+// may have handed out ends with it, on every box sharing the store (each
+// request reads its session afresh).
+func endAdminGrants(db adminKeyStore, log *slog.Logger) error {
+	sessions, err := db.PruneSessions(endOfTime)
+	if err != nil {
+		return fmt.Errorf("ending the admin sessions: %w", err)
+	}
+	pairings, err := db.PrunePairings(endOfTime)
+	if err != nil {
+		return fmt.Errorf("ending the pairing codes: %w", err)
+	}
+	log.Info("admin key replaced: admin sessions and pairing codes ended", "sessions", sessions, "pairings", pairings)
+	return nil
 }
 
 // ensureAdminKey makes sure the store holds an admin key hash (Argon2id,
 // secret.HashAdminKey). A key from the configuration (REPLYD_ADMIN_KEY,
 // whose strength Config.Validate checked) wins and is never printed; it is
-// hashed again only when the stored hash does not match it. Without one, a
+// hashed again only when the stored hash does not match it; a configured key
+// that replaces another ends every admin session and pairing code
+// (endAdminGrants). Without one, a
 // key is generated on first start and printed once on stderr; later starts
 // keep the stored hash. The first key is stored only where none is, in one
 // atomic step: of boxes that start together on one PostgreSQL database, one
@@ -34,10 +61,9 @@ func ensureAdminKey(db adminKeyStore, configured string, stderr io.Writer, log *
 		return fmt.Errorf("reading the admin key: %w", err)
 	}
 	if configured != "" {
-		if cur != "" && !secret.IsLegacyAdminKeyHash(cur) {
-			if ok, err := secret.CheckAdminKey(configured, cur); err == nil && ok {
-				return nil
-			}
+		same, err := secret.CheckAdminKey(configured, cur)
+		if cur != "" && !secret.IsLegacyAdminKeyHash(cur) && err == nil && same {
+			return nil
 		}
 		h, err := secret.HashAdminKey(configured)
 		if err != nil {
@@ -47,6 +73,9 @@ func ensureAdminKey(db adminKeyStore, configured string, stderr io.Writer, log *
 			return fmt.Errorf("storing the admin key hash: %w", err)
 		}
 		log.Info("admin key taken from the configuration")
+		if cur != "" && !same {
+			return endAdminGrants(db, log)
+		}
 		return nil
 	}
 	if cur != "" {
@@ -79,14 +108,18 @@ func newAdminKey() (key, hash string, err error) {
 }
 
 // resetAdminKey generates a new admin key (256 random bits), stores its
-// Argon2id hash and prints the key once.
-func resetAdminKey(db adminKeyStore, stderr io.Writer) error {
+// Argon2id hash, ends every admin session and pairing code
+// (endAdminGrants) and prints the key once.
+func resetAdminKey(db adminKeyStore, stderr io.Writer, log *slog.Logger) error {
 	key, h, err := newAdminKey()
 	if err != nil {
 		return err
 	}
 	if err := db.SetAdminKeyHash(h); err != nil {
 		return fmt.Errorf("storing the admin key hash: %w", err)
+	}
+	if err := endAdminGrants(db, log); err != nil {
+		return err
 	}
 	printAdminKey(stderr, key)
 	return nil

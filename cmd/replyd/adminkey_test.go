@@ -2,15 +2,39 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/bolt"
 )
 
-type memKeyStore struct{ hash string }
+type memKeyStore struct {
+	hash               string
+	sessions, pairings int // live admin sessions and pairing codes
+}
+
+func (m *memKeyStore) PruneSessions(now time.Time) (int, error) {
+	n := 0
+	if !now.Before(endOfTime) {
+		n, m.sessions = m.sessions, 0
+	}
+	return n, nil
+}
+
+func (m *memKeyStore) PrunePairings(now time.Time) (int, error) {
+	n := 0
+	if !now.Before(endOfTime) {
+		n, m.pairings = m.pairings, 0
+	}
+	return n, nil
+}
 
 func (m *memKeyStore) AdminKeyHash() (string, error)  { return m.hash, nil }
 func (m *memKeyStore) SetAdminKeyHash(h string) error { m.hash = h; return nil }
@@ -115,9 +139,63 @@ func TestEnsureAdminKeyFromConfigIsNeverPrinted(t *testing.T) {
 	if err := ensureAdminKey(db, k, io.Discard, log); err != nil || db.hash != before {
 		t.Fatalf("restart with the same key changed the hash (%v)", err)
 	}
-	// Another configured key replaces it.
+	// Neither the upgrade of the legacy hash nor the restart ended the
+	// admin sessions and pairing codes.
+	db.sessions, db.pairings = 2, 1
+	if err := ensureAdminKey(db, k, io.Discard, log); err != nil || db.sessions != 2 || db.pairings != 1 {
+		t.Fatalf("a restart with the same key ended sessions or pairings (%v)", err)
+	}
+	// Another configured key replaces it, and ends them.
 	if err := ensureAdminKey(db, k+"-new", io.Discard, log); err != nil {
 		t.Fatal(err)
 	}
 	mustMatch(t, db.hash, k+"-new")
+	if db.sessions != 0 || db.pairings != 0 {
+		t.Errorf("after the key was replaced: %d sessions and %d pairing codes left", db.sessions, db.pairings)
+	}
+}
+
+// TestResetAdminKeyEndsSessionsAndPairings: admin-key --reset ends every
+// admin session and pending pairing code: a session or a code handed out
+// while the old key was trusted stops working with it.
+func TestResetAdminKeyEndsSessionsAndPairings(t *testing.T) {
+	db := &memKeyStore{hash: secret.Hash("the old key"), sessions: 3, pairings: 2}
+	var out bytes.Buffer
+	if err := resetAdminKey(db, &out, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if db.sessions != 0 || db.pairings != 0 {
+		t.Errorf("after the reset: %d sessions and %d pairing codes left", db.sessions, db.pairings)
+	}
+	if !strings.Contains(out.String(), "REPLYD ADMIN KEY: "+adminKeyPrefix) {
+		t.Errorf("the new key was not printed: %q", out.String())
+	}
+}
+
+// TestResetAdminKeyOnTheRealStore: on the bbolt store, a session and a
+// pairing code that expire an hour from now stop working after the reset.
+func TestResetAdminKeyOnTheRealStore(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "replyd.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	session, code := secret.Hash("a session token"), secret.Hash("ABCD2345")
+	if err := db.CreateSession(session, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	p := store.Pairing{CodeHash: code, Key: store.APIKey{ClientID: "tablet", Scopes: []string{"infer"}}, ExpiresAt: now.Add(time.Hour)}
+	if err := db.CreatePairing(p, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := resetAdminKey(db, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := db.SessionValid(session, now); err != nil || ok {
+		t.Errorf("the session is still valid after the reset (%v)", err)
+	}
+	if _, err := db.RedeemPairing(code, secret.Hash("rpd_new"), now); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the pairing code after the reset: %v, want ErrNotFound", err)
+	}
 }

@@ -173,12 +173,13 @@ func cmdAdminKey(args []string, getenv func(string) string, stderr io.Writer) er
 	if cfg.AdminKey != "" {
 		return errors.New("admin-key --reset: REPLYD_ADMIN_KEY is set, so the configured key would replace the new one at the next start; change it in the configuration instead")
 	}
-	db, err := openStore(context.Background(), cfg, slog.New(slog.NewTextHandler(stderr, nil)))
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	db, err := openStore(context.Background(), cfg, log)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	return resetAdminKey(db, stderr)
+	return resetAdminKey(db, stderr, log)
 }
 
 func parseLevel(s string) (slog.Level, error) {
