@@ -234,6 +234,11 @@ func (s *Server) enterInfer(c echo.Context, key store.APIKey, st *inferState) (d
 	right := s.inferRight(c, key.Hash)
 	return func(err *error) {
 		*err = right(*err)
+		if e := rightEndedCause(c.Request().Context()); e != nil && st.try && *err == error(e) && e.Code == CodeUnauthorized {
+			// As handleTry answers a revoked key: 401 would read as the
+			// end of the admin's own session.
+			*err = rightEnded(CodeForbidden, e.Message)
+		}
 		if !st.steered {
 			s.refundIfShed(key.Hash, err)
 		}

@@ -226,13 +226,14 @@ func blockingInferer(started chan<- struct{}) func(context.Context, engine.Reque
 	}
 }
 
-// TestInferEndsWithKey: a /v1/infer in progress (plain, streamed, steered)
+// TestInferEndsWithKey: a /v1/infer in progress (plain, streamed, steered;
+// and the admin page's try as the key)
 // is canceled when its key is revoked, here or on another box (the store
 // changed alone, then a re-check), and answers 401 (a stream: an error
 // event) instead of its candidates.
 func TestInferEndsWithKey(t *testing.T) {
 	for _, where := range []string{"here", "another box"} {
-		for _, kind := range []string{"plain", "stream", "steered"} {
+		for _, kind := range []string{"plain", "stream", "steered", "try"} {
 			t.Run(where+"/"+kind, func(t *testing.T) {
 				started := make(chan struct{}, 1)
 				e := newEnv(t, func(o *Options) { o.Limits.KeyRecheck = time.Hour })
@@ -245,8 +246,15 @@ func TestInferEndsWithKey(t *testing.T) {
 					parts = []part{payloadPart(steerPayload(fmt.Sprintf(`,"steer":{"words":["i"]},"parent_inference_id":%q`, parent)))}
 				}
 				req := inferReq(t, key, parts...)
-				if kind == "stream" {
+				switch kind {
+				case "stream":
 					req.Header.Set("Accept", MIMEEventStream)
+				case "try":
+					// The admin page's Try: the key's end is 403 there
+					// (401 would read as the admin's session ending).
+					req.URL.Path, req.URL.RawQuery = "/v1/admin/try", "api_key_hash="+hash
+					req.Header.Del(HeaderAPIKey)
+					req.Header.Set(HeaderAdminKey, testAdminKey)
 				}
 				done := make(chan *httptest.ResponseRecorder)
 				go func() { done <- e.do(req) }()
@@ -273,6 +281,10 @@ func TestInferEndsWithKey(t *testing.T) {
 					if rec.Code != 200 || rec.Body.String() != want {
 						t.Errorf("stream %d %q, want %q", rec.Code, rec.Body, want)
 					}
+					return
+				}
+				if kind == "try" {
+					wantJSON(t, rec, http.StatusForbidden, errJSON(CodeForbidden, "the API key has been revoked"))
 					return
 				}
 				wantJSON(t, rec, http.StatusUnauthorized, errJSON(CodeUnauthorized, "the API key has been revoked"))
@@ -313,4 +325,37 @@ func TestRevocationBoundDocumented(t *testing.T) {
 			t.Errorf("openapi.yaml lacks %q", want)
 		}
 	}
+}
+
+// TestPairingCodeAfterItsKeyRevoked: a pairing code that minted a key which
+// was then revoked does not mint another (the code was spent), and the
+// revoked key is refused.
+func TestPairingCodeAfterItsKeyRevoked(t *testing.T) {
+	e := newEnv(t)
+	p := e.mustPairing(`{"client_id":"lost-tablet"}`)
+	rec := e.do(pairReq(fmt.Sprintf(`{"code":%q}`, p.PairingCode), "192.0.2.7:1000"))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("pair: %d %s", rec.Code, rec.Body)
+	}
+	var k keyCreateResponse
+	decode(t, rec, &k)
+	if rec := e.do(adminReq(http.MethodDelete, "/v1/admin/keys/"+k.APIKeyHash, "")); rec.Code != http.StatusOK {
+		t.Fatalf("revoke: %d", rec.Code)
+	}
+	wantJSON(t, e.do(pairReq(fmt.Sprintf(`{"code":%q}`, p.PairingCode), "192.0.2.7:1000")), http.StatusUnauthorized, errJSON(CodeUnauthorized, wrongPairingCodeMessage))
+	wantJSON(t, e.do(inferReq(t, k.APIKey, payloadPart(simplePayload))), http.StatusUnauthorized, errJSON(CodeUnauthorized, "X-API-KEY has been revoked"))
+}
+
+// TestAdminKeyReplacedElsewhere: the admin key verified once (and then
+// recognised in memory) is refused from the next request on once another
+// box, or admin-key --reset, stored another.
+func TestAdminKeyReplacedElsewhere(t *testing.T) {
+	e := newEnv(t)
+	if rec := e.do(adminReq(http.MethodGet, "/v1/admin/keys", "")); rec.Code != http.StatusOK {
+		t.Fatalf("admin key: %d", rec.Code)
+	}
+	if err := e.st.SetAdminKeyHash(secret.Hash("the next admin key, set elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON(t, e.do(adminReq(http.MethodGet, "/v1/admin/keys", "")), http.StatusUnauthorized, errJSON(CodeUnauthorized, "the admin credential is invalid or expired"))
 }
