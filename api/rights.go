@@ -75,6 +75,7 @@ type grants struct {
 	by       map[string]map[*grant]struct{}
 	failed   map[string]int // re-checks in a row that could not read the key
 	watching bool
+	stop     chan struct{} // closed when the last grant is released
 }
 
 func newGrants() *grants {
@@ -96,8 +97,8 @@ func (s *Server) holdRight(hash string, r rightKind, end func(*Error)) (release 
 	}
 	m[g] = struct{}{}
 	if !gs.watching {
-		gs.watching = true
-		go s.watchRights()
+		gs.watching, gs.stop = true, make(chan struct{})
+		go s.watchRights(gs.stop)
 	}
 	gs.mu.Unlock()
 	return func() {
@@ -110,31 +111,32 @@ func (s *Server) holdRight(hash string, r rightKind, end func(*Error)) (release 
 				delete(gs.failed, hash)
 			}
 		}
-	}
-}
-
-// watchRights re-checks every held key each KeyRecheck until no grant is
-// held.
-func (s *Server) watchRights() {
-	t := time.NewTicker(s.limits.KeyRecheck)
-	defer t.Stop()
-	for range t.C {
-		if !s.recheckRights() {
-			return
+		if len(gs.by) == 0 && gs.watching {
+			gs.watching = false
+			close(gs.stop)
 		}
 	}
 }
 
-// recheckRights re-checks the key of every grant once; false when no grant
-// is held (the watcher then stops: the next grant starts another).
-func (s *Server) recheckRights() bool {
+// watchRights re-checks every held key each KeyRecheck until stop is
+// closed (no grant is held; the next grant starts another watcher).
+func (s *Server) watchRights(stop <-chan struct{}) {
+	t := time.NewTicker(s.limits.KeyRecheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.recheckRights()
+		}
+	}
+}
+
+// recheckRights re-checks the key of every grant once.
+func (s *Server) recheckRights() {
 	gs := s.rights
 	gs.mu.Lock()
-	if len(gs.by) == 0 {
-		gs.watching = false
-		gs.mu.Unlock()
-		return false
-	}
 	hashes := make([]string, 0, len(gs.by))
 	for h := range gs.by {
 		hashes = append(hashes, h)
@@ -143,7 +145,6 @@ func (s *Server) recheckRights() bool {
 	for _, h := range hashes {
 		s.rightsChanged(h)
 	}
-	return true
 }
 
 // rightsChanged re-reads key hash and ends the work it no longer has the
