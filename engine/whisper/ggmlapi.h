@@ -21,6 +21,7 @@ struct ggml_backend;
 struct ggml_backend_buffer;
 struct ggml_backend_buffer_type;
 struct ggml_gallocr;
+struct ggml_backend_device;
 
 // enum ggml_type values (ggml.h), as whisper.cpp's files number them too.
 enum { RDG_F32 = 0, RDG_F16 = 1, RDG_I32 = 26 };
@@ -73,6 +74,9 @@ struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_te
                                        float max_bias);
 struct ggml_tensor * ggml_get_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 
+size_t ggml_backend_dev_count(void);
+struct ggml_backend_device * ggml_backend_dev_get(size_t index);
+int ggml_backend_dev_type(struct ggml_backend_device * device);
 struct ggml_backend * ggml_backend_cpu_init(void);
 void ggml_backend_cpu_set_n_threads(struct ggml_backend * backend_cpu, int n_threads);
 void ggml_backend_cpu_set_abort_callback(struct ggml_backend * backend_cpu, rdg_abort_callback abort_callback,

@@ -13,8 +13,9 @@ import (
 
 	// The ggml that ollama vendors: its base library and CPU backend are
 	// compiled by this package; importing it links them into every binary
-	// that imports engine/whisper (replyd's and this package's tests).
-	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
+	// that imports engine/whisper (replyd's and this package's tests), and
+	// its OnceLoad loads the GPU backends installed beside the binary.
+	ggml "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
 )
 
 // Compute paths: where a Model's encoder and decoder run (Options.Compute).
@@ -43,6 +44,27 @@ type graph struct {
 	tok     []int32
 }
 
+// GPUPresent loads ggml's backends (once; see docs/gpu.md) and reports
+// whether one of them is a GPU, where ComputeGPU can run.
+func GPUPresent() bool {
+	ggml.OnceLoad()
+	for i := C.size_t(0); i < C.ggml_backend_dev_count(); i++ {
+		if C.ggml_backend_dev_type(C.ggml_backend_dev_get(i)) == C.RDG_DEV_GPU {
+			return true
+		}
+	}
+	return false
+}
+
+// Backend names the ggml backend the model computes on ("CPU", "CUDA0"),
+// or "" on the BLAS path.
+func (m *Model) Backend() string {
+	if m.gg == nil {
+		return ""
+	}
+	return m.gg.name
+}
+
 // errGraph is a failure of the ggml path (allocation or computation).
 var errGraph = errors.New("whisper: ggml graph failed")
 
@@ -59,6 +81,7 @@ func newGraph(m *Model, gpu bool) (_ *graph, err error) {
 	g.c = (*C.rdg_model)(C.calloc(1, C.size_t(unsafe.Sizeof(C.rdg_model{}))))
 	c := g.c
 	if gpu {
+		ggml.OnceLoad()
 		c.backend = C.ggml_backend_init_by_type(C.RDG_DEV_GPU, nil)
 		if c.backend == nil {
 			return nil, errors.New("whisper: no GPU backend is loaded (see docs/gpu.md)")
