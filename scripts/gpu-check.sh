@@ -10,6 +10,7 @@
 #   .gpu/gpu-check.sh build            # only the CUDA backend
 #   .gpu/gpu-check.sh checks           # offload, answers, agreement, tok/s, short memory
 #   .gpu/gpu-check.sh clinic           # the clinic turn, GPU against CPU
+#   .gpu/gpu-check.sh speech           # Whisper on the GPU: tokens against the CPU, times
 #   .gpu/gpu-check.sh steps            # only the tokens/s and the greedy tokens
 #   .gpu/gpu-check.sh cpu              # rehearsal without a GPU: the CPU parts only
 #
@@ -28,7 +29,12 @@
 #          replyd with too little GPU memory left (a PyTorch process holds
 #          the rest).
 #  clinic  cmd/benchlatency's clinic turn (5 s utterance, 3 candidates, going
-#          on) on the GPU and on this machine's CPU cores, one after the other.
+#          on) on the GPU (speech too: REPLYD_WHISPER_BACKEND=gpu) and on this
+#          machine's CPU cores, one after the other. Targets: turn <= 400 ms,
+#          speech <= 100 ms on an H100/H200.
+#  speech  `replyd transcribe --compute gpu` against `--compute blas` on the
+#          conformance models and clips the stage carries (token ids equal?)
+#          and on the clinic's Whisper model with jfk.wav (stage times).
 set -uo pipefail
 
 STAGE="$(cd "$(dirname "$0")" && pwd)"
@@ -378,13 +384,41 @@ clinic() {
 		runenv "$m"
 		env "${RUNENV[@]}" REPLYD_QWEN_TOKENIZER="$WORK/qwen-tokenizer.json" "$WORK/bin/benchlatency" -bin "$WORK/bin/replyd" \
 			-models "$WORK/models" -llm "$SHAPE" -turns "$TURNS" -audio "$WORK/jfk.wav" -logs "$WORK/clinic-$m" \
-			-env "REPLYD_GPU_LAYERS=$([ "$m" = gpu ] && echo -1 || echo 0),REPLYD_VAD_MODEL=$WORK/silero_vad_v5.onnx" \
+			-env "REPLYD_GPU_LAYERS=$([ "$m" = gpu ] && echo -1 || echo 0),REPLYD_WHISPER_BACKEND=$([ "$m" = gpu ] && echo gpu || echo cpu),REPLYD_VAD_MODEL=$WORK/silero_vad_v5.onnx" \
 			>"$WORK/clinic-$m.txt" 2>"$WORK/clinic-$m.err"
 		result "clinic $m (rc $?):"
 		sed "s/^/  /" "$WORK/clinic-$m.txt" | tee -a "$RES"
 		tail -3 "$WORK/clinic-$m.err" | sed "s/^/  stderr: /"
 		# Where a turn's time goes: the server's per-request lines.
 		grep -h -E 'msg=generated|"msg":"generated"|whisper|transcrib' "$WORK"/clinic-"$m"/*overlap.log 2>/dev/null | grep -v '^$' | tail -2 | cut -c1-700 | sed "s/^/  log: /" | tee -a "$RES"
+	done
+}
+
+speech() {
+	local model clip mode out
+	models || return 1
+	runenv gpu
+	say "speech: Whisper on the GPU against the CPU"
+	for model in "$STAGE"/conformance/*.bin; do
+		for clip in "$STAGE"/conformance/*.wav "$STAGE/jfk.wav"; do
+			for mode in blas gpu; do
+				out="$WORK/speech-$(basename "$model" .bin)-$(basename "$clip" .wav)-$mode.json"
+				env "${RUNENV[@]}" "$WORK/bin/replyd" transcribe --json --no-vad --no-fallback --threads 1 \
+					--compute "$mode" --model "$model" "$clip" >"$out" 2>"$out.err" ||
+					result "speech $mode $(basename "$model") $(basename "$clip"): FAILED $(tail -1 "$out.err")"
+			done
+			if [ "$(grep -o '"tokens":\[[^]]*\]' "${out%-gpu.json}-blas.json")" = "$(grep -o '"tokens":\[[^]]*\]' "$out")" ]; then
+				result "speech tokens $(basename "$model") $(basename "$clip"): GPU = CPU"
+			else
+				result "speech tokens $(basename "$model") $(basename "$clip"): DIFFER"
+				grep -o '"tokens":\[[^]]*\]' "${out%-gpu.json}-blas.json" "$out" | cut -c1-400 | sed 's/^/  /' | tee -a "$RES"
+			fi
+		done
+	done
+	for mode in blas gpu gpu; do
+		env "${RUNENV[@]}" "$WORK/bin/replyd" transcribe --json --no-vad --threads "$(nproc)" --compute "$mode" \
+			--model "$WHISPER" "$WORK/jfk.wav" >"$WORK/speech-clinic-$mode.json" 2>&1
+		result "speech $mode $(basename "$WHISPER") jfk.wav: $(grep -o '"timings_ms":{[^}]*}' "$WORK/speech-clinic-$mode.json")"
 	done
 }
 
@@ -407,6 +441,7 @@ checks)
 	short_memory
 	;;
 clinic) clinic gpu cpu ;;
+speech) speech ;;
 steps) stepcheck gpu ngl0 cpu ;;
 clinic-gpu) clinic gpu ;;
 all)
@@ -418,6 +453,7 @@ all)
 	[ -f "$CUDALIB/libggml-cuda.so" ] || exit 1
 	checks gpu ngl0 cpu
 	short_memory
+	speech
 	clinic gpu cpu
 	;;
 cpu)
@@ -427,11 +463,11 @@ cpu)
 	[ -n "${SKIP_CLINIC:-}" ] || clinic cpu
 	;;
 *)
-	echo "usage: gpu-check.sh [all|build|checks|clinic|cpu]"
+	echo "usage: gpu-check.sh [all|build|checks|clinic|speech|cpu]"
 	exit 2
 	;;
 esac
 say "done"
 # The servers' logs, in one file (what comes back from the GPU machine is
 # at most 8 files).
-(cd "$WORK" && tar -czf "$OUT/logs.tar.gz" --ignore-failed-read serve-*.log steps-*.* clinic-* cmake-*.log synth.log hog.log infer-*.json 2>/dev/null) || true
+(cd "$WORK" && tar -czf "$OUT/logs.tar.gz" --ignore-failed-read serve-*.log steps-*.* speech-* clinic-* cmake-*.log synth.log hog.log infer-*.json 2>/dev/null) || true

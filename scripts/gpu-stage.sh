@@ -39,6 +39,13 @@ for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
 done
 xz -T0 -6 -c "$tok" >"$stage/qwen-tokenizer.json.xz"
 cp "$vad" "$jfk" "$stage/"
+# Two of the Whisper conformance models and clips, for gpu-check.sh's speech
+# step (transcript tokens on the GPU against the CPU).
+conf="$(dirname "$(dirname "$jfk")")"
+rm -rf "${stage:?}/conformance"
+mkdir -p "$stage/conformance"
+cp "$conf/models/rand-w64-en-q8_0.bin" "$conf/models/rand-w64-ml-q5_0.bin" "$conf/audio/speech-en-us.wav" \
+	"$conf/audio/silence-2s.wav" "$stage/conformance/"
 
 # ollama's top-level CMakeLists.txt and presets, and ggml (the CUDA target
 # needs ggml-base and the CPU backend's CMake files to configure; Metal,

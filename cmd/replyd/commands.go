@@ -69,6 +69,7 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	vadModel := fs.String("vad-model", DefaultVADModel, "Silero VAD v5 ONNX file: transcribe only the speech")
 	noVAD := fs.Bool("no-vad", false, "transcribe the whole recording (no voice activity detection)")
 	noFallback := fs.Bool("no-fallback", false, "greedy decoding only, no temperature fallback (whisper.cpp's -nf)")
+	compute := fs.String("compute", whisper.ComputeBLAS, "where the encoder and decoder run: blas (the CPU path), ggml-cpu, gpu")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
 	decodeDur := time.Since(t0)
-	m, err := whisper.Load(*model, whisper.Options{Threads: *threads, NoFallback: *noFallback})
+	m, err := whisper.Load(*model, whisper.Options{Threads: *threads, NoFallback: *noFallback, Compute: *compute})
 	if err != nil {
 		return err
 	}

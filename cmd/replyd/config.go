@@ -61,6 +61,9 @@ type Config struct {
 	Threads      int
 	STTThreads   int
 	Overlap      string // on, off
+	// WhisperBackend: where speech computes, auto, cpu, gpu or ggml-cpu
+	// (whisperCompute).
+	WhisperBackend string
 	// WhisperFallback: on (whisper.cpp's temperature fallback), off (-nf).
 	WhisperFallback string
 	Decoding        string // auto, batched, sequential
@@ -211,6 +214,7 @@ func options() []option {
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
 		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0); off: greedy only, as whisper.cpp's -nf (a bad window costs one decoding, not six)", false, func(c *Config) *string { return &c.WhisperFallback }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
+		strOpt("whisper-backend", "REPLYD_WHISPER_BACKEND", "auto", "where speech-to-text computes: auto (on a GPU whenever the language model is: a GPU backend is loaded and gpu-layers is not 0; else cpu), cpu (replyd's own kernels and OpenBLAS, the faster on a CPU), gpu (ggml's GPU backend; start-up fails without one), ggml-cpu (the GPU's graphs on ggml's CPU backend, for comparison)", false, func(c *Config) *string { return &c.WhisperBackend }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
 		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores", func(c *Config) *int { return &c.Threads }), "cores"),

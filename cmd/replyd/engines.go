@@ -66,7 +66,12 @@ func isDemoModel(path string) bool {
 // names the file and the reason.
 func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) error {
 	t0 := time.Now()
+	compute, err := whisperCompute(cfg.WhisperBackend, cfg.GPULayers, whisper.GPUPresent)
+	if err != nil {
+		return err
+	}
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
+		Compute:    compute,
 		Threads:    cfg.SpeechThreadsMax(),
 		NoFallback: cfg.WhisperFallback == "off",
 		Demo:       isDemoModel(cfg.WhisperModel),
@@ -80,7 +85,8 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	e.stt = stt
 	delete(e.pend, "stt")
 	e.mu.Unlock()
-	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds())
+	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds(),
+		"compute", compute, "backend", stt.Backend(), "bytes", stt.Info().Bytes)
 
 	t1 := time.Now()
 	decoding, err := llm.ParseDecoding(cfg.Decoding)
@@ -251,4 +257,24 @@ func voiceOf(d *vad.Detector) engine.VoiceDetector {
 		return nil
 	}
 	return d
+}
+
+// whisperCompute resolves REPLYD_WHISPER_BACKEND to a whisper compute path:
+// auto takes the GPU whenever the language model goes there (gpuLayers not
+// 0 and gpuPresent), else replyd's own CPU path.
+func whisperCompute(backend string, gpuLayers int, gpuPresent func() bool) (string, error) {
+	switch backend {
+	case "", "auto":
+		if gpuLayers != 0 && gpuPresent() {
+			return whisper.ComputeGPU, nil
+		}
+		return whisper.ComputeBLAS, nil
+	case "cpu":
+		return whisper.ComputeBLAS, nil
+	case "gpu":
+		return whisper.ComputeGPU, nil
+	case "ggml-cpu":
+		return whisper.ComputeGGMLCPU, nil
+	}
+	return "", fmt.Errorf("REPLYD_WHISPER_BACKEND %q: want auto, cpu, gpu or ggml-cpu", backend)
 }

@@ -138,12 +138,27 @@ func (c *confData) clip(t *testing.T, model, audio string) *refClip {
 
 func (c *confData) load(t *testing.T, file string) *Model {
 	t.Helper()
-	m, err := Load(filepath.Join(c.dir, "models", file), Options{Threads: 1, MaxTokensPerWindow: 32})
+	m, err := Load(filepath.Join(c.dir, "models", file), Options{Threads: 1, MaxTokensPerWindow: 32, Compute: confCompute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// confCompute is the compute path the conformance tests load models with
+// (TestConformanceGGML runs them again on the ggml graphs).
+var confCompute = ComputeBLAS
+
+// TestConformanceGGML runs the decoder conformance tests on the ggml path
+// (graph.go, on ggml's CPU backend): the same criteria, the same control
+// loop, the other compute path.
+func TestConformanceGGML(t *testing.T) {
+	confCompute = ComputeGGMLCPU
+	defer func() { confCompute = ComputeBLAS }()
+	t.Run("Forced", TestConformanceForced)
+	t.Run("Greedy", TestConformanceGreedy)
+	t.Run("Language", TestConformanceLanguage)
 }
 
 func TestConformanceMel(t *testing.T) {

@@ -60,6 +60,12 @@ type Options struct {
 	// every window is decoded greedily once. The token cap per second of
 	// audio (fallback.go) applies either way.
 	NoFallback bool
+	// Compute is where the encoder and decoder run: ComputeBLAS (or "")
+	// for replyd's own kernels and OpenBLAS, ComputeGGMLCPU for the ggml
+	// graphs on ggml's CPU backend, ComputeGPU for them on a GPU backend
+	// (graph.go). The control loop, the mel and the logits are the same Go
+	// code on every path.
+	Compute string
 	// Demo marks a generated demo model in Status.
 	Demo bool
 	// Logger receives load and transcription logs; nil means slog.Default().
@@ -157,6 +163,7 @@ type Model struct {
 	owned   [][]byte      // C memory holding weights, freed by Close
 	tensors *tensorArena  // the file's tensor data (huge.go), freed by Close; nil if none
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
+	gg      *graph        // the ggml compute path (Options.Compute), nil on the BLAS path
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
 	waiting atomic.Int64  // transcriptions waiting for sem
@@ -318,6 +325,17 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	m.bytes += m.tokEmb.bytes()
 	m.buildShadow()
 	m.bytes += m.shadow.bytes()
+	switch opts.Compute {
+	case "", ComputeBLAS:
+	case ComputeGGMLCPU, ComputeGPU:
+		if m.gg, err = newGraph(m, opts.Compute == ComputeGPU); err != nil {
+			return nil, err
+		}
+		m.gg.setThreads(m.threads)
+		m.bytes += m.gg.bytes()
+	default:
+		return nil, fmt.Errorf("whisper: unknown compute path %q (want %s, %s or %s)", opts.Compute, ComputeBLAS, ComputeGGMLCPU, ComputeGPU)
+	}
 	for _, bs := range [][]block{m.enc, m.dec} {
 		for i := range bs {
 			b := &bs[i]
@@ -392,6 +410,8 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	m.enc, m.dec, m.tokEmb = nil, nil, nil
+	m.gg.free()
+	m.gg = nil
 	m.shadow.free()
 	m.shadow = nil
 	if m.release != nil {

@@ -228,6 +228,9 @@ func (m *Model) encode(mel []float32) []float32 {
 	if !m.encoderStep() {
 		return nil
 	}
+	if m.gg != nil {
+		return m.encodeGraph(mel)
+	}
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
 	T := hp.NAudioCtx
@@ -334,7 +337,9 @@ func (m *Model) encoderStep() bool {
 		}
 	}
 	m.growThreads()
-	m.syncBLAS()
+	if m.gg == nil { // the ggml path never wakes OpenBLAS's workers
+		m.syncBLAS()
+	}
 	return true
 }
 
@@ -358,6 +363,14 @@ func (m *Model) newDecState(enc []float32) *decState {
 	st := m.scr.dec
 	if st == nil {
 		st = &decState{}
+		if m.gg != nil { // the caches live on the graph's backend
+			m.scr.dec = st
+			st.n = 0
+			if err := m.gg.cross(enc); err != nil {
+				panic(err)
+			}
+			return st
+		}
 		// Every step reads the cross K/V and the filled part of the cache:
 		// one arena of huge pages for all of them, where it can be had.
 		cross, self := int64(T*d), int64(hp.NTextCtx*d)
@@ -377,6 +390,12 @@ func (m *Model) newDecState(enc []float32) *decState {
 		m.scr.dec = st
 	}
 	st.n = 0
+	if m.gg != nil {
+		if err := m.gg.cross(enc); err != nil {
+			panic(err) // only an allocation can fail: the backend is out of memory
+		}
+		return st
+	}
 	tmp := m.encBuf(3, T*d) // the encoder's h, free once it has finished
 	for l := range m.dec {
 		b := &m.dec[l]
@@ -399,6 +418,14 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	d, T := hp.NTextState, hp.NAudioCtx
 	n := len(tokens)
 	x := make([]float32, n*d)
+	if m.gg != nil {
+		m.gg.setThreads(m.threads)
+		if err := m.gg.decode(tokens, st.n, x); err != nil {
+			panic(err) // only an allocation can fail: the backend is out of memory
+		}
+		st.n += n
+		return x
+	}
 	for i, tk := range tokens {
 		m.tokEmb.row(tk, x[i*d:(i+1)*d])
 		addInto(x[i*d:(i+1)*d], m.decPos[(st.n+i)*d:(st.n+i+1)*d])

@@ -1,0 +1,180 @@
+// Whisper's encoder and decoder as ggml graphs. The shapes and the order of
+// the operations follow whisper.cpp's whisper_build_graph_conv,
+// whisper_build_graph_encoder, whisper_build_graph_cross and
+// whisper_build_graph_decoder (non-flash-attention branch: K·Q, scale,
+// causal mask, softmax, V·softmax with V stored transposed), written here
+// against the ggml that the ollama module vendors. Differences: the
+// convolutions unfold to F32 (ggml_im2col) rather than F16, the scale is
+// applied inside the softmax, and logits are not part of the decoder graph
+// (replyd's Go side computes them: engine/whisper's shadow and suppression
+// rules need them as they are now).
+#include "graph.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define RDG_MAX_NODES 4096
+
+static struct ggml_context *rdg_ctx(rdg_model *m) {
+    size_t need = ggml_tensor_overhead() * RDG_MAX_NODES + ggml_graph_overhead_custom(RDG_MAX_NODES, false);
+    if (m->meta_size < need) {
+        free(m->meta);
+        m->meta = malloc(need);
+        m->meta_size = m->meta ? need : 0;
+        if (!m->meta) return NULL;
+    }
+    struct ggml_init_params p = {m->meta_size, m->meta, true};
+    return ggml_init(p);
+}
+
+static int rdg_run(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf) {
+    if (!ggml_gallocr_alloc_graph(m->alloc, gf)) return -1;
+    return ggml_backend_graph_compute(m->backend, gf);
+}
+
+// layer norm with whisper's epsilon (1e-5), then ·w + b
+static struct ggml_tensor *rdg_ln(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b) {
+    return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, 1e-5f), w), b);
+}
+
+static struct ggml_tensor *rdg_lin(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                   struct ggml_tensor *b) {
+    struct ggml_tensor *y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+int rdg_encoder_steps(const rdg_model *m) { return m->n_audio_layer + 2; }
+
+// rdg_conv computes GELU(conv1d(x, w) + b) with kernel 3, padding 1: x is
+// [c_in][L] (ne0 = L), w [c_out][c_in][3], the result [L_out][c_out]
+// (ne0 = c_out).
+static struct ggml_tensor *rdg_conv(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *b,
+                                    struct ggml_tensor *x, int c_in, int c_out, int stride) {
+    struct ggml_tensor *col = ggml_im2col(ctx, w, x, stride, 0, 1, 0, 1, 0, false, RDG_F32); // [L_out][c_in·3]
+    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, 3 * (int64_t)c_in, c_out), col);
+    return ggml_gelu(ctx, ggml_add(ctx, y, b));
+}
+
+// rdg_attend is multi-head attention of q ([n][d]) over k ([L][d]) and v
+// (transposed: [nh][hd][L] as a view), scale applied in the softmax; with
+// causal, query i sees past+i+1 keys.
+static struct ggml_tensor *rdg_attend(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
+                                      struct ggml_tensor *vt, int n, int L, int d, int nh, int causal, int past) {
+    int hd = d / nh;
+    struct ggml_tensor *Q = ggml_permute(ctx, ggml_reshape_3d(ctx, q, hd, nh, n), 0, 2, 1, 3); // [nh][n][hd]
+    struct ggml_tensor *K = ggml_permute(ctx, k, 0, 2, 1, 3);                                   // [nh][L][hd]
+    struct ggml_tensor *KQ = ggml_mul_mat(ctx, K, Q);                                           // [nh][n][L]
+    float scale = 1.0f / sqrtf((float)hd);
+    if (causal) {
+        KQ = ggml_diag_mask_inf(ctx, ggml_scale(ctx, KQ, scale), past);
+        scale = 1.0f;
+    }
+    KQ = ggml_soft_max_ext(ctx, KQ, NULL, scale, 0.0f);
+    struct ggml_tensor *KQV = ggml_mul_mat(ctx, vt, KQ); // [nh][n][hd]
+    KQV = ggml_permute(ctx, KQV, 0, 2, 1, 3);            // [n][nh][hd]
+    (void)L;
+    return ggml_reshape_2d(ctx, ggml_cont(ctx, KQV), d, n);
+}
+
+int rdg_encoder_step(rdg_model *m, int step) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    int d = m->d_audio, T = m->n_audio_ctx, nh = m->nh_audio;
+    struct ggml_tensor *out;
+    if (step == 0) {
+        struct ggml_tensor *h = rdg_conv(ctx, m->conv1_w, m->conv1_b, m->mel, m->n_mels, d, 1); // [2T][d]
+        h = ggml_cont(ctx, ggml_transpose(ctx, h));                                         // [d][2T]
+        h = rdg_conv(ctx, m->conv2_w, m->conv2_b, h, d, d, 2);                              // [T][d]
+        out = ggml_add(ctx, ggml_reshape_2d(ctx, h, d, T), m->enc_pos);
+    } else if (step <= m->n_audio_layer) {
+        rdg_block *b = &m->enc[step - 1];
+        struct ggml_tensor *x = m->enc_x;
+        struct ggml_tensor *h = rdg_ln(ctx, x, b->attn_ln_w, b->attn_ln_b);
+        struct ggml_tensor *q = rdg_lin(ctx, h, b->q_w, b->q_b);
+        struct ggml_tensor *k = ggml_reshape_3d(ctx, rdg_lin(ctx, h, b->k_w, NULL), d / nh, nh, T);
+        struct ggml_tensor *v = rdg_lin(ctx, h, b->v_w, b->v_b);
+        // V transposed to [nh][hd][T], as whisper.cpp's non-flash path has it.
+        struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, d / nh, nh, T), 1, 2, 0, 3));
+        struct ggml_tensor *a = rdg_attend(ctx, q, k, vt, T, T, d, nh, 0, 0);
+        x = ggml_add(ctx, x, rdg_lin(ctx, a, b->o_w, b->o_b));
+        h = rdg_ln(ctx, x, b->mlp_ln_w, b->mlp_ln_b);
+        h = rdg_lin(ctx, ggml_gelu(ctx, rdg_lin(ctx, h, b->fc1_w, b->fc1_b)), b->fc2_w, b->fc2_b);
+        out = ggml_add(ctx, x, h);
+    } else {
+        out = rdg_ln(ctx, m->enc_x, m->enc_ln_w, m->enc_ln_b);
+    }
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, out, m->enc_x));
+    int rc = rdg_run(m, ctx, gf);
+    ggml_free(ctx);
+    return rc;
+}
+
+int rdg_cross(rdg_model *m) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    int T = m->n_audio_ctx;
+    for (int l = 0; l < m->n_text_layer; l++) {
+        rdg_block *b = &m->dec[l];
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, rdg_lin(ctx, m->enc_x, b->ck_w, NULL), m->k_cross[l]));
+        struct ggml_tensor *v = rdg_lin(ctx, m->enc_x, b->cv_w, b->cv_b); // [T][d]
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, v), m->v_cross[l]));
+        (void)T;
+    }
+    int rc = rdg_run(m, ctx, gf);
+    ggml_free(ctx);
+    return rc;
+}
+
+int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    int d = m->d_text, nh = m->nh_text, hd = d / nh, T = m->n_audio_ctx, C = m->n_text_ctx;
+    int L = past + n;
+    struct ggml_tensor *tok = ggml_new_tensor_1d(ctx, RDG_I32, n);
+    ggml_set_input(tok);
+    size_t f16 = ggml_row_size(RDG_F16, 1), f32 = ggml_row_size(RDG_F32, 1);
+    struct ggml_tensor *x = ggml_add(ctx, ggml_get_rows(ctx, m->tok_emb, tok),
+                                     ggml_view_2d(ctx, m->dec_pos, d, n, d * f32, (size_t)past * d * f32));
+    for (int l = 0; l < m->n_text_layer; l++) {
+        rdg_block *b = &m->dec[l];
+        struct ggml_tensor *h = rdg_ln(ctx, x, b->attn_ln_w, b->attn_ln_b);
+        struct ggml_tensor *q = rdg_lin(ctx, h, b->q_w, b->q_b);
+        struct ggml_tensor *k = rdg_lin(ctx, h, b->k_w, NULL);
+        struct ggml_tensor *v = rdg_lin(ctx, h, b->v_w, b->v_b);
+        // Store the new rows in the cache (V transposed), then attend over it.
+        struct ggml_tensor *kdst = ggml_view_1d(ctx, m->k_self[l], (int64_t)n * d, (size_t)past * d * f16);
+        struct ggml_tensor *vdst = ggml_view_2d(ctx, m->v_self[l], n, d, C * f16, (size_t)past * f16);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, k, kdst));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, v), vdst));
+        struct ggml_tensor *K = ggml_view_3d(ctx, m->k_self[l], hd, nh, L, hd * f16, d * f16, 0);
+        struct ggml_tensor *V = ggml_view_3d(ctx, m->v_self[l], L, hd, nh, C * f16, (size_t)C * hd * f16, 0);
+        struct ggml_tensor *a = rdg_attend(ctx, q, K, V, n, L, d, nh, 1, past);
+        x = ggml_add(ctx, x, rdg_lin(ctx, a, b->o_w, b->o_b));
+
+        h = rdg_ln(ctx, x, b->cross_ln_w, b->cross_ln_b);
+        q = rdg_lin(ctx, h, b->cq_w, b->cq_b);
+        K = ggml_view_3d(ctx, m->k_cross[l], hd, nh, T, hd * f16, d * f16, 0);
+        V = ggml_view_3d(ctx, m->v_cross[l], T, hd, nh, T * f16, (size_t)T * hd * f16, 0);
+        a = rdg_attend(ctx, q, K, V, n, T, d, nh, 0, 0);
+        x = ggml_add(ctx, x, rdg_lin(ctx, a, b->co_w, b->co_b));
+
+        h = rdg_ln(ctx, x, b->mlp_ln_w, b->mlp_ln_b);
+        h = rdg_lin(ctx, ggml_gelu(ctx, rdg_lin(ctx, h, b->fc1_w, b->fc1_b)), b->fc2_w, b->fc2_b);
+        x = ggml_add(ctx, x, h);
+    }
+    x = rdg_ln(ctx, x, m->dec_ln_w, m->dec_ln_b);
+    ggml_set_output(x);
+    ggml_build_forward_expand(gf, x);
+    int rc = -1;
+    if (ggml_gallocr_alloc_graph(m->alloc, gf)) {
+        ggml_backend_tensor_set(tok, tokens, 0, (size_t)n * sizeof(int32_t));
+        rc = ggml_backend_graph_compute(m->backend, gf);
+        if (rc == 0) ggml_backend_tensor_get(x, out, 0, (size_t)n * d * sizeof(float));
+    }
+    ggml_free(ctx);
+    return rc;
+}

@@ -1,0 +1,303 @@
+package whisper
+
+/*
+#include <stdlib.h>
+#include "graph.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	// The ggml that ollama vendors: its base library and CPU backend are
+	// compiled by this package; importing it links them into every binary
+	// that imports engine/whisper (replyd's and this package's tests), and
+	// its OnceLoad loads the GPU backends installed beside the binary.
+	ggml "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
+)
+
+// Compute paths: where a Model's encoder and decoder run (Options.Compute).
+const (
+	// ComputeBLAS is replyd's own kernels and OpenBLAS (nn.go), the
+	// default: the faster of the two on the CPU (docs/speech.md).
+	ComputeBLAS = "blas"
+	// ComputeGGMLCPU runs the ggml graphs (graph.c) on ggml's CPU backend.
+	ComputeGGMLCPU = "ggml-cpu"
+	// ComputeGPU runs the ggml graphs on the first GPU backend ggml has
+	// loaded (CUDA where docs/gpu.md installs it).
+	ComputeGPU = "gpu"
+)
+
+// graph is a Model's ggml compute path: the weights as ggml tensors of the
+// file's own types on one backend, the encoder's state and the decoder's
+// K/V caches.
+type graph struct {
+	c       *C.rdg_model
+	ctx     *C.struct_ggml_context // the tensors' metadata
+	buf     *C.struct_ggml_backend_buffer
+	cpu     bool
+	threads int
+	name    string
+	out     []float32 // the encoder's output, [n_audio_ctx][d]
+	tok     []int32
+}
+
+// GPUPresent loads ggml's backends (once; see docs/gpu.md) and reports
+// whether one of them is a GPU, where ComputeGPU can run.
+func GPUPresent() bool {
+	ggml.OnceLoad()
+	for i := C.size_t(0); i < C.ggml_backend_dev_count(); i++ {
+		if C.ggml_backend_dev_type(C.ggml_backend_dev_get(i)) == C.RDG_DEV_GPU {
+			return true
+		}
+	}
+	return false
+}
+
+// Backend names the ggml backend the model computes on ("CPU", "CUDA0"),
+// or "" on the BLAS path.
+func (m *Model) Backend() string {
+	if m.gg == nil {
+		return ""
+	}
+	return m.gg.name
+}
+
+// errGraph is a failure of the ggml path (allocation or computation).
+var errGraph = errors.New("whisper: ggml graph failed")
+
+// newGraph puts m's weights on a ggml backend: the CPU's, or with gpu the
+// first GPU backend loaded (an error when there is none).
+func newGraph(m *Model, gpu bool) (_ *graph, err error) {
+	hp := m.hp
+	g := &graph{}
+	defer func() {
+		if err != nil {
+			g.free()
+		}
+	}()
+	g.c = (*C.rdg_model)(C.calloc(1, C.size_t(unsafe.Sizeof(C.rdg_model{}))))
+	c := g.c
+	if gpu {
+		ggml.OnceLoad()
+		c.backend = C.ggml_backend_init_by_type(C.RDG_DEV_GPU, nil)
+		if c.backend == nil {
+			return nil, errors.New("whisper: no GPU backend is loaded (see docs/gpu.md)")
+		}
+	} else {
+		c.backend = C.ggml_backend_cpu_init()
+		g.cpu = true
+	}
+	g.name = C.GoString(C.ggml_backend_name(c.backend))
+	c.n_mels, c.n_frames = C.int(hp.NMels), C.int(windowFrames)
+	c.n_audio_ctx, c.d_audio, c.nh_audio, c.n_audio_layer = C.int(hp.NAudioCtx), C.int(hp.NAudioState), C.int(hp.NAudioHead), C.int(hp.NAudioLayer)
+	c.n_text_ctx, c.d_text, c.nh_text, c.n_text_layer = C.int(hp.NTextCtx), C.int(hp.NTextState), C.int(hp.NTextHead), C.int(hp.NTextLayer)
+
+	nTensors := 16 + 24*(len(m.enc)+len(m.dec)) + 4*len(m.dec)
+	p := C.struct_ggml_init_params{mem_size: C.size_t(nTensors) * C.ggml_tensor_overhead(), no_alloc: true}
+	g.ctx = C.ggml_init(p)
+	if g.ctx == nil {
+		return nil, errGraph
+	}
+	type upload struct {
+		t    *C.struct_ggml_tensor
+		data unsafe.Pointer
+		n    int
+	}
+	var ups []upload
+	vec := func(v []float32, ne ...int) *C.struct_ggml_tensor {
+		var t *C.struct_ggml_tensor
+		switch len(ne) {
+		case 1:
+			t = C.ggml_new_tensor_1d(g.ctx, C.RDG_F32, C.int64_t(ne[0]))
+		case 2:
+			t = C.ggml_new_tensor_2d(g.ctx, C.RDG_F32, C.int64_t(ne[0]), C.int64_t(ne[1]))
+		default:
+			t = C.ggml_new_tensor_3d(g.ctx, C.RDG_F32, C.int64_t(ne[0]), C.int64_t(ne[1]), C.int64_t(ne[2]))
+		}
+		ups = append(ups, upload{t, unsafe.Pointer(&v[0]), 4 * len(v)})
+		return t
+	}
+	mat := func(w *weight) *C.struct_ggml_tensor {
+		t := C.ggml_new_tensor_2d(g.ctx, C.int(w.typ), C.int64_t(w.cols), C.int64_t(w.rows))
+		if w.typ == typeF32 {
+			ups = append(ups, upload{t, unsafe.Pointer(&w.f32[0]), 4 * len(w.f32)})
+		} else {
+			ups = append(ups, upload{t, unsafe.Pointer(&w.raw[0]), w.rows * w.rowBytes})
+		}
+		return t
+	}
+	state := func(typ C.int, ne0, ne1 int) *C.struct_ggml_tensor {
+		return C.ggml_new_tensor_2d(g.ctx, typ, C.int64_t(ne0), C.int64_t(ne1))
+	}
+	d, dt := hp.NAudioState, hp.NTextState
+	c.conv1_w = vec(m.conv1w, 3, hp.NMels, d)
+	c.conv1_b = vec(m.conv1b, d)
+	c.conv2_w = vec(m.conv2w, 3, d, d)
+	c.conv2_b = vec(m.conv2b, d)
+	c.enc_pos = vec(m.encPos, d, hp.NAudioCtx)
+	c.enc_ln_w, c.enc_ln_b = vec(m.encLn.w, d), vec(m.encLn.b, d)
+	c.dec_pos = vec(m.decPos, dt, hp.NTextCtx)
+	c.tok_emb = mat(m.tokEmb)
+	c.dec_ln_w, c.dec_ln_b = vec(m.decLn.w, dt), vec(m.decLn.b, dt)
+	blocks := func(bs []block, n int) *C.rdg_block {
+		arr := (*C.rdg_block)(C.calloc(C.size_t(len(bs)), C.size_t(unsafe.Sizeof(C.rdg_block{}))))
+		cs := unsafe.Slice(arr, len(bs))
+		for i := range bs {
+			b, cb := &bs[i], &cs[i]
+			cb.attn_ln_w, cb.attn_ln_b = vec(b.attnLn.w, n), vec(b.attnLn.b, n)
+			cb.q_w, cb.q_b, cb.k_w = mat(b.attn.q), vec(b.attn.qb, n), mat(b.attn.k)
+			cb.v_w, cb.v_b, cb.o_w, cb.o_b = mat(b.attn.v), vec(b.attn.vb, n), mat(b.attn.o), vec(b.attn.ob, n)
+			if b.cross.q != nil {
+				cb.cross_ln_w, cb.cross_ln_b = vec(b.crossLn.w, n), vec(b.crossLn.b, n)
+				cb.cq_w, cb.cq_b, cb.ck_w = mat(b.cross.q), vec(b.cross.qb, n), mat(b.cross.k)
+				cb.cv_w, cb.cv_b, cb.co_w, cb.co_b = mat(b.cross.v), vec(b.cross.vb, n), mat(b.cross.o), vec(b.cross.ob, n)
+			}
+			cb.mlp_ln_w, cb.mlp_ln_b = vec(b.mlpLn.w, n), vec(b.mlpLn.b, n)
+			cb.fc1_w, cb.fc1_b = mat(b.fc1), vec(b.fc1b, 4*n)
+			cb.fc2_w, cb.fc2_b = mat(b.fc2), vec(b.fc2b, n)
+		}
+		return arr
+	}
+	c.enc = blocks(m.enc, d)
+	c.dec = blocks(m.dec, dt)
+	c.mel = state(C.RDG_F32, windowFrames, hp.NMels)
+	c.enc_x = state(C.RDG_F32, d, hp.NAudioCtx)
+	ptrs := func() **C.struct_ggml_tensor {
+		return (**C.struct_ggml_tensor)(C.calloc(C.size_t(len(m.dec)), C.size_t(unsafe.Sizeof(uintptr(0)))))
+	}
+	c.k_self, c.v_self, c.k_cross, c.v_cross = ptrs(), ptrs(), ptrs(), ptrs()
+	for l := range m.dec {
+		unsafe.Slice(c.k_self, len(m.dec))[l] = state(C.RDG_F16, dt, hp.NTextCtx)
+		unsafe.Slice(c.v_self, len(m.dec))[l] = state(C.RDG_F16, hp.NTextCtx, dt)
+		unsafe.Slice(c.k_cross, len(m.dec))[l] = state(C.RDG_F16, dt, hp.NAudioCtx)
+		unsafe.Slice(c.v_cross, len(m.dec))[l] = state(C.RDG_F16, hp.NAudioCtx, dt)
+	}
+	g.buf = C.ggml_backend_alloc_ctx_tensors(g.ctx, c.backend)
+	if g.buf == nil {
+		return nil, fmt.Errorf("whisper: allocating %s memory for the weights failed", g.name)
+	}
+	for _, u := range ups {
+		C.ggml_backend_tensor_set(u.t, u.data, 0, C.size_t(u.n))
+	}
+	c.alloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(c.backend))
+	if c.alloc == nil {
+		return nil, errGraph
+	}
+	g.out = make([]float32, hp.NAudioCtx*d)
+	return g, nil
+}
+
+// bytes returns the backend memory the weights and state take.
+func (g *graph) bytes() int64 {
+	if g == nil || g.buf == nil {
+		return 0
+	}
+	n := int64(C.ggml_backend_buffer_get_size(g.buf))
+	if g.c.alloc != nil {
+		n += int64(C.ggml_gallocr_get_buffer_size(g.c.alloc, 0))
+	}
+	return n
+}
+
+// setThreads sets the CPU backend's threads (the GPU's need none).
+func (g *graph) setThreads(n int) {
+	if g.cpu && n != g.threads {
+		C.ggml_backend_cpu_set_n_threads(g.c.backend, C.int(n))
+		g.threads = n
+	}
+}
+
+// free releases everything newGraph allocated.
+func (g *graph) free() {
+	if g == nil || g.c == nil {
+		return
+	}
+	c := g.c
+	if c.alloc != nil {
+		C.ggml_gallocr_free(c.alloc)
+	}
+	if g.buf != nil {
+		C.ggml_backend_buffer_free(g.buf)
+	}
+	if g.ctx != nil {
+		C.ggml_free(g.ctx)
+	}
+	if c.backend != nil {
+		C.ggml_backend_free(c.backend)
+	}
+	for _, p := range []unsafe.Pointer{unsafe.Pointer(c.enc), unsafe.Pointer(c.dec), unsafe.Pointer(c.k_self),
+		unsafe.Pointer(c.v_self), unsafe.Pointer(c.k_cross), unsafe.Pointer(c.v_cross), c.meta} {
+		C.free(p)
+	}
+	C.free(unsafe.Pointer(c))
+	g.c = nil
+}
+
+// steps returns the number of encoder steps (encoderStep).
+func (g *graph) steps() int { return int(C.rdg_encoder_steps(g.c)) }
+
+// setMel uploads one window's log-mel ([n_mels][n_frames]).
+func (g *graph) setMel(mel []float32) {
+	C.ggml_backend_tensor_set(g.c.mel, unsafe.Pointer(&mel[0]), 0, C.size_t(4*len(mel)))
+}
+
+// step runs encoder step i.
+func (g *graph) step(i int) error {
+	if C.rdg_encoder_step(g.c, C.int(i)) != 0 {
+		return errGraph
+	}
+	return nil
+}
+
+// output downloads the encoder's output into g.out and returns it.
+func (g *graph) output() []float32 {
+	C.ggml_backend_tensor_get(g.c.enc_x, unsafe.Pointer(&g.out[0]), 0, C.size_t(4*len(g.out)))
+	return g.out
+}
+
+// cross computes the decoder's cross-attention K/V from enc, which is
+// uploaded unless it is g's own encoder output.
+func (g *graph) cross(enc []float32) error {
+	if len(enc) > 0 && &enc[0] != &g.out[0] {
+		C.ggml_backend_tensor_set(g.c.enc_x, unsafe.Pointer(&enc[0]), 0, C.size_t(4*len(enc)))
+	}
+	if C.rdg_cross(g.c) != 0 {
+		return errGraph
+	}
+	return nil
+}
+
+// decode feeds tokens at positions past.. and writes the hidden states to
+// out ([len(tokens)][d]).
+func (g *graph) decode(tokens []int, past int, out []float32) error {
+	g.tok = g.tok[:0]
+	for _, t := range tokens {
+		g.tok = append(g.tok, int32(t))
+	}
+	if C.rdg_decode(g.c, (*C.int32_t)(&g.tok[0]), C.int(len(tokens)), C.int(past), (*C.float)(&out[0])) != 0 {
+		return errGraph
+	}
+	return nil
+}
+
+// encodeGraph is encode on the ggml path: one graph per step (the
+// convolutions, each layer, the final norm), with encoderStep between
+// them, so that a canceled pass stops within one layer as on the BLAS
+// path. The caller has made the first encoderStep.
+func (m *Model) encodeGraph(mel []float32) []float32 {
+	m.gg.setMel(mel)
+	for i := 0; i < m.gg.steps(); i++ {
+		if i > 0 && !m.encoderStep() {
+			return nil
+		}
+		m.gg.setThreads(m.threads)
+		if err := m.gg.step(i); err != nil {
+			m.stopped = err
+			return nil
+		}
+	}
+	return m.gg.output()
+}

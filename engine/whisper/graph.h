@@ -1,0 +1,46 @@
+// Whisper's encoder and decoder as ggml graphs (graph.c), run on any ggml
+// backend: the CPU backend here, CUDA where docs/gpu.md loads it.
+#ifndef REPLYD_GRAPH_H
+#define REPLYD_GRAPH_H
+
+#include "ggmlapi.h"
+
+// One transformer block's tensors; the cross-attention ones are the
+// decoder's only.
+typedef struct rdg_block {
+    struct ggml_tensor *attn_ln_w, *attn_ln_b, *q_w, *q_b, *k_w, *v_w, *v_b, *o_w, *o_b;
+    struct ggml_tensor *cross_ln_w, *cross_ln_b, *cq_w, *cq_b, *ck_w, *cv_w, *cv_b, *co_w, *co_b;
+    struct ggml_tensor *mlp_ln_w, *mlp_ln_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} rdg_block;
+
+// The model's tensors, its state tensors and the backend they live on.
+typedef struct rdg_model {
+    int n_mels, n_frames, n_audio_ctx, d_audio, nh_audio, n_audio_layer;
+    int n_text_ctx, d_text, nh_text, n_text_layer;
+    struct ggml_tensor *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos, *enc_ln_w, *enc_ln_b;
+    struct ggml_tensor *dec_pos, *tok_emb, *dec_ln_w, *dec_ln_b;
+    rdg_block *enc, *dec;
+    // State: the mel input [n_frames][n_mels], the encoder's running
+    // activations and output [n_audio_ctx][d_audio] (F32); per decoder layer
+    // the self-attention cache (K [n_text_ctx][d], V transposed [d][n_text_ctx])
+    // and the cross-attention K ([n_audio_ctx][d]) and V (transposed), F16.
+    struct ggml_tensor *mel, *enc_x;
+    struct ggml_tensor **k_self, **v_self, **k_cross, **v_cross;
+    struct ggml_backend *backend;
+    struct ggml_gallocr *alloc;
+    void *meta;       // the graph context's memory
+    size_t meta_size;
+} rdg_model;
+
+// Steps of the encoder: the convolutions (0), layer l (1+l), the final
+// layer norm and the decoder's cross-attention K/V (1+n_audio_layer).
+int rdg_encoder_steps(const rdg_model *m);
+// rdg_encoder_step runs one step; 0 on success.
+int rdg_encoder_step(rdg_model *m, int step);
+// rdg_cross runs the cross K/V from enc_x (set from outside); 0 on success.
+int rdg_cross(rdg_model *m);
+// rdg_decode feeds n tokens at positions past.. and writes the final
+// layer-normed hidden states ([n][d_text]) to out; 0 on success.
+int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out);
+
+#endif
