@@ -75,6 +75,9 @@ type Config struct {
 	// ColdPromptTarget bounds the uncached prompt of one request in time
 	// (llm.Options.ColdPromptTarget); 0: only the context bounds it.
 	ColdPromptTarget time.Duration
+	// WhisperMaxTokens is whisper.cpp's max_tokens: the most text tokens
+	// one transcription window decodes (0: the model's own cap).
+	WhisperMaxTokens int
 
 	OTPChannel       string
 	OTPWebhookURL    string
@@ -210,6 +213,7 @@ func options() []option {
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
 		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0); off: greedy only, as whisper.cpp's -nf (a bad window costs one decoding, not six)", false, func(c *Config) *string { return &c.WhisperFallback }),
+		intOpt("whisper-max-tokens", "REPLYD_WHISPER_MAX_TOKENS", "0", "most text tokens Whisper decodes for one 30 s window, as whisper.cpp's max_tokens (0: no cap but the model's own); benchmarks set it to a real transcript's length, as random-weight models decode to their caps", func(c *Config) *int { return &c.WhisperMaxTokens }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
 		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
@@ -388,6 +392,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))
+	}
+	if c.WhisperMaxTokens < 0 {
+		errs = append(errs, errors.New("REPLYD_WHISPER_MAX_TOKENS must be 0 (no cap) or more"))
 	}
 	if c.MaxReplyTokens < 1 {
 		errs = append(errs, errors.New("REPLYD_MAX_REPLY_TOKENS must be at least 1"))

@@ -69,8 +69,11 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
 		Threads:    cfg.SpeechThreadsMax(),
 		NoFallback: cfg.WhisperFallback == "off",
-		Demo:       isDemoModel(cfg.WhisperModel),
-		Logger:     log.With("engine", "stt"),
+		// whisper.cpp's max_tokens k is k text tokens and the closing
+		// <|endoftext|>: MaxTokensPerWindow k+1.
+		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
+		Demo:               isDemoModel(cfg.WhisperModel),
+		Logger:             log.With("engine", "stt"),
 	})
 	if err != nil {
 		e.setError("stt", err)
@@ -251,4 +254,13 @@ func voiceOf(d *vad.Detector) engine.VoiceDetector {
 		return nil
 	}
 	return d
+}
+
+// whisperMaxTokens maps REPLYD_WHISPER_MAX_TOKENS (whisper.cpp's max_tokens,
+// 0 = off) to whisper.Options.MaxTokensPerWindow.
+func whisperMaxTokens(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return n + 1
 }

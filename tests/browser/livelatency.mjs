@@ -31,7 +31,9 @@
 // LLM_SHAPE (default qwen2.5-0.5b), WHISPER_SHAPE (default base.en),
 // REPLYD_LIVE_END_SILENCE and REPLYD_WHISPER_FALLBACK (passed to replyd when
 // set: with the fallback off, random-weight Whisper decodes about the same
-// tokens for the same speech on both paths).
+// tokens for the same speech on both paths), REPLYD_WHISPER_MAX_TOKENS and
+// REPLYD_MAX_REPLY_TOKENS (real lengths: `make bench-live` sets 15 and 12;
+// BENCH_MODE names the mode in the output), OPENBLAS_CORETYPE.
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -298,7 +300,9 @@ async function main() {
       REPLYD_INFER_TIMEOUT: '10m',
     };
     if (process.env.REPLYD_LIVE_END_SILENCE) env.REPLYD_LIVE_END_SILENCE = process.env.REPLYD_LIVE_END_SILENCE;
-    if (process.env.REPLYD_WHISPER_FALLBACK) env.REPLYD_WHISPER_FALLBACK = process.env.REPLYD_WHISPER_FALLBACK;
+    for (const k of ['REPLYD_WHISPER_FALLBACK', 'REPLYD_WHISPER_MAX_TOKENS', 'REPLYD_MAX_REPLY_TOKENS', 'OPENBLAS_CORETYPE']) {
+      if (process.env[k]) env[k] = process.env[k];
+    }
     const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
@@ -330,6 +334,7 @@ async function main() {
     await poll(() => page.isVisible('#view-talk'), 'the conversation view', 20000, 50);
 
     console.log(`livelatency: Whisper ${WHISPER_SHAPE} and ${LLM_SHAPE} (synthetic, ${synthDir}), ${TURNS} turns a path after one warm-up each, alternating`);
+    console.log(`mode: ${process.env.REPLYD_WHISPER_MAX_TOKENS || process.env.REPLYD_MAX_REPLY_TOKENS ? 'real lengths' : 'caps'} (Whisper max_tokens ${process.env.REPLYD_WHISPER_MAX_TOKENS || 'off'}, reply cap ${process.env.REPLYD_MAX_REPLY_TOKENS || 'default'}); OPENBLAS_CORETYPE ${process.env.OPENBLAS_CORETYPE || 'unset'}; CPU ${os.cpus()[0]?.model || '?'}`);
     console.log(`partner: "${QUESTION}" (espeak-ng), sound ${q.start.toFixed(2)}-${q.end.toFixed(2)} s of a ${q.length.toFixed(1)} s file (${LEAD_S} s of zeros before, ${TAIL_S} s after)`);
     console.log('ms after the end of speech; "sent" is the upload leaving the page, or the live end_of_turn event arriving; load = /proc/loadavg');
 
