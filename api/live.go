@@ -146,6 +146,12 @@ type aheadHearer interface {
 	HearAhead(ctx context.Context, req engine.Request) (*engine.HeardAhead, error)
 }
 
+// aheadReplier is what an Inferer offers for replies generated from a
+// speculative pass's transcript before the turn ends (*engine.Pipeline).
+type aheadReplier interface {
+	ReplyAhead(ctx context.Context, req engine.Request) (engine.Result, error)
+}
+
 // liveSessions are the open sessions, for the per-address bound, the
 // shutdown and the per-key switch.
 type liveSessions struct {
@@ -299,10 +305,22 @@ type specPass struct {
 	// voiceEnd is when the last voiced window before the pause arrived,
 	// started when the pass began.
 	voiceEnd, started time.Time
+	// payload is the session's payload the pass was made for; replied is
+	// closed when the replies generated from its transcript
+	// (aheadReplier) are done, nil when none were started. Nothing of
+	// them is shown unless the committed turn is the same audio and
+	// payload (finalPass).
+	payload  []byte
+	replied  chan struct{}
+	reply    engine.Result
+	replyErr error
 }
 
 // errSessionEnded is the cause of a session context that ended.
 var errSessionEnded = errors.New("the live session ended")
+
+// errNoReplyAhead: a speculative pass heard no transcript to reply to.
+var errNoReplyAhead = errors.New("no transcript heard ahead")
 
 // handleLive serves GET /v1/live: the checks that answer with an HTTP error
 // before the upgrade (origin, ticket, switches, per-address bound), then the
@@ -596,11 +614,28 @@ func (sess *liveSession) startSpec(pcm, probs []float32) *specPass {
 	}
 	req.PCM, req.VoiceProbs = pcm, probs
 	ctx, cancel := context.WithCancel(sess.ctx)
-	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now()}
+	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now(), payload: sess.payload}
 	sess.s.metrics.live.passes.WithLabelValues("speculative").Inc()
+	replier, canReply := sess.s.inferer.(aheadReplier)
+	if canReply {
+		sp.replied = make(chan struct{})
+	}
 	go func() {
-		defer close(sp.done)
 		sp.heard, sp.err = h.HearAhead(ctx, req)
+		close(sp.done)
+		if !canReply {
+			return
+		}
+		defer close(sp.replied)
+		if sp.err != nil || sp.heard == nil || sp.heard.NoSpeech {
+			sp.replyErr = errNoReplyAhead
+			return
+		}
+		// Replies from the first transcript (issue 35), at speculative
+		// priority: canceled with the pass when the partner speaks again,
+		// and by any committed work that waits.
+		req.Heard = sp.heard
+		sp.reply, sp.replyErr = replier.ReplyAhead(ctx, req)
 	}()
 	return sp
 }
@@ -694,6 +729,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 	if sp, ok := engine.KeepByProbs(s.voice, pcm, probs); ok && len(sp.PCM) > 0 {
 		claim()
 	}
+	var ahead *engine.Result // replies generated ahead, reused
 	if spec != nil {
 		// The pass's results are read only once it is done: a turn whose
 		// context ended first does not wait for it (nor race its writes).
@@ -707,6 +743,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 			req.Heard = spec.heard
 			s.metrics.live.spec.WithLabelValues("reused").Inc()
 			sess.workStarted(voiceEnd, spec.started, "speculative")
+			ahead = sess.replyAhead(ctx, spec, payload)
 		} else {
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
 		}
@@ -719,7 +756,15 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		sess.send("transcript", newTranscriptEvent(h))
 	}
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
-	res, err = s.inferer.Infer(ctx, req)
+	if ahead != nil {
+		// The replies were generated from the same audio and payload
+		// while the turn's end was awaited: shown now, after its
+		// transcript, as the pipeline would have sent them.
+		res = *ahead
+		req.OnTranscript(req.Heard.Heard)
+	} else {
+		res, err = s.inferer.Infer(ctx, req)
+	}
 	if err != nil {
 		if engine.KindOf(err) == engine.KindCanceled && sess.ctx.Err() == nil && superseded(ctx) {
 			err = &Error{Code: CodeSuperseded, Message: "a newer turn for the same dialog_id replaced this one", Err: err}
@@ -750,6 +795,35 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		// The client went away with the answer computed: not a success.
 		err = &Error{Code: CodeCanceled, Message: "the client closed the live session", Err: werr}
 	}
+}
+
+// replyAhead waits for the replies generated from spec's transcript and
+// returns them when the committed turn can use them: spec was made with
+// payload (the turn's audio is spec's: the caller checked) and they came
+// with no error. Else the committed turn generates afresh (its prompt
+// mostly cached by the work done ahead).
+func (sess *liveSession) replyAhead(ctx context.Context, spec *specPass, payload []byte) *engine.Result {
+	if spec.replied == nil {
+		return nil
+	}
+	outcome := "failed"
+	defer func() { sess.s.metrics.live.replies.WithLabelValues(outcome).Inc() }()
+	if !bytes.Equal(spec.payload, payload) {
+		outcome = "stale"
+		spec.cancel()
+		return nil
+	}
+	select {
+	case <-spec.replied:
+	case <-ctx.Done():
+		return nil
+	}
+	if spec.replyErr != nil || spec.reply.NoSpeech {
+		return nil
+	}
+	outcome = "reused"
+	res := spec.reply
+	return &res
 }
 
 // workStarted reports how long after the turn's last voiced window arrived
@@ -901,6 +975,9 @@ type liveMetrics struct {
 	sessions  prometheus.Gauge
 	spec      *prometheus.CounterVec
 	workStart *prometheus.HistogramVec
+	// replies counts the replies generated ahead from a speculative
+	// pass's transcript, by what the committed turn did with them.
+	replies *prometheus.CounterVec
 	// passes counts the speech passes live sessions started: the only
 	// way a session makes Whisper or language-model work.
 	passes *prometheus.CounterVec
@@ -951,9 +1028,16 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 	for _, k := range []string{"speculative", "final"} {
 		m.passes.WithLabelValues(k)
 	}
+	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_live_replies_ahead_total",
+		Help: "Replies generated from a live turn's speculative transcript before the turn ended, by outcome at the turn's end: reused (shown), failed (stopped for committed work, or an error), stale (the payload changed). Those canceled by resumed speech are counted in replyd_live_speculative_total.",
+	}, []string{"outcome"})
+	for _, k := range []string{"reused", "failed", "stale"} {
+		m.replies.WithLabelValues(k)
+	}
 	for _, st := range []string{"listening", "turn"} {
 		m.heldPeak.WithLabelValues(st)
 	}
-	reg.MustRegister(m.sessions, m.spec, m.workStart, m.passes, m.heldPeak)
+	reg.MustRegister(m.sessions, m.spec, m.workStart, m.passes, m.heldPeak, m.replies)
 	return m
 }
