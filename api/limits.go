@@ -116,6 +116,9 @@ type Limits struct {
 	// may send audio (after a second of slack): every sample costs voice
 	// detection.
 	LiveRealtimeFactor float64
+	// LiveCaptionEvery is the turn audio between two caption passes (the
+	// partner's words so far, while they speak); negative: no captions.
+	LiveCaptionEvery time.Duration
 }
 
 // DefaultLimits returns the limits replyd ships with.
@@ -161,6 +164,7 @@ func DefaultLimits() Limits {
 		MaxLiveFrameBytes:     64 << 10,
 		MaxLivePerAddr:        4,
 		LiveRealtimeFactor:    2,
+		LiveCaptionEvery:      time.Second,
 
 		PairingTTL:             10 * time.Minute,
 		PairAttemptsPerAddress: 5,
@@ -241,6 +245,9 @@ func (l Limits) withDefaults() Limits {
 	set64(&l.MaxLiveFrameBytes, d.MaxLiveFrameBytes)
 	setInt(&l.MaxLivePerAddr, d.MaxLivePerAddr)
 	setF(&l.LiveRealtimeFactor, d.LiveRealtimeFactor)
+	if l.LiveCaptionEvery == 0 { // negative: off
+		l.LiveCaptionEvery = d.LiveCaptionEvery
+	}
 	setDur(&l.PairingTTL, d.PairingTTL)
 	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
 	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)

@@ -15,10 +15,12 @@ package api
 //     turns, {"type":"pause"} stops listening (the tablet speaks, the user
 //     chooses) and drops the turn in progress, {"type":"resume"} listens
 //     again, {"type":"end"} ends the turn now, {"type":"ping"} keeps an idle
-//     session open;
+//     session open, {"type":"captions","enabled":false} stops the caption
+//     events (true starts them again; they are on by default);
 //   - server → client (text): {"event": name, "data": {…}} with the names
 //     and data of the streamed /v1/infer (transcript, candidates, error)
-//     plus speech_start and end_of_turn.
+//     plus speech_start, end_of_turn and caption (the partner's words so
+//     far, while they speak: Limits.LiveCaptionEvery).
 
 import (
 	"bytes"
@@ -70,6 +72,16 @@ type endOfTurnEvent struct {
 type liveControl struct {
 	Type    string          `json:"type"`
 	Payload json.RawMessage `json:"payload"`
+	// Enabled is the captions control's switch.
+	Enabled *bool `json:"enabled"`
+}
+
+// captionEvent is the data of caption: the transcript of the turn's audio
+// so far, for the page to show while the partner speaks; the turn's
+// transcript event replaces it.
+type captionEvent struct {
+	Text    string `json:"text"`
+	AudioMS int64  `json:"audio_ms"`
 }
 
 // parseLiveControl decodes a control message. Its errors are *Error with
@@ -88,11 +100,15 @@ func parseLiveControl(data []byte) (liveControl, error) {
 		if len(bytes.TrimSpace(m.Payload)) == 0 || bytes.Equal(bytes.TrimSpace(m.Payload), []byte("null")) {
 			return m, badRequest("a payload control needs payload")
 		}
+	case "captions":
+		if m.Enabled == nil {
+			return m, badRequest("a captions control needs enabled (true or false)")
+		}
 	case "pause", "resume", "end", "ping":
 	case "":
-		return m, badRequest("type is required (payload, pause, resume, end or ping)")
+		return m, badRequest("type is required (payload, pause, resume, end, ping or captions)")
 	default:
-		return m, badRequest("type must be payload, pause, resume, end or ping")
+		return m, badRequest("type must be payload, pause, resume, end, ping or captions")
 	}
 	return m, nil
 }
@@ -221,7 +237,7 @@ func (l *liveSessions) each(keep func(*liveSession) bool, fn func(*liveSession))
 // closeKey closes the sessions of one key (its live switch was turned
 // off).
 func (l *liveSessions) closeKey(hash string) {
-	l.each(func(s *liveSession) bool { return s.key.Hash == hash }, func(s *liveSession) {
+	l.each(func(s *liveSession) bool { return s.key.Hash == hash && !s.oneTurn }, func(s *liveSession) {
 		// In the background: the close handshake may wait for the peer.
 		go s.end(CloseSwitchedOff, "live listening was switched off for this API key")
 	})
@@ -264,6 +280,21 @@ type liveSession struct {
 	// ctx ends with the session; its cause says why.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// oneTurn: a one-turn session (liveTurnTicketPrefix), which hears one
+	// turn, answers it and closes; heard is set once its turn ended, from
+	// when audio is dropped.
+	oneTurn bool
+	heard   bool
+	// Captions (issue 35): noCaptions is the client's switch; capMu
+	// orders a caption's send before the turn's pause or end, which
+	// cancel the caption pass (capCancel) under it; capRunning is set
+	// while a pass runs; capAt is the turn audio (samples) the last pass
+	// began at.
+	noCaptions bool
+	capMu      sync.Mutex
+	capCancel  context.CancelFunc
+	capRunning atomic.Bool
+	capAt      int
 
 	wmu     sync.Mutex // one writer at a time
 	endOnce sync.Once
@@ -340,13 +371,14 @@ func (s *Server) handleLive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.liveAllowed(key); err != nil {
+	oneTurn := oneTurnTicket(c.QueryParam("ticket"))
+	if err := s.liveAllowedFor(key, oneTurn); err != nil {
 		return err
 	}
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
-	sess := &liveSession{s: s, c: c, key: key, addr: addrBucket(ClientAddr(c)), log: s.reqLogger(c)}
+	sess := &liveSession{s: s, c: c, key: key, addr: addrBucket(ClientAddr(c)), log: s.reqLogger(c), oneTurn: oneTurn}
 	if err := s.live.add(sess, sess.addr, s.limits.MaxLivePerAddr, s.limits.OverloadedRetryAfter); err != nil {
 		return err
 	}
@@ -445,6 +477,11 @@ func (sess *liveSession) run() {
 			sess.started, sess.samples = time.Now(), 0
 		case "end":
 			sess.det.Flush(sess.onTurn)
+		case "captions":
+			sess.noCaptions = !*m.Enabled
+			if sess.noCaptions {
+				sess.stopCaption()
+			}
 		}
 	}
 }
@@ -456,7 +493,7 @@ func (sess *liveSession) audio(data []byte) bool {
 		sess.fail(websocket.StatusUnsupportedData, badRequest("audio frames are 16-bit samples: an even number of bytes"))
 		return false
 	}
-	if sess.paused {
+	if sess.paused || sess.heard {
 		return true
 	}
 	// A client may not send much faster than real time (after a second
@@ -507,6 +544,65 @@ func (sess *liveSession) push(pcm []float32, arrived time.Time) {
 	if sess.det.Voiced() != sess.voicedAt {
 		sess.lastVoice = arrived
 	}
+	sess.maybeCaption()
+}
+
+// maybeCaption starts a caption pass over the turn's audio so far when the
+// partner is speaking (a turn, no speculative pass) and LiveCaptionEvery
+// more of it came since the last pass began, and none runs. It uses the
+// speculative pass's machinery (HearAhead: speculative priority, stopped
+// by any committed work), and is canceled at the turn's pause or end, so
+// that it never delays the turn's own transcript.
+func (sess *liveSession) maybeCaption() {
+	t := sess.turn
+	every := int(sess.s.limits.LiveCaptionEvery * engine.LiveRate / time.Second)
+	if sess.noCaptions || every <= 0 || t == nil || t.spec != nil || sess.capRunning.Load() {
+		return
+	}
+	pcm, probs := sess.det.TurnAudio()
+	if len(pcm) < sess.capAt+every {
+		return
+	}
+	h, ok := sess.s.inferer.(aheadHearer)
+	if !ok {
+		return
+	}
+	req, _, err := sess.request(sess.payload)
+	if err != nil {
+		return
+	}
+	req.PCM, req.VoiceProbs = pcm, probs
+	sess.capAt = len(pcm)
+	ctx, cancel := context.WithCancel(sess.ctx)
+	sess.capMu.Lock()
+	sess.capCancel = cancel
+	sess.capMu.Unlock()
+	sess.capRunning.Store(true)
+	sess.s.metrics.live.passes.WithLabelValues("caption").Inc()
+	go func() {
+		defer sess.capRunning.Store(false)
+		defer cancel()
+		heard, err := h.HearAhead(ctx, req)
+		if err != nil || heard == nil || heard.NoSpeech || strings.TrimSpace(heard.Transcript) == "" {
+			return
+		}
+		sess.capMu.Lock()
+		defer sess.capMu.Unlock()
+		if ctx.Err() == nil {
+			_ = sess.send("caption", captionEvent{Text: heard.Transcript, AudioMS: int64(len(pcm)) * 1000 / engine.LiveRate})
+		}
+	}()
+}
+
+// stopCaption cancels the caption pass, if one runs: once it returns, no
+// caption of the turn so far is sent.
+func (sess *liveSession) stopCaption() {
+	sess.capMu.Lock()
+	defer sess.capMu.Unlock()
+	if sess.capCancel != nil {
+		sess.capCancel()
+		sess.capCancel = nil
+	}
 }
 
 // voiceEnd is when the last voiced window heard so far arrived: the message
@@ -529,8 +625,11 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			return
 		}
 		sess.turn = t
+		sess.capAt = 0
 		sess.send("speech_start", struct{}{})
 	case engine.TurnPause:
+		// The caption pass gives way to the speculative one at once.
+		sess.stopCaption()
 		if sess.turn != nil {
 			sess.turn.spec = sess.startSpec(ev.PCM, ev.Probs)
 		}
@@ -541,9 +640,13 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			sess.turn.spec = nil
 		}
 	case engine.TurnEnd:
+		sess.stopCaption()
 		t := sess.turn
 		sess.turn = nil
 		if t == nil {
+			if sess.oneTurn {
+				sess.endOneTurn()
+			}
 			return // refused at its start; the error was sent then
 		}
 		sess.send("end_of_turn", endOfTurnEvent{AudioMS: int64(len(ev.PCM)) * 1000 / engine.LiveRate})
@@ -560,7 +663,24 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 		sess.passes.Add(1)
 		sess.s.metrics.live.passes.WithLabelValues("final").Inc()
 		go sess.finalPass(t, ev.PCM, ev.Probs, spec, sess.payload, voiceEnd)
+		if sess.oneTurn {
+			sess.endOneTurn()
+		}
 	}
+}
+
+// endOneTurn ends a one-turn session's listening at its turn's end: audio
+// is dropped from now on, and the session closes (1000) once the turn is
+// answered.
+func (sess *liveSession) endOneTurn() {
+	if sess.heard {
+		return
+	}
+	sess.heard = true
+	go func() {
+		sess.passes.Wait()
+		sess.end(websocket.StatusNormalClosure, "the turn was answered")
+	}()
 }
 
 // admitTurn applies, to a turn, what /v1/infer applies to a request: the
@@ -568,7 +688,7 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 // requests in progress. The CPU budget admits the final pass itself.
 func (sess *liveSession) admitTurn() (*liveTurn, error) {
 	s := sess.s
-	if err := s.liveAllowed(sess.key); err != nil {
+	if err := s.liveAllowedFor(sess.key, sess.oneTurn); err != nil {
 		if toAPIError(err).Code == CodeForbidden {
 			go sess.end(CloseSwitchedOff, toAPIError(err).Message)
 		}
@@ -591,6 +711,7 @@ func (sess *liveSession) admitTurn() (*liveTurn, error) {
 // dropTurn forgets the turn being heard: its speculative pass stops and
 // its slot is freed.
 func (sess *liveSession) dropTurn() {
+	sess.stopCaption()
 	if t := sess.turn; t != nil {
 		if t.spec != nil {
 			t.spec.cancel()
@@ -1019,13 +1140,13 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 	}
 	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "replyd_live_passes_total",
-		Help: "Speech passes (voice detection and Whisper; the final one then the language model) that live sessions started, by kind: speculative (at a pause) or final (a committed turn). Noise that starts no turn starts none.",
+		Help: "Speech passes (voice detection and Whisper; the final one then the language model) that live sessions started, by kind: speculative (at a pause), final (a committed turn) or caption (the turn's words so far, while the partner speaks). Noise that starts no turn starts none.",
 	}, []string{"kind"})
 	m.heldPeak = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "replyd_live_audio_held_peak_seconds",
 		Help: "The most audio one live session has held since the start, by state: listening (outside a turn: the pre-roll, or a sound not yet long enough to start a turn) or turn.",
 	}, []string{"state"})
-	for _, k := range []string{"speculative", "final"} {
+	for _, k := range []string{"speculative", "final", "caption"} {
 		m.passes.WithLabelValues(k)
 	}
 	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
