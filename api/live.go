@@ -851,6 +851,7 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		claim()
 	}
 	var ahead *engine.Result // replies generated ahead, reused
+	sentTranscript := false
 	if spec != nil {
 		// The pass's results are read only once it is done: a turn whose
 		// context ended first does not wait for it (nor race its writes).
@@ -864,6 +865,13 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 			req.Heard = spec.heard
 			s.metrics.live.spec.WithLabelValues("reused").Inc()
 			sess.workStarted(voiceEnd, spec.started, "speculative")
+			if spec.replied != nil && !spec.heard.NoSpeech {
+				// The transcript is shown now, not once the replies
+				// generated ahead are done.
+				claim()
+				sess.send("transcript", newTranscriptEvent(spec.heard.Heard))
+				sentTranscript = true
+			}
 			ahead = sess.replyAhead(ctx, spec, payload)
 		} else {
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
@@ -874,7 +882,9 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 	}
 	req.OnTranscript = func(h engine.Heard) {
 		claim()
-		sess.send("transcript", newTranscriptEvent(h))
+		if !sentTranscript {
+			sess.send("transcript", newTranscriptEvent(h))
+		}
 	}
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
 	if ahead != nil {

@@ -130,3 +130,26 @@ func TestLiveRepliesAheadStaleAfterPayload(t *testing.T) {
 		t.Errorf("requests %+v, candidates %s: want one fresh answer with the new payload", reqs, evs[2].Data)
 	}
 }
+
+// TestLiveRepliesAheadTranscriptFirst: at the commit, the transcript heard
+// ahead is shown at once; the replies generated ahead follow when they are
+// done (here held until the test releases them).
+func TestLiveRepliesAheadTranscriptFirst(t *testing.T) {
+	le, ra := newReplyAheadEnv(t)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	names, _ := events(t, c, 3)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript" {
+		t.Fatalf("events %v: want the transcript before the replies generated ahead are done", names)
+	}
+	if ctxs, _ := ra.replies(); len(ctxs) != 1 || ctxs[0].Err() != nil {
+		t.Fatalf("replies ahead: %d, want one still running", len(ctxs))
+	}
+	close(ra.release)
+	ev := next(t, c)
+	var out inferResponse
+	_ = json.Unmarshal(ev.Data, &out)
+	if ev.Event != "candidates" || len(out.Candidates) != 3 || !strings.HasPrefix(out.Candidates[0].Text, "ahead reply to ") {
+		t.Errorf("event %s %s: want the replies generated ahead", ev.Event, ev.Data)
+	}
+}
