@@ -120,6 +120,9 @@ type Limits struct {
 	// inferences) are read again, so that a key revoked on another box
 	// sharing the store ends its work within it (rights.go).
 	KeyRecheck time.Duration
+	// LiveCaptionEvery is the turn audio between two caption passes (the
+	// partner's words so far, while they speak); negative: no captions.
+	LiveCaptionEvery time.Duration
 }
 
 // DefaultLimits returns the limits replyd ships with.
@@ -166,6 +169,7 @@ func DefaultLimits() Limits {
 		MaxLivePerAddr:        4,
 		LiveRealtimeFactor:    2,
 		KeyRecheck:            2 * time.Second,
+		LiveCaptionEvery:      time.Second,
 
 		PairingTTL:             10 * time.Minute,
 		PairAttemptsPerAddress: 5,
@@ -247,6 +251,9 @@ func (l Limits) withDefaults() Limits {
 	setInt(&l.MaxLivePerAddr, d.MaxLivePerAddr)
 	setF(&l.LiveRealtimeFactor, d.LiveRealtimeFactor)
 	setDur(&l.KeyRecheck, d.KeyRecheck)
+	if l.LiveCaptionEvery == 0 { // negative: off
+		l.LiveCaptionEvery = d.LiveCaptionEvery
+	}
 	setDur(&l.PairingTTL, d.PairingTTL)
 	setInt(&l.PairAttemptsPerAddress, d.PairAttemptsPerAddress)
 	setInt(&l.PairAttemptsTotal, d.PairAttemptsTotal)

@@ -15,10 +15,12 @@ package api
 //     turns, {"type":"pause"} stops listening (the tablet speaks, the user
 //     chooses) and drops the turn in progress, {"type":"resume"} listens
 //     again, {"type":"end"} ends the turn now, {"type":"ping"} keeps an idle
-//     session open;
+//     session open, {"type":"captions","enabled":false} stops the caption
+//     events (true starts them again; they are on by default);
 //   - server → client (text): {"event": name, "data": {…}} with the names
 //     and data of the streamed /v1/infer (transcript, candidates, error)
-//     plus speech_start and end_of_turn.
+//     plus speech_start, end_of_turn and caption (the partner's words so
+//     far, while they speak: Limits.LiveCaptionEvery).
 
 import (
 	"bytes"
@@ -72,6 +74,16 @@ type endOfTurnEvent struct {
 type liveControl struct {
 	Type    string          `json:"type"`
 	Payload json.RawMessage `json:"payload"`
+	// Enabled is the captions control's switch.
+	Enabled *bool `json:"enabled"`
+}
+
+// captionEvent is the data of caption: the transcript of the turn's audio
+// so far, for the page to show while the partner speaks; the turn's
+// transcript event replaces it.
+type captionEvent struct {
+	Text    string `json:"text"`
+	AudioMS int64  `json:"audio_ms"`
 }
 
 // parseLiveControl decodes a control message. Its errors are *Error with
@@ -90,11 +102,15 @@ func parseLiveControl(data []byte) (liveControl, error) {
 		if len(bytes.TrimSpace(m.Payload)) == 0 || bytes.Equal(bytes.TrimSpace(m.Payload), []byte("null")) {
 			return m, badRequest("a payload control needs payload")
 		}
+	case "captions":
+		if m.Enabled == nil {
+			return m, badRequest("a captions control needs enabled (true or false)")
+		}
 	case "pause", "resume", "end", "ping":
 	case "":
-		return m, badRequest("type is required (payload, pause, resume, end or ping)")
+		return m, badRequest("type is required (payload, pause, resume, end, ping or captions)")
 	default:
-		return m, badRequest("type must be payload, pause, resume, end or ping")
+		return m, badRequest("type must be payload, pause, resume, end, ping or captions")
 	}
 	return m, nil
 }
@@ -146,6 +162,12 @@ func pcmFromS16LE(b []byte) []float32 {
 // (*engine.Pipeline).
 type aheadHearer interface {
 	HearAhead(ctx context.Context, req engine.Request) (*engine.HeardAhead, error)
+}
+
+// aheadReplier is what an Inferer offers for replies generated from a
+// speculative pass's transcript before the turn ends (*engine.Pipeline).
+type aheadReplier interface {
+	ReplyAhead(ctx context.Context, req engine.Request) (engine.Result, error)
 }
 
 // liveSessions are the open sessions, for the per-address bound, the
@@ -251,6 +273,21 @@ type liveSession struct {
 	// ctx ends with the session; its cause says why.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// oneTurn: a one-turn session (liveTurnTicketPrefix), which hears one
+	// turn, answers it and closes; heard is set once its turn ended, from
+	// when audio is dropped.
+	oneTurn bool
+	heard   bool
+	// Captions (issue 35): noCaptions is the client's switch; capMu
+	// orders a caption's send before the turn's pause or end, which
+	// cancel the caption pass (capCancel) under it; capRunning is set
+	// while a pass runs; capAt is the turn audio (samples) the last pass
+	// began at.
+	noCaptions bool
+	capMu      sync.Mutex
+	capCancel  context.CancelFunc
+	capRunning atomic.Bool
+	capAt      int
 
 	wmu     sync.Mutex // one writer at a time
 	endOnce sync.Once
@@ -292,10 +329,22 @@ type specPass struct {
 	// voiceEnd is when the last voiced window before the pause arrived,
 	// started when the pass began.
 	voiceEnd, started time.Time
+	// payload is the session's payload the pass was made for; replied is
+	// closed when the replies generated from its transcript
+	// (aheadReplier) are done, nil when none were started. Nothing of
+	// them is shown unless the committed turn is the same audio and
+	// payload (finalPass).
+	payload  []byte
+	replied  chan struct{}
+	reply    engine.Result
+	replyErr error
 }
 
 // errSessionEnded is the cause of a session context that ended.
 var errSessionEnded = errors.New("the live session ended")
+
+// errNoReplyAhead: a speculative pass heard no transcript to reply to.
+var errNoReplyAhead = errors.New("no transcript heard ahead")
 
 // handleLive serves GET /v1/live: the checks that answer with an HTTP error
 // before the upgrade (origin, ticket, switches, per-address bound), then the
@@ -315,13 +364,14 @@ func (s *Server) handleLive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.liveAllowed(key); err != nil {
+	oneTurn := oneTurnTicket(c.QueryParam("ticket"))
+	if err := s.liveAllowedFor(key, oneTurn); err != nil {
 		return err
 	}
 	if !slices.Contains(key.Scopes, ScopeInfer) {
 		return errorf(CodeForbidden, "this API key lacks the scope %q", ScopeInfer)
 	}
-	sess := &liveSession{s: s, c: c, key: key, addr: addrBucket(ClientAddr(c)), log: s.reqLogger(c)}
+	sess := &liveSession{s: s, c: c, key: key, addr: addrBucket(ClientAddr(c)), log: s.reqLogger(c), oneTurn: oneTurn}
 	if err := s.live.add(sess, sess.addr, s.limits.MaxLivePerAddr, s.limits.OverloadedRetryAfter); err != nil {
 		return err
 	}
@@ -350,7 +400,13 @@ func (s *Server) handleLive(c echo.Context) error {
 	defer s.metrics.live.sessions.Dec()
 	// The key's end (revoked, scope or live listening taken away) ends
 	// the session (rights.go).
-	defer s.holdRight(key.Hash, rightLive, sess.endForRight)()
+	// A one-turn session needs the key's right to infer, not its live
+	// switch (which governs continuous listening).
+	right := rightLive
+	if sess.oneTurn {
+		right = rightInfer
+	}
+	defer s.holdRight(key.Hash, right, sess.endForRight)()
 	sess.run()
 	return nil
 }
@@ -426,6 +482,11 @@ func (sess *liveSession) run() {
 			sess.started, sess.samples = time.Now(), 0
 		case "end":
 			sess.det.Flush(sess.onTurn)
+		case "captions":
+			sess.noCaptions = !*m.Enabled
+			if sess.noCaptions {
+				sess.stopCaption()
+			}
 		}
 	}
 }
@@ -437,7 +498,7 @@ func (sess *liveSession) audio(data []byte) bool {
 		sess.fail(websocket.StatusUnsupportedData, badRequest("audio frames are 16-bit samples: an even number of bytes"))
 		return false
 	}
-	if sess.paused {
+	if sess.paused || sess.heard {
 		return true
 	}
 	// A client may not send much faster than real time (after a second
@@ -488,6 +549,65 @@ func (sess *liveSession) push(pcm []float32, arrived time.Time) {
 	if sess.det.Voiced() != sess.voicedAt {
 		sess.lastVoice = arrived
 	}
+	sess.maybeCaption()
+}
+
+// maybeCaption starts a caption pass over the turn's audio so far when the
+// partner is speaking (a turn, no speculative pass) and LiveCaptionEvery
+// more of it came since the last pass began, and none runs. It uses the
+// speculative pass's machinery (HearAhead: speculative priority, stopped
+// by any committed work), and is canceled at the turn's pause or end, so
+// that it never delays the turn's own transcript.
+func (sess *liveSession) maybeCaption() {
+	t := sess.turn
+	every := int(sess.s.limits.LiveCaptionEvery * engine.LiveRate / time.Second)
+	if sess.noCaptions || every <= 0 || t == nil || t.spec != nil || sess.capRunning.Load() {
+		return
+	}
+	pcm, probs := sess.det.TurnAudio()
+	if len(pcm) < sess.capAt+every {
+		return
+	}
+	h, ok := sess.s.inferer.(aheadHearer)
+	if !ok {
+		return
+	}
+	req, _, err := sess.request(sess.payload)
+	if err != nil {
+		return
+	}
+	req.PCM, req.VoiceProbs = pcm, probs
+	sess.capAt = len(pcm)
+	ctx, cancel := context.WithCancel(sess.ctx)
+	sess.capMu.Lock()
+	sess.capCancel = cancel
+	sess.capMu.Unlock()
+	sess.capRunning.Store(true)
+	sess.s.metrics.live.passes.WithLabelValues("caption").Inc()
+	go func() {
+		defer sess.capRunning.Store(false)
+		defer cancel()
+		heard, err := h.HearAhead(ctx, req)
+		if err != nil || heard == nil || heard.NoSpeech || strings.TrimSpace(heard.Transcript) == "" {
+			return
+		}
+		sess.capMu.Lock()
+		defer sess.capMu.Unlock()
+		if ctx.Err() == nil {
+			_ = sess.send("caption", captionEvent{Text: heard.Transcript, AudioMS: int64(len(pcm)) * 1000 / engine.LiveRate})
+		}
+	}()
+}
+
+// stopCaption cancels the caption pass, if one runs: once it returns, no
+// caption of the turn so far is sent.
+func (sess *liveSession) stopCaption() {
+	sess.capMu.Lock()
+	defer sess.capMu.Unlock()
+	if sess.capCancel != nil {
+		sess.capCancel()
+		sess.capCancel = nil
+	}
 }
 
 // voiceEnd is when the last voiced window heard so far arrived: the message
@@ -510,8 +630,11 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			return
 		}
 		sess.turn = t
+		sess.capAt = 0
 		sess.send("speech_start", struct{}{})
 	case engine.TurnPause:
+		// The caption pass gives way to the speculative one at once.
+		sess.stopCaption()
 		if sess.turn != nil {
 			sess.turn.spec = sess.startSpec(ev.PCM, ev.Probs)
 		}
@@ -522,9 +645,13 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 			sess.turn.spec = nil
 		}
 	case engine.TurnEnd:
+		sess.stopCaption()
 		t := sess.turn
 		sess.turn = nil
 		if t == nil {
+			if sess.oneTurn {
+				sess.endOneTurn()
+			}
 			return // refused at its start; the error was sent then
 		}
 		sess.send("end_of_turn", endOfTurnEvent{AudioMS: int64(len(ev.PCM)) * 1000 / engine.LiveRate})
@@ -541,7 +668,24 @@ func (sess *liveSession) onTurn(ev engine.TurnEvent) {
 		sess.passes.Add(1)
 		sess.s.metrics.live.passes.WithLabelValues("final").Inc()
 		go sess.finalPass(t, ev.PCM, ev.Probs, spec, sess.payload, voiceEnd)
+		if sess.oneTurn {
+			sess.endOneTurn()
+		}
 	}
+}
+
+// endOneTurn ends a one-turn session's listening at its turn's end: audio
+// is dropped from now on, and the session closes (1000) once the turn is
+// answered.
+func (sess *liveSession) endOneTurn() {
+	if sess.heard {
+		return
+	}
+	sess.heard = true
+	go func() {
+		sess.passes.Wait()
+		sess.end(websocket.StatusNormalClosure, "the turn was answered")
+	}()
 }
 
 // admitTurn applies, to a turn, what /v1/infer applies to a request: the
@@ -569,6 +713,7 @@ func (sess *liveSession) admitTurn() (*liveTurn, error) {
 // dropTurn forgets the turn being heard: its speculative pass stops and
 // its slot is freed.
 func (sess *liveSession) dropTurn() {
+	sess.stopCaption()
 	if t := sess.turn; t != nil {
 		if t.spec != nil {
 			t.spec.cancel()
@@ -592,11 +737,28 @@ func (sess *liveSession) startSpec(pcm, probs []float32) *specPass {
 	}
 	req.PCM, req.VoiceProbs = pcm, probs
 	ctx, cancel := context.WithCancel(sess.ctx)
-	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now()}
+	sp := &specPass{cancel: cancel, done: make(chan struct{}), voiceEnd: sess.voiceEnd(), started: time.Now(), payload: sess.payload}
 	sess.s.metrics.live.passes.WithLabelValues("speculative").Inc()
+	replier, canReply := sess.s.inferer.(aheadReplier)
+	if canReply {
+		sp.replied = make(chan struct{})
+	}
 	go func() {
-		defer close(sp.done)
 		sp.heard, sp.err = h.HearAhead(ctx, req)
+		close(sp.done)
+		if !canReply {
+			return
+		}
+		defer close(sp.replied)
+		if sp.err != nil || sp.heard == nil || sp.heard.NoSpeech {
+			sp.replyErr = errNoReplyAhead
+			return
+		}
+		// Replies from the first transcript (issue 35), at speculative
+		// priority: canceled with the pass when the partner speaks again,
+		// and by any committed work that waits.
+		req.Heard = sp.heard
+		sp.reply, sp.replyErr = replier.ReplyAhead(ctx, req)
 	}()
 	return sp
 }
@@ -693,6 +855,8 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 	if sp, ok := engine.KeepByProbs(s.voice, pcm, probs); ok && len(sp.PCM) > 0 {
 		claim()
 	}
+	var ahead *engine.Result // replies generated ahead, reused
+	sentTranscript := false
 	if spec != nil {
 		// The pass's results are read only once it is done: a turn whose
 		// context ended first does not wait for it (nor race its writes).
@@ -706,6 +870,14 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 			req.Heard = spec.heard
 			s.metrics.live.spec.WithLabelValues("reused").Inc()
 			sess.workStarted(voiceEnd, spec.started, "speculative")
+			if spec.replied != nil && !spec.heard.NoSpeech {
+				// The transcript is shown now, not once the replies
+				// generated ahead are done.
+				claim()
+				sess.send("transcript", newTranscriptEvent(spec.heard.Heard))
+				sentTranscript = true
+			}
+			ahead = sess.replyAhead(ctx, spec, payload)
 		} else {
 			s.metrics.live.spec.WithLabelValues("failed").Inc()
 		}
@@ -715,10 +887,20 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 	}
 	req.OnTranscript = func(h engine.Heard) {
 		claim()
-		sess.send("transcript", newTranscriptEvent(h))
+		if !sentTranscript {
+			sess.send("transcript", newTranscriptEvent(h))
+		}
 	}
 	ctx = engine.WithRequestID(ctx, sess.c.Response().Header().Get(echo.HeaderXRequestID))
-	res, err = s.inferer.Infer(ctx, req)
+	if ahead != nil {
+		// The replies were generated from the same audio and payload
+		// while the turn's end was awaited: shown now, after its
+		// transcript, as the pipeline would have sent them.
+		res = *ahead
+		req.OnTranscript(req.Heard.Heard)
+	} else {
+		res, err = s.inferer.Infer(ctx, req)
+	}
 	if err != nil {
 		if engine.KindOf(err) == engine.KindCanceled && sess.ctx.Err() == nil && superseded(ctx) {
 			err = &Error{Code: CodeSuperseded, Message: "a newer turn for the same dialog_id replaced this one", Err: err}
@@ -749,6 +931,35 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		// The client went away with the answer computed: not a success.
 		err = &Error{Code: CodeCanceled, Message: "the client closed the live session", Err: werr}
 	}
+}
+
+// replyAhead waits for the replies generated from spec's transcript and
+// returns them when the committed turn can use them: spec was made with
+// payload (the turn's audio is spec's: the caller checked) and they came
+// with no error. Else the committed turn generates afresh (its prompt
+// mostly cached by the work done ahead).
+func (sess *liveSession) replyAhead(ctx context.Context, spec *specPass, payload []byte) *engine.Result {
+	if spec.replied == nil {
+		return nil
+	}
+	outcome := "failed"
+	defer func() { sess.s.metrics.live.replies.WithLabelValues(outcome).Inc() }()
+	if !bytes.Equal(spec.payload, payload) {
+		outcome = "stale"
+		spec.cancel()
+		return nil
+	}
+	select {
+	case <-spec.replied:
+	case <-ctx.Done():
+		return nil
+	}
+	if spec.replyErr != nil || spec.reply.NoSpeech {
+		return nil
+	}
+	outcome = "reused"
+	res := spec.reply
+	return &res
 }
 
 // workStarted reports how long after the turn's last voiced window arrived
@@ -900,6 +1111,9 @@ type liveMetrics struct {
 	sessions  prometheus.Gauge
 	spec      *prometheus.CounterVec
 	workStart *prometheus.HistogramVec
+	// replies counts the replies generated ahead from a speculative
+	// pass's transcript, by what the committed turn did with them.
+	replies *prometheus.CounterVec
 	// passes counts the speech passes live sessions started: the only
 	// way a session makes Whisper or language-model work.
 	passes *prometheus.CounterVec
@@ -941,18 +1155,25 @@ func newLiveMetrics(reg *prometheus.Registry) *liveMetrics {
 	}
 	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "replyd_live_passes_total",
-		Help: "Speech passes (voice detection and Whisper; the final one then the language model) that live sessions started, by kind: speculative (at a pause) or final (a committed turn). Noise that starts no turn starts none.",
+		Help: "Speech passes (voice detection and Whisper; the final one then the language model) that live sessions started, by kind: speculative (at a pause), final (a committed turn) or caption (the turn's words so far, while the partner speaks). Noise that starts no turn starts none.",
 	}, []string{"kind"})
 	m.heldPeak = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "replyd_live_audio_held_peak_seconds",
 		Help: "The most audio one live session has held since the start, by state: listening (outside a turn: the pre-roll, or a sound not yet long enough to start a turn) or turn.",
 	}, []string{"state"})
-	for _, k := range []string{"speculative", "final"} {
+	for _, k := range []string{"speculative", "final", "caption"} {
 		m.passes.WithLabelValues(k)
+	}
+	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "replyd_live_replies_ahead_total",
+		Help: "Replies generated from a live turn's speculative transcript before the turn ended, by outcome at the turn's end: reused (shown), failed (stopped for committed work, or an error), stale (the payload changed). Those canceled by resumed speech are counted in replyd_live_speculative_total.",
+	}, []string{"outcome"})
+	for _, k := range []string{"reused", "failed", "stale"} {
+		m.replies.WithLabelValues(k)
 	}
 	for _, st := range []string{"listening", "turn"} {
 		m.heldPeak.WithLabelValues(st)
 	}
-	reg.MustRegister(m.sessions, m.spec, m.workStart, m.passes, m.heldPeak)
+	reg.MustRegister(m.sessions, m.spec, m.workStart, m.passes, m.heldPeak, m.replies)
 	return m
 }

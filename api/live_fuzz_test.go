@@ -17,6 +17,7 @@ func FuzzLiveMessage(f *testing.F) {
 		`{"messages":[{"role":"speaker","content":"x"}],"steer":{"mode":"replace","text":"no"}}`,
 		`{"type":"payload","payload":{"messages":[{"role":"speaker","content":"a"}]}}`,
 		`{"type":"pause"}`, `{"type":"resume"}`, `{"type":"end"}`, `{"type":"ping"}`,
+		`{"type":"captions","enabled":false}`, `{"type":"captions"}`, `{"type":"captions","enabled":"no"}`,
 		`{"type":"payload"}`, `{"type":"payload","payload":null}`, `{"type":"other"}`, `{}`,
 		`{"type":"pause"} {"type":"end"}`, `[1,2]`, `"secret words"`, ``, "\xff\xfe", `{"type":`,
 	} {

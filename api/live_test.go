@@ -182,6 +182,7 @@ func newLiveEnv(t *testing.T, mod ...func(*Options)) *liveEnv {
 		o.Inferer = le.inf
 		o.Voice = le.voice
 		o.Limits.LiveRealtimeFactor = 1e6 // the tests send audio at once
+		o.Limits.LiveCaptionEvery = -1    // captions are tested on their own (live_caption_test.go)
 	}}, mod...)...)
 	le.addKey(liveKey, 60)
 	le.ts = httptest.NewServer(le.h)

@@ -32,6 +32,28 @@ func init() {
 // belongs is recognisable.
 const liveTicketPrefix = "rlt_"
 
+// liveTurnTicketPrefix starts a one-turn ticket (POST /v1/live/ticket?turns=1,
+// issue 35): its session hears one turn, answers it and closes. The mark
+// is in the ticket itself, whose hash is what the store keeps, so a client
+// cannot turn a one-turn ticket into a continuous one.
+const liveTurnTicketPrefix = "rlt1_"
+
+// oneTurnTicket reports whether the ticket asks for one turn.
+func oneTurnTicket(tok string) bool { return strings.HasPrefix(tok, liveTurnTicketPrefix) }
+
+// parseTurns reads the turns query parameter of a ticket request: absent
+// for continuous listening, 1 for one turn.
+func parseTurns(c echo.Context) (oneTurn bool, err error) {
+	switch v := c.QueryParam("turns"); v {
+	case "":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, badRequest("turns must be 1 (one turn) or absent (continuous listening)")
+	}
+}
+
 // liveTicketResponse answers POST /v1/live/ticket.
 type liveTicketResponse struct {
 	Ticket    string    `json:"ticket"`
@@ -47,13 +69,21 @@ func (s *Server) handleLiveTicket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.liveAllowed(key); err != nil {
+	oneTurn, err := parseTurns(c)
+	if err != nil {
+		return err
+	}
+	if err := s.liveAllowedFor(key, oneTurn); err != nil {
 		return err
 	}
 	if err := s.admit(c, key, budgetLive); err != nil {
 		return err
 	}
-	tok, err := secret.Token(liveTicketPrefix)
+	prefix := liveTicketPrefix
+	if oneTurn {
+		prefix = liveTurnTicketPrefix
+	}
+	tok, err := secret.Token(prefix)
 	if err != nil {
 		return err
 	}
@@ -78,11 +108,23 @@ func liveURL(ticket, keyHash string) string {
 // liveAllowed refuses live listening when the box or the key has it
 // switched off, or when the box cannot listen (no voice detector).
 func (s *Server) liveAllowed(key store.APIKey) error {
+	return s.liveAllowedFor(key, false)
+}
+
+// liveAllowedFor is liveAllowed for a session of one turn or continuous.
+// One turn (the page's Listen, which opens the microphone for that turn
+// only, as an upload does) needs the box's live listening and voice
+// detection but not the key's live switch, which governs continuous
+// (hands-free) listening.
+func (s *Server) liveAllowedFor(key store.APIKey, oneTurn bool) error {
 	if s.liveOff {
 		return errorf(CodeForbidden, "live listening is switched off on this box (REPLYD_LIVE=off)")
 	}
 	if s.voice == nil {
 		return &Error{Code: CodeNotReady, Message: "live listening needs the voice activity detection model, which is not loaded", RetryAfter: s.limits.NotReadyRetryAfter}
+	}
+	if oneTurn {
+		return nil
 	}
 	off, err := s.store.LiveOff(key.Hash)
 	if err != nil {
@@ -123,7 +165,7 @@ func (s *Server) takeLiveTicket(c echo.Context) (store.APIKey, error) {
 	if tok == "" {
 		return fail("the ticket query parameter is required (POST /v1/live/ticket with X-API-KEY gives one)")
 	}
-	if len(tok) > maxSecretHeader || !strings.HasPrefix(tok, liveTicketPrefix) {
+	if len(tok) > maxSecretHeader || !strings.HasPrefix(tok, liveTicketPrefix) && !oneTurnTicket(tok) {
 		return fail("the ticket is not a live ticket")
 	}
 	t, err := s.store.TakeLiveTicket(secret.Hash(tok), s.now())

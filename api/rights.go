@@ -245,7 +245,7 @@ func rightEndedCause(ctx context.Context) *Error {
 // liveRight re-reads the session's key at a turn: nil while it may listen,
 // else the error, after which the session is ending.
 func (s *Server) liveRight(sess *liveSession) error {
-	inferGone, liveGone, err := s.keyRights(sess.key.Hash, true)
+	inferGone, liveGone, err := s.keyRights(sess.key.Hash, !sess.oneTurn)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 )
@@ -68,6 +69,33 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, err
 		h.Transcript, h.NoSpeech = "", true
 	}
 	return h, nil
+}
+
+// ReplyAhead generates a live turn's candidates from its transcript heard
+// ahead (req.Heard, from HearAhead) as speculative work, before the turn
+// is known to have ended (issue 35): the language model's cores are taken
+// at PrioritySpeculative, and the generation is canceled as soon as
+// committed or ahead work waits for cores or a committed request queues
+// for the language model (Scheduler.BeginSpeculative). The caller cancels
+// ctx when the partner speaks again, and uses the result for the committed
+// turn only when its audio did not change. req.OnTranscript is not called:
+// nothing of a turn not yet ended is shown. The request is not admitted
+// into the work budget; it only ever uses cores nobody else wants.
+func (p *Pipeline) ReplyAhead(ctx context.Context, req Request) (res Result, err error) {
+	if req.Heard == nil || req.Heard.NoSpeech {
+		return res, &Error{Kind: KindInternal, Message: "ReplyAhead needs a transcript heard ahead", Err: errors.New("no transcript")}
+	}
+	start := p.now()
+	defer func() { res.Timings.Total = p.now().Sub(start) }()
+	ctx, cancel := context.WithCancel(WithPriority(ctx, PrioritySpeculative))
+	defer cancel()
+	defer p.sched().BeginSpeculative(cancel)()
+	res.HasTranscript = true
+	msgs := append([]Message(nil), req.Messages...)
+	req.OnTranscript = nil
+	reserve := p.useHeard(req, msgs, &res)
+	err = p.reply(ctx, req, msgs, reserve, &res)
+	return res, err
 }
 
 // useHeard is the speech stage of a request whose transcript was computed

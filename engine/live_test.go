@@ -62,3 +62,91 @@ func TestHearAheadPromptWorkKeepsItsPass(t *testing.T) {
 	}
 	waitFor(t, func() bool { return cpu.Free() == 2 && cpu.Waiting() == 0 })
 }
+
+// coreLLM generates, as engine/llm does, on cores taken at the priority its
+// context carries (PriorityCommitted unless marked), holding them until
+// release is closed or its context ends.
+type coreLLM struct {
+	cpu     *Scheduler
+	release chan struct{}
+	started chan Priority
+}
+
+func (g coreLLM) Generate(ctx context.Context, req GenerateRequest) (Generation, error) {
+	prio := PriorityOf(ctx, PriorityCommitted)
+	n, err := g.cpu.AcquireAt(ctx, prio, 1, 2)
+	if err != nil {
+		return Generation{}, Errorf(KindCanceled, err, "canceled waiting for cores")
+	}
+	defer g.cpu.Release(n)
+	g.started <- prio
+	select {
+	case <-g.release:
+		return Generation{Candidates: []Candidate{{Text: "reply to " + PartnerTurn(req.Messages)}}}, nil
+	case <-ctx.Done():
+		return Generation{}, Errorf(KindCanceled, ctx.Err(), "generation canceled")
+	}
+}
+
+func replyAheadRequest() Request {
+	return Request{
+		Messages: []Message{{Role: RoleDisabledPerson, Content: "Hello."}, {Role: RoleSpeaker, Audio: true}},
+		Heard:    &HeardAhead{Heard: Heard{Transcript: "tea or water?", Language: "en"}, AudioSeconds: 2},
+		OnTranscript: func(Heard) {
+			panic("ReplyAhead showed the transcript of a turn not yet ended")
+		},
+	}
+}
+
+// TestReplyAheadAnswersFromTheTranscript: replies generated from a
+// transcript heard ahead run at PrioritySpeculative, carry the transcript,
+// and show nothing (OnTranscript is not called).
+func TestReplyAheadAnswersFromTheTranscript(t *testing.T) {
+	cpu := NewScheduler(SchedulerConfig{Cores: 2})
+	g := coreLLM{cpu: cpu, release: make(chan struct{}), started: make(chan Priority, 1)}
+	p := &Pipeline{Sched: cpu, STT: stubSTT{}, LLM: g}
+	close(g.release)
+	res, err := p.ReplyAhead(context.Background(), replyAheadRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prio := <-g.started; prio != PrioritySpeculative {
+		t.Errorf("generated at %v, want speculative", prio)
+	}
+	if res.Transcript != "tea or water?" || len(res.Candidates) != 1 || res.Candidates[0].Text != "reply to tea or water?" {
+		t.Errorf("result %+v: want the transcript heard ahead and its reply", res)
+	}
+	if _, err := p.ReplyAhead(context.Background(), Request{}); err == nil {
+		t.Error("ReplyAhead without a transcript heard ahead: no error")
+	}
+}
+
+// TestReplyAheadGivesWay: replies generated ahead stop as soon as
+// committed work waits for cores, or a committed request queues for the
+// language model (StopSpeculative), and the cores go to the committed work.
+func TestReplyAheadGivesWay(t *testing.T) {
+	for _, how := range []string{"cores", "llm"} {
+		cpu := NewScheduler(SchedulerConfig{Cores: 2})
+		g := coreLLM{cpu: cpu, release: make(chan struct{}), started: make(chan Priority, 1)}
+		p := &Pipeline{Sched: cpu, STT: stubSTT{}, LLM: g}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := p.ReplyAhead(context.Background(), replyAheadRequest())
+			errc <- err
+		}()
+		<-g.started
+		if how == "cores" {
+			n, err := cpu.Acquire(context.Background(), 2, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpu.Release(n)
+		} else {
+			cpu.StopSpeculative()
+		}
+		if err := <-errc; KindOf(err) != KindCanceled {
+			t.Errorf("%s: ReplyAhead ended with %v, want canceled", how, err)
+		}
+		waitFor(t, func() bool { return cpu.Free() == 2 })
+	}
+}

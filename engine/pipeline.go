@@ -194,8 +194,11 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 		return err
 	}
 	// The language model serves one job at a time: a speculative pass's
-	// prompt work must not keep this request waiting.
-	p.sched().StopSpeculative()
+	// prompt work must not keep this request waiting (nor, when this is
+	// speculative work itself, ReplyAhead, stop its own kind).
+	if PriorityOf(ctx, PriorityCommitted) != PrioritySpeculative {
+		p.sched().StopSpeculative()
+	}
 	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, lang, msgs, examples, reserve))
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens

@@ -115,6 +115,9 @@ type Scheduler struct {
 	// specCancel stops the speculative transcription that holds the
 	// transcription's turn, if any (BeginSpeculativeTranscription).
 	specCancel func()
+	// specWork stops the other speculative work running or queued (a live
+	// turn's replies generated ahead, BeginSpeculative), by its key.
+	specWork map[*struct{}]func()
 }
 
 type coreWaiter struct {
@@ -177,14 +180,14 @@ func (s *Scheduler) AcquireAt(ctx context.Context, p Priority, lo, hi int) (int,
 	}
 	w := &coreWaiter{lo: lo, hi: hi, granted: make(chan int, 1)}
 	s.waiters[p] = append(s.waiters[p], w)
-	var stop func()
+	var stop []func()
 	if p == PriorityCommitted || p == PriorityAhead {
-		// Real work waits: a speculative transcription gives way.
-		stop = s.specCancel
+		// Real work waits: speculative work gives way.
+		stop = s.specStopsLocked()
 	}
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
+	for _, f := range stop {
+		f()
 	}
 	select {
 	case n := <-w.granted:
@@ -523,17 +526,53 @@ func PriorityOf(ctx context.Context, def Priority) Priority {
 }
 
 // StopSpeculative cancels the speculative transcription that holds the
-// transcription's turn, if any, with its prompt work: committed work has
-// arrived. A committed language-model request calls it before it queues
+// transcription's turn, if any, with its prompt work, and any other
+// speculative work (BeginSpeculative): committed work has arrived. A committed language-model request calls it before it queues
 // for the language model, which serves one job at a time.
 func (s *Scheduler) StopSpeculative() {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	stop := s.specCancel
+	stop := s.specStopsLocked()
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
+	for _, f := range stop {
+		f()
+	}
+}
+
+// specStopsLocked returns the cancel functions of all speculative work.
+func (s *Scheduler) specStopsLocked() []func() {
+	var stop []func()
+	if s.specCancel != nil {
+		stop = append(stop, s.specCancel)
+	}
+	for _, f := range s.specWork {
+		stop = append(stop, f)
+	}
+	return stop
+}
+
+// BeginSpeculative registers speculative work other than a transcription
+// (a live turn's replies generated from a transcript heard ahead): until
+// end is called, committed or ahead work that comes to wait for cores, and
+// StopSpeculative (a committed request queueing for the language model),
+// call cancel. The work takes its cores at PrioritySpeculative
+// (WithPriority) and must stop soon after cancel.
+func (s *Scheduler) BeginSpeculative(cancel func()) (end func()) {
+	if s == nil {
+		return func() {}
+	}
+	k := new(struct{})
+	s.mu.Lock()
+	if s.specWork == nil {
+		s.specWork = map[*struct{}]func(){}
+	}
+	s.specWork[k] = cancel
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.specWork, k)
+		s.mu.Unlock()
 	}
 }

@@ -189,6 +189,17 @@ func (d *TurnDetector) Config() TurnConfig { return d.cfg }
 // Held returns the samples the detector holds now.
 func (d *TurnDetector) Held() int { return len(d.pending) + len(d.pre) + len(d.turn) }
 
+// TurnAudio returns the audio of the turn in progress so far and its
+// windows' probabilities (nil when no turn has started): for partial
+// transcripts while the partner speaks. The detector never writes over
+// them; it only appends.
+func (d *TurnDetector) TurnAudio() (pcm, probs []float32) {
+	if !d.started {
+		return nil, nil
+	}
+	return d.turn[:len(d.turn):len(d.turn)], d.probs[:len(d.probs):len(d.probs)]
+}
+
 // InTurn reports whether a turn has started and not ended.
 func (d *TurnDetector) InTurn() bool { return d.started }
 

@@ -78,6 +78,9 @@ type Config struct {
 	// ColdPromptTarget bounds the uncached prompt of one request in time
 	// (llm.Options.ColdPromptTarget); 0: only the context bounds it.
 	ColdPromptTarget time.Duration
+	// WhisperMaxTokens is whisper.cpp's max_tokens: the most text tokens
+	// one transcription window decodes (0: the model's own cap).
+	WhisperMaxTokens int
 
 	OTPChannel       string
 	OTPWebhookURL    string
@@ -213,6 +216,7 @@ func options() []option {
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
 		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0); off: greedy only, as whisper.cpp's -nf (a bad window costs one decoding, not six)", false, func(c *Config) *string { return &c.WhisperFallback }),
+		intOpt("whisper-max-tokens", "REPLYD_WHISPER_MAX_TOKENS", "0", "most text tokens Whisper decodes for one 30 s window, as whisper.cpp's max_tokens (0: no cap but the model's own); benchmarks set it to a real transcript's length, as random-weight models decode to their caps", func(c *Config) *int { return &c.WhisperMaxTokens }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		strOpt("whisper-backend", "REPLYD_WHISPER_BACKEND", "auto", "where speech-to-text computes: auto (on a GPU whenever the language model is: a GPU backend is loaded and gpu-layers is not 0; else cpu), cpu (replyd's own kernels and OpenBLAS, the faster on a CPU), gpu (ggml's GPU backend; start-up fails without one), ggml-cpu (the GPU's graphs on ggml's CPU backend, for comparison)", false, func(c *Config) *string { return &c.WhisperBackend }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
@@ -392,6 +396,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ContextPerSeq < 256 {
 		errs = append(errs, errors.New("REPLYD_LLM_CONTEXT must be at least 256 tokens"))
+	}
+	if c.WhisperMaxTokens < 0 {
+		errs = append(errs, errors.New("REPLYD_WHISPER_MAX_TOKENS must be 0 (no cap) or more"))
 	}
 	if c.MaxReplyTokens < 1 {
 		errs = append(errs, errors.New("REPLYD_MAX_REPLY_TOKENS must be at least 1"))

@@ -61,6 +61,7 @@ func TestConfigRejects(t *testing.T) {
 		{map[string]string{"REPLYD_OTP_TTL": "0"}, nil, "REPLYD_OTP_TTL"},
 		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
 		{nil, []string{"--whisper-fallback", "sometimes"}, "REPLYD_WHISPER_FALLBACK"},
+		{map[string]string{"REPLYD_WHISPER_MAX_TOKENS": "-1"}, nil, "REPLYD_WHISPER_MAX_TOKENS"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)
@@ -214,5 +215,21 @@ func TestSpeechThreads(t *testing.T) {
 	}
 	if _, _, err := LoadConfig("serve", []string{"--stt-threads", "-1"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("REPLYD_STT_THREADS -1 was accepted")
+	}
+}
+
+// TestWhisperMaxTokens: REPLYD_WHISPER_MAX_TOKENS k (whisper.cpp's
+// max_tokens, k text tokens) is Whisper's cap k+1 (the closing
+// <|endoftext|> counted); 0 leaves the model's own; the flag beats the env.
+func TestWhisperMaxTokens(t *testing.T) {
+	cfg, _, err := LoadConfig("serve", []string{"--whisper-max-tokens", "15"}, envMap(map[string]string{"REPLYD_WHISPER_MAX_TOKENS": "40"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WhisperMaxTokens != 15 || whisperMaxTokens(cfg.WhisperMaxTokens) != 16 {
+		t.Errorf("max tokens %d (cap %d), want 15 (cap 16)", cfg.WhisperMaxTokens, whisperMaxTokens(cfg.WhisperMaxTokens))
+	}
+	if whisperMaxTokens(0) != 0 {
+		t.Errorf("0 (off) maps to %d, want 0 (the model's default)", whisperMaxTokens(0))
 	}
 }

@@ -74,8 +74,11 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 		Compute:    compute,
 		Threads:    cfg.SpeechThreadsMax(),
 		NoFallback: cfg.WhisperFallback == "off",
-		Demo:       isDemoModel(cfg.WhisperModel),
-		Logger:     log.With("engine", "stt"),
+		// whisper.cpp's max_tokens k is k text tokens and the closing
+		// <|endoftext|>: MaxTokensPerWindow k+1.
+		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
+		Demo:               isDemoModel(cfg.WhisperModel),
+		Logger:             log.With("engine", "stt"),
 	})
 	if err != nil {
 		e.setError("stt", err)
@@ -277,4 +280,13 @@ func whisperCompute(backend string, gpuLayers int, gpuPresent func() bool) (stri
 		return whisper.ComputeGGMLCPU, nil
 	}
 	return "", fmt.Errorf("REPLYD_WHISPER_BACKEND %q: want auto, cpu, gpu or ggml-cpu", backend)
+}
+
+// whisperMaxTokens maps REPLYD_WHISPER_MAX_TOKENS (whisper.cpp's max_tokens,
+// 0 = off) to whisper.Options.MaxTokensPerWindow.
+func whisperMaxTokens(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return n + 1
 }

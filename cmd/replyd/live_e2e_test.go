@@ -79,6 +79,13 @@ func TestLiveEndToEnd(t *testing.T) {
 		t.Fatalf("events %s\n%s", s, p.Output())
 	}
 	_ = c.Close(websocket.StatusNormalClosure, "")
+	// The replies were generated from the speculative pass's transcript
+	// while the end of the turn was awaited, and reused at its commit
+	// (issue 35): the committed turn waits for them, so this holds on any
+	// box.
+	if m := p.Call(replydproc.Request{Method: "GET", Path: "/metrics", Header: map[string]string{"X-ADMIN-KEY": adminKey}}); !strings.Contains(string(m.Body), `replyd_live_replies_ahead_total{outcome="reused"} 1`) {
+		t.Errorf("replies generated ahead not reused once:\n%s", grepLines(string(m.Body), "replyd_live_"))
+	}
 
 	// The turn's entry is written once its answer was sent.
 	n := 0
@@ -212,4 +219,15 @@ func TestLivePausedSentenceAnswered(t *testing.T) {
 	if turns != 2 || len(last.Response) == 0 {
 		t.Errorf("events %v: %d turns, the last answer holds %d replies", got, turns, len(last.Response))
 	}
+}
+
+// grepLines returns the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

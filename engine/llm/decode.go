@@ -73,7 +73,9 @@ func (r *run) decode() error {
 		defer cpu.Release(got)
 		n = got
 	case r.held == 0:
-		got, err := cpu.Acquire(r.ctx, max(r.minThreads, 1), r.e.opts.Threads)
+		// Committed, or a live turn's replies generated ahead
+		// (engine.Pipeline.ReplyAhead, PrioritySpeculative).
+		got, err := cpu.AcquireAt(r.ctx, engine.PriorityOf(r.ctx, engine.PriorityCommitted), max(r.minThreads, 1), r.e.opts.Threads)
 		if err != nil {
 			return canceled(err)
 		}

@@ -379,6 +379,12 @@ async function main() {
     watch(admin);
     page = await context.newPage();
     watch(page);
+    // The upload path: Listen streams to replyd where the browser can
+    // (canStream: AudioWorklet and WebSocket), else it records and uploads.
+    // This page cannot stream, so that its steps drive the upload path
+    // (and WAV recording, which needs AudioWorklet); the live steps and the
+    // browser without AudioWorklet have pages of their own.
+    await page.addInitScript(() => { delete window.WebSocket; });
 
     let pairURL = '';
     let apiKey = '';
@@ -872,23 +878,68 @@ async function main() {
       await setSettings(() => page.selectOption('#s-board', 'qwerty'));
     });
 
-    await step('Listen live: the microphone streams to replyd, which ends the turn; hands-free keeps listening and pauses while the tablet speaks', async () => {
+    await step('a browser without AudioWorklet: Listen records and uploads (feature-detected)', async () => {
+      const main = page;
+      page = await context.newPage();
+      watch(page);
+      await page.addInitScript(() => { delete window.AudioWorkletNode; });
+      try {
+        await page.goto(`${base}/app/`);
+        await until(() => page.isVisible('#view-talk'), 'the conversation view');
+        const sockets = [];
+        page.on('websocket', (ws) => sockets.push(ws.url()));
+        const round = await inferRound(() => page.click('#listen'), { expectAudio: 'audio/webm' });
+        check(round.body.includes('OpusHead'), 'the recording is not Opus');
+        equal(sockets.length, 0, 'live sockets opened by a browser without AudioWorklet');
+        await until(async () => (await candidates()).length > 0, 'the uploaded turn\'s candidates', 120000);
+      } finally {
+        await page.close();
+        page = main;
+      }
+    });
+
+    await step('Listen streams one turn to replyd, which ends it (the microphone closes); hands-free keeps listening and pauses while the tablet speaks', async () => {
+      // A page that can stream (the main page's steps drive the upload path).
+      const main = page;
+      page = await context.newPage();
+      watch(page);
+      await page.goto(`${base}/app/`);
+      await until(() => page.isVisible('#view-talk'), 'the conversation view');
       // What the page sends on the socket, as it sends it.
       const frames = [];
+      const tickets = [];
+      const closed = [];
       const onSocket = (ws) => {
         if (!ws.url().includes('/v1/live')) return;
         ws.on('framesent', (f) => frames.push({ at: Date.now(), text: typeof f.payload === 'string' ? f.payload : null }));
+        ws.on('close', () => closed.push(ws.url()));
       };
       page.on('websocket', onSocket);
+      page.on('request', (r) => { if (r.url().includes('/v1/live/ticket')) tickets.push(r.url()); });
+      const captions = [];
       try {
         await page.click('#new-conv');
-        // One turn: without hands-free, listening stops after its replies.
-        await page.click('#live');
-        await until(async () => (await page.getAttribute('#live', 'aria-pressed')) === 'true', 'the live state');
+        // One turn: without hands-free, Listen hears one turn over the
+        // socket and stops; no upload.
+        let uploads = 0;
+        page.on('request', (r) => { if (r.url().endsWith('/v1/infer')) uploads++; });
+        await page.exposeFunction('__caption', (t) => captions.push(t));
+        await page.evaluate(() => {
+          const el = document.querySelector('#caption');
+          new MutationObserver(() => { if (!el.hidden && el.textContent) window.__caption(el.textContent); }).observe(el, { childList: true, characterData: true, subtree: true, attributes: true });
+        });
+        await page.click('#listen');
+        await until(async () => (await page.getAttribute('#listen', 'aria-pressed')) === 'true', 'the listening state');
         check(await page.isVisible('#live-state'), 'no listening indicator while listening');
+        await axe('while listening');
         await until(async () => (await candidates()).length > 0, 'the live turn\'s candidates', 120000);
-        await until(async () => (await page.getAttribute('#live', 'aria-pressed')) === 'false', 'listening to stop after one turn');
+        await until(async () => (await page.getAttribute('#listen', 'aria-pressed')) === 'false', 'listening to stop after one turn');
         check(!(await page.isVisible('#live-state')), 'the listening indicator stays after listening stopped');
+        check(tickets.length === 1 && tickets[0].endsWith('/v1/live/ticket?turns=1'), `one-turn tickets ${JSON.stringify(tickets)}`);
+        await until(() => closed.length === 1, 'the one-turn socket to close');
+        equal(uploads, 0, 'uploads by a one-turn Listen that streams');
+        check(captions.length > 0, 'no caption shown while the partner spoke');
+        check(!(await page.isVisible('#caption')), 'the caption stays after the turn\'s transcript');
         let b = await bubbles();
         check(b.length === 1 && b[0].role === 'speaker' && b[0].text.trim(), `bubbles ${JSON.stringify(b)}`);
         const first = frames.find((f) => f.text !== null);
@@ -901,10 +952,11 @@ async function main() {
         // the streaming while the tablet speaks it (this browser never says
         // when speaking ended: the page's timeout resumes it).
         await setSettings(() => page.check('#s-hands-free'));
-        await page.click('#live');
+        await page.click('#listen');
         const turns = (await bubbles()).length;
         await until(async () => (await bubbles()).length > turns && (await candidates()).length > 0, 'a hands-free turn', 120000);
-        equal(await page.getAttribute('#live', 'aria-pressed'), 'true', 'listening after a hands-free turn');
+        equal(await page.getAttribute('#listen', 'aria-pressed'), 'true', 'listening after a hands-free turn');
+        check(tickets.at(-1).endsWith('/v1/live/ticket'), `hands-free ticket ${tickets.at(-1)}`);
         await page.click('#cands .cand[data-rank="1"]');
         await until(async () => /tablet speaks/.test(await page.textContent('#live-state')), 'the pause while the tablet speaks', 5000);
         await shot('06-live-paused-tablet');
@@ -920,12 +972,14 @@ async function main() {
         // The partner speaks again (the fake microphone loops): the next turn.
         const n = b.length;
         await until(async () => (await bubbles()).length > n, 'the next hands-free turn', 120000);
-        await page.click('#live'); // one press stops it
-        equal(await page.getAttribute('#live', 'aria-pressed'), 'false', 'one press stops listening');
+        await page.click('#listen'); // one press stops it
+        equal(await page.getAttribute('#listen', 'aria-pressed'), 'false', 'one press stops listening');
         check(!(await page.isVisible('#live-state')), 'the listening indicator stays after Stop');
         await setSettings(() => page.uncheck('#s-hands-free'));
       } finally {
         page.off('websocket', onSocket);
+        await page.close();
+        page = main;
       }
     });
 
@@ -1003,6 +1057,7 @@ async function main() {
       const toneBrowser = await launch('chromium-profile-tone', 'block', tone);
       const p = await toneBrowser.newPage();
       watch(p);
+      await p.addInitScript(() => { delete window.WebSocket; }); // the upload path
       await p.goto(`${base}/app/`);
       await p.evaluate((k) => localStorage.setItem('replyd.app.key', k), apiKey);
       await p.reload();

@@ -1,10 +1,13 @@
 #!/usr/bin/env node
-// A benchmark of the conversation page (issue 23): how long after the
-// partner stops speaking the AAC user sees the transcript and the replies,
-// on the upload path (Listen: the page records until its loudness test has
-// heard 1.5 s of quiet, then uploads) and on the live path (Listen live:
-// the page streams the microphone and replyd decides when the turn ended),
-// turn by turn alternately, each turn the first of a new dialog, in headless
+// A benchmark of the conversation page (issues 23 and 35): how long after
+// the partner stops speaking the AAC user sees the transcript and the
+// replies, and how soon after they start the first caption, on four paths
+// taken turn by turn alternately: the server alone (the question's words
+// posted as a WAV that ends 0.3 s after the speech, from Node: no page),
+// Listen (one turn streamed over the live socket, replyd ends the turn),
+// the same with captions off (the page's socket sends the captions control),
+// and hands-free (the Hands-free setting: a continuous session, stopped
+// after its turn). Each turn is the first of a new dialog, in headless
 // Chromium whose fake microphone plays an espeak-ng question followed by
 // digital silence, against bin/replyd on Whisper base.en- and Qwen2.5-0.5B-
 // shaped synthetic models (`replyd models synth`).
@@ -31,7 +34,9 @@
 // LLM_SHAPE (default qwen2.5-0.5b), WHISPER_SHAPE (default base.en),
 // REPLYD_LIVE_END_SILENCE and REPLYD_WHISPER_FALLBACK (passed to replyd when
 // set: with the fallback off, random-weight Whisper decodes about the same
-// tokens for the same speech on both paths).
+// tokens for the same speech on both paths), REPLYD_WHISPER_MAX_TOKENS and
+// REPLYD_MAX_REPLY_TOKENS (real lengths: `make bench-live` sets 15 and 12;
+// BENCH_MODE names the mode in the output), OPENBLAS_CORETYPE.
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -150,6 +155,7 @@ function instruments(code) {
       this.shown = {};
       this.ws = [];
       this.upload = null;
+      this.noCaptions = false;
     },
   };
   window.__lat = T;
@@ -188,9 +194,18 @@ function instruments(code) {
     if (String(url).includes('/v1/infer') && !T.upload) T.upload = performance.now();
     return f(url, init);
   };
-  // The live events as they arrive, before the page handles them.
+  // The live events as they arrive, before the page handles them; with
+  // T.noCaptions the session's captions are switched off after the payload.
   const WS = window.WebSocket;
   window.WebSocket = class extends WS {
+    send(data) {
+      super.send(data);
+      if (typeof data === 'string' && T.noCaptions && !this.__capOff) {
+        this.__capOff = true;
+        super.send(JSON.stringify({ type: 'captions', enabled: false }));
+      }
+    }
+
     constructor(...a) {
       super(...a);
       this.addEventListener('message', (m) => {
@@ -298,7 +313,9 @@ async function main() {
       REPLYD_INFER_TIMEOUT: '10m',
     };
     if (process.env.REPLYD_LIVE_END_SILENCE) env.REPLYD_LIVE_END_SILENCE = process.env.REPLYD_LIVE_END_SILENCE;
-    if (process.env.REPLYD_WHISPER_FALLBACK) env.REPLYD_WHISPER_FALLBACK = process.env.REPLYD_WHISPER_FALLBACK;
+    for (const k of ['REPLYD_WHISPER_FALLBACK', 'REPLYD_WHISPER_MAX_TOKENS', 'REPLYD_MAX_REPLY_TOKENS', 'OPENBLAS_CORETYPE']) {
+      if (process.env[k]) env[k] = process.env[k];
+    }
     const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
@@ -330,20 +347,62 @@ async function main() {
     await poll(() => page.isVisible('#view-talk'), 'the conversation view', 20000, 50);
 
     console.log(`livelatency: Whisper ${WHISPER_SHAPE} and ${LLM_SHAPE} (synthetic, ${synthDir}), ${TURNS} turns a path after one warm-up each, alternating`);
+    console.log(`mode: ${process.env.REPLYD_WHISPER_MAX_TOKENS || process.env.REPLYD_MAX_REPLY_TOKENS ? 'real lengths' : 'caps'} (Whisper max_tokens ${process.env.REPLYD_WHISPER_MAX_TOKENS || 'off'}, reply cap ${process.env.REPLYD_MAX_REPLY_TOKENS || 'default'}); OPENBLAS_CORETYPE ${process.env.OPENBLAS_CORETYPE || 'unset'}; CPU ${os.cpus()[0]?.model || '?'}`);
     console.log(`partner: "${QUESTION}" (espeak-ng), sound ${q.start.toFixed(2)}-${q.end.toFixed(2)} s of a ${q.length.toFixed(1)} s file (${LEAD_S} s of zeros before, ${TAIL_S} s after)`);
     console.log('ms after the end of speech; "sent" is the upload leaving the page, or the live end_of_turn event arriving; load = /proc/loadavg');
 
-    const results = { upload: [], live: [] };
-    const failed = { upload: 0, live: 0 };
+    const KINDS = ['server', 'listen', 'nocap', 'handsfree'];
+    const results = Object.fromEntries(KINDS.map((k) => [k, []]));
+    const failed = Object.fromEntries(KINDS.map((k) => [k, 0]));
+    // The server alone: the words posted as a WAV that ends 0.3 s after
+    // the speech, the answer streamed (transcript, then candidates).
+    const serverWav = path.join(tmp, 'server.wav');
+    execFileSync('sox', [q.file, '-r', '16000', serverWav, 'trim', String(q.start), `=${q.end + 0.3}`]);
+    const wav = fs.readFileSync(serverWav);
+    const serverTurn = async (n) => {
+      const genBefore = logLines(replyd.log(), 'generated').length;
+      const loadAt = load();
+      const fd = new FormData();
+      fd.append('payload', new Blob([JSON.stringify({ messages: [{ role: 'speaker', audio: true }], dialog_id: crypto.randomBytes(12).toString('hex'), options: { max_candidates: 4 } })], { type: 'application/json' }), 'payload.json');
+      fd.append('audio', new Blob([wav], { type: 'audio/wav' }), 'turn.wav');
+      const t0 = performance.now();
+      const res = await fetch(`${base}/v1/infer`, { method: 'POST', headers: { 'X-API-KEY': apiKey, Accept: 'text/event-stream' }, body: fd });
+      check(res.ok, `server turn ${n}: ${res.status}`);
+      let buf = '';
+      const r = { n, load: loadAt };
+      const dec = new TextDecoder();
+      for await (const chunk of res.body) {
+        buf += dec.decode(chunk, { stream: true });
+        const at = performance.now() - t0 + 300; // the WAV ends 0.3 s after the speech
+        if (r.transcript === undefined && buf.includes('event: transcript')) r.transcript = at;
+        if (r.candidates === undefined && buf.includes('event: candidates')) r.candidates = at;
+      }
+      check(r.candidates !== undefined, `server turn ${n}: no candidates`);
+      await poll(() => logLines(replyd.log(), 'generated').length > genBefore, 'replyd\'s "generated" line', 10000, 50);
+      const gen = logLines(replyd.log(), 'generated').slice(genBefore).at(-1);
+      const stt = logLines(replyd.log(), 'transcribed').at(-1);
+      if (stt) { r.decoded = stt.decoded; r.whisper = stt.mel_ms + stt.encoder_ms + stt.decoder_ms; }
+      if (gen) r.replyTokens = gen.gen_tokens;
+      return r;
+    };
+    const setHandsFree = async (on) => {
+      await page.click('#open-settings');
+      await poll(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings dialog', 10000, 50);
+      if (on) await page.check('#s-hands-free'); else await page.uncheck('#s-hands-free');
+      await page.click('#s-save');
+      await poll(() => page.evaluate(() => !document.querySelector('#settings').open), 'the settings to close', 10000, 50);
+    };
     const turn = async (kind, n) => {
+      if (kind === 'server') return serverTurn(n);
+      if (kind === 'handsfree') await setHandsFree(true);
       await page.click('#new-conv');
       await poll(async () => (await page.$$('#log .bubble')).length === 0, 'a new conversation', 10000, 50);
-      await page.evaluate(() => window.__lat.reset());
+      await page.evaluate((off) => { window.__lat.reset(); window.__lat.noCaptions = off; }, kind === 'nocap');
       const logBefore = workLines(replyd.log()).length;
       const sttBefore = logLines(replyd.log(), 'transcribed').length;
       const genBefore = logLines(replyd.log(), 'generated').length;
       const loadAt = load();
-      await page.click(kind === 'upload' ? '#listen' : '#live');
+      await page.click('#listen');
       await poll(() => page.evaluate(() => window.__lat.shown.candidates !== undefined || !!document.querySelector('#notice').textContent.trim()),
         `the ${kind} turn's replies`, 180000, 25);
       const T = await page.evaluate(() => {
@@ -367,9 +426,11 @@ async function main() {
         transcript: T.shown.transcript - end,
         candidates: T.shown.candidates - end,
       };
-      if (kind === 'upload') {
-        r.sent = T.upload - end;
-      } else {
+      check(T.upload === null, `${kind} turn ${n}: the page uploaded instead of streaming`);
+      {
+        const cp = T.ws.find((e) => e.event === 'caption');
+        r.caption = cp ? cp.at - speechStart : NaN;
+        r.captions = T.ws.filter((e) => e.event === 'caption').length;
         // One turn: a box so loaded that the answer took longer than the
         // file's silence hears the partner again (the file loops).
         const turns = T.ws.filter((e) => e.event === 'end_of_turn').length;
@@ -401,22 +462,28 @@ async function main() {
         r.transcriptPath = r.transcript - r.whisper;
         r.candidatesPath = r.candidates - r.whisper - gen.prompt_ms - gen.generation_ms;
       }
+      if (gen) r.replyTokens = gen.gen_tokens;
+      if (kind === 'handsfree') {
+        // Hands-free goes on listening: one press stops it.
+        if (await page.getAttribute('#listen', 'aria-pressed') === 'true') await page.click('#listen');
+        await setHandsFree(false);
+      }
       // Listening stops after a turn without hands-free; the page is idle.
-      await poll(async () => (await page.getAttribute('#live', 'aria-pressed')) !== 'true' && (await page.getAttribute('#listen', 'aria-pressed')) !== 'true',
+      await poll(async () => (await page.getAttribute('#listen', 'aria-pressed')) !== 'true',
         'the microphone to close', 20000, 50);
       return r;
     };
 
     const print = (kind, r) => {
-      let line = `${kind.padEnd(6)} turn ${String(r.n).padStart(2)}: speech ${ms(r.speech)}, sent ${ms(r.sent)}, transcript ${ms(r.transcript)}, candidates ${ms(r.candidates)}`;
-      line += `; Whisper ${ms(r.whisper)} (${r.decoded} tokens decoded)`;
-      if (kind === 'live') line += ` (events arrived: transcript ${ms(r.trArrived)}, candidates ${ms(r.caArrived)}); work started ${ms(r.workStart)} after the end of speech, ${ms(r.serverAfterVoice)} after the last voiced audio arrived (${r.pass} pass)`;
+      let line = `${kind.padEnd(9)} turn ${String(r.n).padStart(2)}: speech ${ms(r.speech)}, sent ${ms(r.sent)}, transcript ${ms(r.transcript)}, candidates ${ms(r.candidates)}, first caption ${ms(r.caption)} after the start (${r.captions ?? 0})`;
+      line += `; Whisper ${ms(r.whisper)} (${r.decoded} tokens decoded), reply tokens ${r.replyTokens}`;
+      if (kind !== 'server') line += ` (events arrived: transcript ${ms(r.trArrived)}, candidates ${ms(r.caArrived)}); work started ${ms(r.workStart)} after the end of speech, ${ms(r.serverAfterVoice)} after the last voiced audio arrived (${r.pass} pass)`;
       console.log(`${line}; load ${r.load}`);
     };
 
     for (let n = 0; n <= TURNS; n++) {
-      // Alternate which path goes first, so neither always follows the other.
-      const order = n % 2 ? ['live', 'upload'] : ['upload', 'live'];
+      // Rotate which path goes first, so none always follows another.
+      const order = KINDS.map((_, i) => KINDS[(i + n) % KINDS.length]);
       for (const kind of order) {
         let r;
         for (let attempt = 1; !r && attempt <= 2; attempt++) {
@@ -427,7 +494,8 @@ async function main() {
             // that turn is tried again once, then counted as failed.
             console.log(`${kind} turn ${n}: ${err.message.split('\n')[0]} (load ${load()})`);
             failed[kind]++;
-            if (await page.getAttribute('#live', 'aria-pressed') === 'true') await page.click('#live');
+            if (await page.getAttribute('#listen', 'aria-pressed') === 'true') await page.click('#listen');
+            if (kind === 'handsfree') await setHandsFree(false).catch(() => {});
           }
         }
         if (!r) continue;
@@ -440,32 +508,30 @@ async function main() {
       }
     }
     check(problems.length === 0, `errors in the page: ${problems.join('; ')}`);
-    check(results.upload.length > 0 && results.live.length > 0, `no measured turn on a path: upload ${results.upload.length}, live ${results.live.length}`);
+    check(KINDS.every((k) => results[k].length > 0), `no measured turn on a path: ${KINDS.map((k) => `${k} ${results[k].length}`).join(', ')}`);
 
     const m = (kind, k) => median(results[kind].map((r) => r[k]));
-    console.log(`\nmedians of ${results.upload.length} upload and ${results.live.length} live turns, ms after the end of speech (load now ${load()}); attempts that failed (the page's 45 s timeout on a loaded box): upload ${failed.upload}, live ${failed.live}`);
-    console.log(`${'stage'.padEnd(20)} ${'upload'.padStart(8)} ${'live'.padStart(8)} ${'sooner'.padStart(8)} ${'ratio'.padStart(7)}`);
-    for (const [label, k] of [['sent / end_of_turn', 'sent'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates'],
-      ['Whisper (ms)', 'whisper'], ['tokens decoded', 'decoded'],
-      ['transcript - Whisper', 'transcriptPath'], ['candidates - models', 'candidatesPath']]) {
-      const u = m('upload', k);
-      const l = m('live', k);
-      console.log(`${label.padEnd(20)} ${ms(u).padStart(8)} ${ms(l).padStart(8)} ${ms(u - l).padStart(8)} ${(l / u).toFixed(2).padStart(7)}`);
+    console.log(`\nmedians of ${KINDS.map((k) => `${results[k].length} ${k}`).join(', ')} turns, ms after the end of speech (load now ${load()}); failed attempts: ${KINDS.map((k) => `${k} ${failed[k]}`).join(', ')}`);
+    console.log(`${'stage'.padEnd(22)} ${KINDS.map((k) => k.padStart(10)).join(' ')}`);
+    for (const [label, k] of [['end_of_turn arrives', 'sent'], ['work starts', 'workStart'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates'],
+      ['first caption (start)', 'caption'], ['Whisper (ms)', 'whisper'], ['tokens decoded', 'decoded'], ['reply tokens', 'replyTokens']]) {
+      console.log(`${label.padEnd(22)} ${KINDS.map((kind) => ms(m(kind, k)).padStart(10)).join(' ')}`);
     }
-    const work = m('live', 'workStart');
-    const serverWork = m('live', 'serverAfterVoice');
-    const passes = results.live.map((r) => r.pass).join(', ');
-    console.log(`live: work on the final turn started ${ms(work)} ms after the end of speech (page clock to replyd's), ${ms(serverWork)} ms after the last voiced audio arrived (replyd's own clock; passes: ${passes})`);
     const mr = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${adminKey}` } });
-    const h = histogramMedian(await mr.text(), 'replyd_live_work_start_seconds');
-    console.log(`replyd_live_work_start_seconds: ${h.count} observations (warm-up included), median about ${ms(h.median * 1000)} ms (bucket interpolation), mean ${ms(h.mean * 1000)} ms`);
-    const sooner = (k) => m('upload', k) - m('live', k);
-    console.log(`targets: work starts <= 300 ms after the end of speech: ${work <= 300 ? 'met' : 'missed'} (${ms(work)}); `
-      + `transcript >= 1200 ms sooner: ${sooner('transcript') >= 1200 ? 'met' : 'missed'} (${ms(sooner('transcript'))}); `
-      + `candidates >= 1200 ms sooner: ${sooner('candidates') >= 1200 ? 'met' : 'missed'} (${ms(sooner('candidates'))}); `
-      + `with the models' own time taken out (random weights decode different lengths): transcript ${ms(sooner('transcriptPath'))} and candidates ${ms(sooner('candidatesPath'))} ms sooner`);
+    const mt = await mr.text();
+    const h = histogramMedian(mt, 'replyd_live_work_start_seconds');
+    console.log(`replyd_live_work_start_seconds: ${h.count} observations (warm-up included), median about ${ms(h.median * 1000)} ms, mean ${ms(h.mean * 1000)} ms`);
+    console.log(mt.split('\n').filter((l) => /^replyd_live_(replies_ahead|speculative)_total/.test(l)).join('\n'));
+    const tr = m('listen', 'transcript');
+    const ca = m('listen', 'candidates');
+    const met = (ok) => (ok ? 'met' : 'missed');
+    console.log(`targets: transcript <= 1000: ${met(tr <= 1000)} (${ms(tr)}); candidates <= 1800: ${met(ca <= 1800)} (${ms(ca)}); `
+      + `Listen within 100 of hands-free: ${met(Math.abs(tr - m('handsfree', 'transcript')) <= 100 && Math.abs(ca - m('handsfree', 'candidates')) <= 100)} `
+      + `(transcript ${ms(tr - m('handsfree', 'transcript'))}, candidates ${ms(ca - m('handsfree', 'candidates'))}); `
+      + `first caption <= 1500 after the start: ${met(m('listen', 'caption') <= 1500)} (${ms(m('listen', 'caption'))}); `
+      + `transcript with captions <= 1.05x without: ${met(tr <= 1.05 * m('nocap', 'transcript'))} (${(tr / m('nocap', 'transcript')).toFixed(2)}x)`);
     fs.writeFileSync(path.join(artifacts, 'results.json'), JSON.stringify({ load: load(), results, failed }, null, 2));
-    console.log(`livelatency: both paths produced transcripts and candidates (upload ${results.upload.length}, live ${results.live.length} measured turns)`);
+    console.log(`livelatency: every path produced transcripts and candidates (${KINDS.map((k) => `${k} ${results[k].length}`).join(', ')} measured turns)`);
     return 0;
   } catch (err) {
     console.error(`livelatency: ${(err && err.stack) || err}`);

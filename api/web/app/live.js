@@ -28,6 +28,9 @@ export function canStream() {
  */
 export class LiveSession {
   constructor(opts) {
+    // opts.oneTurn: one turn (the page's Listen): a one-turn ticket, no
+    // reconnecting; the microphone closes at the turn's end (closeMic) and
+    // replyd closes the socket once the turn is answered.
     this.opts = opts;
     this.ws = null;
     this.paused = false;
@@ -43,6 +46,18 @@ export class LiveSession {
     this.stopped = false;
     await this.openMic();
     await this.connect();
+  }
+
+  /** Closes the microphone and sends no more audio, keeping the socket
+   * open for the turn's answer (one-turn listening, at end_of_turn). */
+  closeMic() {
+    this.micClosed = true;
+    this.pending = [];
+    this.pendingLen = 0;
+    if (this.stream) for (const t of this.stream.getTracks()) t.stop();
+    if (this.ctx) this.ctx.close().catch(() => {});
+    this.stream = null;
+    this.ctx = null;
   }
 
   /** Stops listening for good: the socket and the microphone close. */
@@ -105,7 +120,7 @@ export class LiveSession {
     const ratio = this.ctx.sampleRate / RATE;
     let phase = 0;
     node.port.onmessage = (ev) => {
-      if (this.paused || !this.ws || this.ws.readyState !== WebSocket.OPEN) return;
+      if (this.paused || this.micClosed || !this.ws || this.ws.readyState !== WebSocket.OPEN) return;
       let x = ev.data;
       if (ratio !== 1) {
         // Linear resampling to 16 kHz when the context runs at another rate.
@@ -143,7 +158,7 @@ export class LiveSession {
     if (this.stopped) return;
     let url;
     try {
-      const res = await fetch('/v1/live/ticket', {
+      const res = await fetch(this.opts.oneTurn ? '/v1/live/ticket?turns=1' : '/v1/live/ticket', {
         method: 'POST', credentials: 'omit', cache: 'no-store',
         headers: { 'X-API-KEY': pairing.key() || '', Accept: 'application/json' },
       });
@@ -186,6 +201,13 @@ export class LiveSession {
       clearInterval(this.keepalive);
       if (this.ws !== ws || this.stopped) return;
       this.ws = null;
+      if (this.opts.oneTurn) {
+        // The turn was answered (1000), or the socket was lost: a turn
+        // cannot be picked up on another socket.
+        this.opts.onState('stopped', ev.code === 1000 ? {} : { code: ev.code, reason: ev.reason || 'the connection was lost' });
+        this.stop();
+        return;
+      }
       if (FINAL.has(ev.code)) {
         this.opts.onState('stopped', { code: ev.code, reason: ev.reason });
         this.stop();

@@ -436,13 +436,29 @@ function setListening(on) {
   b.textContent = on ? msg('app.stop') : msg('app.listen');
 }
 
-/** Listen: starts a recording (cancelling any request in flight), or stops
- * the one in progress. */
+/** Listen: listens to the partner (cancelling any request in flight), or
+ * stops listening. Where the browser can stream (AudioWorklet) it streams
+ * to replyd, which ends the turn when the partner stops (one turn, or the
+ * whole conversation with the hands-free setting); else it records and
+ * uploads. */
 async function listen() {
   if (state.recording) {
     await finishRecording();
     return;
   }
+  if (live.session) {
+    stopLive();
+    return;
+  }
+  if (canStream()) {
+    startLive(!state.s.hands_free);
+    return;
+  }
+  record();
+}
+
+/** Records the partner until the quiet test ends it, then uploads. */
+async function record() {
   if (!canRecord()) {
     notice(window.isSecureContext ? msg('app.cannotRecord') : msg('app.micNeedsHttps'));
     return;
@@ -488,13 +504,15 @@ async function finishRecording(why) {
 // It pauses while the tablet speaks the chosen reply (until the browser
 // says the speaking ended, or a timeout from the text's length) and while
 // the user spells or types.
-const live = { session: null, holds: new Set(), speakTimer: null };
+const live = { session: null, holds: new Set(), speakTimer: null, oneTurn: false, idleTimer: null };
+
+// A one-turn Listen that hears no speech for this long stops, as a
+// recording does.
+const ONE_TURN_IDLE_MS = 15000;
 
 function setLiveState(st, detail) {
   const on = Boolean(live.session);
-  const b = $('#live');
-  b.setAttribute('aria-pressed', on ? 'true' : 'false');
-  b.textContent = on ? T.liveStop : T.liveOpen;
+  setListening(on);
   const el = $('#live-state');
   el.hidden = !on;
   el.dataset.state = st;
@@ -504,32 +522,47 @@ function setLiveState(st, detail) {
   if (st === 'stopped' && detail && detail.reason) notice(T.liveRefused(detail.reason));
 }
 
-async function toggleLive() {
-  if (live.session) {
-    stopLive();
-    return;
-  }
-  if (!canStream()) {
-    notice(T.liveCannot);
-    return;
-  }
+/** Starts live listening: one turn, or continuous (hands-free). */
+async function startLive(oneTurn) {
   if (state.recording) {
     state.recording.cancel();
     state.recording = null;
     setListening(false);
   }
   abortRequest('listen');
+  clearCandidates();
   notice('');
   const session = new LiveSession({
+    oneTurn,
     payload: () => payloadFor(false),
     onEvent: liveEvent,
     onState: (st, detail) => {
       if (live.session !== session) return;
-      if (st === 'stopped' || st === 'error') live.session = null;
+      if (st === 'stopped' || st === 'error') {
+        live.session = null;
+        clearTimeout(live.idleTimer);
+        showCaption('');
+        if (oneTurn && st === 'error' && detail && detail.status === 403) {
+          // This box does not listen live: the recording takes over.
+          setLiveState('stopped');
+          record();
+          return;
+        }
+        if (oneTurn && st === 'stopped' && $('#progress-text').textContent === T.liveTranscribing) progress(null);
+      }
       setLiveState(st, detail);
     },
   });
   live.session = session;
+  live.oneTurn = oneTurn;
+  clearTimeout(live.idleTimer);
+  if (oneTurn) {
+    live.idleTimer = setTimeout(() => {
+      if (live.session !== session) return;
+      stopLive();
+      notice(msg('app.nothingHeard'));
+    }, ONE_TURN_IDLE_MS);
+  }
   setLiveState('reconnecting');
   try {
     await session.start();
@@ -547,15 +580,28 @@ function stopLive() {
   const s = live.session;
   live.session = null;
   clearTimeout(live.speakTimer);
+  clearTimeout(live.idleTimer);
+  showCaption('');
   live.holds.clear();
   if (s) s.stop();
   setLiveState('stopped');
   progress(null);
 }
 
+/** Shows the partner's words so far (a caption event), or hides them. */
+function showCaption(text) {
+  const el = $('#caption');
+  el.textContent = text || '';
+  el.hidden = !text;
+}
+
 function liveEvent(name, data) {
   switch (name) {
+    case 'caption':
+      if (typeof data.text === 'string') showCaption(data.text.trim());
+      break;
     case 'speech_start':
+      clearTimeout(live.idleTimer);
       if (state.answer) {
         // The user had not chosen: the partner's new turn replaces the replies.
         endTurn();
@@ -565,18 +611,25 @@ function liveEvent(name, data) {
       progress(T.liveHearing, false);
       break;
     case 'end_of_turn':
+      // One turn: the microphone closes as soon as the partner stopped.
+      if (live.oneTurn && live.session) live.session.closeMic();
       progress(T.liveTranscribing, false);
       break;
     case 'transcript':
+      showCaption('');
       if (data.transcript && data.transcript.trim()) addTurn('speaker', data.transcript.trim());
       break;
     case 'candidates':
       progress(null);
+      showCaption('');
+      if (live.oneTurn && data.no_speech) notice(msg('app.nothingHeard'));
       liveAnswer(data);
       break;
     case 'error':
       progress(null);
+      showCaption('');
       if (data.error !== 'superseded') notice(data.message || '');
+      if (live.oneTurn) stopLive();
       break;
     default:
   }
@@ -603,10 +656,10 @@ function startTurn(res, list, base) {
 /** Shows a live turn's replies, as suggest does for an upload. */
 function liveAnswer(res) {
   const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
+  if (live.oneTurn || !state.s.hands_free) stopLive();
   if (res.no_speech || !list.length) return;
   setReachable(true);
   startTurn(res, list, payloadFor(false));
-  if (!state.s.hands_free) stopLive();
 }
 
 /** Pauses live listening while the tablet speaks text; returns the function
@@ -930,9 +983,6 @@ function init() {
     redeem($('#pair-code').value);
   });
   $('#listen').addEventListener('click', listen);
-  $('#live').addEventListener('click', toggleLive);
-  $('#live').hidden = !canStream();
-  $('#live').textContent = T.liveOpen;
   $('#s-hands-free-label').textContent = T.handsFree;
   $('#cancel').addEventListener('click', () => {
     if (state.recording) {
