@@ -20,7 +20,11 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # (-march=native: AVX-512 and VNNI where it has them), into bin/replyd-native,
 # always without AMX (scripts/arch-flags.sh says why); `make check-arch`
 # checks that the cgo code compiles and links for a set of CPUs.
+ifeq ($(shell uname -m),aarch64)
+CGO_ARCH  ?= -march=armv8.2-a+fp16+dotprod
+else
 CGO_ARCH  ?= -march=x86-64-v3 -mtune=generic
+endif
 NATIVE_ARCH = $(shell scripts/arch-flags.sh native)
 NATIVE_BIN  := bin/replyd-native
 export CGO_ENABLED  := 1
@@ -41,7 +45,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser check-arch vet fmt-check bench bench-latency bench-live bench-long bench-peer fuzz loadtest clean
+.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser check-arch build-arm64 test-arm64 vet fmt-check bench bench-latency bench-live bench-long bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -83,6 +87,20 @@ run: deps-run vad-model build-native demo-models
 CHECK_ARCH_TARGETS ?=
 check-arch:
 	@scripts/check-arch.sh $(CHECK_ARCH_TARGETS)
+
+# linux/arm64 (Raspberry Pi 5, Jetson Orin: docs/operations.md) with Debian's
+# cross compilers and arm64 OpenBLAS (scripts/deps.sh arm64), flags and its
+# own build cache in scripts/arm64-env.sh: bin/arm64/replyd. test-arm64 runs
+# the engine tests and a serve-and-infer run under qemu-user; it is not part
+# of `make test` (docs/development.md says why).
+build-arm64:
+	@scripts/deps.sh arm64
+	@mkdir -p bin/arm64
+	source scripts/arm64-env.sh && nice -n 10 $(GO) build -ldflags '$(LDFLAGS)' -o bin/arm64/replyd ./cmd/replyd
+
+test-arm64:
+	@scripts/deps.sh arm64
+	@scripts/test-arm64.sh
 
 vet:
 	$(GO) vet ./...
