@@ -17,9 +17,15 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # is keyed on them and llama.cpp takes minutes to rebuild. x86-64-v3
 # (AVX2/FMA/F16C) is 2.5-4x faster than the default SSE2 build. `make run`
 # and `make bench-latency` build on the box they serve on, for its own CPU
-# (-march=native: AVX-512 and VNNI where it has them), into bin/replyd-native.
+# (-march=native: AVX-512 and VNNI where it has them), into bin/replyd-native,
+# always without AMX (scripts/arch-flags.sh says why); `make check-arch`
+# checks that the cgo code compiles and links for a set of CPUs.
+ifeq ($(shell uname -m),aarch64)
+CGO_ARCH  ?= -march=armv8.2-a+fp16+dotprod
+else
 CGO_ARCH  ?= -march=x86-64-v3 -mtune=generic
-NATIVE_ARCH := -march=native -mtune=native
+endif
+NATIVE_ARCH = $(shell scripts/arch-flags.sh native)
 NATIVE_BIN  := bin/replyd-native
 export CGO_ENABLED  := 1
 export CGO_CFLAGS   = -O3 $(CGO_ARCH)
@@ -39,7 +45,7 @@ export REPLYD_TESTDATA ?= $(abspath $(CURDIR)/../shared/testdata)
 # (internal/shareddata); make test counts them in its last line.
 export REPLYD_SKIP_LOG := $(CURDIR)/bin/skipped-tests.log
 
-.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser vet fmt-check bench bench-latency bench-live bench-long bench-peer fuzz loadtest clean
+.PHONY: deps deps-run vad-model qwen-tokenizer test-start build build-native run demo-models test test-go test-race test-conformance test-browser check-arch build-arm64 test-arm64 vet fmt-check bench bench-latency bench-live bench-long bench-peer fuzz loadtest clean
 
 # What building and running need, without the test-only packages.
 deps-run:
@@ -73,6 +79,28 @@ demo-models: build-native
 
 run: deps-run vad-model build-native demo-models
 	$(NATIVE_BIN) serve --data-dir $(DATA_DIR)
+
+# The cgo code compiles and links for x86-64-v2, v3, v4, sapphirerapids,
+# znver4 and alderlake (CHECK_ARCH_TARGETS), one llama.cpp build each into
+# ~/.cache/replyd/arch-cache/TARGET. Not part of `make test` (about 4 minutes
+# a target on 2 cores): run it whenever the build or the ollama module changes.
+CHECK_ARCH_TARGETS ?=
+check-arch:
+	@scripts/check-arch.sh $(CHECK_ARCH_TARGETS)
+
+# linux/arm64 (Raspberry Pi 5, Jetson Orin: docs/operations.md) with Debian's
+# cross compilers and arm64 OpenBLAS (scripts/deps.sh arm64), flags and its
+# own build cache in scripts/arm64-env.sh: bin/arm64/replyd. test-arm64 runs
+# the engine tests and a serve-and-infer run under qemu-user; it is not part
+# of `make test` (docs/development.md says why).
+build-arm64:
+	@scripts/deps.sh arm64
+	@mkdir -p bin/arm64
+	source scripts/arm64-env.sh && nice -n 10 $(GO) build -ldflags '$(LDFLAGS)' -o bin/arm64/replyd ./cmd/replyd
+
+test-arm64:
+	@scripts/deps.sh arm64
+	@scripts/test-arm64.sh
 
 vet:
 	$(GO) vet ./...

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh [run|test] [--list]: installs what replyd needs on Debian, through
+# deps.sh [run|test|arm64] [--list]: installs what replyd needs on Debian, through
 # apt-get (with sudo when not root), only the packages that are missing, so a
 # second run is quick.
 #
@@ -7,6 +7,10 @@
 #         (llama.cpp, OpenBLAS), llama.cpp's header-only dependencies that the
 #         Go module zip leaves out, ffmpeg for M4A/AAC uploads, and Silero
 #         VAD's weights (scripts/vad-model.sh).
+#   arm64 run's packages plus what cross-building and testing for linux/arm64
+#         need (`make build-arm64`, `make test-arm64`): Debian's cross
+#         compilers, the arm64 OpenBLAS through multiarch (this adds the arm64
+#         architecture to dpkg) and qemu-user-static to run the tests.
 #   test  run's packages plus what the tests need (`make test`, the default):
 #         espeak-ng and sox to make test speech, shellcheck for the scripts,
 #         PostgreSQL (the store's contract suite and the two-box tests start
@@ -30,10 +34,10 @@ list=0
 for a in "$@"; do
 	case "$a" in
 	run | --run) mode="run" ;;
-	test) mode="$a" ;;
+	test | arm64) mode="$a" ;;
 	--list) list=1 ;;
 	*)
-		echo "usage: $0 [run|test] [--list]" >&2
+		echo "usage: $0 [run|test|arm64] [--list]" >&2
 		exit 2
 		;;
 	esac
@@ -42,7 +46,9 @@ done
 run_pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg)
 test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy zbar-tools systemd nodejs npm)
 pkgs=("${run_pkgs[@]}")
+arm64_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev:arm64 libopenblas-dev:arm64 qemu-user-static)
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
+if [ "$mode" = arm64 ]; then pkgs+=("${arm64_pkgs[@]}"); fi
 
 if [ "$list" -eq 1 ]; then
 	printf '%s\n' "${pkgs[@]}"
@@ -64,6 +70,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	echo "deps ($mode): installing ${missing[*]}" >&2
 	SUDO=""
 	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+	if [ "$mode" = arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+		$SUDO dpkg --add-architecture arm64
+	fi
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -4,10 +4,20 @@
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+// arm64: NEON (part of every ARMv8-A core) where x86-64 has AVX2, and the
+// hardware's half-precision conversions where it has F16C.
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#define RD_NEON 1
+#endif
 
 static inline float h2f(uint16_t h) {
 #ifdef __F16C__
     return _cvtsh_ss(h);
+#elif defined(RD_NEON)
+    __fp16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
 #else
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -42,6 +52,8 @@ void rd_f16_to_f32(const uint16_t *src, float *dst, long n) {
         __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
     }
+#elif defined(RD_NEON)
+    for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vld1_f16((const __fp16 *)(src + i))));
 #endif
     for (; i < n; i++) dst[i] = h2f(src[i]);
 }
@@ -134,6 +146,16 @@ static inline float dot(const float *a, const float *b, int n) {
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+#elif defined(RD_NEON)
+    float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    r = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
 #endif
     for (; i < n; i++) r += a[i] * b[i];
     return r;
@@ -155,6 +177,23 @@ static inline float dot_f16(const uint8_t *h, const float *b, int n) {
         s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))), _mm256_loadu_ps(b + i), s0);
     float r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
     for (; i < n; i++) r += _cvtsh_ss(a[i]) * b[i];
+    return r;
+}
+#define HAVE_DOT_F16 1
+#elif defined(RD_NEON)
+static inline float dot_f16(const uint8_t *h, const float *b, int n) {
+    const __fp16 *a = (const __fp16 *)h;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vcvt_f32_f16(vld1_f16(a + i)), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vcvt_f32_f16(vld1_f16(a + i + 4)), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vcvt_f32_f16(vld1_f16(a + i + 8)), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vcvt_f32_f16(vld1_f16(a + i + 12)), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vcvt_f32_f16(vld1_f16(a + i)), vld1q_f32(b + i));
+    float r = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; i < n; i++) r += (float)a[i] * b[i];
     return r;
 }
 #define HAVE_DOT_F16 1
@@ -230,6 +269,25 @@ static inline __m256 exp_neg8(__m256 x) {
 }
 #endif
 
+#ifdef RD_NEON
+// exp_neg4 is exp_neg on four lanes.
+static inline float32x4_t exp_neg4(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    float32x4_t k = vrndmq_f32(vfmaq_f32(vdupq_n_f32(0.5f), x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(0.693145751953125f));
+    r = vfmsq_f32(r, k, vdupq_n_f32(1.428606765330187045e-06f));
+    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), vmulq_f32(p, r), r);
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(k), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+#endif
+
 // exp_rows replaces x[0..n) by exp(scale·x - m), where m = max scale·x,
 // and returns their sum and m.
 static float exp_rows(float *x, int n, float scale, float *mo) {
@@ -245,6 +303,14 @@ static float exp_rows(float *x, int n, float scale, float *mo) {
     float tmp[8];
     _mm256_storeu_ps(tmp, vmx);
     for (int k = 0; k < 8; k++) mx = tmp[k] > mx ? tmp[k] : mx;
+#elif defined(RD_NEON)
+    float32x4_t vs = vdupq_n_f32(scale), vmx = vdupq_n_f32(-INFINITY);
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t v = vmulq_f32(vld1q_f32(x + j), vs);
+        vst1q_f32(x + j, v);
+        vmx = vmaxq_f32(vmx, v);
+    }
+    mx = vmaxvq_f32(vmx);
 #endif
     for (; j < n; j++) {
         x[j] *= scale;
@@ -260,6 +326,14 @@ static float exp_rows(float *x, int n, float scale, float *mo) {
         vsum = _mm256_add_ps(vsum, e);
     }
     sum = hsum256(vsum);
+#elif defined(RD_NEON)
+    float32x4_t vsum = vdupq_n_f32(0), vm = vdupq_n_f32(mx);
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t e = exp_neg4(vsubq_f32(vld1q_f32(x + j), vm));
+        vst1q_f32(x + j, e);
+        vsum = vaddq_f32(vsum, e);
+    }
+    sum = vaddvq_f32(vsum);
 #endif
     for (; j < n; j++) {
         float e = exp_neg(x[j] - mx);
@@ -296,6 +370,18 @@ void rd_gelu(float *x, long n) {
         th = _mm256_or_ps(th, _mm256_andnot_ps(absmask, u));
         _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, th)));
     }
+#elif defined(RD_NEON)
+    const float32x4_t vc = vdupq_n_f32(c), vk = vdupq_n_f32(0.044715f), one = vdupq_n_f32(1.0f), half = vdupq_n_f32(0.5f);
+    const uint32x4_t signbit = vdupq_n_u32(0x80000000u);
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t v = vld1q_f32(x + i);
+        float32x4_t u = vmulq_f32(vc, vfmaq_f32(v, vmulq_f32(vk, v), vmulq_f32(v, v)));
+        float32x4_t e = exp_neg4(vmulq_f32(vdupq_n_f32(-2.0f), vabsq_f32(u)));
+        float32x4_t th = vdivq_f32(vsubq_f32(one, e), vaddq_f32(one, e));
+        // Give th the sign of u.
+        th = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(th), vandq_u32(vreinterpretq_u32_f32(u), signbit)));
+        vst1q_f32(x + i, vmulq_f32(vmulq_f32(half, v), vaddq_f32(one, th)));
+    }
 #endif
     for (; i < n; i++) {
         float v = x[i];
@@ -315,6 +401,9 @@ static inline void axpy(float *y, float a, const float *x, int n) {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#elif defined(RD_NEON)
+    float32x4_t va = vdupq_n_f32(a);
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, vld1q_f32(x + i)));
 #endif
     for (; i < n; i++) y[i] += a * x[i];
 }
@@ -326,6 +415,10 @@ static inline void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), _mm256_loadu_ps(y + i)));
+#elif defined(RD_NEON)
+    float32x4_t va = vdupq_n_f32(a);
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, vcvt_f32_f16(vld1_f16((const __fp16 *)(x + i)))));
 #endif
     for (; i < n; i++) y[i] += a * h2f(x[i]);
 }
@@ -406,6 +499,11 @@ void rd_attention_merge(int n, int parts, int d, int hd, const float *m, const f
 static inline uint16_t f2h(float f) {
 #ifdef __F16C__
     return _cvtss_sh(f, 0); // round to nearest even
+#elif defined(RD_NEON)
+    __fp16 v = (__fp16)f; // round to nearest even (FPCR's default)
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
 #else
     uint32_t b;
     memcpy(&b, &f, 4);
@@ -434,6 +532,8 @@ void rd_f32_to_f16(const float *src, uint16_t *dst, long n) {
 #ifdef __F16C__
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(RD_NEON)
+    for (; i + 4 <= n; i += 4) vst1_f16((__fp16 *)(dst + i), vcvt_f16_f32(vld1q_f32(src + i)));
 #endif
     for (; i < n; i++) dst[i] = f2h(src[i]);
 }
@@ -447,6 +547,13 @@ double rd_sum_exp(const float *x, int n, float mx) {
         __m256 acc = _mm256_setzero_ps();
         for (int k = 0; k < 64; k += 8) acc = _mm256_add_ps(acc, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + i + k), vm)));
         sum += hsum256(acc);
+    }
+#elif defined(RD_NEON)
+    float32x4_t vm = vdupq_n_f32(mx);
+    for (; i + 64 <= n; i += 64) {
+        float32x4_t acc = vdupq_n_f32(0);
+        for (int k = 0; k < 64; k += 4) acc = vaddq_f32(acc, exp_neg4(vsubq_f32(vld1q_f32(x + i + k), vm)));
+        sum += vaddvq_f32(acc);
     }
 #endif
     for (; i < n; i++) sum += exp_neg(x[i] - mx);
@@ -569,6 +676,21 @@ void rd_shadow_gemv(const int8_t *Q, int cols, const int16_t *xq, float sx, floa
         int64_t lanes[4];
         _mm256_storeu_si256((__m256i *)lanes, t);
         acc = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+#elif defined(RD_NEON)
+        // Each 32-bit lane sums four products of |q| ≤ 127 and |x| ≤ 32767
+        // before it goes into the 64-bit sums.
+        int64x2_t s64 = vdupq_n_s64(0);
+        for (; i + 16 <= cols; i += 16) {
+            int8x16_t q = vld1q_s8(qr + i);
+            int16x8_t q0 = vmovl_s8(vget_low_s8(q)), q1 = vmovl_high_s8(q);
+            int16x8_t x0 = vld1q_s16(xq + i), x1 = vld1q_s16(xq + i + 8);
+            int32x4_t s = vmull_s16(vget_low_s16(q0), vget_low_s16(x0));
+            s = vmlal_high_s16(s, q0, x0);
+            s = vmlal_s16(s, vget_low_s16(q1), vget_low_s16(x1));
+            s = vmlal_high_s16(s, q1, x1);
+            s64 = vpadalq_s32(s64, s);
+        }
+        acc = vaddvq_s64(s64);
 #endif
         for (; i < cols; i++) acc += (int32_t)qr[i] * (int32_t)xq[i];
         float s = scale[r];
@@ -763,7 +885,53 @@ static void gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *x
 }
 #endif
 
-// dotq_scalar is dotq without SIMD, for builds without AVX2.
+#ifdef RD_NEON
+// dot32 is the integer dot product of 32 signed bytes.
+static inline int32_t dot32(const int8_t *a, const int8_t *x) {
+    int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16), x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+#ifdef __ARM_FEATURE_DOTPROD
+    return vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), a0, x0), a1, x1));
+#else
+    // Two products of |a| ≤ 128 and |x| ≤ 127 fit an int16 lane.
+    int32x4_t s = vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(a0), vget_low_s8(x0)), a0, x0));
+    s = vpadalq_s16(s, vmlal_high_s8(vmull_s8(vget_low_s8(a1), vget_low_s8(x1)), a1, x1));
+    return vaddvq_s32(s);
+#endif
+}
+
+// dotq_neon is dotq_scalar with the integer products in NEON (and the
+// same float arithmetic, so the same result).
+static inline __attribute__((always_inline)) float dotq_neon(int typ, const uint8_t *w, const int8_t *xq,
+                                                             const float *xd, const float *xs, int nb) {
+    const int bs = block_bytes(typ);
+    float acc = 0;
+    int8_t q[32];
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *src = w + (long)b * bs;
+        float d, m;
+        const int8_t *qb = q;
+        if (typ == RD_Q8_0) {
+            d = h2f(ld16(src)), m = 0, qb = (const int8_t *)(src + 2);
+        } else {
+            unpack_block(typ, src, q, &d, &m);
+        }
+        acc += d * xd[b] * (float)dot32(qb, xq + 32 * b) + m * xs[b];
+    }
+    return acc;
+}
+
+static void gemvq_rows_neon(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, const float *xd,
+                            const float *xs, int n, int cols, float *y, int ldy, int r0, int r1) {
+    const int nb = cols / 32;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *src = W + (long)r * rowBytes;
+        for (int t = 0; t < n; t++)
+            y[(long)t * ldy + r] = dotq_neon(typ, src, xq + (long)t * cols, xd + (long)t * nb, xs + (long)t * nb, nb);
+    }
+}
+#endif
+
+// dotq_scalar is dotq without SIMD, for builds without AVX2 or NEON.
 static float dotq_scalar(int typ, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, int nb) {
     const int bs = block_bytes(typ);
     float acc = 0;
@@ -788,6 +956,14 @@ void rd_gemvq_rows(int typ, const uint8_t *W, long rowBytes, const int8_t *xq, c
     case RD_Q4_1: gemvq_rows(RD_Q4_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
     case RD_Q5_0: gemvq_rows(RD_Q5_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
     case RD_Q5_1: gemvq_rows(RD_Q5_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    }
+#elif defined(RD_NEON)
+    switch (typ) {
+    case RD_Q8_0: gemvq_rows_neon(RD_Q8_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_0: gemvq_rows_neon(RD_Q4_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q4_1: gemvq_rows_neon(RD_Q4_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_0: gemvq_rows_neon(RD_Q5_0, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
+    case RD_Q5_1: gemvq_rows_neon(RD_Q5_1, W, rowBytes, xq, xd, xs, n, cols, y, ldy, r0, r1); return;
     }
 #endif
     const int nb = cols / 32;

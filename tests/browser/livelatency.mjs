@@ -50,7 +50,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
 const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd'));
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const synthDir = process.env.SYNTH_DIR || path.join(os.homedir(), '.cache', 'replyd', 'synth');
+const synthDir = path.resolve(process.env.SYNTH_DIR || path.join(os.homedir(), '.cache', 'replyd', 'synth'));
 const TURNS = Number(process.env.TURNS || 5);
 const LLM_SHAPE = process.env.LLM_SHAPE || 'qwen2.5-0.5b';
 const WHISPER_SHAPE = process.env.WHISPER_SHAPE || 'base.en';
@@ -87,7 +87,10 @@ function ensureModel(shape) {
     return head.subarray(0, n).includes('tokenizer.ggml.pre');
   };
   if (fs.existsSync(p) && (ext !== '.gguf' || hasVocab())) return p;
-  const out = execFileSync(bin, ['models', 'synth', '--shape', shape, '--dir', synthDir], { encoding: 'utf8', timeout: 600000 }).trim();
+  // From the repository root: synth reads Qwen's tokenizer from
+  // models/qwen-tokenizer.json there (`make qwen-tokenizer`), relative to
+  // the working directory, and make runs this file from tests/browser.
+  const out = execFileSync(bin, ['models', 'synth', '--shape', shape, '--dir', synthDir], { cwd: root, encoding: 'utf8', timeout: 600000 }).trim();
   check(out === p, `replyd models synth wrote ${out}, expected ${p}`);
   return p;
 }

@@ -136,7 +136,8 @@ func TestUnitHardening(t *testing.T) {
 func TestShellcheck(t *testing.T) {
 	sc := testutil.Tool(t, "shellcheck", "the shell scripts")
 	var scripts []string
-	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh", "skip-summary.sh", "gpu-check.sh", "gpu-stage.sh"} {
+	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh", "skip-summary.sh", "gpu-check.sh", "gpu-stage.sh",
+		"arch-flags.sh", "check-arch.sh", "test-arm64.sh", "arm64-serve-check.sh"} {
 		scripts = append(scripts, filepath.Join(repoRoot, "scripts", s))
 	}
 	if out, err := exec.Command(sc, scripts...).CombinedOutput(); err != nil {
