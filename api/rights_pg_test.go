@@ -40,7 +40,8 @@ func newTwoBoxes(t *testing.T, recheck time.Duration) twoBoxes {
 			o.Voice = le.voice
 			o.Limits.LiveRealtimeFactor = 1e6
 			o.Limits.KeyRecheck = recheck
-			o.Now = time.Now // PostgreSQL's rate windows and tickets run on the real clock
+			o.Limits.LiveCaptionEvery = -1 // the turn's events without captions
+			o.Now = time.Now               // PostgreSQL's rate windows and tickets run on the real clock
 		})
 		le.ts = httptest.NewServer(le.h)
 		t.Cleanup(le.ts.Close)
