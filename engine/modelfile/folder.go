@@ -1,6 +1,8 @@
 package modelfile
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +26,9 @@ var (
 	ErrBadName = errors.New("invalid model file name")
 	// ErrTooLarge: the file is larger than the size bound.
 	ErrTooLarge = errors.New("the model file is larger than allowed")
+	// ErrShort: the source ended or failed before its announced size (a
+	// dropped upload).
+	ErrShort = errors.New("the model file's copy was cut short")
 )
 
 // NoSpaceError says a file would not fit and how much is needed.
@@ -181,19 +186,31 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	r := src
+	// The magic comes first, so that a file of another kind (a 2 GB file
+	// of zeros, say) is refused before it is copied.
+	var head [4]byte
+	if n, err := io.ReadFull(src, head[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Entry{}, invalid("file of %d bytes is too short for a model", n)
+		}
+		return Entry{}, fmt.Errorf("%w: %w", ErrShort, err)
+	}
+	if string(head[:]) != "GGUF" && binary.LittleEndian.Uint32(head[:]) != ggmlMagic {
+		return Entry{}, invalid("not a GGUF or whisper.cpp ggml file (magic %q)", head[:])
+	}
+	r := io.MultiReader(bytes.NewReader(head[:]), src)
 	if o.MaxBytes > 0 {
-		r = io.LimitReader(src, o.MaxBytes+1)
+		r = io.LimitReader(r, o.MaxBytes+1)
 	}
 	n, err := io.Copy(tmp, r)
 	if err != nil {
-		return Entry{}, fmt.Errorf("copying the model file: %w", err)
+		return Entry{}, fmt.Errorf("%w: %w", ErrShort, err)
 	}
 	if o.MaxBytes > 0 && n > o.MaxBytes {
 		return Entry{}, fmt.Errorf("%w (at most %s)", ErrTooLarge, human(o.MaxBytes))
 	}
 	if o.Size >= 0 && n != o.Size {
-		return Entry{}, fmt.Errorf("copying the model file: got %d bytes of %d", n, o.Size)
+		return Entry{}, fmt.Errorf("%w: got %d bytes of %d", ErrShort, n, o.Size)
 	}
 	if err := tmp.Sync(); err != nil {
 		return Entry{}, err
