@@ -203,6 +203,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzLiveMessage$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckGGUF$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
 
 loadtest: build demo-models
 	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV)

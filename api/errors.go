@@ -40,6 +40,9 @@ const (
 	// CodeSuperseded: a newer request of the same key for the same
 	// dialog_id arrived while this one ran; not retryable.
 	CodeSuperseded = "superseded"
+	// CodeInvalidModel: an uploaded model file failed its check (the
+	// message says what is wrong); 422.
+	CodeInvalidModel = "invalid_model"
 )
 
 // storeRetryAfter is the Retry-After sent with store_unavailable: about the
@@ -76,6 +79,7 @@ var codeStatus = map[string]int{
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
 	CodeNotSupported:         http.StatusNotImplemented,
 	CodeSuperseded:           http.StatusConflict,
+	CodeInvalidModel:         http.StatusUnprocessableEntity,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.
@@ -143,6 +147,9 @@ func toAPIError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return errorf(CodePayloadTooLarge, "the request body exceeds the limit of %s", formatBytes(mbe.Limit))
+	}
+	if me := modelError(err); me != nil {
+		return me
 	}
 	if errors.Is(err, store.ErrNoSpace) {
 		return &Error{Code: CodeInsufficientStorage, Message: insufficientStorageMessage, Err: err}

@@ -85,6 +85,12 @@ type Options struct {
 	Turn    engine.TurnConfig
 	LiveOff bool
 	Sched   *engine.Scheduler
+	// ModelsDir is the data directory's models folder, where
+	// /v1/admin/models lists, takes and removes model files (models.go);
+	// empty answers those routes 501 not_supported. MaxModelBytes bounds an
+	// upload; 0 means DefaultMaxModelBytes.
+	ModelsDir     string
+	MaxModelBytes int64
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -148,6 +154,7 @@ type Server struct {
 	sched       *engine.Scheduler
 	live        *liveSessions
 	rights      *grants // work in progress by the key whose right it holds (rights.go)
+	models      *modelFolder
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -175,6 +182,7 @@ func New(o Options) *Server {
 		m4a:         o.M4A,
 		node:        o.Node,
 		rand:        o.Rand,
+		models:      newModelFolder(o.ModelsDir, o.MaxModelBytes),
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -296,6 +304,9 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.DELETE(a+"/users/:user/keys/:api_key_hash", s.handleUnlinkUserKey, s.adminAuth)
 	e.POST(a+"/try", s.handleTry, s.adminAuth, s.inferLog, s.bodyLimit)
 	e.POST(a+"/totp/enroll", s.handleTOTPEnroll, s.adminAuth)
+	get(e, a+"/models", s.handleListModels, s.adminAuth)
+	e.POST(a+"/models", s.handleUploadModel, s.adminAuth)
+	e.DELETE(a+"/models/:name", s.handleDeleteModel, s.adminAuth)
 
 	if !metricsPublic {
 		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)

@@ -25,7 +25,7 @@ import (
 
 func cmdModels(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("models: use `replyd models demo [--dir DIR]`, `replyd models synth --shape NAME [--type T] [--dir DIR]` or `replyd models verify [--dir DIR]`")
+		return errors.New("models: use `replyd models add [--data-dir DIR] FILE`, `replyd models list [--data-dir DIR]`, `replyd models demo [--dir DIR]`, `replyd models synth --shape NAME [--type T] [--dir DIR]` or `replyd models verify [--dir DIR]`")
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("models "+sub, flag.ContinueOnError)
@@ -45,6 +45,8 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "synth":
 		return cmdModelsSynth(args, stdout, stderr)
+	case "add", "list":
+		return cmdModelsFolder(sub, args, stdout, stderr)
 	case "steps":
 		return cmdModelsSteps(context.Background(), args, stdout, stderr)
 	case "verify":
@@ -54,7 +56,7 @@ func cmdModels(args []string, stdout, stderr io.Writer) error {
 		}
 		return verifyModels(*dir, stdout)
 	default:
-		return fmt.Errorf("models: unknown subcommand %q (demo, synth, steps, verify)", sub)
+		return fmt.Errorf("models: unknown subcommand %q (add, list, demo, synth, steps, verify)", sub)
 	}
 }
 

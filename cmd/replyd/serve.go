@@ -151,6 +151,7 @@ func (s *Server) Run(ctx context.Context) error {
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
 		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
+		ModelsDir:      modelsDir(cfg.DataDir),
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,
 		Certs:          certs,

@@ -152,7 +152,7 @@ function stubSpeech(ctx) {
   });
 }
 
-const ADMIN_VIEWS = ['status', 'keys', 'users', 'prompt', 'logs', 'stats', 'try'];
+const ADMIN_VIEWS = ['status', 'keys', 'users', 'models', 'prompt', 'logs', 'stats', 'try'];
 
 async function main() {
   for (const [f, what] of [[bin, 'run "make build" first'], [chromiumPath, 'run scripts/deps.sh (Debian package chromium)']]) {

@@ -192,6 +192,7 @@ async function checkPhoneLayout(where) {
 const viewData = {
   status: '/v1/admin/status', keys: '/v1/admin/keys', prompt: '/v1/admin/system-prompt/history',
   logs: '/v1/admin/logs', stats: '/v1/admin/stats', try: '/v1/admin/keys', users: '/v1/admin/users',
+  models: '/v1/admin/models',
 };
 
 /** Waits for the next answer to path (and query) and for the page to draw it. */
@@ -887,11 +888,36 @@ async function main() {
       equal(JSON.stringify(await pairsOf()), '[2]', "the tablet's memory after the linked phone's feedback");
     });
 
+    await step('models: the Models view uploads a model file (checked, SHA-256, manifest status), refuses one cut in a tensor with the reason, and removes one not in use', async () => {
+      await go('models');
+      check(await page.isVisible('#models-empty'), 'the data directory\'s models folder is not shown empty');
+      await answered('/v1/admin/models', { name: path.basename(llm) }, () => page.setInputFiles('#models-file', llm).then(() => page.click('#models-upload-btn')));
+      await until(async () => (await page.$$('#models-table tbody tr')).length === 1, 'the uploaded model in the list');
+      const row = `#models-table tr[data-file="${path.basename(llm)}"]`;
+      const cells = await page.$$eval(`${row} td`, (tds) => tds.map((td) => td.textContent.trim()));
+      equal(cells.slice(0, 1).concat(cells.slice(2, 5)).join(' | '), 'llm | ok | not in the manifest | –', 'the uploaded model\'s kind, check, manifest and use');
+      check(/^sha256 [0-9a-f]{64}$/.test(await page.getAttribute(`${row} th`, 'title')), 'the SHA-256 is not shown');
+      const cut = path.join(tmp, 'cut.bin');
+      const w = fs.readFileSync(whisper);
+      fs.writeFileSync(cut, w.subarray(0, w.length - 4096));
+      const resp = await answered('/v1/admin/models', { name: 'cut.bin' }, () => page.setInputFiles('#models-file', cut).then(() => page.click('#models-upload-btn')));
+      equal(resp.status(), 422, 'the cut file\'s status');
+      check(/truncated: tensor/.test(await page.textContent('#models-msg')), `the reason is not shown: "${await page.textContent('#models-msg')}"`);
+      check((await page.textContent('#models-error')).trim().length > 0, 'no error shown for the refused file');
+      await checkLabels('models');
+      await checkContrast('models');
+      await checkAxe('models');
+      await shot('12-models-desktop');
+      await page.click(`${row} button.danger`);
+      await answered('/v1/admin/models', null, () => page.click('#confirm-ok'));
+      await until(() => page.isVisible('#models-empty'), 'the empty list after removing');
+    });
+
         await step('phone (390×844): every view fits without sideways scrolling, tables and charts included, light and dark', async () => {
       await page.setViewportSize(PHONE);
       for (const scheme of ['light', 'dark']) {
         await page.emulateMedia({ colorScheme: scheme });
-        for (const v of ['status', 'keys', 'users', 'prompt', 'logs', 'stats', 'try']) {
+        for (const v of ['status', 'keys', 'users', 'models', 'prompt', 'logs', 'stats', 'try']) {
           await go(v);
           const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
           check(over <= 0, `${v}: the page is ${over}px wider than the phone screen`);

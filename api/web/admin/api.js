@@ -48,7 +48,7 @@ export function onUnauthorized(fn) {
 
 /**
  * Calls replyd. opts: query (object; empty values dropped), json (body),
- * form (FormData), signal, credential ([header, value] to use instead of the
+ * form (FormData), file (a File or Blob sent as the raw body), signal, credential ([header, value] to use instead of the
  * stored one; a 401 then does not sign out), anonymous (send no credential),
  * raw (resolve to the Response itself, unread, for a download).
  * Resolves to the parsed JSON body (null when empty); rejects with ApiError.
@@ -65,6 +65,9 @@ export async function api(method, path, opts = {}) {
     body = JSON.stringify(opts.json);
   } else if (opts.form) {
     body = opts.form;
+  } else if (opts.file) {
+    headers['Content-Type'] = 'application/octet-stream';
+    body = opts.file;
   }
   const cred = opts.anonymous ? null : opts.credential || auth.header();
   if (cred) headers[cred[0]] = cred[1];

@@ -9,8 +9,9 @@ import prompt from './prompt.js';
 import logs from './logs.js';
 import stats from './stats.js';
 import tryit from './try.js';
+import modelsView from './models.js';
 
-const views = { status, keys, users, prompt, logs, stats, try: tryit };
+const views = { status, keys, users, models: modelsView, prompt, logs, stats, try: tryit };
 let current = null;
 
 /**

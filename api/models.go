@@ -1,0 +1,244 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/store"
+)
+
+// DefaultMaxModelBytes bounds a model upload when Options.MaxModelBytes is
+// 0: room for a 7B model at q8_0 or Whisper large at f16.
+const DefaultMaxModelBytes = 16 << 30
+
+// modelFolder is the models folder the admin API manages: one upload at a
+// time, and each file's check and SHA-256 kept while its size and time are
+// unchanged, so that a listing does not hash gigabytes each time.
+type modelFolder struct {
+	dir      string
+	maxBytes int64
+	upload   chan struct{} // one upload at a time
+	mu       sync.Mutex    // one listing at a time; guards cache
+	cache    map[string]cachedModel
+	free     func(string) (int64, error) // nil: modelfile.Free; tests replace it
+}
+
+type cachedModel struct {
+	size  int64
+	mtime time.Time
+	e     modelfile.Entry
+}
+
+func newModelFolder(dir string, maxBytes int64) *modelFolder {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxModelBytes
+	}
+	if dir != "" {
+		modelfile.Sweep(dir) // uploads a crash interrupted
+	}
+	return &modelFolder{dir: dir, maxBytes: maxBytes, upload: make(chan struct{}, 1), cache: map[string]cachedModel{}}
+}
+
+// modelList is the body of GET /v1/admin/models.
+type modelList struct {
+	Models []modelfile.Entry `json:"models"`
+	// FreeBytes is the free space of the folder's disk, -1 when unknown.
+	FreeBytes int64 `json:"free_bytes"`
+	// MaxBytes bounds an upload.
+	MaxBytes int64 `json:"max_bytes"`
+}
+
+func (s *Server) modelsConfigured() error {
+	if s.models.dir == "" {
+		return errorf(CodeNotSupported, "this server has no models folder")
+	}
+	return nil
+}
+
+// activeModel reports whether the folder's file name is a model an engine
+// has loaded (its path, as the engines report it, names the same file).
+func (s *Server) activeModel(name string) bool {
+	if s.health == nil {
+		return false
+	}
+	want, err := filepath.Abs(filepath.Join(s.models.dir, name))
+	if err != nil {
+		return false
+	}
+	wst, werr := os.Stat(want)
+	for _, e := range s.health.Engines() {
+		if e.Model == "" {
+			continue
+		}
+		if p, err := filepath.Abs(e.Model); err == nil && p == want {
+			return true
+		}
+		// The engine may name the file through a link or another path.
+		if st, err := os.Stat(e.Model); err == nil && werr == nil && os.SameFile(st, wst) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) handleListModels(c echo.Context) error {
+	if err := s.modelsConfigured(); err != nil {
+		return err
+	}
+	man, err := models.Embedded()
+	if err != nil {
+		return err
+	}
+	f := s.models
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	des, err := os.ReadDir(f.dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes}
+	seen := map[string]bool{}
+	for _, de := range des {
+		if !de.Type().IsRegular() || !modelfile.ValidName(de.Name()) {
+			continue
+		}
+		st, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		name := de.Name()
+		seen[name] = true
+		ce, ok := f.cache[name]
+		if !ok || ce.size != st.Size() || !ce.mtime.Equal(st.ModTime()) {
+			e, err := modelfile.Describe(filepath.Join(f.dir, name), man)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			ce = cachedModel{size: st.Size(), mtime: st.ModTime(), e: e}
+			f.cache[name] = ce
+		}
+		e := ce.e
+		e.Active = s.activeModel(name)
+		out.Models = append(out.Models, e)
+	}
+	for name := range f.cache {
+		if !seen[name] {
+			delete(f.cache, name)
+		}
+	}
+	if n, err := f.freeBytes(); err == nil {
+		out.FreeBytes = n
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (f *modelFolder) freeBytes() (int64, error) {
+	if f.free != nil {
+		return f.free(f.dir)
+	}
+	if err := os.MkdirAll(f.dir, 0o750); err != nil {
+		return 0, err
+	}
+	return modelfile.Free(f.dir)
+}
+
+// handleUploadModel takes a model file as the raw request body (any
+// Content-Type) under the name given by ?name=. The body streams to a
+// temporary file in the folder; the file is checked and renamed into place.
+// The Content-Length, when given, is checked against the bound and the free
+// space before a byte is read. A dropped connection leaves nothing behind; a
+// re-sent upload starts again from the first byte.
+func (s *Server) handleUploadModel(c echo.Context) error {
+	if err := s.modelsConfigured(); err != nil {
+		return err
+	}
+	f := s.models
+	name := c.QueryParam("name")
+	if !modelfile.ValidName(name) {
+		return badRequest("?name= must be a model file name of letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	}
+	r := c.Request()
+	if r.ContentLength > f.maxBytes {
+		s.adminLog(c, store.LevelWarn, name, "model upload refused: %s is %d bytes, the limit is %d", name, r.ContentLength, f.maxBytes)
+		return errorf(CodePayloadTooLarge, "the model file is %d bytes; the limit is %s", r.ContentLength, formatBytes(f.maxBytes))
+	}
+	select {
+	case f.upload <- struct{}{}:
+		defer func() { <-f.upload }()
+	default:
+		return errorf(CodeConflict, "another model upload is in progress; retry when it has finished")
+	}
+	man, err := models.Embedded()
+	if err != nil {
+		return err
+	}
+	free := f.free
+	if free == nil {
+		free = modelfile.Free
+	}
+	e, err := modelfile.Add(f.dir, name, r.Body, modelfile.AddOptions{Size: r.ContentLength, MaxBytes: f.maxBytes, Free: free, Manifest: man})
+	if err != nil {
+		ae := toAPIError(err)
+		if ae.Code != CodeInternal {
+			s.adminLog(c, store.LevelWarn, name, "model upload refused: %s: %s", name, ae.Message)
+		}
+		return ae
+	}
+	e.Active = s.activeModel(name)
+	s.adminLog(c, store.LevelInfo, name, "model uploaded: %s (%s, %d bytes, sha256 %s, %s)", name, e.Kind, e.Bytes, e.SHA256, e.Manifest)
+	return c.JSON(http.StatusCreated, e)
+}
+
+func (s *Server) handleDeleteModel(c echo.Context) error {
+	if err := s.modelsConfigured(); err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if !modelfile.ValidName(name) {
+		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	}
+	s.models.mu.Lock()
+	err := modelfile.Remove(s.models.dir, name, s.activeModel)
+	s.models.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, name, "model removed: %s", name)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// modelError maps the models folder's errors to API errors; nil for other
+// errors. It is called from toAPIError, the one place errors are mapped.
+func modelError(err error) *Error {
+	var ns *modelfile.NoSpaceError
+	switch {
+	case errors.As(err, &ns):
+		return &Error{Code: CodeInsufficientStorage, Message: ns.Error() + "; free space on it or upload a smaller file", Err: err}
+	case errors.Is(err, modelfile.ErrInvalid):
+		return &Error{Code: CodeInvalidModel, Message: "the model file was refused: " + err.Error(), Err: err}
+	case errors.Is(err, modelfile.ErrTooLarge):
+		return &Error{Code: CodePayloadTooLarge, Message: err.Error(), Err: err}
+	case errors.Is(err, modelfile.ErrExists):
+		return &Error{Code: CodeConflict, Message: err.Error() + "; remove it first or choose another name", Err: err}
+	case errors.Is(err, modelfile.ErrActive):
+		return &Error{Code: CodeConflict, Message: err.Error() + ": switch to another model before removing it", Err: err}
+	case errors.Is(err, modelfile.ErrNotFound):
+		return &Error{Code: CodeNotFound, Message: err.Error(), Err: err}
+	case errors.Is(err, modelfile.ErrBadName):
+		return &Error{Code: CodeInvalidRequest, Message: err.Error(), Err: err}
+	case errors.Is(err, modelfile.ErrShort):
+		return &Error{Code: CodeInvalidRequest, Message: "the upload ended before the announced Content-Length; send the file again", Err: err}
+	}
+	return nil
+}

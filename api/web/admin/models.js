@@ -1,0 +1,89 @@
+// Models view: the model files in the data directory's models folder, each
+// checked (kind, size, SHA-256, manifest status, in use), with an upload
+// (streamed by the browser as the raw body) and removal of a file not in use.
+import { api, ApiError } from './api.js';
+import { $, h, showError, fmtBytes } from './util.js';
+import { t } from '../app/i18n/i18n.js';
+
+let ctx;
+
+// A failed listing shows its error; a successful one leaves the error of
+// the upload or removal that preceded it in view.
+async function load() {
+  try {
+    const r = await api('GET', '/v1/admin/models');
+    $('#models-free').textContent = r.free_bytes >= 0 ? t('admin.freeDiskSpace', { size: fmtBytes(r.free_bytes) }) : '';
+    render(r.models || []);
+  } catch (err) {
+    showError($('#models-error'), err);
+  }
+}
+
+function render(items) {
+  $('#models-empty').hidden = items.length > 0;
+  $('#models-table tbody').replaceChildren(...items.map((m) => h('tr', { 'data-file': m.file },
+    h('th', { scope: 'row', class: 'mono', text: m.file, title: `sha256 ${m.sha256}` }),
+    h('td', { 'data-label': t('admin.kind'), text: m.kind || '–' }),
+    h('td', { 'data-label': t('admin.size'), class: 'num', text: fmtBytes(m.bytes) }),
+    h('td', { 'data-label': t('admin.check'), class: m.check === 'ok' ? '' : 'error', text: m.check === 'ok' ? t('admin.checkOk') : m.check }),
+    h('td', { 'data-label': t('admin.manifest'), text: m.manifest }),
+    h('td', { 'data-label': t('admin.inUse'), text: m.active ? t('admin.yes') : '–' }),
+    h('td', { class: 'actions' }, m.active ? '' : h('button', { type: 'button', class: 'danger small',
+      'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })),
+  )));
+}
+
+/** The server's own reason where it is the point (a refused file, too little space). */
+function explain(err) {
+  if (err instanceof ApiError && (err.code === 'invalid_model' || err.code === 'insufficient_storage')) {
+    $('#models-msg').textContent = err.message;
+  }
+}
+
+async function upload(ev) {
+  ev.preventDefault();
+  const file = $('#models-file').files[0];
+  if (!file) return;
+  const btn = $('#models-upload-btn');
+  btn.disabled = true;
+  showError($('#models-error'), null);
+  $('#models-msg').textContent = t('admin.uploadingFile', { file: file.name });
+  try {
+    await api('POST', '/v1/admin/models', { query: { name: file.name }, file });
+    $('#models-msg').textContent = t('admin.modelAdded', { file: file.name });
+    $('#models-file').value = '';
+  } catch (err) {
+    $('#models-msg').textContent = '';
+    showError($('#models-error'), err);
+    explain(err);
+  } finally {
+    btn.disabled = false;
+  }
+  await load();
+}
+
+async function remove(m) {
+  const ok = await ctx.confirm(t('admin.removeModelQ'), t('admin.removeModelText', { file: m.file }), t('admin.remove'));
+  if (!ok) return;
+  showError($('#models-error'), null);
+  try {
+    await api('DELETE', `/v1/admin/models/${encodeURIComponent(m.file)}`);
+    $('#models-msg').textContent = t('admin.modelRemoved', { file: m.file });
+  } catch (err) {
+    showError($('#models-error'), err);
+  }
+  await load();
+}
+
+export default {
+  init(c) {
+    ctx = c;
+    $('#models-refresh').addEventListener('click', load);
+    $('#models-upload').addEventListener('submit', upload);
+  },
+  enter() {
+    $('#models-msg').textContent = '';
+    showError($('#models-error'), null);
+    load();
+  },
+};
