@@ -85,6 +85,9 @@ type Options struct {
 	Turn    engine.TurnConfig
 	LiveOff bool
 	Sched   *engine.Scheduler
+	// Platform is the engines' kernels and the CPU budget for the Status
+	// view; nil leaves them out of /v1/admin/status.
+	Platform *Platform
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -104,6 +107,7 @@ type Server struct {
 	diskFree func() (int64, error)
 	node     string
 	started  time.Time
+	platform *Platform
 
 	publicURL   string
 	corsOrigins []string
@@ -160,6 +164,7 @@ func New(o Options) *Server {
 		inferer:  o.Inferer,
 		notifier: o.Notifier,
 		health:   o.Health,
+		platform: o.Platform,
 		log:      o.Logger,
 		now:      o.Now,
 		version:  o.Version,
