@@ -23,7 +23,11 @@ type Features struct {
 // rank orders the x86 core names of OpenBLAS (driver/others/dynamic.c) by
 // the instruction sets their kernels use; a higher rank needs more. Names
 // of equal rank are alternatives (Haswell and Zen both use AVX2 and FMA).
-// Names not listed (other architectures, "Unknown") rank 0.
+// Names not listed (other architectures, "Unknown") rank 0. Cooperlake
+// ranks below SkylakeX although it adds BF16: speech uses single-precision
+// GEMM only, and on the dev VM (AMD EPYC with AVX-512 BF16, OpenBLAS 0.3.21,
+// which picks Cooperlake there) SkylakeX's kernels transcribed faster
+// (docs/performance.md, "OpenBLAS kernels"), so replyd replaces Cooperlake.
 var rank = map[string]int{
 	"prescott": 1, "katmai": 1, "coppermine": 1, "northwood": 1, "banias": 1, "athlon": 1, "opteron": 1, "opteron_sse3": 1, "barcelona": 1, "bobcat": 1,
 	"core2": 2, "atom": 2,
@@ -31,8 +35,8 @@ var rank = map[string]int{
 	"nehalem":     4,
 	"sandybridge": 5, "bulldozer": 5, "piledriver": 5, "steamroller": 5, "excavator": 5,
 	"haswell": 6, "zen": 6,
-	"skylakex":       7,
-	"cooperlake":     8,
+	"skylakex":       8,
+	"cooperlake":     7,
 	"sapphirerapids": 9,
 }
 

@@ -39,7 +39,7 @@ func TestBest(t *testing.T) {
 }
 
 func TestRank(t *testing.T) {
-	order := []string{"Prescott", "Core2", "Penryn", "Nehalem", "Sandybridge", "Haswell", "SkylakeX", "Cooperlake", "SapphireRapids"}
+	order := []string{"Prescott", "Core2", "Penryn", "Nehalem", "Sandybridge", "Haswell", "Cooperlake", "SkylakeX", "SapphireRapids"}
 	for i := 1; i < len(order); i++ {
 		if Rank(order[i-1]) >= Rank(order[i]) {
 			t.Errorf("Rank(%s) = %d is not below Rank(%s) = %d", order[i-1], Rank(order[i-1]), order[i], Rank(order[i]))
@@ -61,7 +61,9 @@ func TestDecide(t *testing.T) {
 		{"older AVX2 core corrected", "Haswell", "SkylakeX", "", "",
 			Decision{Reexec: true, Coretype: "SkylakeX", Marker: "SkylakeX:Haswell", Source: "replyd", CorrectedFrom: "Haswell"}},
 		{"already best", "SkylakeX", "SkylakeX", "", "", Decision{Source: "openblas"}},
-		{"newer than best kept", "Cooperlake", "SkylakeX", "", "", Decision{Source: "openblas"}},
+		{"newer than best kept", "SapphireRapids", "SkylakeX", "", "", Decision{Source: "openblas"}},
+		{"Cooperlake replaced (slower for speech)", "Cooperlake", "SkylakeX", "", "",
+			Decision{Reexec: true, Coretype: "SkylakeX", Marker: "SkylakeX:Cooperlake", Source: "replyd", CorrectedFrom: "Cooperlake"}},
 		{"Zen is as good as Haswell", "Zen", "Haswell", "", "", Decision{Source: "openblas"}},
 		{"unknown CPU", "armv8", "", "", "", Decision{Source: "unknown"}},
 		{"admin's value kept", "Prescott", "SkylakeX", "Prescott", "", Decision{Source: "admin"}},
