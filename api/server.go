@@ -91,6 +91,9 @@ type Options struct {
 	// upload; 0 means DefaultMaxModelBytes.
 	ModelsDir     string
 	MaxModelBytes int64
+	// Platform is the engines' kernels and the CPU budget for the Status
+	// view; nil leaves them out of /v1/admin/status.
+	Platform *Platform
 }
 
 // Server is replyd's HTTP API. Create it with New; it is safe for
@@ -110,6 +113,7 @@ type Server struct {
 	diskFree func() (int64, error)
 	node     string
 	started  time.Time
+	platform *Platform
 
 	publicURL   string
 	corsOrigins []string
@@ -168,6 +172,7 @@ func New(o Options) *Server {
 		inferer:  o.Inferer,
 		notifier: o.Notifier,
 		health:   o.Health,
+		platform: o.Platform,
 		log:      o.Logger,
 		now:      o.Now,
 		version:  o.Version,

@@ -187,6 +187,10 @@ type statusResponse struct {
 	// are refused until it loads).
 	Live   string     `json:"live"`
 	Limits limitsView `json:"limits"`
+	// Kernels names the engines' kernels and CPU the cores replyd plans
+	// with (platform.go); absent when not reported.
+	Kernels *KernelsView `json:"kernels,omitempty"`
+	CPU     *CPUView     `json:"cpu,omitempty"`
 }
 
 // limitsView shows the enforced limits on the admin page.
@@ -233,6 +237,9 @@ func (s *Server) handleStatus(c echo.Context) error {
 	}
 	if s.certs != nil {
 		out.TLSCAFingerprint = s.certs.CAFingerprint()
+	}
+	if s.platform != nil {
+		out.Kernels, out.CPU = &s.platform.Kernels, &s.platform.CPU
 	}
 	if s.health != nil {
 		out.Engines = append(out.Engines, s.health.Engines()...)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/internal/cpubudget"
 	"github.com/replyd/replyd/internal/secret"
 	"github.com/replyd/replyd/notify"
 )
@@ -186,10 +186,11 @@ func durOpt(flagName, env, def, usage string, p func(c *Config) *time.Duration) 
 		get: func(c *Config) string { return FormatDuration(*p(c)) }}
 }
 
-// defaultThreads is the number of cores: both engines take their threads
-// from one CPU budget (REPLYD_CPU_CORES), so neither needs to leave cores
-// for the other.
-func defaultThreads() int { return runtime.NumCPU() }
+// defaultThreads is the number of cores the process may use (its affinity
+// mask and cgroup quota, internal/cpubudget): both engines take their
+// threads from one CPU budget (REPLYD_CPU_CORES), so neither needs to leave
+// cores for the other.
+func defaultThreads() int { return cpubudget.Cores() }
 
 // documented returns the default as docs/configuration.md and --help state it.
 func (o option) documented() string {
@@ -220,7 +221,7 @@ func options() []option {
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		strOpt("whisper-backend", "REPLYD_WHISPER_BACKEND", "auto", "where speech-to-text computes: auto (on a GPU whenever the language model is: a GPU backend is loaded and gpu-layers is not 0; else cpu), cpu (replyd's own kernels and OpenBLAS, the faster on a CPU), gpu (ggml's GPU backend; start-up fails without one), ggml-cpu (the GPU's graphs on ggml's CPU backend, for comparison)", false, func(c *Config) *string { return &c.WhisperBackend }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),
-		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(runtime.NumCPU()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
+		withDoc(intOpt("cpu-cores", "REPLYD_CPU_CORES", strconv.Itoa(cpubudget.Cores()), "cores the two engines share: their busy threads together never exceed it", func(c *Config) *int { return &c.CPUCores }), "cores"),
 		withDoc(intOpt("threads", "REPLYD_THREADS", strconv.Itoa(defaultThreads()), "most CPU threads of one language-model decode, taken from the shared cores", func(c *Config) *int { return &c.Threads }), "cores"),
 		withDoc(intOpt("stt-threads", "REPLYD_STT_THREADS", "0", "CPU threads of speech-to-text, taken from the shared cores for a whole transcription (0: the cores less one with the overlap on, so that the prompt is evaluated beside it, and the encoder takes the rest once nobody wants them; all of them without)", func(c *Config) *int { return &c.STTThreads }), "0"),
 		strOpt("overlap", "REPLYD_OVERLAP", "on", "on: evaluate the prompt up to the partner's current turn while the recording is transcribed, on the cores speech-to-text leaves free; off", false, func(c *Config) *string { return &c.Overlap }),

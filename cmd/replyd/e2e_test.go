@@ -22,11 +22,12 @@ import (
 )
 
 // TestMain lets the test binary act as replyd itself when re-executed with
-// REPLYD_E2E_EXEC=1, so the end-to-end test runs the real program (with the
-// race detector when the tests have it) without a second build.
+// REPLYD_E2E_EXEC=1, so the end-to-end test runs the real program, main
+// included (with the race detector when the tests have it), without a
+// second build.
 func TestMain(m *testing.M) {
 	if os.Getenv("REPLYD_E2E_EXEC") == "1" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+		main()
 	}
 	os.Exit(m.Run())
 }

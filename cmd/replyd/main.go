@@ -14,6 +14,7 @@
 //	replyd check              bbolt consistency check of the data file
 //	replyd eval               score system prompts offline on recorded dialogs
 //	replyd store migrate      copy a bbolt data file into PostgreSQL
+//	replyd kernels            the engines' kernels and the CPU budget
 //	replyd version
 package main
 
@@ -34,6 +35,7 @@ import (
 var version = "dev"
 
 func main() {
+	correctKernels() // first: may re-execute replyd on OpenBLAS's best kernels (kernels.go)
 	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
@@ -59,6 +61,7 @@ Usage:
                                         score prompts offline on recorded dialogs (built-in set by default)
   replyd store migrate --from FILE --to postgres://… [--force]
                                         copy a bbolt data file into PostgreSQL (stop replyd first)
+  replyd kernels                        the engines' kernels and the CPU budget (JSON)
   replyd version
 `
 
@@ -90,6 +93,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = cmdEval(ctx, args, getenv, stdout, stderr)
 	case "store":
 		err = cmdStore(ctx, args, stdout, stderr)
+	case "kernels":
+		err = cmdKernels(stdout)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "replyd", version)
 	case "help", "-h", "--help":
@@ -121,6 +126,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	slog.SetDefault(log)
+	log.Info("kernels", kernelsLog(platform(cfg.CPUCores)).args()...)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

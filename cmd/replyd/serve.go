@@ -160,6 +160,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Turn:           engine.TurnConfig{EndSilence: cfg.LiveEndSilence, MaxTurn: cfg.MaxAudio},
 		LiveOff:        cfg.Live == "off",
 		Sched:          cpu,
+		Platform:       platformRef(cfg.CPUCores),
 	})
 	s.api = srv
 

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,11 +26,12 @@ import (
 	"github.com/ollama/ollama/llama"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/cpubudget"
 )
 
-// DefaultThreads is Options.Threads when zero: the number of cores less
-// one, at least 1.
-func DefaultThreads() int { return max(runtime.NumCPU()-1, 1) }
+// DefaultThreads is Options.Threads when zero: the cores the process may
+// use (internal/cpubudget) less one, at least 1.
+func DefaultThreads() int { return max(cpubudget.Cores()-1, 1) }
 
 // Defaults applied by Open to zero Options fields.
 const (

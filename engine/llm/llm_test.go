@@ -725,3 +725,18 @@ func TestGPUMemoryHint(t *testing.T) {
 		t.Errorf("cuda: %q", got)
 	}
 }
+
+func TestParseSystemInfo(t *testing.T) {
+	got := parseSystemInfo("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX_VNNI = 0 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | LLAMAFILE = 1 | OPENMP = 0 | REPACK = 1 | ")
+	if want := "SSE3 SSSE3 AVX AVX2 F16C FMA AVX512 LLAMAFILE REPACK"; got != want {
+		t.Errorf("parseSystemInfo = %q, want %q", got, want)
+	}
+}
+
+func TestCPUFeatures(t *testing.T) {
+	f := CPUFeatures()
+	t.Logf("ggml CPU features: %s", f)
+	if f == "" {
+		t.Error("llama_print_system_info names no CPU feature")
+	}
+}

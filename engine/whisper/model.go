@@ -31,13 +31,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/cpubudget"
 )
 
 // DefaultMaxTokensPerWindow is the number of tokens one 30 s window may
@@ -47,7 +47,8 @@ const DefaultMaxTokensPerWindow = 224
 // Options configure Load.
 type Options struct {
 	// Threads is the number of CPU threads used by OpenBLAS and by this
-	// package's own loops; 0 means runtime.NumCPU(). OpenBLAS's setting is
+	// package's own loops; 0 means the cores the process may use
+	// (internal/cpubudget). OpenBLAS's setting is
 	// process-wide, so the last loaded model's value applies.
 	Threads int
 	// MaxTokensPerWindow caps the tokens decoded in one 30 s window,
@@ -219,7 +220,7 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	}
 	m.maxThreads = opts.Threads
 	if m.maxThreads <= 0 {
-		m.maxThreads = runtime.NumCPU()
+		m.maxThreads = cpubudget.Cores()
 	}
 	m.threads, m.base = m.maxThreads, m.maxThreads
 	m.syncBLAS()

@@ -417,6 +417,8 @@ async function main() {
       for (const k of ['Version', 'Box', 'Uptime', 'Queue depth', 'Data file']) check(facts[k] && facts[k] !== '–', `fact ${k} = ${facts[k]}`);
       check(/\d/.test(facts['Data file']), `data file size "${facts['Data file']}"`);
       equal(facts['Live listening'], 'on', 'live listening on the box (REPLYD_LIVE unset, the voice detector loaded)');
+      check(/^\d+ \((affinity|host|configured|cgroup .+)\)$/.test(facts['CPU cores']), `CPU cores "${facts['CPU cores']}"`);
+      check(/^OpenBLAS \w+/.test(facts['Kernels']) && /ggml: .*AVX|ggml: .*NEON|ggml: \S/.test(facts['Kernels']), `kernels "${facts['Kernels']}"`);
       const rows = await page.$$eval('#engines tbody tr', (trs) => trs.map((tr) => tr.textContent));
       for (const r of rows) {
         check(/Loaded/.test(r), `engine not loaded: ${r}`);

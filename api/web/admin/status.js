@@ -44,6 +44,23 @@ function liveState(live) {
   return '–';
 }
 
+// cpuState is the cores replyd plans with and where that figure comes
+// from (affinity mask, cgroup quota, REPLYD_CPU_CORES).
+function cpuState(c) {
+  if (!c) return '–';
+  return [fmtInt(c.cores), ' ', h('code', { translate: 'no', text: `(${c.source})` })];
+}
+
+// kernelsState names the kernels of both engines: OpenBLAS's core for
+// speech (and whether replyd corrected a fallback or the admin set it),
+// ggml's CPU features for the language model.
+function kernelsState(k) {
+  if (!k) return '–';
+  const note = k.openblas_corrected_from ? ` (${t('admin.kernelsCorrectedFrom', { core: k.openblas_corrected_from })})`
+    : k.openblas_source === 'admin' ? ` (${t('admin.kernelsAdminSet')})` : '';
+  return [h('code', { translate: 'no', text: `OpenBLAS ${k.openblas_core}` }), note, h('span', { class: 'hint block', translate: 'no', text: `ggml: ${k.ggml_cpu || '–'}` })];
+}
+
 async function load() {
   const err = $('#status-error');
   try {
@@ -62,6 +79,8 @@ async function load() {
       fact(t('admin.m4aUploads'), s.m4a ? t('admin.yes') : t('admin.noFfmpeg')),
       fact(t('admin.corsOrigins'), (s.cors_origins || []).length ? s.cors_origins.join(', ') : t('admin.noneValue')),
       fact(t('admin.liveListening'), liveState(s.live)),
+      fact(t('admin.cpuCores'), cpuState(s.cpu)),
+      fact(t('admin.kernels'), kernelsState(s.kernels)),
     );
     const fp = $('#status-ca');
     fp.hidden = !s.tls_ca_fingerprint;
