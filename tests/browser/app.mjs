@@ -122,12 +122,27 @@ function answerOf(text, type) {
 }
 
 /** An intercepted event stream's body comes from Chromium decoded as
- * Latin-1 (an event stream is UTF-8 whatever its Content-Type says): text
- * that is UTF-8 read as Latin-1 is read again. */
+ * Latin-1 or Windows-1252 (an event stream is UTF-8 whatever its
+ * Content-Type says): text that is UTF-8 read so is read again. Windows-1252
+ * turns the bytes 0x80-0x9f into other characters (0x94 is "\u201d"; make
+ * test failed so once on a reply with "\u0194", whose UTF-8 is C6 94): they
+ * are mapped back to their bytes first. */
+const cp1252 = new Map([...'\u20ac\u0081\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u008d\u017d\u008f\u0090\u2018\u2019\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u009d\u017e\u0178']
+  .map((c, i) => [c, 0x80 + i]));
 function utf8(s) {
-  if (/[^\u0000-\u00ff]/.test(s) || !/[\u0080-\u00ff]/.test(s)) return s;
-  const again = Buffer.from(s, 'latin1').toString('utf8');
-  return again.includes('\ufffd') ? s : again;
+  if (!/[\u0080-\uffff]/.test(s)) return s;
+  const bytes = [];
+  for (const c of s) {
+    const code = c.codePointAt(0);
+    if (code <= 0xff) bytes.push(code);
+    else if (cp1252.has(c)) bytes.push(cp1252.get(c));
+    else return s; // not UTF-8 read as a single-byte charset
+  }
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(Uint8Array.from(bytes));
+  } catch {
+    return s;
+  }
 }
 
 /** Records every POST /v1/infer the page makes: payload (read through a
