@@ -21,6 +21,11 @@ done
 [ -e /usr/lib/aarch64-linux-gnu/libopenblas.so ] ||
 	{ echo "test-arm64: the arm64 OpenBLAS is missing: scripts/deps.sh arm64 installs libopenblas-dev:arm64" >&2; exit 2; }
 qemu=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+# OpenBLAS 0.3.21's threaded server spins forever under qemu-user on an x86
+# host (a plain C program linked with Debian's arm64 libopenblas hangs in
+# its constructor with 2 threads and runs with 1): one OpenBLAS thread, which
+# replyd keeps as the admin's cap (engine/whisper's blasThreadCap).
+export OPENBLAS_NUM_THREADS=1
 out="$root/bin/arm64"
 mkdir -p "$out"
 

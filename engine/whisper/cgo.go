@@ -13,6 +13,8 @@ int blas_thread_shutdown_(void);
 import "C"
 
 import (
+	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 )
@@ -38,10 +40,33 @@ func cFree(b []byte) {
 	}
 }
 
+// blasThreadCap is the most threads OpenBLAS is told to run: the
+// OPENBLAS_NUM_THREADS the admin set (OpenBLAS reads it only when it is
+// loaded; replyd's own openblas_set_num_threads would otherwise override
+// it), or 0 for no cap. Under qemu-user OpenBLAS 0.3.21's threaded server
+// spins forever (arm64 on an x86 host), so scripts/test-arm64.sh sets 1.
+var blasThreadCap = parseBLASThreadCap(os.Getenv("OPENBLAS_NUM_THREADS"))
+
+func parseBLASThreadCap(v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
 // setBLASThreads sets the number of threads OpenBLAS uses for every later
-// product in this process.
+// product in this process, at most blasThreadCap.
 func setBLASThreads(n int) {
+	if blasThreadCap > 0 && n > blasThreadCap {
+		n = blasThreadCap
+	}
 	C.openblas_set_num_threads(C.int(n))
+}
+
+// blasThreadsNow is the number of threads OpenBLAS runs now.
+func blasThreadsNow() int {
+	return int(C.openblas_get_num_threads())
 }
 
 // blasMu orders OpenBLAS products (readers) against stopBLASThreads.
