@@ -38,6 +38,6 @@ exec flock /tmp/replyd-bench.lock sh -c '
 	echo "cpu: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2) ($(nproc) cores; avx512f: $(grep -c -m1 avx512f /proc/cpuinfo), amx: $(grep -c -m1 amx /proc/cpuinfo))"
 	echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE whisper.cpp=${REPLYD_BENCH_WHISPER_CPP:-none} commit=$(git rev-parse --short HEAD)"
 	echo "loadavg before: $(cat /proc/loadavg)"; date -u
-	/tmp/replyd-bench-whisper.test -test.run "^\$" -test.bench "$1" -test.benchtime "$2"
+	/tmp/replyd-bench-whisper.test -test.v -test.run "^\$" -test.bench "$1" -test.benchtime "$2"
 	echo "loadavg after: $(cat /proc/loadavg)"; date -u
 ' sh "$pattern" "$benchtime"

@@ -102,5 +102,9 @@ size_t ggml_backend_alloc_ctx_tensors_from_buft_size(struct ggml_context * ctx, 
 struct ggml_backend_device * ggml_backend_get_device(struct ggml_backend * backend);
 void ggml_backend_dev_memory(struct ggml_backend_device * device, size_t * free, size_t * total);
 const char * ggml_backend_dev_description(struct ggml_backend_device * device);
+bool ggml_backend_supports_op(struct ggml_backend * backend, const struct ggml_tensor * op);
+int ggml_graph_n_nodes(struct ggml_cgraph * cgraph);
+struct ggml_tensor * ggml_graph_node(struct ggml_cgraph * cgraph, int i);
+const char * ggml_op_desc(const struct ggml_tensor * t);
 
 #endif

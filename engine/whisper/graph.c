@@ -253,9 +253,11 @@ int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out) {
 // and the final norm of the encoder, the cross K/V, a decoder batch of
 // max_batch tokens from position 0 and one token at the last position,
 // the logits of every row) and, with measure, writes the compute memory
-// they need to *bytes without allocating it; else allocates it, so that no
-// graph allocates later, mid-turn. 0 on success, -1 when an allocation
-// failed (or the graph context could not be had).
+// they need to *bytes without allocating it, after checking that the
+// backend supports every op of them (else -2, the op in m->unsupported);
+// else allocates it, so that no graph allocates later, mid-turn. 0 on
+// success, -1 when an allocation failed (or the graph context could not be
+// had).
 int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes) {
     size_t most = 0;
     for (int g = 0; g < 7; g++) {
@@ -277,6 +279,16 @@ int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes) {
         }
         bool ok = true;
         if (measure) {
+            // An op the backend cannot run would abort ggml mid-turn:
+            // refuse the placement here instead.
+            for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+                struct ggml_tensor *t = ggml_graph_node(gf, i);
+                if (!ggml_backend_supports_op(m->backend, t)) {
+                    m->unsupported = ggml_op_desc(t);
+                    ggml_free(ctx);
+                    return -2;
+                }
+            }
             size_t sz = 0;
             ggml_gallocr_reserve_n_size(alloc, gf, NULL, NULL, &sz);
             if (g < 6 && sz > most) most = sz;

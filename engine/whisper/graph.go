@@ -225,7 +225,11 @@ func newGraph(m *Model, gpu bool, reserve int64) (_ *graph, err error) {
 		return nil, fmt.Errorf("%w: no graph allocator on %s", ErrPlacement, g.name)
 	}
 	var comp C.size_t
-	if C.rdg_reserve(c, C.int(maxBatch(hp)), 1, &comp) != 0 {
+	switch C.rdg_reserve(c, C.int(maxBatch(hp)), 1, &comp) {
+	case 0:
+	case -2:
+		return nil, fmt.Errorf("%w: %s cannot run ggml's %s op (ggml_backend_supports_op)", ErrPlacement, g.name, C.GoString(c.unsupported))
+	default:
 		return nil, fmt.Errorf("%w: measuring the graphs on %s failed", ErrPlacement, g.name)
 	}
 	g.compBytes = int64(comp)

@@ -30,6 +30,7 @@ typedef struct rdg_model {
     struct ggml_backend *backend;
     struct ggml_gallocr *alloc;        // the encoder's, cross K/V's and decoder's graphs
     struct ggml_gallocr *alloc_logits; // the logits' graph (its own: no re-planning between the two)
+    const char *unsupported; // the op the backend cannot run (rdg_reserve)
     void *meta;       // the graph context's memory
     size_t meta_size;
 } rdg_model;

@@ -113,3 +113,30 @@ func (p *peer) decoderPerToken(b *testing.B, model string, threads int) float64 
 	t := p.run(b, "whisper-bench", "-m", model, "-t", strconv.Itoa(threads), "-w", "0")
 	return t.decode / float64(max(t.decodeRuns, 1))
 }
+
+// TestParsePeerTimings reads whisper_print_timings' lines as whisper-cli at
+// the peers README's commit prints them.
+func TestParsePeerTimings(t *testing.T) {
+	out := []byte(` t25465
+whisper_print_timings:     load time =   898.01 ms
+whisper_print_timings:     fallbacks =   0 p /   0 h
+whisper_print_timings:      mel time =    80.23 ms
+whisper_print_timings:   sample time =     3.25 ms /     1 runs (     3.25 ms per run)
+whisper_print_timings:   encode time =  3887.19 ms /     1 runs (  3887.19 ms per run)
+whisper_print_timings:   decode time =    10.48 ms /     1 runs (    10.48 ms per run)
+whisper_print_timings:   batchd time =   236.62 ms /     2 runs (   118.31 ms per run)
+whisper_print_timings:   prompt time =     0.00 ms /     1 runs (     0.00 ms per run)
+whisper_print_timings:    total time =  5360.76 ms
+`)
+	p, err := parsePeerTimings(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := peerTimings{load: 898.01, mel: 80.23, encode: 3887.19, decode: 10.48, batchd: 236.62, total: 5360.76, decodeRuns: 1, sampleRuns: 1}
+	if p != want {
+		t.Errorf("parsed %+v, want %+v", p, want)
+	}
+	if _, err := parsePeerTimings([]byte("error: failed to open model\n")); err == nil {
+		t.Error("no timings parsed without an error")
+	}
+}
