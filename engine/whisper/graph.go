@@ -42,7 +42,7 @@ type graph struct {
 	name    string
 	out     []float32 // the encoder's output, [n_audio_ctx][d]
 	tok     []int32
-	// What was placed where (placement.String): the device, its free and
+	// What was placed where (String): the device, its free and
 	// total memory before loading, the weights and state, the compute
 	// buffers of every graph at its largest.
 	device                 string
@@ -127,6 +127,7 @@ func newGraph(m *Model, gpu bool, reserve int64) (_ *graph, err error) {
 	c.n_audio_ctx, c.d_audio, c.nh_audio, c.n_audio_layer = C.int(hp.NAudioCtx), C.int(hp.NAudioState), C.int(hp.NAudioHead), C.int(hp.NAudioLayer)
 	c.n_text_ctx, c.d_text, c.nh_text, c.n_text_layer = C.int(hp.NTextCtx), C.int(hp.NTextState), C.int(hp.NTextHead), C.int(hp.NTextLayer)
 	c.n_vocab, c.tok_type = C.int(hp.NVocab), C.int(m.tokEmb.typ)
+
 	nTensors := 16 + 24*(len(m.enc)+len(m.dec)) + 4*len(m.dec)
 	p := C.struct_ggml_init_params{mem_size: C.size_t(nTensors) * C.ggml_tensor_overhead(), no_alloc: true}
 	g.ctx = C.ggml_init(p)

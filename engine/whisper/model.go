@@ -64,8 +64,9 @@ type Options struct {
 	// Compute is where the encoder and decoder run: ComputeBLAS (or "")
 	// for replyd's own kernels and OpenBLAS, ComputeGGMLCPU for the ggml
 	// graphs on ggml's CPU backend, ComputeGPU for them on a GPU backend
-	// (graph.go). The control loop, the mel and the logits are the same Go
-	// code on every path.
+	// (graph.go). The control loop, the mel and the rules applied to the
+	// logits are the same Go code on every path (the ggml path computes the
+	// logits themselves on its backend).
 	Compute string
 	// DeviceReserve is memory on the graph path's device that the language
 	// model will take (its layers on the same GPU): the graph is placed only
@@ -430,8 +431,8 @@ func (m *Model) dropHostWeights(kept map[string]bool) {
 		for i := range bs {
 			b := &bs[i]
 			drop(b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.k, b.cross.v, b.cross.o, b.fc1, b.fc2)
-			bs[i] = block{attn: b.attn, cross: b.cross, fc1: b.fc1, fc2: b.fc2}
 			b.attn.qb, b.attn.vb, b.attn.ob, b.cross.qb, b.cross.vb, b.cross.ob = nil, nil, nil, nil, nil, nil
+			b.attnLn, b.crossLn, b.mlpLn, b.fc1b, b.fc2b = layerNorm{}, layerNorm{}, layerNorm{}, nil, nil
 		}
 	}
 	m.conv1w, m.conv1b, m.conv2w, m.conv2b, m.encPos, m.decPos = nil, nil, nil, nil, nil, nil
