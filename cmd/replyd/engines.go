@@ -70,6 +70,7 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	fallback, reserve := whisperPlacement(cfg, compute)
 	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
 		Compute:    compute,
 		Threads:    cfg.SpeechThreadsMax(),
@@ -79,6 +80,8 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
 		Demo:               isDemoModel(cfg.WhisperModel),
 		Logger:             log.With("engine", "stt"),
+		FallbackCPU:        fallback,
+		DeviceReserve:      reserve,
 	})
 	if err != nil {
 		e.setError("stt", err)
@@ -89,7 +92,7 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	delete(e.pend, "stt")
 	e.mu.Unlock()
 	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds(),
-		"compute", compute, "backend", stt.Backend(), "bytes", stt.Info().Bytes)
+		"compute", compute, "backend", stt.Backend(), "bytes", stt.Info().Bytes, "device_bytes", stt.Info().DeviceBytes)
 
 	t1 := time.Now()
 	decoding, err := llm.ParseDecoding(cfg.Decoding)

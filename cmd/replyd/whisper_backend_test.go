@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/replyd/replyd/engine/whisper"
@@ -29,5 +31,33 @@ func TestWhisperCompute(t *testing.T) {
 	}
 	if _, err := whisperCompute("cuda", -1, yes); err == nil {
 		t.Error("whisperCompute accepted an unknown backend")
+	}
+}
+
+// TestWhisperPlacement: auto falls back to the CPU where the GPU cannot
+// take speech, gpu does not; the language model's file size is left free
+// on the GPU when its layers go there.
+func TestWhisperPlacement(t *testing.T) {
+	llm := filepath.Join(t.TempDir(), "model.gguf")
+	if err := os.WriteFile(llm, make([]byte, 12345), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		backend, compute string
+		layers           int
+		fallback         bool
+		reserve          int64
+	}{
+		{"auto", whisper.ComputeGPU, -1, true, 12345},
+		{"", whisper.ComputeGPU, 10, true, 12345},
+		{"gpu", whisper.ComputeGPU, -1, false, 12345},
+		{"gpu", whisper.ComputeGPU, 0, false, 0},
+		{"auto", whisper.ComputeBLAS, -1, false, 0},
+		{"ggml-cpu", whisper.ComputeGGMLCPU, -1, false, 0},
+	} {
+		cfg := &Config{WhisperBackend: c.backend, GPULayers: c.layers, LLMModel: llm}
+		if fb, res := whisperPlacement(cfg, c.compute); fb != c.fallback || res != c.reserve {
+			t.Errorf("whisperPlacement(%q, %s, layers %d) = %v, %d; want %v, %d", c.backend, c.compute, c.layers, fb, res, c.fallback, c.reserve)
+		}
 	}
 }

@@ -95,5 +95,16 @@ struct ggml_gallocr * ggml_gallocr_new(struct ggml_backend_buffer_type * buft);
 void ggml_gallocr_free(struct ggml_gallocr * galloc);
 bool ggml_gallocr_alloc_graph(struct ggml_gallocr * galloc, struct ggml_cgraph * graph);
 size_t ggml_gallocr_get_buffer_size(struct ggml_gallocr * galloc, int buffer_id);
+bool ggml_gallocr_reserve(struct ggml_gallocr * galloc, struct ggml_cgraph * graph);
+void ggml_gallocr_reserve_n_size(struct ggml_gallocr * galloc, struct ggml_cgraph * graph, const int * node_buffer_ids,
+                                 const int * leaf_buffer_ids, size_t * sizes);
+size_t ggml_backend_alloc_ctx_tensors_from_buft_size(struct ggml_context * ctx, struct ggml_backend_buffer_type * buft);
+struct ggml_backend_device * ggml_backend_get_device(struct ggml_backend * backend);
+void ggml_backend_dev_memory(struct ggml_backend_device * device, size_t * free, size_t * total);
+const char * ggml_backend_dev_description(struct ggml_backend_device * device);
+bool ggml_backend_supports_op(struct ggml_backend * backend, const struct ggml_tensor * op);
+int ggml_graph_n_nodes(struct ggml_cgraph * cgraph);
+struct ggml_tensor * ggml_graph_node(struct ggml_cgraph * cgraph, int i);
+const char * ggml_op_desc(const struct ggml_tensor * t);
 
 #endif

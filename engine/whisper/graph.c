@@ -5,9 +5,10 @@
 // causal mask, softmax, V·softmax with V stored transposed), written here
 // against the ggml that the ollama module vendors. Differences: the
 // convolutions unfold to F32 (ggml_im2col) rather than F16, the scale is
-// applied inside the softmax, and logits are not part of the decoder graph
-// (replyd's Go side computes them: engine/whisper's shadow and suppression
-// rules need them as they are now).
+// applied inside the softmax, and the logits are a graph of their own
+// (rdg_logits: the rows of the token embedding asked for, times one hidden
+// state), so that the Go side's rules get exactly the logits they ask for
+// and only those cross back from the backend.
 #include "graph.h"
 
 #include <math.h>
@@ -27,8 +28,27 @@ static struct ggml_context *rdg_ctx(rdg_model *m) {
     return ggml_init(p);
 }
 
+// rdg_fail_countdown is a test hook (graph_test.go): when it is n > 0, the
+// n-th allocation from here on (weights, graph reservation, a graph's
+// allocation) fails as ggml's would, returning NULL or false. 0 (always,
+// outside those tests) leaves every allocation to ggml.
+int rdg_fail_countdown = 0;
+
+static int rdg_fail_now(void) { return rdg_fail_countdown > 0 && --rdg_fail_countdown == 0; }
+
+struct ggml_backend_buffer *rdg_alloc_tensors(struct ggml_context *ctx, struct ggml_backend *backend) {
+    if (rdg_fail_now()) return NULL;
+    return ggml_backend_alloc_ctx_tensors(ctx, backend);
+}
+
+static bool rdg_alloc_graph(struct ggml_gallocr *alloc, struct ggml_cgraph *gf) {
+    if (rdg_fail_now()) return false;
+    return ggml_gallocr_alloc_graph(alloc, gf);
+}
+
 static int rdg_run(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf) {
-    if (!ggml_gallocr_alloc_graph(m->alloc, gf)) return -1;
+    (void)ctx;
+    if (!rdg_alloc_graph(m->alloc, gf)) return -1;
     return ggml_backend_graph_compute(m->backend, gf);
 }
 
@@ -77,10 +97,7 @@ static struct ggml_tensor *rdg_attend(struct ggml_context *ctx, struct ggml_tens
     return ggml_reshape_2d(ctx, ggml_cont(ctx, KQV), d, n);
 }
 
-int rdg_encoder_step(rdg_model *m, int step) {
-    struct ggml_context *ctx = rdg_ctx(m);
-    if (!ctx) return -1;
-    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+static void rdg_build_encoder(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int step) {
     int d = m->d_audio, T = m->n_audio_ctx, nh = m->nh_audio;
     struct ggml_tensor *out;
     if (step == 0) {
@@ -106,15 +123,19 @@ int rdg_encoder_step(rdg_model *m, int step) {
         out = rdg_ln(ctx, m->enc_x, m->enc_ln_w, m->enc_ln_b);
     }
     ggml_build_forward_expand(gf, ggml_cpy(ctx, out, m->enc_x));
+}
+
+int rdg_encoder_step(rdg_model *m, int step) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    rdg_build_encoder(m, ctx, gf, step);
     int rc = rdg_run(m, ctx, gf);
     ggml_free(ctx);
     return rc;
 }
 
-int rdg_cross(rdg_model *m) {
-    struct ggml_context *ctx = rdg_ctx(m);
-    if (!ctx) return -1;
-    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+static void rdg_build_cross(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf) {
     int T = m->n_audio_ctx;
     for (int l = 0; l < m->n_text_layer; l++) {
         rdg_block *b = &m->dec[l];
@@ -123,15 +144,22 @@ int rdg_cross(rdg_model *m) {
         ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, v), m->v_cross[l]));
         (void)T;
     }
+}
+
+int rdg_cross(rdg_model *m) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    rdg_build_cross(m, ctx, gf);
     int rc = rdg_run(m, ctx, gf);
     ggml_free(ctx);
     return rc;
 }
 
-int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out) {
-    struct ggml_context *ctx = rdg_ctx(m);
-    if (!ctx) return -1;
-    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+// rdg_build_decode builds the decoder's graph for n tokens at positions
+// past..; *tok is its input, *x its output ([n][d_text]).
+static void rdg_build_decode(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int n, int past,
+                             struct ggml_tensor **tok_out, struct ggml_tensor **x_out) {
     int d = m->d_text, nh = m->nh_text, hd = d / nh, T = m->n_audio_ctx, C = m->n_text_ctx;
     int L = past + n;
     struct ggml_tensor *tok = ggml_new_tensor_1d(ctx, RDG_I32, n);
@@ -169,12 +197,118 @@ int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out)
     x = rdg_ln(ctx, x, m->dec_ln_w, m->dec_ln_b);
     ggml_set_output(x);
     ggml_build_forward_expand(gf, x);
+    *tok_out = tok;
+    *x_out = x;
+}
+
+int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    struct ggml_tensor *tok, *x;
+    rdg_build_decode(m, ctx, gf, n, past, &tok, &x);
     int rc = -1;
-    if (ggml_gallocr_alloc_graph(m->alloc, gf)) {
+    if (rdg_alloc_graph(m->alloc, gf)) {
         ggml_backend_tensor_set(tok, tokens, 0, (size_t)n * sizeof(int32_t));
         rc = ggml_backend_graph_compute(m->backend, gf);
-        if (rc == 0) ggml_backend_tensor_get(x, out, 0, (size_t)n * d * sizeof(float));
+        if (rc == 0) ggml_backend_tensor_get(x, out, 0, (size_t)n * m->d_text * sizeof(float));
     }
     ggml_free(ctx);
     return rc;
+}
+
+// rdg_build_logits builds the product of the first rows rows of the token
+// embedding with one hidden state: *h is its input ([d_text]), *out its
+// output ([rows]). whisper.cpp computes the logits the same way, as the
+// last product of its decoder graph.
+static void rdg_build_logits(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int rows,
+                             struct ggml_tensor **h_out, struct ggml_tensor **out) {
+    struct ggml_tensor *h = ggml_new_tensor_1d(ctx, RDG_F32, m->d_text);
+    ggml_set_input(h);
+    struct ggml_tensor *w = ggml_view_2d(ctx, m->tok_emb, m->d_text, rows, ggml_row_size(m->tok_type, m->d_text), 0);
+    struct ggml_tensor *y = ggml_mul_mat(ctx, w, h);
+    ggml_set_output(y);
+    ggml_build_forward_expand(gf, y);
+    *h_out = h;
+    *out = y;
+}
+
+int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out) {
+    struct ggml_context *ctx = rdg_ctx(m);
+    if (!ctx) return -1;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+    struct ggml_tensor *h, *y;
+    rdg_build_logits(m, ctx, gf, rows, &h, &y);
+    int rc = -1;
+    if (rdg_alloc_graph(m->alloc_logits, gf)) {
+        ggml_backend_tensor_set(h, hidden, 0, (size_t)m->d_text * sizeof(float));
+        rc = ggml_backend_graph_compute(m->backend, gf);
+        if (rc == 0) ggml_backend_tensor_get(y, out, 0, (size_t)rows * sizeof(float));
+    }
+    ggml_free(ctx);
+    return rc;
+}
+
+// rdg_reserve plans every graph at its largest (the convolutions, a layer
+// and the final norm of the encoder, the cross K/V, a decoder batch of
+// max_batch tokens from position 0 and one token at the last position,
+// the logits of every row) and, with measure, writes the compute memory
+// they need to *bytes without allocating it, after checking that the
+// backend supports every op of them (else -2, the op in m->unsupported);
+// else allocates it, so that no graph allocates later, mid-turn. 0 on
+// success, -1 when an allocation failed (or the graph context could not be
+// had).
+int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes) {
+    size_t most = 0;
+    for (int g = 0; g < 7; g++) {
+        struct ggml_context *ctx = rdg_ctx(m);
+        if (!ctx) return -1;
+        struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
+        struct ggml_gallocr *alloc = m->alloc;
+        struct ggml_tensor *a, *b;
+        switch (g) {
+        case 0: rdg_build_encoder(m, ctx, gf, 0); break;
+        case 1: rdg_build_encoder(m, ctx, gf, 1); break;
+        case 2: rdg_build_encoder(m, ctx, gf, m->n_audio_layer + 1); break;
+        case 3: rdg_build_cross(m, ctx, gf); break;
+        case 4: rdg_build_decode(m, ctx, gf, max_batch, 0, &a, &b); break;
+        case 5: rdg_build_decode(m, ctx, gf, 1, m->n_text_ctx - 1, &a, &b); break;
+        default:
+            rdg_build_logits(m, ctx, gf, m->n_vocab, &a, &b);
+            alloc = m->alloc_logits;
+        }
+        bool ok = true;
+        if (measure) {
+            // An op the backend cannot run would abort ggml mid-turn:
+            // refuse the placement here instead.
+            for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+                struct ggml_tensor *t = ggml_graph_node(gf, i);
+                if (!ggml_backend_supports_op(m->backend, t)) {
+                    m->unsupported = ggml_op_desc(t);
+                    ggml_free(ctx);
+                    return -2;
+                }
+            }
+            size_t sz = 0;
+            ggml_gallocr_reserve_n_size(alloc, gf, NULL, NULL, &sz);
+            if (g < 6 && sz > most) most = sz;
+            if (g == 6) most += sz;
+        } else {
+            ok = !rdg_fail_now() && ggml_gallocr_reserve(alloc, gf);
+        }
+        ggml_free(ctx);
+        if (!ok) return -1;
+    }
+    if (measure) *bytes = most;
+    return 0;
+}
+
+// rdg_device_memory writes the free and total memory of the backend's
+// device (ggml_backend_dev_memory) and returns its description.
+const char *rdg_device_memory(rdg_model *m, size_t *free, size_t *total) {
+    struct ggml_backend_device *dev = ggml_backend_get_device(m->backend);
+    *free = *total = 0;
+    if (!dev) return "";
+    ggml_backend_dev_memory(dev, free, total);
+    return ggml_backend_dev_description(dev);
 }

@@ -42,7 +42,21 @@ type graph struct {
 	name    string
 	out     []float32 // the encoder's output, [n_audio_ctx][d]
 	tok     []int32
+	// What was placed where (String): the device, its free and
+	// total memory before loading, the weights and state, the compute
+	// buffers of every graph at its largest.
+	device                 string
+	devFree, devTotal      int64
+	weightBytes, compBytes int64
 }
+
+// ErrPlacement is wrapped by the errors of a graph path that could not be
+// placed on its backend: no GPU backend, too little free memory for the
+// model (and Options.DeviceReserve), a failed allocation.
+var ErrPlacement = errors.New("whisper: the ggml compute path cannot be placed")
+
+// mib formats a byte count in MiB.
+func mib(n int64) string { return fmt.Sprintf("%d MiB", (n+1<<20-1)>>20) }
 
 // GPUPresent loads ggml's backends (once; see docs/gpu.md) and reports
 // whether one of them is a GPU, where ComputeGPU can run.
@@ -68,9 +82,24 @@ func (m *Model) Backend() string {
 // errGraph is a failure of the ggml path (allocation or computation).
 var errGraph = errors.New("whisper: ggml graph failed")
 
+// graphFailure carries an errGraph out of the decoder's steps, whose
+// callers expect no error, to runWith, which returns it (a panic
+// recovered there, never one that escapes the package).
+type graphFailure struct{ err error }
+
+// maxBatch is the most tokens the decoder is given at once: a window's
+// prompt, <|startofprev|>, the previous windows' n_text_ctx/2-1 tokens and
+// the start prompt (4 at most), as runWith builds it.
+func maxBatch(hp HParams) int { return min(hp.NTextCtx, hp.NTextCtx/2+4) }
+
 // newGraph puts m's weights on a ggml backend: the CPU's, or with gpu the
-// first GPU backend loaded (an error when there is none).
-func newGraph(m *Model, gpu bool) (_ *graph, err error) {
+// first GPU backend loaded (an error when there is none). It checks the
+// device's free memory (ggml_backend_dev_memory) before it allocates:
+// the weights and state, then the compute buffers of every graph at its
+// largest, with reserve bytes left for the language model on the same
+// device; then it allocates all of it, so that a turn never allocates.
+// Every failure is an error wrapping ErrPlacement.
+func newGraph(m *Model, gpu bool, reserve int64) (_ *graph, err error) {
 	hp := m.hp
 	g := &graph{}
 	defer func() {
@@ -84,16 +113,20 @@ func newGraph(m *Model, gpu bool) (_ *graph, err error) {
 		ggml.OnceLoad()
 		c.backend = C.ggml_backend_init_by_type(C.RDG_DEV_GPU, nil)
 		if c.backend == nil {
-			return nil, errors.New("whisper: no GPU backend is loaded (see docs/gpu.md)")
+			return nil, fmt.Errorf("%w: no GPU backend is loaded (see docs/gpu.md)", ErrPlacement)
 		}
 	} else {
 		c.backend = C.ggml_backend_cpu_init()
 		g.cpu = true
 	}
 	g.name = C.GoString(C.ggml_backend_name(c.backend))
+	var free, total C.size_t
+	g.device = C.GoString(C.rdg_device_memory(c, &free, &total))
+	g.devFree, g.devTotal = int64(free), int64(total)
 	c.n_mels, c.n_frames = C.int(hp.NMels), C.int(windowFrames)
 	c.n_audio_ctx, c.d_audio, c.nh_audio, c.n_audio_layer = C.int(hp.NAudioCtx), C.int(hp.NAudioState), C.int(hp.NAudioHead), C.int(hp.NAudioLayer)
 	c.n_text_ctx, c.d_text, c.nh_text, c.n_text_layer = C.int(hp.NTextCtx), C.int(hp.NTextState), C.int(hp.NTextHead), C.int(hp.NTextLayer)
+	c.n_vocab, c.tok_type = C.int(hp.NVocab), C.int(m.tokEmb.typ)
 
 	nTensors := 16 + 24*(len(m.enc)+len(m.dec)) + 4*len(m.dec)
 	p := C.struct_ggml_init_params{mem_size: C.size_t(nTensors) * C.ggml_tensor_overhead(), no_alloc: true}
@@ -175,19 +208,53 @@ func newGraph(m *Model, gpu bool) (_ *graph, err error) {
 		unsafe.Slice(c.k_cross, len(m.dec))[l] = state(C.RDG_F16, dt, hp.NAudioCtx)
 		unsafe.Slice(c.v_cross, len(m.dec))[l] = state(C.RDG_F16, hp.NAudioCtx, dt)
 	}
-	g.buf = C.ggml_backend_alloc_ctx_tensors(g.ctx, c.backend)
+	buft := C.ggml_backend_get_default_buffer_type(c.backend)
+	g.weightBytes = int64(C.ggml_backend_alloc_ctx_tensors_from_buft_size(g.ctx, buft))
+	if need := g.weightBytes + reserve; need > g.devFree {
+		return nil, fmt.Errorf("%w: %s", ErrPlacement, g.short(need, "its weights and caches"))
+	}
+	g.buf = C.rdg_alloc_tensors(g.ctx, c.backend)
 	if g.buf == nil {
-		return nil, fmt.Errorf("whisper: allocating %s memory for the weights failed", g.name)
+		return nil, fmt.Errorf("%w: allocating %s on %s for the weights and caches failed", ErrPlacement, mib(g.weightBytes), g.name)
 	}
 	for _, u := range ups {
 		C.ggml_backend_tensor_set(u.t, u.data, 0, C.size_t(u.n))
 	}
-	c.alloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(c.backend))
-	if c.alloc == nil {
-		return nil, errGraph
+	c.alloc = C.ggml_gallocr_new(buft)
+	c.alloc_logits = C.ggml_gallocr_new(buft)
+	if c.alloc == nil || c.alloc_logits == nil {
+		return nil, fmt.Errorf("%w: no graph allocator on %s", ErrPlacement, g.name)
+	}
+	var comp C.size_t
+	switch C.rdg_reserve(c, C.int(maxBatch(hp)), 1, &comp) {
+	case 0:
+	case -2:
+		return nil, fmt.Errorf("%w: %s cannot run ggml's %s op (ggml_backend_supports_op)", ErrPlacement, g.name, C.GoString(c.unsupported))
+	default:
+		return nil, fmt.Errorf("%w: measuring the graphs on %s failed", ErrPlacement, g.name)
+	}
+	g.compBytes = int64(comp)
+	if need := g.weightBytes + g.compBytes + reserve; need > g.devFree {
+		return nil, fmt.Errorf("%w: %s", ErrPlacement, g.short(need, "its weights, caches and compute buffers"))
+	}
+	if C.rdg_reserve(c, C.int(maxBatch(hp)), 0, nil) != 0 {
+		return nil, fmt.Errorf("%w: allocating %s on %s for the compute buffers failed", ErrPlacement, mib(g.compBytes), g.name)
 	}
 	g.out = make([]float32, hp.NAudioCtx*d)
 	return g, nil
+}
+
+// short says that need bytes (what, and reserve for the language model)
+// do not fit in the device's free memory.
+func (g *graph) short(need int64, what string) string {
+	return fmt.Sprintf("%s (%s) needs %s for %s and the language model, of %s free (%s in all)",
+		g.name, g.device, mib(need), what, mib(g.devFree), mib(g.devTotal))
+}
+
+// String says what the graph placed where, for the start-up log.
+func (g *graph) String() string {
+	return fmt.Sprintf("%s (%s): weights and caches %s, compute %s; %s free of %s before loading",
+		g.name, g.device, mib(g.weightBytes), mib(g.compBytes), mib(g.devFree), mib(g.devTotal))
 }
 
 // bytes returns the backend memory the weights and state take.
@@ -196,8 +263,10 @@ func (g *graph) bytes() int64 {
 		return 0
 	}
 	n := int64(C.ggml_backend_buffer_get_size(g.buf))
-	if g.c.alloc != nil {
-		n += int64(C.ggml_gallocr_get_buffer_size(g.c.alloc, 0))
+	for _, a := range []*C.struct_ggml_gallocr{g.c.alloc, g.c.alloc_logits} {
+		if a != nil {
+			n += int64(C.ggml_gallocr_get_buffer_size(a, 0))
+		}
 	}
 	return n
 }
@@ -218,6 +287,9 @@ func (g *graph) free() {
 	c := g.c
 	if c.alloc != nil {
 		C.ggml_gallocr_free(c.alloc)
+	}
+	if c.alloc_logits != nil {
+		C.ggml_gallocr_free(c.alloc_logits)
 	}
 	if g.buf != nil {
 		C.ggml_backend_buffer_free(g.buf)
@@ -283,6 +355,15 @@ func (g *graph) decode(tokens []int, past int, out []float32) error {
 	return nil
 }
 
+// logits writes the logits of ids 0..len(out)-1 for one hidden state
+// ([d]) to out, computed on the backend: only they cross back.
+func (g *graph) logits(hidden, out []float32) error {
+	if C.rdg_logits(g.c, (*C.float)(&hidden[0]), C.int(len(out)), (*C.float)(&out[0])) != 0 {
+		return errGraph
+	}
+	return nil
+}
+
 // encodeGraph is encode on the ggml path: one graph per step (the
 // convolutions, each layer, the final norm), with encoderStep between
 // them, so that a canceled pass stops within one layer as on the BLAS
@@ -301,3 +382,7 @@ func (m *Model) encodeGraph(mel []float32) []float32 {
 	}
 	return m.gg.output()
 }
+
+// failGraphAllocs makes the n-th allocation of the graph path from now on
+// fail as ggml's would (n 0: none); for the tests of what follows one.
+func failGraphAllocs(n int) { C.rdg_fail_countdown = C.int(n) }

@@ -17,6 +17,7 @@ typedef struct rdg_block {
 typedef struct rdg_model {
     int n_mels, n_frames, n_audio_ctx, d_audio, nh_audio, n_audio_layer;
     int n_text_ctx, d_text, nh_text, n_text_layer;
+    int n_vocab, tok_type; // the token embedding's rows and ggml type
     struct ggml_tensor *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos, *enc_ln_w, *enc_ln_b;
     struct ggml_tensor *dec_pos, *tok_emb, *dec_ln_w, *dec_ln_b;
     rdg_block *enc, *dec;
@@ -27,7 +28,9 @@ typedef struct rdg_model {
     struct ggml_tensor *mel, *enc_x;
     struct ggml_tensor **k_self, **v_self, **k_cross, **v_cross;
     struct ggml_backend *backend;
-    struct ggml_gallocr *alloc;
+    struct ggml_gallocr *alloc;        // the encoder's, cross K/V's and decoder's graphs
+    struct ggml_gallocr *alloc_logits; // the logits' graph (its own: no re-planning between the two)
+    const char *unsupported; // the op the backend cannot run (rdg_reserve)
     void *meta;       // the graph context's memory
     size_t meta_size;
 } rdg_model;
@@ -42,5 +45,17 @@ int rdg_cross(rdg_model *m);
 // rdg_decode feeds n tokens at positions past.. and writes the final
 // layer-normed hidden states ([n][d_text]) to out; 0 on success.
 int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out);
+// rdg_logits writes the logits of ids 0..rows-1 for one hidden state
+// ([d_text]) to out; 0 on success.
+int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out);
+// rdg_reserve measures (measure != 0: *bytes) or allocates the compute
+// memory of every graph at its largest; 0 on success.
+int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes);
+// rdg_device_memory: the backend's device, its free and total memory.
+const char *rdg_device_memory(rdg_model *m, size_t *free, size_t *total);
+// rdg_alloc_tensors is ggml_backend_alloc_ctx_tensors behind the test hook.
+struct ggml_backend_buffer *rdg_alloc_tensors(struct ggml_context *ctx, struct ggml_backend *backend);
+// rdg_fail_countdown: a test hook, see graph.c.
+extern int rdg_fail_countdown;
 
 #endif

@@ -64,9 +64,20 @@ type Options struct {
 	// Compute is where the encoder and decoder run: ComputeBLAS (or "")
 	// for replyd's own kernels and OpenBLAS, ComputeGGMLCPU for the ggml
 	// graphs on ggml's CPU backend, ComputeGPU for them on a GPU backend
-	// (graph.go). The control loop, the mel and the logits are the same Go
-	// code on every path.
+	// (graph.go). The control loop, the mel and the rules applied to the
+	// logits are the same Go code on every path (the ggml path computes the
+	// logits themselves on its backend).
 	Compute string
+	// DeviceReserve is memory on the graph path's device that the language
+	// model will take (its layers on the same GPU): the graph is placed only
+	// when its own memory and this fit in the device's free memory
+	// (newGraph).
+	DeviceReserve int64
+	// FallbackCPU loads the BLAS path when the graph path cannot be placed
+	// (no GPU backend, too little free memory, a failed allocation),
+	// saying why in the log and in Status; without it Load fails with that
+	// error (ErrPlacement). REPLYD_WHISPER_BACKEND=auto sets it.
+	FallbackCPU bool
 	// Demo marks a generated demo model in Status.
 	Demo bool
 	// Logger receives load and transcription logs; nil means slog.Default().
@@ -80,8 +91,13 @@ type ModelInfo struct {
 	Type         string  `json:"type"` // "tiny", "base", "small", "medium", "large", by layer count
 	Multilingual bool    `json:"multilingual"`
 	WeightType   string  `json:"weight_type"` // type of the linear-layer weights: "f32", "f16", "q8_0", ...
-	Bytes        int64   `json:"bytes"`       // memory held by weights, vocabulary and the int8 shadow
+	Bytes        int64   `json:"bytes"`       // host memory held by weights, vocabulary and the int8 shadow
 	Languages    int     `json:"languages"`
+	// Backend is the ggml backend of the graph path ("CPU", "CUDA0"), empty
+	// on the BLAS path; DeviceBytes the memory the graph path holds there
+	// (weights, caches, compute buffers).
+	Backend     string `json:"backend,omitempty"`
+	DeviceBytes int64  `json:"device_bytes,omitempty"`
 }
 
 // specialTokens are the ids of Whisper's control tokens in one vocabulary.
@@ -173,6 +189,10 @@ type Model struct {
 	nonEnglish atomic.Int64
 	mu         sync.Mutex
 	closed     bool
+
+	// fellBack is why the graph path asked for could not be placed, when
+	// Options.FallbackCPU put the model on the BLAS path instead.
+	fellBack string
 }
 
 // Load reads the whisper.cpp model file at path. A missing, truncated or
@@ -323,20 +343,29 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	for _, v := range g.vocab {
 		m.bytes += int64(len(v)) + 24
 	}
-	m.bytes += m.tokEmb.bytes()
-	m.buildShadow()
-	m.bytes += m.shadow.bytes()
 	switch opts.Compute {
 	case "", ComputeBLAS:
 	case ComputeGGMLCPU, ComputeGPU:
-		if m.gg, err = newGraph(m, opts.Compute == ComputeGPU); err != nil {
-			return nil, err
+		if m.gg, err = newGraph(m, opts.Compute == ComputeGPU, opts.DeviceReserve); err != nil {
+			if !opts.FallbackCPU {
+				return nil, err
+			}
+			m.gg, err, m.fellBack = nil, nil, err.Error()
+			m.log.Warn("speech-to-text falls back to the CPU (OpenBLAS): the graph path cannot be placed", "compute", opts.Compute, "reason", m.fellBack)
+			break
 		}
 		m.gg.setThreads(m.threads)
-		m.bytes += m.gg.bytes()
+		m.log.Info("whisper graph placed", "compute", opts.Compute, "where", m.gg.String(), "language_model_reserve", mib(opts.DeviceReserve))
+		m.dropHostWeights(kept)
 	default:
 		return nil, fmt.Errorf("whisper: unknown compute path %q (want %s, %s or %s)", opts.Compute, ComputeBLAS, ComputeGGMLCPU, ComputeGPU)
 	}
+	if m.gg == nil {
+		// The ggml path computes the logits on its backend (graph.logits).
+		m.buildShadow()
+	}
+	m.bytes += m.tokEmb.bytes()
+	m.bytes += m.shadow.bytes()
 	for _, bs := range [][]block{m.enc, m.dec} {
 		for i := range bs {
 			b := &bs[i]
@@ -374,8 +403,40 @@ func modelType(layers int) string {
 
 // Info describes the model.
 func (m *Model) Info() ModelInfo {
-	return ModelInfo{Path: m.path, HParams: m.hp, Type: modelType(m.hp.NAudioLayer), Multilingual: m.multilingual,
+	info := ModelInfo{Path: m.path, HParams: m.hp, Type: modelType(m.hp.NAudioLayer), Multilingual: m.multilingual,
 		WeightType: m.wtype.String(), Bytes: m.bytes, Languages: m.nLangs}
+	if m.gg != nil {
+		info.Backend, info.DeviceBytes = m.gg.name, m.gg.bytes()
+	}
+	return info
+}
+
+// dropHostWeights frees the host copy of the weights once they are on the
+// graph's backend: the file's tensor data the matrices referred to (kept,
+// freed by newModel) and the float32 vectors, which only the BLAS path
+// reads. The weights keep their shapes; their data is gone.
+func (m *Model) dropHostWeights(kept map[string]bool) {
+	for name := range kept {
+		kept[name] = false
+	}
+	drop := func(ws ...*weight) {
+		for _, w := range ws {
+			if w != nil {
+				w.raw, w.f32 = nil, nil
+			}
+		}
+	}
+	drop(m.tokEmb)
+	for _, bs := range [][]block{m.enc, m.dec} {
+		for i := range bs {
+			b := &bs[i]
+			drop(b.attn.q, b.attn.k, b.attn.v, b.attn.o, b.cross.q, b.cross.k, b.cross.v, b.cross.o, b.fc1, b.fc2)
+			b.attn.qb, b.attn.vb, b.attn.ob, b.cross.qb, b.cross.vb, b.cross.ob = nil, nil, nil, nil, nil, nil
+			b.attnLn, b.crossLn, b.mlpLn, b.fc1b, b.fc2b = layerNorm{}, layerNorm{}, layerNorm{}, nil, nil
+		}
+	}
+	m.conv1w, m.conv1b, m.conv2w, m.conv2b, m.encPos, m.decPos = nil, nil, nil, nil, nil, nil
+	m.encLn, m.decLn = layerNorm{}, layerNorm{}
 }
 
 // Status reports the engine for /healthz and the admin page.
@@ -385,6 +446,12 @@ func (m *Model) Status() engine.EngineStatus {
 	m.mu.Unlock()
 	st := engine.EngineStatus{Name: "stt", Model: m.path, Ready: !closed, Demo: m.opts.Demo, Backend: "cpu", LoadedAt: m.loaded,
 		QueueSize: len(m.sem) + int(m.waiting.Load())}
+	if m.gg != nil && !m.gg.cpu {
+		st.Backend = strings.ToLower(strings.TrimRight(m.gg.name, "0123456789")) // "CUDA0": "cuda", as the language model says
+	}
+	if m.fellBack != "" {
+		st.Warning = "Speech-to-text runs on the CPU: its GPU path could not be placed (" + m.fellBack + ")."
+	}
 	if closed {
 		st.Error = "closed"
 	}
@@ -392,7 +459,10 @@ func (m *Model) Status() engine.EngineStatus {
 		st.EnglishOnly = true
 		st.NonEnglishRequests = m.nonEnglish.Load()
 		if n := st.NonEnglishRequests; n > 0 {
-			st.Warning = fmt.Sprintf("This speech-to-text model is English-only: %d requests since the start asked for another language "+
+			if st.Warning != "" {
+				st.Warning += " "
+			}
+			st.Warning += fmt.Sprintf("This speech-to-text model is English-only: %d requests since the start asked for another language "+
 				"and were transcribed as English. Install a multilingual Whisper model for them (scripts/fetch-models.sh).", n)
 		}
 	}

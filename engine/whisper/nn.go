@@ -367,7 +367,7 @@ func (m *Model) newDecState(enc []float32) *decState {
 			m.scr.dec = st
 			st.n = 0
 			if err := m.gg.cross(enc); err != nil {
-				panic(err)
+				panic(graphFailure{err})
 			}
 			return st
 		}
@@ -392,7 +392,7 @@ func (m *Model) newDecState(enc []float32) *decState {
 	st.n = 0
 	if m.gg != nil {
 		if err := m.gg.cross(enc); err != nil {
-			panic(err) // only an allocation can fail: the backend is out of memory
+			panic(graphFailure{err}) // runWith returns it
 		}
 		return st
 	}
@@ -421,7 +421,7 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	if m.gg != nil {
 		m.gg.setThreads(m.threads)
 		if err := m.gg.decode(tokens, st.n, x); err != nil {
-			panic(err) // only an allocation can fail: the backend is out of memory
+			panic(graphFailure{err}) // runWith returns it
 		}
 		st.n += n
 		return x
@@ -543,13 +543,26 @@ func (m *Model) textLogits(hidden []float32) []float32 {
 		m.scr.logits = make([]float32, w.rows)
 	}
 	out := m.scr.logits[:w.rows]
-	m.linear(out, hidden, 1, &w, nil)
+	m.logitsInto(out, hidden, &w)
 	return out
 }
 
 // logits returns the n_vocab output logits for one hidden state.
 func (m *Model) logits(hidden []float32) []float32 {
 	out := make([]float32, m.hp.NVocab)
-	m.linear(out, hidden, 1, m.tokEmb, nil)
+	m.logitsInto(out, hidden, m.tokEmb)
 	return out
+}
+
+// logitsInto computes the logits of ids 0..len(out)-1: on the graph's
+// backend on the ggml path (the token embedding lives only there), else
+// from w, the token embedding or its first rows.
+func (m *Model) logitsInto(out, hidden []float32, w *weight) {
+	if m.gg != nil {
+		if err := m.gg.logits(hidden, out); err != nil {
+			panic(graphFailure{err}) // runWith returns it
+		}
+		return
+	}
+	m.linear(out, hidden, 1, w, nil)
 }

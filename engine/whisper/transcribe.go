@@ -211,7 +211,18 @@ func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int)
 
 // runWith is run, with whisper.cpp's temperature fallback when fallback is
 // set (fallbackWindow).
-func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool) (*runResult, error) {
+func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool) (_ *runResult, err error) {
+	// A graph that fails mid-turn on the ggml path (graphFailure) ends the
+	// transcription with its error.
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(graphFailure)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+		}
+	}()
 	if len(pcm) == 0 {
 		return nil, errors.New("no audio samples")
 	}
