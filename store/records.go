@@ -203,6 +203,11 @@ type LogEntry struct {
 type InferenceInfo struct {
 	// ID is the inference_id the answer carried: opaque and unguessable.
 	ID string
+	// Model and SpeechModel are the file names of the language model and
+	// the Whisper model that made the answer ("" when unknown, or no
+	// recording was sent).
+	Model       string `json:",omitempty"`
+	SpeechModel string `json:",omitempty"`
 	// PromptVersion is the version of the system prompt the inference used.
 	PromptVersion string
 	// CandidateChars are the lengths in characters of the candidates, best
