@@ -189,6 +189,24 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 		t.Errorf("log: %d answered (by model %v), %d loading; the clients saw %d and %d", logged200, byModel, logged503, ok, loading)
 	}
 
+	// The statistics count the answers per model.
+	var stats struct {
+		ByModel []struct {
+			Model      string
+			Inferences int
+		} `json:"by_model"`
+	}
+	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/stats", Header: admin}, 200), &stats); err != nil {
+		t.Fatal(err)
+	}
+	perModel := map[string]int{}
+	for _, m := range stats.ByModel {
+		perModel[m.Model] = m.Inferences
+	}
+	if len(stats.ByModel) != 2 || perModel["llm-demo.gguf"] != byModel["llm-demo.gguf"] || perModel["candidate.gguf"] != byModel["candidate.gguf"] {
+		t.Errorf("stats by model %+v, the log counted %v", stats.ByModel, byModel)
+	}
+
 	// Whisper too; an answer to a recording names both models.
 	if s := doSwitch("/v1/admin/models/whisper-two.bin/activate", nil); s.Kind != "whisper" || s.Model != "whisper-two.bin" || s.Previous != "whisper-demo.bin" {
 		t.Errorf("whisper switch: %+v", s)

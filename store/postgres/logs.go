@@ -130,7 +130,7 @@ func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
 	}
 	err := s.run("read stats", func(ctx context.Context) error {
 		b = store.NewStatsBuilder() // run may call this twice
-		rows, err := s.pool.Query(ctx, `SELECT subject, resource_id, status, error_code, latency_ms, prompt_version, inference_id IS NOT NULL,
+		rows, err := s.pool.Query(ctx, `SELECT subject, resource_id, status, error_code, latency_ms, prompt_version, inference_id IS NOT NULL, model,
 				`+outcomeColumns+`
 			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 ORDER BY ts_ns, seq`, ns(since), ns(until))
 		if err != nil {
@@ -138,7 +138,7 @@ func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
 		}
 		var r store.StatsRow
 		var oc outcomeCols
-		_, err = pgx.ForEachRow(rows, append([]any{&r.Subject, &r.KeyHash, &r.Status, &r.ErrorCode, &r.LatencyMS, &r.PromptVersion, &r.Answered}, oc.dest()...), func() error {
+		_, err = pgx.ForEachRow(rows, append([]any{&r.Subject, &r.KeyHash, &r.Status, &r.ErrorCode, &r.LatencyMS, &r.PromptVersion, &r.Answered, &r.Model}, oc.dest()...), func() error {
 			row := r
 			row.Outcome = oc.outcome()
 			b.Add(row)

@@ -793,7 +793,7 @@ async function main() {
       await shot('08-logs-desktop');
     });
 
-    await step('stats: the request total went up and the charts show it', async () => {
+    await step('stats: the request total went up, the charts show it, and the answers are counted per language model', async () => {
       await go('stats');
       await page.click('#stats-refresh');
       const after = await until(async () => {
@@ -807,6 +807,8 @@ async function main() {
       check(bars.some((hgt) => hgt > 0), `request bars ${bars}`);
       const label = await page.getAttribute('#chart-requests svg', 'aria-label');
       check(/Requests per/.test(label), `chart label "${label}"`);
+      const modelRow = await page.$$eval('#stats-models tbody tr', (trs) => trs.map((tr) => tr.dataset.model));
+      equal(modelRow.join(','), 'llm-demo.gguf', 'the language models that answered, in the Stats view');
       await checkLabels('stats');
       await checkContrast('stats');
       await checkAxe('stats');
