@@ -93,34 +93,16 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	if err != nil {
 		return out, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(req.Path), err)
 	}
-	out.BytesNeeded = st.Size() + st.Size()/4 + switchHeadroom
-	out.BytesAvailable = -1
 	avail, aerr := memAvailable()
-	if aerr == nil {
-		out.BytesAvailable = avail
-	}
 	// The language model's backend: its memory is the GPU's unless "cpu".
 	e.mu.RLock()
 	gpu := name == "llm" && e.llm.Status().Backend != "cpu"
 	e.mu.RUnlock()
-	fits := aerr == nil && out.BytesNeeded <= avail && !gpu
-	switch req.Mode {
-	case "", "auto":
-		out.Mode = "swap"
-		if fits {
-			out.Mode = "beside"
-		}
-	case "beside":
-		if !fits {
-			return out, fmt.Errorf("%w: %s", api.ErrModelSwitchNoRoom, roomReason(out, aerr, gpu))
-		}
-		out.Mode = "beside"
-	case "swap":
-		out.Mode = "swap"
-	default:
-		return out, fmt.Errorf("%w: mode %q: want auto, beside or swap", api.ErrModelSwitchInvalid, req.Mode)
+	plan, err := planSwitch(req.Mode, st.Size(), avail, aerr, gpu)
+	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
+	if err != nil {
+		return out, err
 	}
-	out.Reason = roomReason(out, aerr, gpu)
 
 	// The expected load time: the last load of this engine, scaled by the
 	// files' sizes.
@@ -140,6 +122,38 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	}
 	e.log.Info("model switched", "engine", name, "model", req.Path, "previous", old, "mode", out.Mode, "ms", out.LoadMS,
 		"bytes_needed", out.BytesNeeded, "bytes_available", out.BytesAvailable)
+	return out, nil
+}
+
+// planSwitch decides how a switch to a model file of fileBytes goes: beside
+// the old model when it fits in avail (availErr: unknown) and is not on a
+// GPU, else with the old one unloaded first; mode ("auto" or "", "beside",
+// "swap") may force either, "beside" refusing with ErrModelSwitchNoRoom
+// when it does not fit. It fills Mode, Reason, BytesNeeded and
+// BytesAvailable.
+func planSwitch(mode string, fileBytes, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
+	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + switchHeadroom, BytesAvailable: -1}
+	if availErr == nil {
+		out.BytesAvailable = avail
+	}
+	fits := availErr == nil && out.BytesNeeded <= avail && !gpu
+	switch mode {
+	case "", "auto":
+		out.Mode = "swap"
+		if fits {
+			out.Mode = "beside"
+		}
+	case "beside":
+		if !fits {
+			return out, fmt.Errorf("%w: %s", api.ErrModelSwitchNoRoom, roomReason(out, availErr, gpu))
+		}
+		out.Mode = "beside"
+	case "swap":
+		out.Mode = "swap"
+	default:
+		return out, fmt.Errorf("%w: mode %q: want auto, beside or swap", api.ErrModelSwitchInvalid, mode)
+	}
+	out.Reason = roomReason(out, availErr, gpu)
 	return out, nil
 }
 
