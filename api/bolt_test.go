@@ -31,7 +31,7 @@ func TestBoltScenarios(t *testing.T) {
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/stats?window=1h", "")), 200, `{"since":"2026-01-02T02:05:05Z","window_seconds":3600,"total_requests":3,"active_users":2,
 	  "errors":{"invalid_request":1,"rate_limited":1},"latency_ms":{"p50":0,"p95":0},`+noOutcomes+`,
 	  "by_key":[{"api_key_hash":"`+k.APIKeyHash+`","client_id":"ward-1","requests":3,"errors":2,`+noOutcomes+`}],
-	  "by_prompt_version":[{"version":"1","inferences":1,"outcomes":0,"accepted":0,"acceptance_rate":null}],"ksr":[]}`)
+	  "by_prompt_version":[{"version":"1","inferences":1,"outcomes":0,"accepted":0,"acceptance_rate":null}],"by_model":[],"ksr":[]}`)
 	rec = e.do(adminReq("GET", "/v1/admin/logs?stream=infer", ""))
 	wantJSON(t, rec, 200, `{"items":[
 	  {"timestamp":"2026-01-02T03:04:05Z","level":"warn","message":"infer failed: rate_limited","resource_type":"api_key","resource_id":"`+k.APIKeyHash+`","client_id":"ward-1","stream_name":"infer","status":429,"node":"box-test"},

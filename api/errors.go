@@ -43,6 +43,9 @@ const (
 	// CodeInvalidModel: an uploaded model file failed its check (the
 	// message says what is wrong); 422.
 	CodeInvalidModel = "invalid_model"
+	// CodeLoading: the model the request needs is being switched and could
+	// not stay loaded meanwhile; 503 with Retry-After.
+	CodeLoading = "loading"
 )
 
 // storeRetryAfter is the Retry-After sent with store_unavailable: about the
@@ -80,6 +83,7 @@ var codeStatus = map[string]int{
 	CodeNotSupported:         http.StatusNotImplemented,
 	CodeSuperseded:           http.StatusConflict,
 	CodeInvalidModel:         http.StatusUnprocessableEntity,
+	CodeLoading:              http.StatusServiceUnavailable,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.

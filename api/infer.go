@@ -413,7 +413,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
 		return err
 	}
-	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
+	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response)),
+		Model: res.Model, SpeechModel: res.SpeechModel}
 	for i, text := range out.Response {
 		inf.CandidateChars[i] = score.Chars(text)
 	}
@@ -485,6 +486,12 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 		return &Error{Code: CodeOverloaded, Message: "the inference queue is full; retry shortly", RetryAfter: s.limits.OverloadedRetryAfter, Err: err}
 	case engine.KindNotReady:
 		return &Error{Code: CodeNotReady, Message: "models are loading; retry shortly", RetryAfter: s.limits.NotReadyRetryAfter, Err: err}
+	case engine.KindLoading:
+		retry := s.limits.NotReadyRetryAfter
+		if ee != nil && ee.RetryAfter > 0 {
+			retry = ee.RetryAfter
+		}
+		return &Error{Code: CodeLoading, Message: or("a model is being switched; retry shortly"), RetryAfter: retry, Err: err}
 	case engine.KindCanceled:
 		if e := rightEndedCause(reqCtx); e != nil {
 			return e

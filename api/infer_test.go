@@ -227,6 +227,9 @@ func TestInferEngineErrors(t *testing.T) {
 			errJSON("prompt_too_long", "the prompt needs 5000 tokens but the language model fits 4047: persona 3000 tokens"), "", "warn"},
 		{"overloaded", engine.ErrOverloaded, 503, errJSON("overloaded", "the inference queue is full; retry shortly"), "2", "error"},
 		{"not ready", engine.Errorf(engine.KindNotReady, nil, "loading"), 503, errJSON("not_ready", "models are loading; retry shortly"), "5", "error"},
+		{"loading, the engine's estimate", &engine.Error{Kind: engine.KindLoading, Message: "the language model is being switched; retry in 13 s", RetryAfter: 12300 * time.Millisecond}, 503,
+			errJSON("loading", "the language model is being switched; retry in 13 s"), "13", "error"},
+		{"loading, no estimate", &engine.Error{Kind: engine.KindLoading}, 503, errJSON("loading", "a model is being switched; retry shortly"), "5", "error"},
 		{"deadline", context.DeadlineExceeded, 503, errJSON("timeout", "the inference did not finish within 30s"), "2", "error"},
 		{"unknown", fmt.Errorf("secret internal detail"), 500, errJSON("internal", "Internal error."), "", "error"},
 	}

@@ -918,7 +918,8 @@ func (sess *liveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *spec
 		sess.sendError(err)
 		return
 	}
-	inf = &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response))}
+	inf = &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response)),
+		Model: res.Model, SpeechModel: res.SpeechModel}
 	for i, text := range out.Response {
 		inf.CandidateChars[i] = score.Chars(text)
 	}

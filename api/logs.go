@@ -29,6 +29,10 @@ type logEntry struct {
 	// Node is the replyd box that wrote the entry ("" for entries written
 	// before boxes had names).
 	Node string `json:"node"`
+	// Model and SpeechModel name the model files that made an answer
+	// (omitted when unknown and for other entries).
+	Model       string `json:"model,omitempty"`
+	SpeechModel string `json:"speech_model,omitempty"`
 }
 
 type logsResponse struct {
@@ -142,6 +146,10 @@ func (s *Server) handleLogs(c echo.Context) error {
 		return err
 	}
 	for _, e := range entries {
+		var model, speech string
+		if e.Inference != nil {
+			model, speech = e.Inference.Model, e.Inference.SpeechModel
+		}
 		out.Items = append(out.Items, logEntry{
 			Timestamp:    e.Timestamp.UTC(),
 			Level:        e.Level,
@@ -153,6 +161,8 @@ func (s *Server) handleLogs(c echo.Context) error {
 			Status:       e.Status,
 			LatencyMS:    e.LatencyMS,
 			Node:         e.Node,
+			Model:        model,
+			SpeechModel:  speech,
 		})
 	}
 	out.Count = len(out.Items)

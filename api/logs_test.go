@@ -103,10 +103,10 @@ func TestStats(t *testing.T) {
 	hv, ho := secret.Hash("valid"), secret.Hash("other")
 	all := `"errors":{"invalid_request":1},"latency_ms":{"p50":0,"p95":0},` + noOutcomes + `,` +
 		byKey(keyStatsJSON{APIKeyHash: hv, ClientID: "tablet-valid", Requests: 2, Errors: 1}, keyStatsJSON{APIKeyHash: ho, ClientID: "tablet-other", Requests: 2}) +
-		`,"by_prompt_version":[{"version":"1","inferences":3,"outcomes":0,"accepted":0,"acceptance_rate":null}],"ksr":[]`
+		`,"by_prompt_version":[{"version":"1","inferences":3,"outcomes":0,"accepted":0,"acceptance_rate":null}],"by_model":[],"ksr":[]`
 	late := `"errors":{},"latency_ms":{"p50":0,"p95":0},` + noOutcomes + `,` + byKey(keyStatsJSON{APIKeyHash: ho, ClientID: "tablet-other", Requests: 2}) +
-		`,"by_prompt_version":[{"version":"1","inferences":2,"outcomes":0,"accepted":0,"acceptance_rate":null}],"ksr":[]`
-	none := `"errors":{},"latency_ms":{"p50":null,"p95":null},` + noOutcomes + `,"by_key":[],"by_prompt_version":[],"ksr":[]`
+		`,"by_prompt_version":[{"version":"1","inferences":2,"outcomes":0,"accepted":0,"acceptance_rate":null}],"by_model":[],"ksr":[]`
+	none := `"errors":{},"latency_ms":{"p50":null,"p95":null},` + noOutcomes + `,"by_key":[],"by_prompt_version":[],"by_model":[],"ksr":[]`
 	tests := []struct {
 		query  string
 		status int

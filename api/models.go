@@ -54,6 +54,12 @@ type modelList struct {
 	FreeBytes int64 `json:"free_bytes"`
 	// MaxBytes bounds an upload.
 	MaxBytes int64 `json:"max_bytes"`
+	// Node is this box; Boxes what each box chose on the admin page (the
+	// boxes sharing a PostgreSQL store each keep their own), by node and
+	// kind. Switch is whether this box can switch models while it runs.
+	Node   string      `json:"node"`
+	Boxes  []boxModels `json:"boxes"`
+	Switch bool        `json:"switch"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -140,6 +146,11 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if n, err := f.freeBytes(); err == nil {
 		out.FreeBytes = n
 	}
+	out.Node = s.node
+	if out.Boxes, err = s.modelChoices(); err != nil {
+		return err
+	}
+	_, out.Switch = s.health.(ModelSwitcher)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -237,6 +248,8 @@ func modelError(err error) *Error {
 		return &Error{Code: CodeNotFound, Message: err.Error(), Err: err}
 	case errors.Is(err, modelfile.ErrBadName):
 		return &Error{Code: CodeInvalidRequest, Message: err.Error(), Err: err}
+	case switchError(err) != nil:
+		return switchError(err)
 	case errors.Is(err, modelfile.ErrShort):
 		return &Error{Code: CodeInvalidRequest, Message: "the upload ended before the announced Content-Length; send the file again", Err: err}
 	}

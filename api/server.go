@@ -312,6 +312,8 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, a+"/models", s.handleListModels, s.adminAuth)
 	e.POST(a+"/models", s.handleUploadModel, s.adminAuth)
 	e.DELETE(a+"/models/:name", s.handleDeleteModel, s.adminAuth)
+	e.POST(a+"/models/:name/activate", s.handleActivateModel, s.adminAuth)
+	e.POST(a+"/models/:kind/rollback", s.handleRollbackModel, s.adminAuth)
 
 	if !metricsPublic {
 		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)

@@ -74,6 +74,16 @@ type versionStatsJSON struct {
 	AcceptanceRate *float64 `json:"acceptance_rate"`
 }
 
+// modelStatsJSON is one language model's answers in by_model.
+type modelStatsJSON struct {
+	Model          string          `json:"model"`
+	Inferences     int             `json:"inferences"`
+	Outcomes       int             `json:"outcomes"`
+	Accepted       int             `json:"accepted"`
+	AcceptanceRate *float64        `json:"acceptance_rate"`
+	LatencyMS      percentilesJSON `json:"latency_ms"`
+}
+
 type statsBucket struct {
 	Start         time.Time `json:"start"`
 	TotalRequests int       `json:"total_requests"`
@@ -94,6 +104,9 @@ type statsResponse struct {
 	outcomeFields
 	ByKey           []keyStatsJSON     `json:"by_key"`
 	ByPromptVersion []versionStatsJSON `json:"by_prompt_version"`
+	// ByModel is per language model file that answered, in the order each
+	// was first used in the window (a switch of models shows here).
+	ByModel []modelStatsJSON `json:"by_model"`
 	// KSR is the keystroke saving rate per steering mode and prompt
 	// version (steer.go).
 	KSR []ksrJSON `json:"ksr"`
@@ -144,6 +157,7 @@ func (s *Server) handleStats(c echo.Context) error {
 		Since: since, WindowSeconds: secs, TotalRequests: st.TotalRequests, ActiveUsers: st.ActiveUsers,
 		Errors: st.Errors, LatencyMS: percentilesOf(st.Latency), outcomeFields: outcomeFieldsOf(st.OutcomeStats),
 		ByKey: []keyStatsJSON{}, ByPromptVersion: make([]versionStatsJSON, 0, len(st.ByPromptVersion)),
+		ByModel: make([]modelStatsJSON, 0, len(st.ByModel)),
 	}
 	if out.Errors == nil {
 		out.Errors = map[string]int{}
@@ -162,6 +176,12 @@ func (s *Server) handleStats(c echo.Context) error {
 		out.ByPromptVersion = append(out.ByPromptVersion, versionStatsJSON{
 			Version: v.Version, Inferences: v.Inferences, Outcomes: v.Outcomes, Accepted: v.Accepted,
 			AcceptanceRate: rate(v.Accepted, v.Outcomes),
+		})
+	}
+	for _, m := range st.ByModel {
+		out.ByModel = append(out.ByModel, modelStatsJSON{
+			Model: m.Model, Inferences: m.Inferences, Outcomes: m.Outcomes, Accepted: m.Accepted,
+			AcceptanceRate: rate(m.Accepted, m.Outcomes), LatencyMS: percentilesOf(m.Latency),
 		})
 	}
 	out.KSR = ksrOfStats(st.KSR)

@@ -182,6 +182,9 @@ type Result struct {
 	// SteerExhausted: a steered request got fewer distinct matching
 	// candidates than it asked for within the reply budget.
 	SteerExhausted bool
+	// Model and SpeechModel name the model files that made the answer
+	// (Generation.Model, Transcript.Model); "" when unknown.
+	Model, SpeechModel string
 }
 
 // Example is one remembered exchange of the AAC user: what the partner said
@@ -243,6 +246,9 @@ type Transcript struct {
 	Tokens  []int
 	// Stage timings, for /metrics and the admin page.
 	Mel, Encoder, Decoder time.Duration
+	// Model names the model file that transcribed (its base name), when
+	// the Transcriber knows it.
+	Model string
 }
 
 // Heard is what a client is told of t (Request.OnTranscript).
@@ -308,6 +314,9 @@ type Generation struct {
 	// SteerExhausted: fewer distinct candidates meeting req.Steer than
 	// asked for could be sampled within the reply budget.
 	SteerExhausted bool
+	// Model names the model file that generated (its base name), when
+	// the Generator knows it.
+	Model string
 }
 
 // Generator produces candidate replies. Implementations must be safe for

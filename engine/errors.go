@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind classifies a pipeline failure so the API can map it to a status.
@@ -24,6 +25,11 @@ const (
 	// 400 prompt_too_long. The message names the fields and their sizes in
 	// tokens, never their text. Retrying the same request fails again.
 	KindPromptTooLong
+	// KindLoading: the model a request needs is being switched and the old
+	// one is already unloaded (both did not fit in memory at once): 503
+	// loading, with Error.RetryAfter when the engine can tell how long the
+	// load takes. Retrying after that time succeeds.
+	KindLoading
 )
 
 // Error is the typed error the pipeline and the engines return.
@@ -31,6 +37,9 @@ type Error struct {
 	Kind    Kind
 	Message string // safe to show to the client: never dialog text
 	Err     error  // the cause, for logs only
+	// RetryAfter, when positive, is how long the engine expects the
+	// condition to last (KindLoading: the new model's load time).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

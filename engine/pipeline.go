@@ -136,6 +136,7 @@ func (p *Pipeline) hear(ctx context.Context, req Request, msgs []Message, res *R
 	}
 	res.Transcript = tr.Text
 	res.TranscriptLanguage = tr.Language
+	res.SpeechModel = tr.Model
 	res.TranscriptWarning = tr.Warning
 	if strings.TrimSpace(tr.Text) == "" {
 		// Whisper's no-speech rule silenced every window.
@@ -205,6 +206,7 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens
 	res.HistorySent, res.HistoryUsed = gen.HistorySent, gen.HistoryUsed
 	res.SteerExhausted = gen.SteerExhausted
+	res.Model = gen.Model
 	res.Timings.Queue = gen.Queue
 	res.Timings.Prompt = gen.Prompt
 	res.Timings.Generation = gen.Generation

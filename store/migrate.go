@@ -49,6 +49,9 @@ type Snapshot struct {
 	// (SetLiveOff), sorted. Live tickets are not carried: they expire
 	// within a minute.
 	LiveOff []string
+	// ModelChoices are the boxes' choices of model (SetModelChoice), by
+	// Node and then Kind.
+	ModelChoices []ModelChoice
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
 	Logs iter.Seq2[LogEntry, error] `json:"-"`
@@ -205,5 +208,14 @@ func canonical(s Snapshot) ([]byte, error) {
 	}
 	slices.SortFunc(pairings, func(x, y Pairing) int { return strings.Compare(x.CodeHash, y.CodeHash) })
 	s.Pairings = pairings
+	choices := make([]ModelChoice, len(s.ModelChoices))
+	for i, c := range s.ModelChoices {
+		c.At = c.At.UTC()
+		choices[i] = c
+	}
+	if len(choices) == 0 {
+		choices = nil
+	}
+	s.ModelChoices = choices
 	return json.Marshal(s)
 }

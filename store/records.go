@@ -203,6 +203,11 @@ type LogEntry struct {
 type InferenceInfo struct {
 	// ID is the inference_id the answer carried: opaque and unguessable.
 	ID string
+	// Model and SpeechModel are the file names of the language model and
+	// the Whisper model that made the answer ("" when unknown, or no
+	// recording was sent).
+	Model       string `json:",omitempty"`
+	SpeechModel string `json:",omitempty"`
 	// PromptVersion is the version of the system prompt the inference used.
 	PromptVersion string
 	// CandidateChars are the lengths in characters of the candidates, best
@@ -382,6 +387,10 @@ type Stats struct {
 	// ByPromptVersion has one entry per system-prompt version that answered
 	// inferences in the window, in the order each was first used.
 	ByPromptVersion []VersionStats
+	// ByModel has one entry per language model (InferenceInfo.Model) that
+	// answered inferences in the window, in the order each was first used:
+	// what a switch of models changed.
+	ByModel []ModelStats
 	// KSR has the keystroke saving rate of the spoken replies whose actions
 	// were reported, one entry per steering mode ("none": picked from the
 	// turn's unsteered answer) and prompt version, sorted by both.
@@ -453,6 +462,16 @@ type VersionStats struct {
 	Inferences int // answered inferences that used it
 	Outcomes   int
 	Accepted   int
+}
+
+// ModelStats counts the answered inferences of one language model.
+type ModelStats struct {
+	Model      string
+	Inferences int
+	Outcomes   int
+	Accepted   int
+	// Latency is over its answered inferences.
+	Latency Percentiles
 }
 
 // StatsBucket is one slice of a time series of Stats.

@@ -23,6 +23,9 @@ type StatsRow struct {
 	PromptVersion string
 	Answered      bool
 	Outcome       *Outcome
+	// Model is the language model that answered (InferenceInfo.Model; ""
+	// when unknown).
+	Model string
 }
 
 // StatsBuilder accumulates StatsRows into Stats. The zero value is not
@@ -35,7 +38,14 @@ type StatsBuilder struct {
 	keys     map[string]*keyAcc
 	versions map[string]*VersionStats
 	vorder   []string
+	models   map[string]*modelAcc
+	morder   []string
 	ksr      map[[2]string]*KSRStats
+}
+
+type modelAcc struct {
+	ms  ModelStats
+	lat []int64
 }
 
 type keyAcc struct {
@@ -83,6 +93,7 @@ func NewStatsBuilder() *StatsBuilder {
 		users:    map[string]struct{}{},
 		keys:     map[string]*keyAcc{},
 		versions: map[string]*VersionStats{},
+		models:   map[string]*modelAcc{},
 		ksr:      map[[2]string]*KSRStats{},
 	}
 }
@@ -146,6 +157,22 @@ func (b *StatsBuilder) Add(r StatsRow) {
 				v.Accepted++
 			}
 		}
+		if r.Model != "" {
+			m := b.models[r.Model]
+			if m == nil {
+				m = &modelAcc{ms: ModelStats{Model: r.Model}}
+				b.models[r.Model] = m
+				b.morder = append(b.morder, r.Model)
+			}
+			m.ms.Inferences++
+			m.lat = append(m.lat, r.LatencyMS)
+			if r.Outcome != nil {
+				m.ms.Outcomes++
+				if r.Outcome.Accepted() {
+					m.ms.Accepted++
+				}
+			}
+		}
 	}
 }
 
@@ -170,6 +197,13 @@ func (b *StatsBuilder) Stats() Stats {
 	s.ByPromptVersion = make([]VersionStats, 0, len(b.vorder))
 	for _, v := range b.vorder {
 		s.ByPromptVersion = append(s.ByPromptVersion, *b.versions[v])
+	}
+	s.ByModel = make([]ModelStats, 0, len(b.morder))
+	for _, m := range b.morder {
+		a := b.models[m]
+		ms := a.ms
+		ms.Latency = percentiles(a.lat)
+		s.ByModel = append(s.ByModel, ms)
 	}
 	for _, a := range b.ksr {
 		s.KSR = append(s.KSR, *a)

@@ -311,6 +311,15 @@ type Store interface {
 	// left with neither that were created before both.
 	PruneMemory(pairsBefore, textsBefore time.Time) (MemoryPrune, error)
 
+	// SetModelChoice stores c as box c.Node's choice of model for engine
+	// c.Kind, replacing that box's earlier choice for the engine (other
+	// boxes' choices stay). An empty Node, Kind or Model is ErrInvalid. A
+	// zero At is set from the clock.
+	SetModelChoice(c ModelChoice) error
+	// ModelChoices returns every box's choices, by Node and then Kind. The
+	// result is never nil.
+	ModelChoices() ([]ModelChoice, error)
+
 	// Snapshot calls fn with a consistent view of everything the store
 	// holds, taken in one read transaction that lasts until fn returns;
 	// snap.Logs may be ranged over only during fn. It is how `replyd store

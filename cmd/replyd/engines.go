@@ -18,13 +18,30 @@ import (
 
 // engines holds the two models while they load and after. It implements
 // engine.Transcriber and engine.Generator for the pipeline (answering
-// KindNotReady until the model is loaded) and api.HealthSource for /healthz.
+// KindNotReady until the model is loaded, KindLoading while a switch has
+// unloaded it), api.HealthSource for /healthz and api.ModelSwitcher
+// (switch.go) for the admin page.
 type engines struct {
 	mu   sync.RWMutex
 	stt  *whisper.Model
 	llm  *llm.Engine
 	pend map[string]engine.EngineStatus // status of engines not loaded yet
 	vad  engine.EngineStatus            // voice activity detection: on, or off and why
+
+	// sttUse and llmUse count the requests using stt and llm: a switch
+	// frees a model once its count is back to zero. Each model has its own
+	// group, taken under mu while the model is current.
+	sttUse, llmUse *sync.WaitGroup
+	// swapping holds, per engine name, the expected end of a switch that
+	// has unloaded the old model before loading the new one (swap.go).
+	swapping map[string]time.Time
+	// loadTook is how long each engine's model took to load last.
+	loadTook map[string]time.Duration
+	// cfg, cpu and log are what load was given; a switch opens with them.
+	cfg      *Config
+	cpu      *engine.Scheduler
+	log      *slog.Logger
+	switchMu sync.Mutex // one switch at a time
 }
 
 // loadVAD loads Silero VAD from path for the pipeline. A missing or
@@ -50,7 +67,8 @@ func newEngines(cfg *Config) *engines {
 	return &engines{pend: map[string]engine.EngineStatus{
 		"stt": {Name: "stt", Model: cfg.WhisperModel, Demo: isDemoModel(cfg.WhisperModel)},
 		"llm": {Name: "llm", Model: cfg.LLMModel, Demo: isDemoModel(cfg.LLMModel)},
-	}}
+	}, sttUse: new(sync.WaitGroup), llmUse: new(sync.WaitGroup),
+		swapping: map[string]time.Time{}, loadTook: map[string]time.Duration{}, cfg: cfg}
 }
 
 // isDemoModel reports whether path names one of the generated models with
@@ -65,42 +83,68 @@ func isDemoModel(path string) bool {
 // would only compete for the same cores). It returns the first error, which
 // names the file and the reason.
 func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) error {
+	e.mu.Lock()
+	e.cpu, e.log = cpu, log
+	e.mu.Unlock()
 	t0 := time.Now()
-	compute, err := whisperCompute(cfg.WhisperBackend, cfg.GPULayers, whisper.GPUPresent)
-	if err != nil {
-		return err
-	}
-	fallback, reserve := whisperPlacement(cfg, compute)
-	stt, err := whisper.Load(cfg.WhisperModel, whisper.Options{
-		Compute:    compute,
-		Threads:    cfg.SpeechThreadsMax(),
-		NoFallback: cfg.WhisperFallback == "off",
-		// whisper.cpp's max_tokens k is k text tokens and the closing
-		// <|endoftext|>: MaxTokensPerWindow k+1.
-		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
-		Demo:               isDemoModel(cfg.WhisperModel),
-		Logger:             log.With("engine", "stt"),
-		FallbackCPU:        fallback,
-		DeviceReserve:      reserve,
-	})
+	stt, err := openWhisper(cfg, cfg.WhisperModel, log)
 	if err != nil {
 		e.setError("stt", err)
 		return fmt.Errorf("speech-to-text model: %w", err)
 	}
 	e.mu.Lock()
 	e.stt = stt
+	e.loadTook["stt"] = time.Since(t0)
 	delete(e.pend, "stt")
 	e.mu.Unlock()
 	log.Info("speech-to-text model loaded", "model", cfg.WhisperModel, "ms", time.Since(t0).Milliseconds(),
-		"compute", compute, "backend", stt.Backend(), "bytes", stt.Info().Bytes, "device_bytes", stt.Info().DeviceBytes)
+		"backend", stt.Backend(), "bytes", stt.Info().Bytes, "device_bytes", stt.Info().DeviceBytes)
 
 	t1 := time.Now()
+	lm, err := openLLM(cfg, cfg.LLMModel, cpu, log)
+	if err != nil {
+		e.setError("llm", err)
+		return fmt.Errorf("language model: %w", err)
+	}
+	e.mu.Lock()
+	e.llm = lm
+	e.loadTook["llm"] = time.Since(t1)
+	delete(e.pend, "llm")
+	e.mu.Unlock()
+	log.Info("language model loaded and warmed up", "model", cfg.LLMModel, "ms", time.Since(t1).Milliseconds())
+	return nil
+}
+
+// openWhisper loads the Whisper model at path with cfg's settings.
+func openWhisper(cfg *Config, path string, log *slog.Logger) (*whisper.Model, error) {
+	compute, err := whisperCompute(cfg.WhisperBackend, cfg.GPULayers, whisper.GPUPresent)
+	if err != nil {
+		return nil, err
+	}
+	fallback, reserve := whisperPlacement(cfg, compute)
+	return whisper.Load(path, whisper.Options{
+		Compute:    compute,
+		Threads:    cfg.SpeechThreadsMax(),
+		NoFallback: cfg.WhisperFallback == "off",
+		// whisper.cpp's max_tokens k is k text tokens and the closing
+		// <|endoftext|>: MaxTokensPerWindow k+1.
+		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
+		Demo:               isDemoModel(path),
+		Logger:             log.With("engine", "stt"),
+		FallbackCPU:        fallback,
+		DeviceReserve:      reserve,
+	})
+}
+
+// openLLM opens the language model at path with cfg's settings; it returns
+// once the model is warm (llm.Open decodes and times it).
+func openLLM(cfg *Config, path string, cpu *engine.Scheduler, log *slog.Logger) (*llm.Engine, error) {
 	decoding, err := llm.ParseDecoding(cfg.Decoding)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lm, err := llm.Open(llm.Options{
-		ModelPath:      cfg.LLMModel,
+	return llm.Open(llm.Options{
+		ModelPath:      path,
 		ContextPerSeq:  cfg.ContextPerSeq,
 		Threads:        cfg.Threads,
 		GPULayers:      cfg.GPULayers,
@@ -113,19 +157,9 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 		// Open measures.
 		ColdPromptTarget: cfg.ColdPromptTarget,
 		CPU:              cpu,
-		Demo:             isDemoModel(cfg.LLMModel),
+		Demo:             isDemoModel(path),
 		Logger:           log.With("engine", "llm"),
 	})
-	if err != nil {
-		e.setError("llm", err)
-		return fmt.Errorf("language model: %w", err)
-	}
-	e.mu.Lock()
-	e.llm = lm
-	delete(e.pend, "llm")
-	e.mu.Unlock()
-	log.Info("language model loaded and warmed up", "model", cfg.LLMModel, "ms", time.Since(t1).Milliseconds())
-	return nil
 }
 
 func (e *engines) setError(name string, err error) {
@@ -136,37 +170,64 @@ func (e *engines) setError(name string, err error) {
 	e.pend[name] = st
 }
 
-// Transcribe implements engine.Transcriber.
+// Transcribe implements engine.Transcriber. The request finishes on the
+// model that was current when it began, even when a switch replaces it
+// meanwhile.
 func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
 	e.mu.RLock()
-	stt := e.stt
+	stt, use := e.stt, e.sttUse
+	if stt != nil {
+		use.Add(1)
+	}
+	err := e.loadingLocked("stt")
 	e.mu.RUnlock()
 	if stt == nil {
+		if err != nil {
+			return engine.Transcript{}, err
+		}
 		return engine.Transcript{}, &engine.Error{Kind: engine.KindNotReady, Message: "the speech-to-text model is still loading; retry shortly"}
 	}
-	return stt.Transcribe(ctx, pcm, opts)
+	defer use.Done()
+	tr, err := stt.Transcribe(ctx, pcm, opts)
+	tr.Model = filepath.Base(stt.Status().Model)
+	return tr, err
 }
 
 // Prefill implements engine.Prefiller; it does nothing while the language
 // model is loading.
 func (e *engines) Prefill(ctx context.Context, req engine.GenerateRequest) {
 	e.mu.RLock()
-	lm := e.llm
+	lm, use := e.llm, e.llmUse
+	if lm != nil {
+		use.Add(1)
+	}
 	e.mu.RUnlock()
 	if lm != nil {
 		lm.Prefill(ctx, req)
+		use.Done()
 	}
 }
 
-// Generate implements engine.Generator.
+// Generate implements engine.Generator. The request finishes on the model
+// that was current when it began, even when a switch replaces it meanwhile.
 func (e *engines) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
 	e.mu.RLock()
-	lm := e.llm
+	lm, use := e.llm, e.llmUse
+	if lm != nil {
+		use.Add(1)
+	}
+	err := e.loadingLocked("llm")
 	e.mu.RUnlock()
 	if lm == nil {
+		if err != nil {
+			return engine.Generation{}, err
+		}
 		return engine.Generation{}, &engine.Error{Kind: engine.KindNotReady, Message: "the language model is still loading; retry shortly"}
 	}
-	return lm.Generate(ctx, req)
+	defer use.Done()
+	gen, err := lm.Generate(ctx, req)
+	gen.Model = filepath.Base(lm.Status().Model)
+	return gen, err
 }
 
 // Engines implements api.HealthSource: speech-to-text first, then the LLM.
@@ -204,8 +265,7 @@ func (e *engines) QueueDepth() int {
 	return e.llm.QueueDepth()
 }
 
-// close releases the engines. The llama.cpp context itself lives until the
-// process exits (the Go binding cannot free it).
+// close releases the engines.
 func (e *engines) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -84,6 +84,7 @@ func (s *Server) Run(ctx context.Context) error {
 		notifier = n
 	}
 
+	chosenModels(db, cfg, s.log)
 	if err := ensureModels(cfg, s.log); err != nil {
 		return err
 	}

@@ -55,6 +55,7 @@ const struct llama_vocab * llama_model_get_vocab(const struct llama_model * mode
 size_t   llama_state_seq_get_size(struct llama_context * ctx, int32_t seq_id);
 size_t   llama_state_seq_get_data(struct llama_context * ctx, uint8_t * dst, size_t size, int32_t seq_id);
 size_t   llama_state_seq_set_data(struct llama_context * ctx, const uint8_t * src, size_t size, int32_t dest_seq_id);
+void     llama_free(struct llama_context * ctx);
 */
 import "C"
 
@@ -195,4 +196,15 @@ func (c *kvContext) restoreSeq(seq int, state []byte) error {
 		return errors.New("llama.cpp could not restore the sequence state")
 	}
 	return nil
+}
+
+// free releases the llama.cpp context (its KV cache and compute buffers).
+// Nothing may use k afterwards; the Engine calls it once its owner
+// goroutine has stopped.
+func (k *kvContext) free() {
+	if k.raw != nil {
+		C.llama_free(k.raw)
+		k.raw = nil
+		k.Context = nil
+	}
 }

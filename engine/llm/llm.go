@@ -195,6 +195,8 @@ type Engine struct {
 	// after the checks of the request's context.
 	decodeHook func(step int)
 
+	freeOnce sync.Once // Close frees the C state once
+
 	mu      sync.Mutex
 	pending []*job
 	running bool
@@ -231,8 +233,8 @@ var backendOnce sync.Once
 // evaluates a short warm-up decode, times batched against sequential
 // decoding when Options.Decoding is DecodeAuto, and starts the goroutine
 // that owns the context. A file that cannot be loaded gives a *engine.Error
-// of KindLLM naming the file and the reason. The context lives until the
-// process exits: llama.cpp's Go binding has no call to free it.
+// of KindLLM naming the file and the reason. Close frees the context and
+// the model.
 func Open(opts Options) (*Engine, error) {
 	if opts.ContextPerSeq <= 0 {
 		opts.ContextPerSeq = DefaultContextPerSeq
@@ -487,9 +489,11 @@ func (e *Engine) Status() engine.EngineStatus {
 	return st
 }
 
-// Close stops the owner goroutine after the running request and fails the
-// waiting ones with KindNotReady. The model and context stay mapped until
-// the process exits. Close is idempotent.
+// Close stops the owner goroutine after the running request, fails the
+// waiting ones with KindNotReady, and then frees the llama.cpp context, the
+// batch and the model (its mapping), so that a model switched away from
+// gives its memory back. Close is idempotent; nothing but Status and
+// QueueDepth may be called after it.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -511,6 +515,14 @@ func (e *Engine) Close() error {
 	default:
 	}
 	<-e.done
+	// The owner goroutine has returned: nothing touches the C state now.
+	e.freeOnce.Do(func() {
+		e.lctx.free()
+		if e.batch != nil {
+			e.batch.Free()
+		}
+		llama.FreeModel(e.model)
+	})
 	return nil
 }
 

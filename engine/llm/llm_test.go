@@ -43,8 +43,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// openDemo opens an engine on the demo model. Engines are not freed (the
-// llama.cpp binding cannot free a context); the demo model's are tiny.
+// openDemo opens an engine on the demo model. Tests that do not Close it
+// leave it to the process's end; the demo model's engines are tiny.
 func openDemo(tb testing.TB, opts Options) *Engine {
 	tb.Helper()
 	p, err := demoPath()
@@ -651,6 +651,31 @@ func TestCloseRejects(t *testing.T) {
 	}
 	if st := e.Status(); st.Ready {
 		t.Errorf("status after Close = %+v", st)
+	}
+}
+
+// TestCloseFreesAndReopens: Close frees the context and the model (a
+// switch of models gives their memory back), is idempotent, and engines
+// opened after it, while another is open, answer as before.
+func TestCloseFreesAndReopens(t *testing.T) {
+	keep := openDemo(t, Options{})
+	defer keep.Close()
+	for i := range 3 {
+		e := openDemo(t, Options{})
+		if _, err := e.Generate(context.Background(), request(2, uint32(i+1))); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		e.Close()
+		e.Close()
+		if st := e.Status(); st.Ready || st.QueueSize != 0 {
+			t.Errorf("round %d: status after Close = %+v", i, st)
+		}
+		if _, err := e.Generate(context.Background(), request(1, 1)); engine.KindOf(err) != engine.KindNotReady {
+			t.Errorf("round %d: after Close: %v, want KindNotReady", i, err)
+		}
+	}
+	if _, err := keep.Generate(context.Background(), request(2, 9)); err != nil {
+		t.Errorf("the engine kept open: %v", err)
 	}
 }
 

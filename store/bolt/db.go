@@ -66,6 +66,8 @@ var (
 	// Live listening (schema 4 files gain them on the next writable open).
 	bucketLiveTickets = []byte("live_tickets") // ticket hash -> JSON LiveTicket
 	bucketLiveOff     = []byte("live_off")     // key hash -> empty: live listening switched off
+	// Models chosen on the admin page (created on the next writable open).
+	bucketModelChoices = []byte("model_choices") // node ‖ 0 ‖ kind -> JSON ModelChoice
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -76,7 +78,7 @@ var (
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
 		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards, bucketSteerIdx,
-		bucketLiveTickets, bucketLiveOff)
+		bucketLiveTickets, bucketLiveOff, bucketModelChoices)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's

@@ -18,7 +18,9 @@ import (
 // uvarint lengths of the candidates, a flags byte (rowRemembered,
 // rowHasOutcome) and, with an outcome: kind, uvarint rank, uvarint spoken
 // chars, uvarint keystrokes, varint time to choice, uvarint first and last
-// report nanos. Strings are a uvarint length and the bytes. Format 1
+// report nanos; with rowHasActions the outcome's steering part; with
+// rowHasModel, last, the language model's file name. Strings are a uvarint
+// length and the bytes. Format 1
 // (schema 1 files) was the subject's bytes alone; decodeRow reads both.
 type inferRow struct {
 	subject        string
@@ -31,6 +33,7 @@ type inferRow struct {
 	candidateChars []int
 	remembered     bool
 	outcome        *store.Outcome
+	model          string // the language model that answered ("" unknown)
 }
 
 const (
@@ -40,6 +43,9 @@ const (
 	// rowHasActions: the outcome is followed by its steering mode and the
 	// user's reported keys and selections (steering; absent in older rows).
 	rowHasActions = 1 << 2
+	// rowHasModel: the row ends with the language model's file name
+	// (absent in older rows).
+	rowHasModel = 1 << 3
 )
 
 var errBadRow = errors.New("store: malformed infer index entry")
@@ -72,6 +78,9 @@ func (r inferRow) encode() []byte {
 			flags |= rowHasActions
 		}
 	}
+	if r.model != "" {
+		flags |= rowHasModel
+	}
 	b = append(b, flags)
 	if o := r.outcome; o != nil {
 		putStr(o.Kind)
@@ -91,6 +100,9 @@ func (r inferRow) encode() []byte {
 			b = binary.AppendUvarint(b, uint64(max(o.KeysPressed, 0)))
 			b = binary.AppendUvarint(b, uint64(max(o.Selections, 0)))
 		}
+	}
+	if flags&rowHasModel != 0 {
+		putStr(r.model)
 	}
 	return b
 }
@@ -199,6 +211,9 @@ func decodeRow(v []byte) (inferRow, error) {
 		r.outcome(o, flags)
 		row.outcome = o
 	}
+	if flags&rowHasModel != 0 {
+		row.model = r.str()
+	}
 	return row, r.err
 }
 
@@ -241,9 +256,13 @@ func decodeStatsRow(v []byte, intern map[string]string, o *store.Outcome) (store
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		r.uvarint()
 	}
-	if flags := r.byte1(); flags&rowHasOutcome != 0 {
+	flags := r.byte1()
+	if flags&rowHasOutcome != 0 {
 		r.outcome(o, flags)
 		s.Outcome = o
+	}
+	if flags&rowHasModel != 0 {
+		s.Model = r.str()
 	}
 	return s, r.err
 }
@@ -270,6 +289,7 @@ func rowOf(e store.LogEntry) inferRow {
 		row.promptVersion = inf.PromptVersion
 		row.candidateChars = inf.CandidateChars
 		row.remembered = inf.Remember != nil && e.Subject != ""
+		row.model = inf.Model
 	}
 	return row
 }

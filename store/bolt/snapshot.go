@@ -44,6 +44,10 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 		if err := snapshotOutcomes(tx, &snap); err != nil {
 			return err
 		}
+		var err error
+		if snap.ModelChoices, err = modelChoices(tx); err != nil {
+			return err
+		}
 		if b := tx.Bucket(bucketSecrets); b != nil {
 			err := b.ForEach(func(k, v []byte) error {
 				snap.Secrets[string(k)] = append([]byte(nil), v...)
@@ -58,7 +62,6 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 		if v := meta.Get(metaTOTPLastStep); len(v) == 8 {
 			snap.TOTPLastStep = int64(binary.BigEndian.Uint64(v))
 		}
-		var err error
 		if snap.OTPGuard, err = getOTPGuard(tx, ""); err != nil {
 			return err
 		}
@@ -169,6 +172,18 @@ func (db *DB) Import(snap store.Snapshot, replace bool) error {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
+		for _, c := range snap.ModelChoices {
+			if !store.ValidModelChoice(c) {
+				return invalid("a model choice without a node, a kind or a model")
+			}
+			v, err := json.Marshal(c)
+			if err != nil {
+				return err
+			}
+			if err := putModelChoice(tx, c.Node, c.Kind, v); err != nil {
+				return err
+			}
+		}
 		for name, v := range snap.Secrets {
 			if name == "" || len(v) == 0 {
 				return invalid("a secret with an empty name or value")

@@ -10,7 +10,7 @@ import (
 )
 
 // logCols are the logs columns scanLog reads, in its order.
-const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node, error_code, inference_id, prompt_version, candidate_chars, steer_turn, steer_mode"
+const logCols = "ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node, error_code, inference_id, prompt_version, candidate_chars, steer_turn, steer_mode, model, speech_model"
 
 // scanLog reads one logs row selected with logCols.
 func scanLog(r pgx.Row) (store.LogEntry, error) {
@@ -19,12 +19,13 @@ func scanLog(r pgx.Row) (store.LogEntry, error) {
 	var id *string
 	var version string
 	var chars []int32
-	var turn, mode string
+	var turn, mode, model, speech string
 	err := r.Scan(&ts, &e.Level, &e.Message, &e.ResourceType, &e.ResourceID, &e.StreamName, &e.Subject, &e.Status, &e.LatencyMS, &e.Node,
-		&e.ErrorCode, &id, &version, &chars, &turn, &mode)
+		&e.ErrorCode, &id, &version, &chars, &turn, &mode, &model, &speech)
 	e.Timestamp = fromNS(ts)
 	if id != nil {
-		e.Inference = &store.InferenceInfo{ID: *id, PromptVersion: version, CandidateChars: ints(chars), Turn: turn, SteerMode: mode}
+		e.Inference = &store.InferenceInfo{ID: *id, PromptVersion: version, CandidateChars: ints(chars), Turn: turn, SteerMode: mode,
+			Model: model, SpeechModel: speech}
 	}
 	return e, err
 }
@@ -36,6 +37,7 @@ type inferenceCols struct {
 	id                  *string
 	version, turn, mode string
 	chars               []int32
+	model, speech       string
 }
 
 func inferenceColsOf(e store.LogEntry) inferenceCols {
@@ -52,6 +54,7 @@ func inferenceColsOf(e store.LogEntry) inferenceCols {
 		c.id = &inf.ID
 	}
 	c.version, c.chars = inf.PromptVersion, int32s(inf.CandidateChars)
+	c.model, c.speech = inf.Model, inf.SpeechModel
 	if steered {
 		c.turn, c.mode = inf.Turn, inf.SteerMode
 	}
@@ -75,10 +78,10 @@ func (s *Store) AppendLog(e store.LogEntry) error {
 	return s.tx("append log", func(ctx context.Context, tx pgx.Tx) error {
 		var seq int64
 		err := tx.QueryRow(ctx, `INSERT INTO logs (ts_ns, level, message, resource_type, resource_id, stream, subject, status, latency_ms, node,
-				error_code, inference_id, prompt_version, candidate_chars, remembered, steer_turn, steer_mode)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING seq`,
+				error_code, inference_id, prompt_version, candidate_chars, remembered, steer_turn, steer_mode, model, speech_model)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) RETURNING seq`,
 			ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
-			e.ErrorCode, c.id, c.version, c.chars, texts != nil, c.turn, c.mode).Scan(&seq)
+			e.ErrorCode, c.id, c.version, c.chars, texts != nil, c.turn, c.mode, c.model, c.speech).Scan(&seq)
 		if err != nil || texts == nil {
 			return err
 		}
@@ -127,7 +130,7 @@ func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
 	}
 	err := s.run("read stats", func(ctx context.Context) error {
 		b = store.NewStatsBuilder() // run may call this twice
-		rows, err := s.pool.Query(ctx, `SELECT subject, resource_id, status, error_code, latency_ms, prompt_version, inference_id IS NOT NULL,
+		rows, err := s.pool.Query(ctx, `SELECT subject, resource_id, status, error_code, latency_ms, prompt_version, inference_id IS NOT NULL, model,
 				`+outcomeColumns+`
 			FROM logs WHERE stream = 'infer' AND ts_ns >= $1 AND ts_ns < $2 ORDER BY ts_ns, seq`, ns(since), ns(until))
 		if err != nil {
@@ -135,7 +138,7 @@ func (s *Store) Stats(since, until time.Time) (store.Stats, error) {
 		}
 		var r store.StatsRow
 		var oc outcomeCols
-		_, err = pgx.ForEachRow(rows, append([]any{&r.Subject, &r.KeyHash, &r.Status, &r.ErrorCode, &r.LatencyMS, &r.PromptVersion, &r.Answered}, oc.dest()...), func() error {
+		_, err = pgx.ForEachRow(rows, append([]any{&r.Subject, &r.KeyHash, &r.Status, &r.ErrorCode, &r.LatencyMS, &r.PromptVersion, &r.Answered, &r.Model}, oc.dest()...), func() error {
 			row := r
 			row.Outcome = oc.outcome()
 			b.Add(row)

@@ -190,6 +190,9 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if snap.LiveOff == nil {
 		snap.LiveOff = []string{}
 	}
+	if snap.ModelChoices, err = modelChoices(ctx, tx); err != nil {
+		return snap, err
+	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
 	}
@@ -207,7 +210,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users, live_tickets, live_off"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users, live_tickets, live_off, model_choices"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -219,7 +222,8 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 				OR EXISTS (SELECT 1 FROM prompts) OR EXISTS (SELECT 1 FROM otp_codes) OR EXISTS (SELECT 1 FROM otp_guards)
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
-				OR EXISTS (SELECT 1 FROM pairings) OR EXISTS (SELECT 1 FROM live_off)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM pairings) OR EXISTS (SELECT 1 FROM live_off)
+				OR EXISTS (SELECT 1 FROM model_choices)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -305,6 +309,12 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		}
 		batch.Queue("INSERT INTO live_off (key_hash) VALUES ($1) ON CONFLICT DO NOTHING", h)
 	}
+	for _, c := range snap.ModelChoices {
+		if !store.ValidModelChoice(c) {
+			return invalid("a model choice without a node, a kind or a model")
+		}
+		batch.Queue("INSERT INTO model_choices (node, kind, model, previous, at_ns) VALUES ($1, $2, $3, $4, $5)", c.Node, c.Kind, c.Model, c.Previous, ns(c.At))
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("store: import: a key, prompt version, session or pairing repeats: %w", store.ErrInvalid)
@@ -316,7 +326,7 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 		defer stop()
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"logs"},
 			[]string{"ts_ns", "level", "message", "resource_type", "resource_id", "stream", "subject", "status", "latency_ms", "node",
-				"error_code", "inference_id", "prompt_version", "candidate_chars", "steer_turn", "steer_mode"},
+				"error_code", "inference_id", "prompt_version", "candidate_chars", "steer_turn", "steer_mode", "model", "speech_model"},
 			pgx.CopyFromFunc(func() ([]any, error) {
 				e, err, ok := next()
 				if !ok || err != nil {
@@ -324,7 +334,7 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 				}
 				c := inferenceColsOf(e)
 				return []any{ns(e.Timestamp), e.Level, e.Message, e.ResourceType, e.ResourceID, e.StreamName, e.Subject, e.Status, e.LatencyMS, e.Node,
-					e.ErrorCode, c.id, c.version, c.chars, c.turn, c.mode}, nil
+					e.ErrorCode, c.id, c.version, c.chars, c.turn, c.mode, c.model, c.speech}, nil
 			}))
 		if err != nil {
 			return err

@@ -76,13 +76,16 @@ func logsRoundTrip(t *testing.T, e Env) {
 		{Timestamp: T0.Add(123 * time.Nanosecond), Level: store.LevelWarn, Message: "m «ü» \"q\"", ResourceType: store.ResourceAPIKey, ResourceID: "rid", StreamName: store.StreamInfer, Subject: "subj", Status: 502, LatencyMS: 1234, Node: "box-a"},
 		{Timestamp: T0.Add(time.Second), Level: store.LevelInfo, Message: "admin", ResourceType: store.ResourceAdmin, ResourceID: "otp", StreamName: store.StreamAdmin, Node: "box-b"},
 		{Timestamp: T0.Add(2 * time.Second)},
+		// An answer names the models that made it.
+		{Timestamp: T0.Add(3 * time.Second), Level: store.LevelInfo, Message: "infer ok", ResourceType: store.ResourceAPIKey, ResourceID: "rid", StreamName: store.StreamInfer, Subject: "subj", Status: 200, LatencyMS: 40, Node: "box-a",
+			Inference: &store.InferenceInfo{ID: "inf-1", PromptVersion: "1", CandidateChars: []int{3, 5}, Model: "qwen-0.5b.gguf", SpeechModel: "base.en.bin"}},
 	}
 	for _, le := range entries {
 		MustAppend(t, e.S, le)
 	}
 	got, err := e.S.Logs(store.LogQuery{})
 	Must(t, err)
-	want := []store.LogEntry{entries[2], entries[1], entries[0]}
+	want := []store.LogEntry{entries[3], entries[2], entries[1], entries[0]}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}

@@ -24,6 +24,7 @@ type Inf struct {
 	Status  int    // 0: 200
 	Code    string
 	Latency int64
+	Model   string // the language model that answered
 }
 
 // MustInfer appends the log entry of one infer call.
@@ -42,7 +43,7 @@ func MustInfer(tb testing.TB, s store.Store, i Inf) {
 		for n, c := range i.Cands {
 			chars[n] = len([]rune(c))
 		}
-		e.Inference = &store.InferenceInfo{ID: i.ID, PromptVersion: i.Version, CandidateChars: chars}
+		e.Inference = &store.InferenceInfo{ID: i.ID, PromptVersion: i.Version, CandidateChars: chars, Model: i.Model}
 		if i.Partner != "" {
 			e.Inference.Remember = &store.RememberedTexts{Partner: i.Partner, Candidates: i.Cands}
 			e.Inference.UserTag = i.Tag
@@ -108,9 +109,11 @@ func outcomesInferenceAndOutcome(t *testing.T, e Env) {
 func statsOutcomes(t *testing.T, e Env) {
 	s := e.S
 	at := func(m int) time.Duration { return time.Duration(m) * time.Minute }
-	MustInfer(t, s, Inf{At: at(0), Key: "k1", Subject: "u1", ID: "i1", Version: "1", Cands: []string{"aaaa", "bb"}, Latency: 100})
-	MustInfer(t, s, Inf{At: at(1), Key: "k1", Subject: "u1", ID: "i2", Version: "1", Cands: []string{"aaaa", "bb"}, Latency: 300})
-	MustInfer(t, s, Inf{At: at(2), Key: "k2", Subject: "u2", ID: "i3", Version: "2", Cands: []string{"cc"}, Latency: 200})
+	// i1-i3 name the model that answered (a switch between i2 and i3); i4
+	// is an answer logged before answers named their model.
+	MustInfer(t, s, Inf{At: at(0), Key: "k1", Subject: "u1", ID: "i1", Version: "1", Cands: []string{"aaaa", "bb"}, Latency: 100, Model: "a.gguf"})
+	MustInfer(t, s, Inf{At: at(1), Key: "k1", Subject: "u1", ID: "i2", Version: "1", Cands: []string{"aaaa", "bb"}, Latency: 300, Model: "a.gguf"})
+	MustInfer(t, s, Inf{At: at(2), Key: "k2", Subject: "u2", ID: "i3", Version: "2", Cands: []string{"cc"}, Latency: 200, Model: "b.gguf"})
 	MustInfer(t, s, Inf{At: at(3), Key: "k2", Subject: "u2", Status: 429, Code: "rate_limited", Latency: 1})
 	MustInfer(t, s, Inf{At: at(4), Key: "k1", Subject: "u3", Status: 502, Code: "llm_failed", Latency: 5000})
 	MustInfer(t, s, Inf{At: at(5), Key: "k2", Subject: "u2", ID: "i4", Version: "2", Cands: []string{"dd"}, Latency: 400})
@@ -142,6 +145,10 @@ func statsOutcomes(t *testing.T, e Env) {
 		ByPromptVersion: []store.VersionStats{
 			{Version: "1", Inferences: 2, Outcomes: 2, Accepted: 2},
 			{Version: "2", Inferences: 2, Outcomes: 2, Accepted: 0},
+		},
+		ByModel: []store.ModelStats{
+			{Model: "a.gguf", Inferences: 2, Outcomes: 2, Accepted: 2, Latency: store.Percentiles{N: 2, P50: 100, P95: 300}},
+			{Model: "b.gguf", Inferences: 1, Outcomes: 1, Accepted: 0, Latency: store.Percentiles{N: 1, P50: 200, P95: 200}},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -14,7 +14,8 @@ import (
 
 // Fill puts some of everything into s: keys (active, revoked, touched,
 // created in one nanosecond), the admin key, prompt versions, sessions, an
-// OTP code with one wrong try, a pending and a used pairing, and infer and
+// OTP code with one wrong try, a pending and a used pairing, a model
+// choice, and infer and
 // admin log entries. The
 // cross-store migration tests use it too.
 func Fill(t testing.TB, s store.Store) {
@@ -28,6 +29,7 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, s.CreateKey(store.APIKey{Hash: "k3", ClientID: "ward 3", Scopes: []string{"infer"}, RateLimitPerMinute: 5, CreatedAt: T0.Add(time.Minute)}))
 	Must(t, s.TouchKey("k1", T0.Add(2*time.Minute)))
 	Must(t, s.SetLiveOff("k3", true))
+	Must(t, s.SetModelChoice(store.ModelChoice{Node: "box-a", Kind: "llm", Model: "/m/two.gguf", Previous: "/m/one.gguf", At: T0}))
 	_, err = s.RevokeKey("k2", T0.Add(3*time.Minute))
 	Must(t, err)
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "first", Version: "1", CreatedAt: T0}))

@@ -86,6 +86,8 @@ var scenarios = []scenario{
 	{"live/ticket-concurrent-take-once", liveTicketConcurrentTake},
 	{"live/ticket-shared-by-boxes", liveTicketShared},
 	{"live/off-per-key", liveOffPerKey},
+	// Models chosen on the admin page (models.go).
+	{"models/choice-per-box-and-engine", modelChoicesPerBox},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},

@@ -753,6 +753,11 @@ async function main() {
       const lineRow = page.locator(`#logs-table tbody tr[data-stream="infer"]:has(td[title="${tryHash}"])`).first();
       const line = await lineRow.textContent();
       check(/ok/.test(line) && /audio/.test(line) && /HTTP 200/.test(line) && /, on \S/.test(line), `infer line "${line}" (with the box that wrote it)`);
+      // Every answer with candidates names the language model that made it.
+      const answeredLines = (await page.$$eval('#logs-table tbody tr[data-stream="infer"]', (trs) => trs.map((t) => t.textContent)))
+        .filter((l) => /\b[1-9]\d* candidates?\b/.test(l));
+      check(answeredLines.length > 0, 'no infer line with candidates');
+      for (const l of answeredLines) check(/model llm-demo\.gguf/.test(l), `infer line "${l}" does not name the model that answered`);
       equal((await lineRow.locator('td[data-label="Client"]').textContent()).trim(), `e2e-try-${nonce}`, 'client of the infer line');
       const streams = await page.$$eval('#logs-table tbody tr[data-stream]', (trs) => [...new Set(trs.map((t) => t.dataset.stream))]);
       equal(streams.join(','), 'infer', 'streams shown with the infer filter');
@@ -788,7 +793,7 @@ async function main() {
       await shot('08-logs-desktop');
     });
 
-    await step('stats: the request total went up and the charts show it', async () => {
+    await step('stats: the request total went up, the charts show it, and the answers are counted per language model', async () => {
       await go('stats');
       await page.click('#stats-refresh');
       const after = await until(async () => {
@@ -802,6 +807,8 @@ async function main() {
       check(bars.some((hgt) => hgt > 0), `request bars ${bars}`);
       const label = await page.getAttribute('#chart-requests svg', 'aria-label');
       check(/Requests per/.test(label), `chart label "${label}"`);
+      const modelRow = await page.$$eval('#stats-models tbody tr', (trs) => trs.map((tr) => tr.dataset.model));
+      equal(modelRow.join(','), 'llm-demo.gguf', 'the language models that answered, in the Stats view');
       await checkLabels('stats');
       await checkContrast('stats');
       await checkAxe('stats');
@@ -890,7 +897,7 @@ async function main() {
       equal(JSON.stringify(await pairsOf()), '[2]', "the tablet's memory after the linked phone's feedback");
     });
 
-    await step('models: the Models view uploads a model file (checked, SHA-256, manifest status), refuses one cut in a tensor with the reason, and removes one not in use', async () => {
+    await step('models: the Models view uploads a model file (checked, SHA-256, manifest status), refuses one cut in a tensor with the reason, switches the language model to it and rolls back (axe clean), and removes one not in use', async () => {
       await go('models');
       check(await page.isVisible('#models-empty'), 'the data directory\'s models folder is not shown empty');
       await answered('/v1/admin/models', { name: path.basename(llm) }, () => page.setInputFiles('#models-file', llm).then(() => page.click('#models-upload-btn')));
@@ -910,6 +917,28 @@ async function main() {
       await checkContrast('models');
       await checkAxe('models');
       await shot('12-models-desktop');
+      // Switch the language model to the uploaded copy (it loads beside the
+      // running one), see this box's choice, then roll back.
+      check(await page.isVisible('#models-boxes-empty'), 'a choice is listed before any switch');
+      const inUse = () => page.$$eval(`${row} td`, (tds) => tds[4].textContent.trim());
+      await page.click(`${row} button[data-action="use"]`);
+      await until(() => page.isVisible('#confirm'), 'the switch question');
+      const sw = await answered(`/v1/admin/models/${path.basename(llm)}/activate`, null, () => page.click('#confirm-ok'));
+      equal(sw.status(), 200, 'the switch\'s status');
+      await until(async () => (await inUse()) === 'yes', 'the uploaded model in use after the switch');
+      check(/is in use/.test(await page.textContent('#models-msg')), `the switch is not reported: "${await page.textContent('#models-msg')}"`);
+      const box = '#models-boxes tr[data-kind="llm"]';
+      await until(() => page.isVisible(box), 'this box\'s choice in the list of boxes');
+      check(await page.isVisible(`${box} button[data-action="rollback"]`), 'no roll back for this box');
+      await checkLabels('models after a switch');
+      await checkContrast('models after a switch');
+      await checkAxe('models after a switch');
+      await shot('12-models-switched');
+      await page.click(`${box} button[data-action="rollback"]`);
+      await until(() => page.isVisible('#confirm'), 'the roll back question');
+      const rb = await answered('/v1/admin/models/llm/rollback', null, () => page.click('#confirm-ok'));
+      equal(rb.status(), 200, 'the roll back\'s status');
+      await until(async () => (await inUse()) === '–', 'the uploaded model no longer in use after the roll back');
       await page.click(`${row} button.danger`);
       await answered('/v1/admin/models', null, () => page.click('#confirm-ok'));
       await until(() => page.isVisible('#models-empty'), 'the empty list after removing');

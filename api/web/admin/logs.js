@@ -39,11 +39,13 @@ async function load() {
 }
 
 // detail is the hint under a message: the HTTP status and latency of a
-// request, and the box that wrote the entry (several boxes share one log).
+// request, the box that wrote the entry (several boxes share one log), and
+// the models that made an answer.
 function detail(e) {
   const parts = [];
   if (e.status) parts.push(`HTTP ${e.status}${e.latency_ms ? `, ${fmtMs(e.latency_ms)}` : ''}`);
   if (e.node) parts.push(t('admin.onNode', { node: e.node }));
+  if (e.model) parts.push(t('admin.byModel', { models: [e.model, e.speech_model].filter(Boolean).join(' + ') }));
   return parts.join(', ');
 }
 

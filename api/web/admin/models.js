@@ -1,11 +1,15 @@
 // Models view: the model files in the data directory's models folder, each
 // checked (kind, size, SHA-256, manifest status, in use), with an upload
-// (streamed by the browser as the raw body) and removal of a file not in use.
+// (streamed by the browser as the raw body), removal of a file not in use,
+// a switch to a checked file without a restart, and, per box, the models it
+// chose with a roll back to the one before.
 import { api, ApiError } from './api.js';
-import { $, h, showError, fmtBytes } from './util.js';
+import { $, h, showError, fmtBytes, timeEl } from './util.js';
 import { t } from '../app/i18n/i18n.js';
 
 let ctx;
+let node = '';
+let canSwitch = false;
 
 // A failed listing shows its error; a successful one leaves the error of
 // the upload or removal that preceded it in view.
@@ -13,7 +17,10 @@ async function load() {
   try {
     const r = await api('GET', '/v1/admin/models');
     $('#models-free').textContent = r.free_bytes >= 0 ? t('admin.freeDiskSpace', { size: fmtBytes(r.free_bytes) }) : '';
+    node = r.node || '';
+    canSwitch = !!r.switch;
     render(r.models || []);
+    renderBoxes(r.boxes || []);
   } catch (err) {
     showError($('#models-error'), err);
   }
@@ -28,14 +35,57 @@ function render(items) {
     h('td', { 'data-label': t('admin.check'), class: m.check === 'ok' ? '' : 'error', text: m.check === 'ok' ? t('admin.checkOk') : m.check }),
     h('td', { 'data-label': t('admin.manifest'), text: m.manifest }),
     h('td', { 'data-label': t('admin.inUse'), text: m.active ? t('admin.yes') : '–' }),
-    h('td', { class: 'actions' }, m.active ? '' : h('button', { type: 'button', class: 'danger small',
-      'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })),
+    h('td', { class: 'actions' }, m.active ? '' : [
+      canSwitch && m.check === 'ok' && m.kind ? h('button', { type: 'button', class: 'small', 'data-action': 'use',
+        'aria-label': t('admin.useModelNamed', { file: m.file }), text: t('admin.use'), onclick: () => use(m) }) : '',
+      h('button', { type: 'button', class: 'danger small',
+        'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })]),
   )));
+}
+
+/** Each box's chosen models; this box's with a roll back to the one before. */
+function renderBoxes(boxes) {
+  $('#models-boxes-empty').hidden = boxes.length > 0;
+  $('#models-boxes-wrap').hidden = boxes.length === 0;
+  $('#models-boxes tbody').replaceChildren(...boxes.map((b) => h('tr', { 'data-node': b.node, 'data-kind': b.kind },
+    h('th', { scope: 'row', text: b.node }),
+    h('td', { 'data-label': t('admin.kind'), text: b.kind }),
+    h('td', { 'data-label': t('admin.file'), class: 'mono', text: b.model }),
+    h('td', { 'data-label': t('admin.before'), class: 'mono', text: b.previous || '–' }),
+    h('td', { 'data-label': t('admin.time') }, timeEl(b.at)),
+    h('td', { class: 'actions' }, canSwitch && b.node === node && b.previous ? h('button', { type: 'button', class: 'small', 'data-action': 'rollback',
+      'aria-label': t('admin.rollBackNamed', { kind: b.kind, node: b.node, file: b.previous }), text: t('admin.rollBack'), onclick: () => rollBack(b) }) : ''),
+  )));
+}
+
+/** Runs one switch (activate or roll back) and says what it did. */
+async function switchModel(path, file) {
+  showError($('#models-error'), null);
+  $('#models-msg').textContent = t('admin.switchingTo', { file });
+  try {
+    const r = await api('POST', path);
+    $('#models-msg').textContent = t(r.mode === 'beside' ? 'admin.switchedBeside' : 'admin.switchedSwap', { file: r.model, previous: r.previous });
+  } catch (err) {
+    $('#models-msg').textContent = '';
+    showError($('#models-error'), err);
+    explain(err);
+  }
+  await load();
+}
+
+async function use(m) {
+  const ok = await ctx.confirm(t('admin.switchModelQ'), t('admin.switchModelText', { file: m.file, kind: m.kind }), t('admin.use'));
+  if (ok) await switchModel(`/v1/admin/models/${encodeURIComponent(m.file)}/activate`, m.file);
+}
+
+async function rollBack(b) {
+  const ok = await ctx.confirm(t('admin.rollBackQ'), t('admin.rollBackText', { file: b.previous, kind: b.kind }), t('admin.rollBack'));
+  if (ok) await switchModel(`/v1/admin/models/${encodeURIComponent(b.kind)}/rollback`, b.previous);
 }
 
 /** The server's own reason where it is the point (a refused file, too little space). */
 function explain(err) {
-  if (err instanceof ApiError && (err.code === 'invalid_model' || err.code === 'insufficient_storage')) {
+  if (err instanceof ApiError && (err.code === 'invalid_model' || err.code === 'insufficient_storage' || err.code === 'conflict')) {
     $('#models-msg').textContent = err.message;
   }
 }

@@ -60,6 +60,11 @@ function render() {
     h('th', { scope: 'row', text: v.version }), h('td', { class: 'num', 'data-label': t('admin.inferences'), text: fmtInt(v.inferences) }),
     h('td', { class: 'num', 'data-label': t('admin.outcomes'), text: fmtInt(v.outcomes) }),
     h('td', { class: 'num', 'data-label': t('admin.spoken'), text: fmtInt(v.accepted) }), h('td', { class: 'num', 'data-label': t('admin.acceptance'), text: fmtRate(v.acceptance_rate) }))));
+  // Per language model file: what a switch of models changed.
+  $('#stats-models tbody').replaceChildren(...(r.by_model || []).map((m) => h('tr', { 'data-model': m.model },
+    h('th', { scope: 'row', class: 'mono', text: m.model }), h('td', { class: 'num', 'data-label': t('admin.inferences'), text: fmtInt(m.inferences) }),
+    h('td', { class: 'num', 'data-label': t('admin.spoken'), text: fmtInt(m.accepted) }), h('td', { class: 'num', 'data-label': t('admin.acceptance'), text: fmtRate(m.acceptance_rate) }),
+    h('td', { class: 'num', 'data-label': t('admin.medianTime'), text: m.latency_ms && m.latency_ms.p50 != null ? fmtMs(m.latency_ms.p50) : '–' }))));
   $('#stats-ksr tbody').replaceChildren(...(r.ksr || []).map((k) => h('tr', { 'data-mode': k.steer_mode },
     // The mode is the API's word (none, words, prefix, replace).
     h('th', { scope: 'row', translate: 'no', text: k.steer_mode }), h('td', { 'data-label': t('admin.promptVersion'), text: k.prompt_version }),

@@ -1,0 +1,279 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/store"
+)
+
+// ModelSwitcher switches the model an engine uses while the server runs.
+// A HealthSource that implements it (cmd/replyd's engines) makes
+// POST /v1/admin/models/{name}/activate and /v1/admin/models/{kind}/rollback
+// work;
+// without it they answer 501 not_supported.
+type ModelSwitcher interface {
+	// SwitchModel loads the model file req.Path for engine req.Kind ("llm"
+	// or "whisper") and makes it the one new requests use; requests already
+	// running finish on the old one, which is freed after them. It returns
+	// once the new model serves (or failed to load: then the old one still
+	// serves). Errors wrap ErrModelSwitchBusy, ErrModelSwitchNoRoom or
+	// ErrModelSwitchInvalid; anything else is internal.
+	SwitchModel(ctx context.Context, req ModelSwitchRequest) (ModelSwitch, error)
+	// ActiveModel returns the path of kind's model now ("" for an unknown
+	// kind).
+	ActiveModel(kind string) string
+}
+
+// ModelSwitchRequest asks a ModelSwitcher for a switch.
+type ModelSwitchRequest struct {
+	Kind string // "llm" or "whisper"
+	Path string // the model file
+	// Mode is "auto" (or ""): beside the old model when both fit in
+	// memory, else unload the old one first; "beside" refuses with
+	// ErrModelSwitchNoRoom when they do not fit; "swap" always unloads
+	// first.
+	Mode string
+}
+
+// ModelSwitch is what a switch did: the body of a successful activate or
+// rollback, with the file names (not the paths) of the models.
+type ModelSwitch struct {
+	Kind     string `json:"kind"`
+	Model    string `json:"model"`
+	Previous string `json:"previous"`
+	// Mode is "beside" (the new model loaded while the old one served) or
+	// "swap" (the old one was unloaded first; requests meanwhile got 503
+	// loading).
+	Mode string `json:"mode"`
+	// Reason says why, with the memory figures.
+	Reason string `json:"reason"`
+	// BytesNeeded is the memory the new model is expected to take,
+	// BytesAvailable what the system had available (-1 unknown).
+	BytesNeeded    int64 `json:"bytes_needed"`
+	BytesAvailable int64 `json:"bytes_available"`
+	// LoadMS is how long the switch took, warm-up included.
+	LoadMS int64 `json:"load_ms"`
+	// Node is the box that switched.
+	Node string `json:"node"`
+}
+
+// Errors a ModelSwitcher returns (wrapped), mapped by modelError.
+var (
+	// ErrModelSwitchBusy: another switch is running, or the engine is still
+	// loading at start: 409 conflict.
+	ErrModelSwitchBusy = errors.New("another model switch is in progress")
+	// ErrModelSwitchNoRoom: mode "beside" and both models do not fit: 409.
+	ErrModelSwitchNoRoom = errors.New("the new model does not fit in memory beside the old one")
+	// ErrModelSwitchInvalid: the file cannot be used (it failed to load, or
+	// is of no engine's kind): 422 invalid_model. The old model serves.
+	ErrModelSwitchInvalid = errors.New("the model cannot be used")
+)
+
+// switchBody is the optional JSON body of activate and rollback.
+type switchBody struct {
+	Kind string `json:"kind"`
+	Mode string `json:"mode"`
+}
+
+func (s *Server) switcher() (ModelSwitcher, error) {
+	if err := s.modelsConfigured(); err != nil {
+		return nil, err
+	}
+	if sw, ok := s.health.(ModelSwitcher); ok {
+		return sw, nil
+	}
+	return nil, errorf(CodeNotSupported, "this server cannot switch models while it runs")
+}
+
+func (s *Server) readSwitchBody(c echo.Context) (switchBody, error) {
+	var b switchBody
+	if err := s.readJSON(c, &b, true); err != nil {
+		return b, err
+	}
+	switch b.Mode {
+	case "", "auto", "beside", "swap":
+	default:
+		return b, badRequest("mode must be auto, beside or swap")
+	}
+	return b, nil
+}
+
+// handleActivateModel switches the engine of the folder's model file
+// {name} (its kind: llm or whisper) to it, and stores the choice for this
+// box.
+func (s *Server) handleActivateModel(c echo.Context) error {
+	sw, err := s.switcher()
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	if !modelfile.ValidName(name) {
+		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	}
+	body, err := s.readSwitchBody(c)
+	if err != nil {
+		return err
+	}
+	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
+	if err != nil {
+		return err
+	}
+	man, err := models.Embedded()
+	if err != nil {
+		return err
+	}
+	e, err := modelfile.Describe(path, man)
+	if errors.Is(err, os.ErrNotExist) {
+		return errorf(CodeNotFound, "no model file %s in the models folder", name)
+	}
+	if err != nil {
+		return err
+	}
+	if e.Check != "ok" {
+		s.adminLog(c, store.LevelWarn, name, "model switch refused: %s: %s", name, e.Check)
+		return errorf(CodeInvalidModel, "the model file was refused: %s", e.Check)
+	}
+	if body.Kind != "" && body.Kind != e.Kind {
+		return badRequest("%s is a %s model, not %s", name, e.Kind, body.Kind)
+	}
+	if same(sw.ActiveModel(e.Kind), path) {
+		return errorf(CodeConflict, "%s is already the active %s model", name, e.Kind)
+	}
+	return s.switchTo(c, sw, e.Kind, path, body.Mode, "model switched")
+}
+
+// handleRollbackModel switches the engine of kind {kind} (llm or whisper)
+// back to the model this box used before its last switch.
+func (s *Server) handleRollbackModel(c echo.Context) error {
+	sw, err := s.switcher()
+	if err != nil {
+		return err
+	}
+	body, err := s.readSwitchBody(c)
+	if err != nil {
+		return err
+	}
+	kind := c.Param("kind")
+	if kind != "llm" && kind != "whisper" {
+		return badRequest("the kind must be llm or whisper")
+	}
+	if body.Kind != "" && body.Kind != kind {
+		return badRequest("the body's kind %s is not the path's %s", body.Kind, kind)
+	}
+	body.Kind = kind
+	choices, err := s.store.ModelChoices()
+	if err != nil {
+		return err
+	}
+	prev := ""
+	for _, ch := range choices {
+		if ch.Node == s.node && ch.Kind == body.Kind {
+			prev = ch.Previous
+		}
+	}
+	if prev == "" {
+		return errorf(CodeConflict, "this box has not switched its %s model: there is nothing to roll back to", body.Kind)
+	}
+	if _, err := os.Stat(prev); err != nil {
+		return errorf(CodeNotFound, "the earlier %s model %s is no longer on this box", body.Kind, filepath.Base(prev))
+	}
+	return s.switchTo(c, sw, body.Kind, prev, body.Mode, "model rolled back")
+}
+
+// switchTo runs one switch, stores the choice and logs it.
+func (s *Server) switchTo(c echo.Context, sw ModelSwitcher, kind, path, mode, what string) error {
+	name := filepath.Base(path)
+	s.adminLog(c, store.LevelInfo, name, "model switch started: %s %s (mode %s)", kind, name, orAuto(mode))
+	res, err := sw.SwitchModel(c.Request().Context(), ModelSwitchRequest{Kind: kind, Path: path, Mode: mode})
+	if err != nil {
+		ae := toAPIError(err)
+		s.adminLog(c, store.LevelWarn, name, "model switch failed: %s %s: %s", kind, name, ae.Message)
+		return ae
+	}
+	choice := store.ModelChoice{Node: s.node, Kind: kind, Model: path, Previous: res.Previous, At: s.now()}
+	if err := s.store.SetModelChoice(choice); err != nil {
+		s.adminLog(c, store.LevelError, name, "%s: %s %s, but the choice was not stored: it lasts until the next restart", what, kind, name)
+		return err
+	}
+	res.Model, res.Previous, res.Node = name, filepath.Base(res.Previous), s.node
+	s.adminLog(c, store.LevelInfo, name, "%s: %s %s (was %s; %s, %d ms)", what, kind, res.Model, res.Previous, res.Mode, res.LoadMS)
+	return c.JSON(http.StatusOK, res)
+}
+
+func orAuto(mode string) string {
+	if mode == "" {
+		return "auto"
+	}
+	return mode
+}
+
+// same reports whether two paths name one file.
+func same(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	if pa, err := filepath.Abs(a); err == nil {
+		if pb, err := filepath.Abs(b); err == nil && pa == pb {
+			return true
+		}
+	}
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
+}
+
+// boxModels is one box's models in GET /v1/admin/models: what it chose on
+// the admin page, by file name.
+type boxModels struct {
+	Node string `json:"node"`
+	Kind string `json:"kind"`
+	// Model and Previous are file names; Previous is what a roll back
+	// returns to ("" for none).
+	Model    string `json:"model"`
+	Previous string `json:"previous"`
+	At       string `json:"at"`
+}
+
+// modelChoices lists the boxes' choices for the Models view.
+func (s *Server) modelChoices() ([]boxModels, error) {
+	cs, err := s.store.ModelChoices()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]boxModels, 0, len(cs))
+	for _, ch := range cs {
+		prev := ""
+		if ch.Previous != "" {
+			prev = filepath.Base(ch.Previous)
+		}
+		out = append(out, boxModels{Node: ch.Node, Kind: ch.Kind, Model: filepath.Base(ch.Model), Previous: prev, At: ch.At.UTC().Format(time.RFC3339)})
+	}
+	return out, nil
+}
+
+// switchError maps the ModelSwitcher's errors; nil for others.
+func switchError(err error) *Error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, ErrModelSwitchBusy):
+		return &Error{Code: CodeConflict, Message: msg + "; retry when it has finished", Err: err}
+	case errors.Is(err, ErrModelSwitchNoRoom):
+		return &Error{Code: CodeConflict, Message: msg + "; switch with mode swap (requests get 503 loading meanwhile) or free memory", Err: err}
+	case errors.Is(err, ErrModelSwitchInvalid):
+		return &Error{Code: CodeInvalidModel, Message: strings.TrimPrefix(msg, ErrModelSwitchInvalid.Error()+": "), Err: err}
+	}
+	return nil
+}

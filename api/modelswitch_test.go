@@ -1,0 +1,155 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/replyd/replyd/store"
+)
+
+// fakeSwitcher is a HealthSource that switches models by name: what the
+// api does around a switch (checks, the stored choice, the admin log, the
+// error mapping) without engines.
+type fakeSwitcher struct {
+	*fakeHealth
+	mu     sync.Mutex
+	active map[string]string
+	err    error // returned by the next SwitchModel
+	calls  []ModelSwitchRequest
+}
+
+func (f *fakeSwitcher) ActiveModel(kind string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.active[kind]
+}
+
+func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (ModelSwitch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, req)
+	if err := f.err; err != nil {
+		f.err = nil
+		return ModelSwitch{}, err
+	}
+	prev := f.active[req.Kind]
+	f.active[req.Kind] = req.Path
+	return ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
+}
+
+func TestAdminModelSwitch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "models")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a.gguf", "b.gguf"} {
+		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cut.gguf"), tinyGGUF("cut")[:100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = sw })
+	switched := func(model, prev string) string {
+		return fmt.Sprintf(`{"kind":"llm","model":"%s","previous":"%s","mode":"beside","reason":"fits","bytes_needed":100,"bytes_available":1000,"load_ms":7,"node":"box-test"}`, model, prev)
+	}
+	for _, c := range []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		before func()
+		status int
+		want   string
+	}{
+		{"rollback before any switch", "POST", "/v1/admin/models/llm/rollback", "", nil, 409,
+			errJSON(CodeConflict, "this box has not switched its llm model: there is nothing to roll back to")},
+		{"already active", "POST", "/v1/admin/models/a.gguf/activate", "", nil, 409, errJSON(CodeConflict, "a.gguf is already the active llm model")},
+		{"missing", "POST", "/v1/admin/models/nope.gguf/activate", "", nil, 404, errJSON(CodeNotFound, "no model file nope.gguf in the models folder")},
+		{"refused file", "POST", "/v1/admin/models/cut.gguf/activate", "", nil, 422, ""},
+		{"wrong kind", "POST", "/v1/admin/models/b.gguf/activate", `{"kind":"whisper"}`, nil, 400, errJSON(CodeInvalidRequest, "b.gguf is a llm model, not whisper")},
+		{"bad mode", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"fast"}`, nil, 400, errJSON(CodeInvalidRequest, "mode must be auto, beside or swap")},
+		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", ErrModelSwitchBusy) }, 409,
+			errJSON(CodeConflict, "another model switch is in progress: x; retry when it has finished")},
+		{"no room beside", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"beside"}`, func() {
+			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", ErrModelSwitchNoRoom)
+		}, 409, errJSON(CodeConflict, "the new model does not fit in memory beside the old one: the new model needs about 900 MiB but only 10 MiB are available; switch with mode swap (requests get 503 loading meanwhile) or free memory")},
+		{"fails to load", "POST", "/v1/admin/models/b.gguf/activate", "", func() {
+			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", ErrModelSwitchInvalid)
+		}, 422, errJSON(CodeInvalidModel, "cannot load language model b.gguf: bad tensor")},
+		{"switch", "POST", "/v1/admin/models/b.gguf/activate", "", nil, 200, switched("b.gguf", "a.gguf")},
+		{"rollback, bad kind", "POST", "/v1/admin/models/tts/rollback", "", nil, 400, errJSON(CodeInvalidRequest, "the kind must be llm or whisper")},
+		{"rollback", "POST", "/v1/admin/models/llm/rollback", "", nil, 200, switched("a.gguf", "b.gguf")},
+		{"rollback again", "POST", "/v1/admin/models/llm/rollback", "", nil, 200, switched("b.gguf", "a.gguf")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.before != nil {
+				c.before()
+			}
+			rec := e.do(adminReq(c.method, c.path, c.body))
+			if c.want == "" {
+				if rec.Code != c.status {
+					t.Errorf("%d %s", rec.Code, rec.Body)
+				}
+				return
+			}
+			wantJSON(t, rec, c.status, c.want)
+		})
+	}
+	// The choice is stored for this box, with what a roll back returns to.
+	cs, err := e.st.ModelChoices()
+	if err != nil || len(cs) != 1 || cs[0].Node != "box-test" || cs[0].Kind != "llm" || cs[0].Model != b || cs[0].Previous != a {
+		t.Errorf("stored choices %+v, %v", cs, err)
+	}
+	rec := e.do(adminReq("GET", "/v1/admin/models", ""))
+	var list struct {
+		Node   string
+		Switch bool
+		Boxes  []boxModels
+	}
+	decode(t, rec, &list)
+	if list.Node != "box-test" || !list.Switch || len(list.Boxes) != 1 || list.Boxes[0] != (boxModels{Node: "box-test", Kind: "llm", Model: "b.gguf", Previous: "a.gguf", At: "2026-01-02T03:04:05Z"}) {
+		t.Errorf("list %+v", list)
+	}
+	logs, err := e.st.Logs(store.LogQuery{Stream: store.StreamAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for i := len(logs) - 1; i >= 0; i-- {
+		msgs = append(msgs, logs[i].Message)
+	}
+	want := []string{
+		"model switch refused: cut.gguf: ",
+		"model switch started: llm b.gguf (mode auto)", "model switch failed: llm b.gguf: another model switch is in progress: x; retry when it has finished",
+		"model switch started: llm b.gguf (mode beside)", "model switch failed: llm b.gguf: ",
+		"model switch started: llm b.gguf (mode auto)", "model switch failed: llm b.gguf: cannot load language model b.gguf: bad tensor",
+		"model switch started: llm b.gguf (mode auto)", "model switched: llm b.gguf (was a.gguf; beside, 7 ms)",
+		"model switch started: llm a.gguf (mode auto)", "model rolled back: llm a.gguf (was b.gguf; beside, 7 ms)",
+		"model switch started: llm b.gguf (mode auto)", "model rolled back: llm b.gguf (was a.gguf; beside, 7 ms)",
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("admin log:\n%q\nwant\n%q", msgs, want)
+	}
+	for i := range want {
+		if len(msgs[i]) < len(want[i]) || msgs[i][:len(want[i])] != want[i] {
+			t.Errorf("admin log %d: %q, want %q…", i, msgs[i], want[i])
+		}
+	}
+}
+
+// TestModelSwitchWithoutSwitcher: a HealthSource that cannot switch makes
+// activate and rollback 501.
+func TestModelSwitchWithoutSwitcher(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/llm/rollback", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
+}

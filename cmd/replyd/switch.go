@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replyd/replyd/api"
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/store"
+)
+
+// How a switch decides whether the new model fits beside the old one: the
+// new file's bytes (its weights, read or mapped whole) plus a quarter of
+// them and switchHeadroom for the context, the KV cache and the compute
+// buffers, against the memory the kernel says is available now
+// (MemAvailable of /proc/meminfo, which counts the page cache it can drop).
+// A language model on a GPU backend takes the GPU's memory, which replyd
+// cannot read here: such a switch unloads first.
+const switchHeadroom = 64 << 20
+
+// engineName is the engines' name (EngineStatus.Name) of a model kind of
+// the models folder ("llm", "whisper").
+func engineName(kind string) (string, error) {
+	switch kind {
+	case "llm":
+		return "llm", nil
+	case "whisper":
+		return "stt", nil
+	}
+	return "", fmt.Errorf("%w: kind %q: want llm or whisper", api.ErrModelSwitchInvalid, kind)
+}
+
+// ActiveModel implements api.ModelSwitcher: the path of kind's model now,
+// or of the one being loaded.
+func (e *engines) ActiveModel(kind string) string {
+	name, err := engineName(kind)
+	if err != nil {
+		return ""
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	switch {
+	case name == "llm" && e.llm != nil:
+		return e.llm.Status().Model
+	case name == "stt" && e.stt != nil:
+		return e.stt.Status().Model
+	}
+	return e.pend[name].Model
+}
+
+// SwitchModel implements api.ModelSwitcher. With room for both, the new
+// model loads (and warms up) beside the old one while the old one serves;
+// then new requests go to the new one, the requests still running on the
+// old one finish there, and the old one is freed. Without room, new
+// requests get KindLoading (503 loading, Retry-After the expected load
+// time) from the moment the switch starts; the requests running on the old
+// model finish, it is freed, and the new one loads. A new model that fails
+// to load leaves the old one in use (reloaded, in the second case).
+func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (api.ModelSwitch, error) {
+	name, err := engineName(req.Kind)
+	if err != nil {
+		return api.ModelSwitch{}, err
+	}
+	if !e.switchMu.TryLock() {
+		return api.ModelSwitch{}, api.ErrModelSwitchBusy
+	}
+	defer e.switchMu.Unlock()
+
+	e.mu.RLock()
+	ready := e.cpu != nil && e.log != nil && (name == "llm" && e.llm != nil || name == "stt" && e.stt != nil)
+	took := e.loadTook[name]
+	e.mu.RUnlock()
+	if !ready {
+		return api.ModelSwitch{}, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, req.Kind)
+	}
+	old := e.ActiveModel(req.Kind)
+	if abs, err := filepath.Abs(old); err == nil {
+		old = abs
+	}
+	out := api.ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: old}
+	st, err := os.Stat(req.Path)
+	if err != nil {
+		return out, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(req.Path), err)
+	}
+	avail, aerr := memAvailable()
+	// The language model's backend: its memory is the GPU's unless "cpu".
+	e.mu.RLock()
+	gpu := name == "llm" && e.llm.Status().Backend != "cpu"
+	e.mu.RUnlock()
+	plan, err := planSwitch(req.Mode, st.Size(), avail, aerr, gpu)
+	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
+	if err != nil {
+		return out, err
+	}
+
+	// The expected load time: the last load of this engine, scaled by the
+	// files' sizes.
+	expect := took
+	if ost, err := os.Stat(old); err == nil && ost.Size() > 0 && st.Size() > ost.Size() {
+		expect = time.Duration(float64(took) * float64(st.Size()) / float64(ost.Size()))
+	}
+	t0 := time.Now()
+	if out.Mode == "beside" {
+		err = e.switchBeside(name, req.Path)
+	} else {
+		err = e.switchSwap(name, req.Path, old, expect)
+	}
+	out.LoadMS = time.Since(t0).Milliseconds()
+	if err != nil {
+		return out, err
+	}
+	e.log.Info("model switched", "engine", name, "model", req.Path, "previous", old, "mode", out.Mode, "ms", out.LoadMS,
+		"bytes_needed", out.BytesNeeded, "bytes_available", out.BytesAvailable)
+	return out, nil
+}
+
+// planSwitch decides how a switch to a model file of fileBytes goes: beside
+// the old model when it fits in avail (availErr: unknown) and is not on a
+// GPU, else with the old one unloaded first; mode ("auto" or "", "beside",
+// "swap") may force either, "beside" refusing with ErrModelSwitchNoRoom
+// when it does not fit. It fills Mode, Reason, BytesNeeded and
+// BytesAvailable.
+func planSwitch(mode string, fileBytes, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
+	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + switchHeadroom, BytesAvailable: -1}
+	if availErr == nil {
+		out.BytesAvailable = avail
+	}
+	fits := availErr == nil && out.BytesNeeded <= avail && !gpu
+	switch mode {
+	case "", "auto":
+		out.Mode = "swap"
+		if fits {
+			out.Mode = "beside"
+		}
+	case "beside":
+		if !fits {
+			return out, fmt.Errorf("%w: %s", api.ErrModelSwitchNoRoom, roomReason(out, availErr, gpu))
+		}
+		out.Mode = "beside"
+	case "swap":
+		out.Mode = "swap"
+	default:
+		return out, fmt.Errorf("%w: mode %q: want auto, beside or swap", api.ErrModelSwitchInvalid, mode)
+	}
+	out.Reason = roomReason(out, availErr, gpu)
+	return out, nil
+}
+
+// roomReason says in words why a switch goes beside the old model or not.
+func roomReason(s api.ModelSwitch, availErr error, gpu bool) string {
+	switch {
+	case gpu:
+		return "the language model runs on the GPU, whose free memory replyd cannot read: the old model is unloaded first"
+	case availErr != nil:
+		return "the available memory is unknown (" + availErr.Error() + "): the old model is unloaded first"
+	case s.BytesNeeded <= s.BytesAvailable && s.Mode == "swap":
+		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available, but swap was asked for: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
+	case s.BytesNeeded <= s.BytesAvailable:
+		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available: it loads beside the old one", s.BytesNeeded>>20, s.BytesAvailable>>20)
+	}
+	return fmt.Sprintf("the new model needs about %d MiB but only %d MiB are available: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
+}
+
+// open loads the model of engine name at path, warm.
+func (e *engines) open(name, path string) (llmEng *llm.Engine, stt *whisper.Model, err error) {
+	if name == "llm" {
+		llmEng, err = openLLM(e.cfg, path, e.cpu, e.log)
+		return llmEng, nil, err
+	}
+	stt, err = openWhisper(e.cfg, path, e.log)
+	if err == nil {
+		// Warm it: the first transcription touches every weight once.
+		_, _ = stt.Transcribe(context.Background(), make([]float32, 16000), engine.TranscribeOptions{})
+	}
+	return nil, stt, err
+}
+
+// swapIn makes the loaded model current and returns the one it replaced
+// with the group of requests still using it.
+func (e *engines) swapIn(name string, lm *llm.Engine, stt *whisper.Model, took time.Duration) (oldLLM *llm.Engine, oldSTT *whisper.Model, use *sync.WaitGroup) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.swapping, name)
+	delete(e.pend, name)
+	e.loadTook[name] = took
+	if name == "llm" {
+		oldLLM, use = e.llm, e.llmUse
+		e.llm, e.llmUse = lm, new(sync.WaitGroup)
+		return oldLLM, nil, use
+	}
+	oldSTT, use = e.stt, e.sttUse
+	e.stt, e.sttUse = stt, new(sync.WaitGroup)
+	return nil, oldSTT, use
+}
+
+// free closes a model replaced by a switch once the requests using it are
+// done.
+func free(lm *llm.Engine, stt *whisper.Model, use *sync.WaitGroup) {
+	if use != nil {
+		use.Wait()
+	}
+	if lm != nil {
+		_ = lm.Close()
+	}
+	if stt != nil {
+		_ = stt.Close()
+	}
+}
+
+func (e *engines) switchBeside(name, path string) error {
+	t0 := time.Now()
+	lm, stt, err := e.open(name, path)
+	if err != nil {
+		return loadError(name, err)
+	}
+	free(e.swapIn(name, lm, stt, time.Since(t0)))
+	return nil
+}
+
+func (e *engines) switchSwap(name, path, old string, expect time.Duration) error {
+	e.mu.Lock()
+	e.swapping[name] = time.Now().Add(expect)
+	st := engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)}
+	var oldLLM *llm.Engine
+	var oldSTT *whisper.Model
+	var use *sync.WaitGroup
+	if name == "llm" {
+		oldLLM, use = e.llm, e.llmUse
+		e.llm, e.llmUse = nil, new(sync.WaitGroup)
+	} else {
+		oldSTT, use = e.stt, e.sttUse
+		e.stt, e.sttUse = nil, new(sync.WaitGroup)
+	}
+	e.pend[name] = st
+	e.mu.Unlock()
+	free(oldLLM, oldSTT, use)
+
+	t0 := time.Now()
+	lm, stt, err := e.open(name, path)
+	if err == nil {
+		e.swapIn(name, lm, stt, time.Since(t0))
+		return nil
+	}
+	// Back to the old model, so that the box keeps answering.
+	e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", err.Error(), "old", old)
+	e.mu.Lock()
+	e.pend[name] = engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)}
+	e.mu.Unlock()
+	t1 := time.Now()
+	lm, stt, rerr := e.open(name, old)
+	if rerr != nil {
+		e.mu.Lock()
+		delete(e.swapping, name)
+		st := e.pend[name]
+		st.Error = rerr.Error()
+		e.pend[name] = st
+		e.mu.Unlock()
+		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", rerr.Error())
+		return errors.Join(loadError(name, err), fmt.Errorf("reloading %s: %w", filepath.Base(old), rerr))
+	}
+	e.swapIn(name, lm, stt, time.Since(t1))
+	return loadError(name, err)
+}
+
+// loadError marks a model that failed to load as the admin's mistake.
+func loadError(name string, err error) error {
+	return fmt.Errorf("%w: %v", api.ErrModelSwitchInvalid, err)
+}
+
+// loadingLocked returns the KindLoading error of engine name while a switch
+// has unloaded it, nil otherwise. e.mu must be held.
+func (e *engines) loadingLocked(name string) error {
+	until, ok := e.swapping[name]
+	if !ok {
+		return nil
+	}
+	retry := max(time.Until(until), time.Second)
+	what := "language model"
+	if name == "stt" {
+		what = "speech-to-text model"
+	}
+	return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
+		Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
+}
+
+// memAvailable returns MemAvailable of /proc/meminfo in bytes.
+func memAvailable() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: %q", line)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("/proc/meminfo has no MemAvailable")
+}
+
+// chosenModels makes the models this box chose on the admin page (stored
+// per box: store.ModelChoice) the ones to load, in place of
+// REPLYD_LLM_MODEL and REPLYD_WHISPER_MODEL, which are the first start's
+// default only. A chosen file that is gone, or a store that cannot be read,
+// leaves the configured one, with a warning.
+func chosenModels(db store.Store, cfg *Config, log *slog.Logger) {
+	cs, err := db.ModelChoices()
+	if err != nil {
+		log.Warn("the models chosen on the admin page could not be read: loading the configured ones", "error", err.Error())
+		return
+	}
+	for _, c := range cs {
+		if c.Node != cfg.NodeName {
+			continue
+		}
+		var dst *string
+		switch c.Kind {
+		case "llm":
+			dst = &cfg.LLMModel
+		case "whisper":
+			dst = &cfg.WhisperModel
+		default:
+			continue
+		}
+		if _, err := os.Stat(c.Model); err != nil {
+			log.Warn("the model chosen on the admin page is gone: loading the configured one", "kind", c.Kind, "model", c.Model, "configured", *dst, "error", err.Error())
+			continue
+		}
+		if *dst != c.Model {
+			log.Info("loading the model chosen on the admin page", "kind", c.Kind, "model", c.Model, "configured", *dst, "chosen_at", c.At.UTC().Format(time.RFC3339))
+			*dst = c.Model
+		}
+	}
+}
