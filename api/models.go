@@ -60,6 +60,10 @@ type modelList struct {
 	Node   string      `json:"node"`
 	Boxes  []boxModels `json:"boxes"`
 	Switch bool        `json:"switch"`
+	// Timings are the files' stored timings (POST .../{name}/time), by
+	// file name; Time is whether this box can time models.
+	Timings map[string]*ModelTiming `json:"timings"`
+	Time    bool                    `json:"time"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -110,7 +114,7 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes}
+	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes, Timings: map[string]*ModelTiming{}}
 	seen := map[string]bool{}
 	for _, de := range des {
 		if !de.Type().IsRegular() || !modelfile.ValidName(de.Name()) {
@@ -136,6 +140,9 @@ func (s *Server) handleListModels(c echo.Context) error {
 		}
 		e := ce.e
 		e.Active = s.activeModel(name)
+		if t := f.timing(name, st); t != nil {
+			out.Timings[name] = t
+		}
 		out.Models = append(out.Models, e)
 	}
 	for name := range f.cache {
@@ -151,6 +158,7 @@ func (s *Server) handleListModels(c echo.Context) error {
 		return err
 	}
 	_, out.Switch = s.health.(ModelSwitcher)
+	_, out.Time = s.health.(ModelTimer)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -221,6 +229,9 @@ func (s *Server) handleDeleteModel(c echo.Context) error {
 	}
 	s.models.mu.Lock()
 	err := modelfile.Remove(s.models.dir, name, s.activeModel)
+	if err == nil {
+		_ = os.Remove(s.models.timingPath(name))
+	}
 	s.models.mu.Unlock()
 	if err != nil {
 		return err

@@ -272,6 +272,8 @@ func switchError(err error) *Error {
 		return &Error{Code: CodeConflict, Message: msg + "; retry when it has finished", Err: err}
 	case errors.Is(err, ErrModelSwitchNoRoom):
 		return &Error{Code: CodeConflict, Message: msg + "; switch with mode swap (requests get 503 loading meanwhile) or free memory", Err: err}
+	case errors.Is(err, ErrModelTimeNoRoom):
+		return &Error{Code: CodeConflict, Message: msg + "; timing never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and read its figures", Err: err}
 	case errors.Is(err, ErrModelSwitchInvalid):
 		return &Error{Code: CodeInvalidModel, Message: strings.TrimPrefix(msg, ErrModelSwitchInvalid.Error()+": "), Err: err}
 	}

@@ -314,6 +314,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.DELETE(a+"/models/:name", s.handleDeleteModel, s.adminAuth)
 	e.POST(a+"/models/:name/activate", s.handleActivateModel, s.adminAuth)
 	e.POST(a+"/models/:kind/rollback", s.handleRollbackModel, s.adminAuth)
+	e.POST(a+"/models/:name/time", s.handleTimeModel, s.adminAuth)
 
 	if !metricsPublic {
 		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)

@@ -139,11 +139,20 @@ func openWhisper(cfg *Config, path string, log *slog.Logger) (*whisper.Model, er
 // openLLM opens the language model at path with cfg's settings; it returns
 // once the model is warm (llm.Open decodes and times it).
 func openLLM(cfg *Config, path string, cpu *engine.Scheduler, log *slog.Logger) (*llm.Engine, error) {
-	decoding, err := llm.ParseDecoding(cfg.Decoding)
+	opts, err := llmOptions(cfg, path, cpu, log)
 	if err != nil {
 		return nil, err
 	}
-	return llm.Open(llm.Options{
+	return llm.Open(opts)
+}
+
+// llmOptions are the language model's options of cfg for the file path.
+func llmOptions(cfg *Config, path string, cpu *engine.Scheduler, log *slog.Logger) (llm.Options, error) {
+	decoding, err := llm.ParseDecoding(cfg.Decoding)
+	if err != nil {
+		return llm.Options{}, err
+	}
+	return llm.Options{
 		ModelPath:      path,
 		ContextPerSeq:  cfg.ContextPerSeq,
 		Threads:        cfg.Threads,
@@ -159,7 +168,7 @@ func openLLM(cfg *Config, path string, cpu *engine.Scheduler, log *slog.Logger) 
 		CPU:              cpu,
 		Demo:             isDemoModel(path),
 		Logger:           log.With("engine", "llm"),
-	})
+	}, nil
 }
 
 func (e *engines) setError(name string, err error) {

@@ -27,6 +27,10 @@ type run struct {
 	// nobody else waits for, in smaller chunks, and gives them back after
 	// every decode.
 	ahead bool
+	// idle marks Open's timings of an Options.Idle engine: like ahead, the
+	// cores are taken at the context's priority for each decode and given
+	// back after it, but the chunks stay full size.
+	idle bool
 	// held is the cores a request's job keeps from its first decode to its
 	// end (release): a job that gave its cores back between decodes would
 	// wait for a whole transcription that started in between, again and
@@ -63,7 +67,7 @@ func (r *run) decode() error {
 	cpu := r.e.opts.CPU
 	n := r.held
 	switch {
-	case r.ahead:
+	case r.ahead || r.idle:
 		// Prompt work ahead of a committed turn, or of a speculative pass
 		// (engine.WithPriority), one chunk at a time.
 		got, err := cpu.AcquireAt(r.ctx, engine.PriorityOf(r.ctx, engine.PriorityAhead), max(r.minThreads, 1), r.e.opts.Threads)
@@ -791,7 +795,7 @@ func (e *Engine) timeSteps() ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+	r := e.loadRun()
 	defer r.release()
 	e.leaveCurrent()
 	if _, err := e.evalPrompt(r, promptSeq, tokens, 0, true); err != nil {

@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"context"
 	"math"
 	"time"
 
@@ -54,7 +53,7 @@ func (e *Engine) measurePromptRate() (rate, slope float64, err error) {
 		start := time.Now()
 		for round := 0; round < 3 && (round == 0 || time.Since(start) < 4*time.Second); round++ {
 			e.leaveCurrent()
-			r := &run{e: e, ctx: context.Background(), minThreads: e.opts.Threads}
+			r := e.loadRun()
 			var d [2]time.Duration
 			for h, from := range []int{0, half} {
 				t0 := time.Now()

@@ -138,6 +138,12 @@ type Options struct {
 	// ColdPromptTarget is turned into tokens with; zero measures it once
 	// in Open.
 	PromptRate float64
+	// Idle runs Open's timings (the decode steps of chooseDecoding and the
+	// prompt speed) at engine.PrioritySpeculative, taking the cores for
+	// each decode and giving them back after it, so that any request waiting
+	// for cores goes first: a candidate model timed beside the active one
+	// (the admin page's Time, Figures).
+	Idle bool
 	// SteerSeqFactor is how many sequences a steered request decodes per
 	// candidate it shows (at most MaxCandidates in all), keeping the best
 	// by length-normalised log-probability; 0 or 1: as many as shown

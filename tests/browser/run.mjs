@@ -917,6 +917,18 @@ async function main() {
       await checkContrast('models');
       await checkAxe('models');
       await shot('12-models-desktop');
+      // Time the uploaded model beside the active one: its turn to expect
+      // next to the active model's, stored with the file.
+      const tm = await answered(`/v1/admin/models/${path.basename(llm)}/time`, null, () => page.click(`${row} button[data-action="time"]`));
+      equal(tm.status(), 200, 'the timing\'s status');
+      const timed = `#models-timings tr[data-file="${path.basename(llm)}"]`;
+      await until(() => page.isVisible(timed), 'the timing in the list of timings');
+      const tcells = await page.$$eval(`${timed} td`, (tds) => tds.map((td) => td.textContent.trim()));
+      check(/^\d+ ms/.test(tcells[1]) && /^\d+ ms/.test(tcells[2]) && /prompt tokens\/s/.test(tcells[1]), `the timing's turn and figures: ${JSON.stringify(tcells)}`);
+      check(/timed: a turn of about [\d.,\s\u00a0\u202f]+ ms/.test(await page.textContent('#models-msg')), `the timing is not reported: "${await page.textContent('#models-msg')}"`);
+      await checkLabels('models after a timing');
+      await checkContrast('models after a timing');
+      await checkAxe('models after a timing');
       // Switch the language model to the uploaded copy (it loads beside the
       // running one), see this box's choice, then roll back.
       check(await page.isVisible('#models-boxes-empty'), 'a choice is listed before any switch');

@@ -10,6 +10,7 @@ import { t } from '../app/i18n/i18n.js';
 let ctx;
 let node = '';
 let canSwitch = false;
+let canTime = false;
 
 // A failed listing shows its error; a successful one leaves the error of
 // the upload or removal that preceded it in view.
@@ -19,7 +20,9 @@ async function load() {
     $('#models-free').textContent = r.free_bytes >= 0 ? t('admin.freeDiskSpace', { size: fmtBytes(r.free_bytes) }) : '';
     node = r.node || '';
     canSwitch = !!r.switch;
+    canTime = !!r.time;
     render(r.models || []);
+    renderTimings(r.timings || {});
     renderBoxes(r.boxes || []);
   } catch (err) {
     showError($('#models-error'), err);
@@ -38,9 +41,53 @@ function render(items) {
     h('td', { class: 'actions' }, m.active ? '' : [
       canSwitch && m.check === 'ok' && m.kind ? h('button', { type: 'button', class: 'small', 'data-action': 'use',
         'aria-label': t('admin.useModelNamed', { file: m.file }), text: t('admin.use'), onclick: () => use(m) }) : '',
+      canTime && m.check === 'ok' && m.kind ? h('button', { type: 'button', class: 'small', 'data-action': 'time',
+        'aria-label': t('admin.timeModelNamed', { file: m.file }), text: t('admin.timeIt'), onclick: () => timeModel(m) }) : '',
       h('button', { type: 'button', class: 'danger small',
         'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })]),
   )));
+}
+
+/** One model's figures in words: a language model's speeds and budget, Whisper's real-time factor. */
+function figures(f) {
+  if (f.real_time_factor) return t('admin.whisperFigures', { rtf: f.real_time_factor, s: f.audio_seconds });
+  return t('admin.llmFigures', { tps: f.prompt_tokens_per_s || '–', n: f.candidates || '–', step: f.step_ms || '–', budget: f.history_budget_tokens || '–' });
+}
+
+/** The turn to expect: the figure, with how it was reached under it. */
+function turnCell(label, f, withName) {
+  return h('td', { 'data-label': label },
+    h('span', { class: 'num', text: f.turn_ms ? `${f.turn_ms} ms` : '–' }),
+    h('br'), h('small', { class: 'note', text: (withName ? `${f.model}: ` : '') + figures(f) }));
+}
+
+/** The stored timings, each beside the active model's own figures. */
+function renderTimings(timings) {
+  const rows = Object.keys(timings).sort().map((file) => {
+    const tm = timings[file];
+    return h('tr', { 'data-file': file },
+      h('th', { scope: 'row', class: 'mono', text: file }),
+      h('td', { 'data-label': t('admin.kind'), text: tm.kind }),
+      turnCell(t('admin.turnToExpect'), tm.candidate, false),
+      turnCell(t('admin.activeModel'), tm.active, true),
+      h('td', { 'data-label': t('admin.time') }, timeEl(tm.at)));
+  });
+  $('#models-timings-wrap').hidden = rows.length === 0;
+  $('#models-timings tbody').replaceChildren(...rows);
+}
+
+async function timeModel(m) {
+  showError($('#models-error'), null);
+  $('#models-msg').textContent = t('admin.timingModel', { file: m.file });
+  try {
+    const r = await api('POST', `/v1/admin/models/${encodeURIComponent(m.file)}/time`);
+    $('#models-msg').textContent = t('admin.modelTimed', { file: m.file, ms: r.candidate.turn_ms, active: r.active.model, activeMs: r.active.turn_ms });
+  } catch (err) {
+    $('#models-msg').textContent = '';
+    showError($('#models-error'), err);
+    explain(err);
+  }
+  await load();
 }
 
 /** Each box's chosen models; this box's with a roll back to the one before. */
