@@ -407,12 +407,17 @@ jfield() {
 	sed -n '/^{/,$p' "$2" | tr -d ' \n' | grep -o "\"$1\":[[{][^]}]*[]}]"
 }
 
-# agree A B: "k/n same" for the transcript token ids of two runs (position
-# by position; n is the longer list), or "FAILED" when one has none.
-agree() {
+# agree_tokens A B: "k/n same" for the transcript token ids of two runs
+# (position by position; n is the longer list), or "FAILED" when one has
+# none. (Named apart from agree above, which it would replace: the clinic
+# check's candidate agreement would then read transcript tokens.)
+agree_tokens() {
 	local a b
 	a="$(jfield tokens "$1")" b="$(jfield tokens "$2")"
-	[ -n "$a" ] && [ -n "$b" ] || { echo FAILED; return; }
+	if [ -z "$a" ] || [ -z "$b" ]; then
+		echo FAILED
+		return
+	fi
 	awk -v a="${a#*[}" -v b="${b#*[}" 'BEGIN { gsub(/]/, "", a); gsub(/]/, "", b)
 		n = split(a, x, ","); m = split(b, y, ","); k = 0
 		for (i = 1; i <= (n < m ? n : m); i++) if (x[i] == y[i]) k++
@@ -440,7 +445,7 @@ speech() {
 					result "speech $mode $(basename "$model") $(basename "$clip"): FAILED $(tail -1 "$out.err")"
 			done
 			base="${out%-"$sm".json}"
-			result "speech tokens $(basename "$model") $(basename "$clip"): $sm against blas $(agree "$base-blas.json" "$out"), against ggml-cpu $(agree "$base-ggml-cpu.json" "$out")"
+			result "speech tokens $(basename "$model") $(basename "$clip"): $sm against blas $(agree_tokens "$base-blas.json" "$out"), against ggml-cpu $(agree_tokens "$base-ggml-cpu.json" "$out")"
 			if [ "$(jfield tokens "$base-ggml-cpu.json")" != "$(jfield tokens "$out")" ]; then
 				for f in "$base-blas.json" "$base-ggml-cpu.json" "$out"; do echo "  $(basename "$f"): $(jfield tokens "$f" | cut -c1-400)"; done | tee -a "$RES"
 			fi
