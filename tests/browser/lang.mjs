@@ -68,6 +68,10 @@ function englishPatterns(lang) {
   const tr = catalog(lang);
   const forms = (v) => (v && typeof v === 'object' ? Object.values(v) : [v]);
   const out = [];
+  // Every string the language has: an English string that is also one of
+  // its own (fr's "Type" for the Models view's column is the same word as
+  // en's app.type, "Type" the button) is not English left over.
+  const all = new Set(Object.entries(tr).filter(([k]) => k !== '_meta').flatMap(([, v]) => forms(v).map(String)));
   for (const [key, v] of Object.entries(en)) {
     if (key === '_meta') continue;
     const theirs = new Set(forms(tr[key]).map(String));
@@ -75,7 +79,7 @@ function englishPatterns(lang) {
       const plain = s.replace(/\*\*/g, '');
       // A string that is mostly its values ("{label}: {values}.") says
       // nothing of its language.
-      if (theirs.has(s) || (plain.replace(/\{\w+\}/g, '').match(/[A-Za-z]/g) || []).length < 3) continue;
+      if (theirs.has(s) || all.has(s) || (plain.replace(/\{\w+\}/g, '').match(/[A-Za-z]/g) || []).length < 3) continue;
       const re = plain.split(/\{\w+\}/).map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.+?');
       out.push({ key, re: `^${re}$` });
     }
