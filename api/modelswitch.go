@@ -124,18 +124,7 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
-	if err != nil {
-		return err
-	}
-	man, err := models.Embedded()
-	if err != nil {
-		return err
-	}
-	e, err := modelfile.Describe(path, man)
-	if errors.Is(err, os.ErrNotExist) {
-		return errorf(CodeNotFound, "no model file %s in the models folder", name)
-	}
+	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
 	}
@@ -278,4 +267,23 @@ func switchError(err error) *Error {
 		return &Error{Code: CodeInvalidModel, Message: strings.TrimPrefix(msg, ErrModelSwitchInvalid.Error()+": "), Err: err}
 	}
 	return nil
+}
+
+// describeModel finds the models folder's file name (already checked with
+// modelfile.ValidName) and describes it against the embedded manifest: its
+// absolute path and entry, 404 not_found when it is not there.
+func (s *Server) describeModel(name string) (string, modelfile.Entry, error) {
+	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
+	if err != nil {
+		return "", modelfile.Entry{}, err
+	}
+	man, err := models.Embedded()
+	if err != nil {
+		return "", modelfile.Entry{}, err
+	}
+	e, err := modelfile.Describe(path, man)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", modelfile.Entry{}, errorf(CodeNotFound, "no model file %s in the models folder", name)
+	}
+	return path, e, err
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/replyd/replyd/engine/modelfile"
-	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -146,18 +145,7 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	if !modelfile.ValidName(name) {
 		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
 	}
-	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
-	if err != nil {
-		return err
-	}
-	man, err := models.Embedded()
-	if err != nil {
-		return err
-	}
-	e, err := modelfile.Describe(path, man)
-	if errors.Is(err, os.ErrNotExist) {
-		return errorf(CodeNotFound, "no model file %s in the models folder", name)
-	}
+	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
 	}
