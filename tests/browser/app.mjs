@@ -246,7 +246,20 @@ async function inferRound(action, { expectAudio = null } = {}) {
   });
   try {
     await action();
-    await until(() => captured, 'the POST to /v1/infer', 30000);
+    try {
+      await until(() => captured, 'the POST to /v1/infer', 30000);
+    } catch (err) {
+      // What the page was doing, so that a round that never asked can be
+      // told from one whose request Playwright did not see.
+      const seen = await page.evaluate(() => ({
+        focus: document.activeElement && (document.activeElement.id || document.activeElement.tagName),
+        partnerForm: !document.querySelector('#partner-form').hidden,
+        partnerText: document.querySelector('#partner-text').value,
+        notice: document.querySelector('#notice').textContent,
+        bubbles: document.querySelectorAll('#log .bubble').length,
+      })).catch((e) => `unreadable: ${e.message}`);
+      throw new Error(`${err.message}; the page: ${JSON.stringify(seen)}`);
+    }
   } finally {
     await page.unroute('**/v1/infer');
   }
@@ -496,6 +509,8 @@ async function main() {
       await page.keyboard.press('Enter');
       await until(() => page.evaluate(() => document.activeElement.id === 'partner-text'), 'focus in the partner field');
       await page.keyboard.type('Shall we go outside after lunch?');
+      await until(() => page.evaluate(() => document.activeElement.id === 'partner-text'
+        && document.activeElement.value === 'Shall we go outside after lunch?'), 'the typed question in the focused partner field');
       const round = await inferRound(() => page.keyboard.press('Enter'));
       equal(round.payload.messages.length, 3, 'turns sent');
       equal(round.payload.messages[2].content, 'Shall we go outside after lunch?', 'typed partner turn');
