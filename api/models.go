@@ -64,6 +64,9 @@ type modelList struct {
 	// file name; Time is whether this box can time models.
 	Timings map[string]*ModelTiming `json:"timings"`
 	Time    bool                    `json:"time"`
+	// Compare is whether this box can compare a language model with the
+	// active one on the recorded turns (POST .../{name}/compare).
+	Compare bool `json:"compare"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -159,6 +162,7 @@ func (s *Server) handleListModels(c echo.Context) error {
 	}
 	_, out.Switch = s.health.(ModelSwitcher)
 	_, out.Time = s.health.(ModelTimer)
+	_, out.Compare = s.health.(ModelComparer)
 	return c.JSON(http.StatusOK, out)
 }
 

@@ -85,7 +85,7 @@ func TestAdminModels(t *testing.T) {
 		status int
 		body   string
 	}{
-		{"list empty", adminReq("GET", "/v1/admin/models", ""), nil, 200, `{"models":[],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false}`},
+		{"list empty", adminReq("GET", "/v1/admin/models", ""), nil, 200, `{"models":[],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false,"compare":false}`},
 		{"no credentials", httptest.NewRequest("GET", "/v1/admin/models", nil), nil, 401,
 			errJSON(CodeUnauthorized, "an admin credential is required: send X-ADMIN-SESSION or X-ADMIN-KEY")},
 		{"upload", uploadReq("tiny.gguf", good), nil, 201, entry(false)},
@@ -103,12 +103,12 @@ func TestAdminModels(t *testing.T) {
 		{"would not fit", uploadReq("b.gguf", good), func() { free = 1000 }, 507, errJSON(CodeInsufficientStorage,
 			fmt.Sprintf("the file needs %d bytes (64.0 MiB) of free disk space and the models folder's disk has 1000 (1 KiB); free space on it or upload a smaller file", len(good)+64<<20))},
 		{"list", adminReq("GET", "/v1/admin/models", ""), func() { free = 1 << 30 }, 200,
-			`{"models":[` + entry(false) + `],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false}`},
+			`{"models":[` + entry(false) + `],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false,"compare":false}`},
 		{"list, active", adminReq("GET", "/v1/admin/models", ""), func() {
 			e.health.mu.Lock()
 			e.health.engines = []engine.EngineStatus{{Name: "llm", Ready: true, Model: filepath.Join(dir, "tiny.gguf")}}
 			e.health.mu.Unlock()
-		}, 200, `{"models":[` + entry(true) + `],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false}`},
+		}, 200, `{"models":[` + entry(true) + `],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false,"compare":false}`},
 		{"remove active", adminReq("DELETE", "/v1/admin/models/tiny.gguf", ""), nil, 409, errJSON(CodeConflict,
 			"the model is in use: tiny.gguf: switch to another model before removing it")},
 		{"remove missing", adminReq("DELETE", "/v1/admin/models/nope.gguf", ""), nil, 404, errJSON(CodeNotFound, "no such model file: nope.gguf")},
@@ -119,7 +119,7 @@ func TestAdminModels(t *testing.T) {
 			e.health.engines = nil
 			e.health.mu.Unlock()
 		}, 204, ""},
-		{"list after", adminReq("GET", "/v1/admin/models", ""), nil, 200, `{"models":[],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false}`},
+		{"list after", adminReq("GET", "/v1/admin/models", ""), nil, 200, `{"models":[],"free_bytes":1073741824,"max_bytes":1048576,"node":"box-test","boxes":[],"switch":false,"timings":{},"time":false,"compare":false}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.before != nil {

@@ -159,6 +159,7 @@ type Server struct {
 	live        *liveSessions
 	rights      *grants // work in progress by the key whose right it holds (rights.go)
 	models      *modelFolder
+	compares    *compareJobs // model comparisons (modelcompare.go)
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -188,6 +189,7 @@ func New(o Options) *Server {
 		node:        o.Node,
 		rand:        o.Rand,
 		models:      newModelFolder(o.ModelsDir, o.MaxModelBytes),
+		compares:    &compareJobs{},
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -261,6 +263,7 @@ func (s *Server) Close() {
 	}
 	s.failMu.Unlock()
 	s.writeFailSummaries(s.failures.flush(s.now(), true))
+	s.compares.stop()
 }
 
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
@@ -315,6 +318,8 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST(a+"/models/:name/activate", s.handleActivateModel, s.adminAuth)
 	e.POST(a+"/models/:kind/rollback", s.handleRollbackModel, s.adminAuth)
 	e.POST(a+"/models/:name/time", s.handleTimeModel, s.adminAuth)
+	e.POST(a+"/models/:name/compare", s.handleCompareModel, s.adminAuth)
+	get(e, a+"/models/:name/compare", s.handleGetComparison, s.adminAuth)
 
 	if !metricsPublic {
 		get(e, "/metrics", echo.WrapHandler(s.MetricsHandler()), metricsBearer, s.adminAuth)

@@ -111,3 +111,31 @@ func TokenF1(candidate, reference string) float64 {
 	rec := float64(common) / float64(len(r))
 	return 2 * p * rec / (p + rec)
 }
+
+// WordEditDistance returns the Levenshtein distance between a and b in
+// words (Tokens: case and punctuation ignored): the fewest word
+// insertions, deletions and substitutions that turn a into b. "I'd like
+// tea" and "I'd like some tea" are 1 apart.
+func WordEditDistance(a, b string) int {
+	wa, wb := Tokens(a), Tokens(b)
+	if len(wa) < len(wb) {
+		wa, wb = wb, wa
+	}
+	prev := make([]int, len(wb)+1)
+	cur := make([]int, len(wb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(wa); i++ {
+		cur[0] = i
+		for j := 1; j <= len(wb); j++ {
+			cost := 1
+			if wa[i-1] == wb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(wb)]
+}

@@ -75,3 +75,25 @@ func TestNormalizeAndF1(t *testing.T) {
 		}
 	}
 }
+
+func TestWordEditDistance(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"", "yes please", 2},
+		{"Yes, please!", "yes please", 0},
+		{"I'd like tea", "I'd like some tea", 1},
+		{"I'd like tea", "I'd love tea", 1},
+		{"I'd like tea", "no thanks", 3},
+		{"see you later", "later see you", 2},
+	} {
+		if got := WordEditDistance(c.a, c.b); got != c.want {
+			t.Errorf("WordEditDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := WordEditDistance(c.b, c.a); got != c.want {
+			t.Errorf("WordEditDistance(%q, %q) = %d, want %d (symmetry)", c.b, c.a, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeComparer is a fakeSwitcher that also compares models: what the api
+// does around a comparison (checks, the turns it reads, the job, the error
+// mapping, the admin log) without engines. A run waits for release.
+type fakeComparer struct {
+	*fakeSwitcher
+	cmu     sync.Mutex
+	err     error // returned by the next BeginCompare
+	turns   []CompareTurn
+	release chan struct{}
+}
+
+func (f *fakeComparer) BeginCompare(kind, path string) (CompareRun, error) {
+	f.cmu.Lock()
+	defer f.cmu.Unlock()
+	if err := f.err; err != nil {
+		f.err = nil
+		return nil, err
+	}
+	return func(ctx context.Context, turns []CompareTurn, progress func(done, total int)) (CompareResult, error) {
+		f.cmu.Lock()
+		f.turns = turns
+		f.cmu.Unlock()
+		progress(1, 2*len(turns))
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return CompareResult{}, ctx.Err()
+		}
+		progress(2*len(turns), 2*len(turns))
+		return CompareResult{Reason: "fits", Preempted: 1,
+			Candidate: CompareFigures{Model: path, Turns: len(turns), ExactRate: 0.5, NearRate: 0.5, KeystrokeSaving: 0.25, TurnMS: 120},
+			Active:    CompareFigures{Model: f.ActiveModel(kind), Turns: len(turns), ExactRate: 1, NearRate: 1, KeystrokeSaving: 0.5, TurnMS: 80}}, nil
+	}, nil
+}
+
+func TestAdminModelCompare(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "models")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a.gguf", "b.gguf"} {
+		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
+		release: make(chan struct{})}
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })
+	e.addKey("valid", 60)
+
+	const path = "/v1/admin/models/b.gguf/compare"
+	noTurns := errJSON(CodeConflict, "there is no recorded turn to replay: a turn counts once its user, asked with remember: true, reported what they spoke (POST /v1/feedback)")
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"turns zero", path, `{"turns":0}`, 400, errJSON(CodeInvalidRequest, "turns must be between 1 and 200")},
+		{"turns too many", path, `{"turns":201}`, 400, errJSON(CodeInvalidRequest, "turns must be between 1 and 200")},
+		{"turns a string", path, `{"turns":"20"}`, 400, errJSON(CodeInvalidRequest, "turns has the wrong type: expected an integer")},
+		{"turns fractional", path, `{"turns":2.5}`, 400, errJSON(CodeInvalidRequest, "turns has the wrong type: expected an integer")},
+		{"temperature", path, `{"temperature":3}`, 400, errJSON(CodeInvalidRequest, "temperature must be between 0 and 2")},
+		{"not JSON", path, `{"turns":`, 400, errJSON(CodeInvalidRequest, "the request body is not valid JSON (unexpected end)")},
+		{"too large", path, `{"turns":1,"pad":"` + strings.Repeat("x", 1<<20) + `"}`, 413, ""},
+		{"missing", "/v1/admin/models/nope.gguf/compare", "", 404, errJSON(CodeNotFound, "no model file nope.gguf in the models folder")},
+		{"bad name", "/v1/admin/models/x.txt/compare", "", 400, errJSON(CodeInvalidRequest, "the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")},
+		{"active", "/v1/admin/models/a.gguf/compare", "", 409, errJSON(CodeConflict, "a.gguf is the active llm model: compare another file with it")},
+		{"nothing recorded", path, "", 409, noTurns},
+		{"none yet", path, "GET", 404, errJSON(CodeNotFound, "no comparison of b.gguf since this server started")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := adminReq("POST", c.path, c.body)
+			if c.body == "GET" {
+				req = adminReq("GET", c.path, "")
+			}
+			rec := e.do(req)
+			if c.want == "" {
+				if rec.Code != c.status {
+					t.Errorf("%d %s", rec.Code, rec.Body)
+				}
+				return
+			}
+			wantJSON(t, rec, c.status, c.want)
+		})
+	}
+	// Not an admin: refused before anything else.
+	for _, h := range []map[string]string{{}, {HeaderAdminKey: "valid"}, {"X-API-KEY": "valid"}} {
+		req := httptest.NewRequest("POST", path, nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		if rec := e.do(req); rec.Code != 401 {
+			t.Errorf("%v: %d %s", h, rec.Code, rec.Body)
+		}
+	}
+
+	// Recorded turns: two remembered and reported, one reported without
+	// remember (no text kept), one remembered without an outcome.
+	const secret1, secret2 = "SECRET-PARTNER-ONE", "SECRET-PARTNER-TWO"
+	a := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"`+secret1+`"}],"options":{"max_candidates":2}}`)
+	b := e.infer("valid", `{"remember":true,"user_id":"kim","messages":[{"role":"speaker","content":"`+secret2+`"}]}`)
+	c := e.infer("valid", `{"user_id":"lou","messages":[{"role":"speaker","content":"Walk?"}]}`)
+	e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"No answer yet"}]}`)
+	for _, fb := range []string{`{"inference_id":"` + a + `","chosen_rank":2}`, `{"inference_id":"` + b + `","spoken_text":"SECRET-TYPED"}`,
+		`{"inference_id":"` + c + `","spoken_text":"not kept"}`} {
+		if rec := e.do(feedbackReq("valid", fb)); rec.Code != 200 {
+			t.Fatalf("feedback %s: %d %s", fb, rec.Code, rec.Body)
+		}
+	}
+
+	// A switch or timing in progress, or no room: 409, nothing started.
+	cm.err = ErrModelSwitchBusy
+	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "another model switch is in progress; retry when it has finished"))
+	cm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", ErrModelCompareNoRoom)
+	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "the model cannot be compared: it does not fit in memory beside the active one: it needs about 900 MiB but only 10 MiB are available; a comparison never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and compare the other way round"))
+
+	rec := e.do(adminReq("POST", path, `{"turns":5}`))
+	wantJSON(t, rec, 202, `{"kind":"llm","node":"box-test","model":"b.gguf","state":"running","turns":5,"turns_found":2,"temperature":0.7,"done":0,"total":0,"started_at":"2026-01-02T03:04:05Z","preempted":0}`)
+	// One at a time.
+	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "a comparison of b.gguf is running; one runs at a time: retry when it has finished"))
+	get := func() ModelComparison {
+		t.Helper()
+		rec := e.do(adminReq("GET", path, ""))
+		if rec.Code != 200 {
+			t.Fatalf("GET: %d %s", rec.Code, rec.Body)
+		}
+		if s := rec.Body.String(); strings.Contains(s, "SECRET") {
+			t.Errorf("the comparison shows dialog text: %s", s)
+		}
+		var m ModelComparison
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for m := get(); m.Done == 0; m = get() {
+		time.Sleep(time.Millisecond) // the run reports its first step
+	}
+	if m := get(); m.State != "running" || m.Done != 1 || m.Total != 4 || m.Candidate != nil {
+		t.Errorf("while running: %+v", m)
+	}
+	close(cm.release)
+	m := get()
+	for ; m.State == "running"; m = get() {
+		time.Sleep(time.Millisecond)
+	}
+	if m.State != "done" || m.Done != 4 || m.Preempted != 1 || m.Reason != "fits" || m.FinishedAt == "" || m.Error != nil ||
+		m.Candidate == nil || m.Candidate.Model != "b.gguf" || m.Candidate.ExactRate != 0.5 ||
+		m.Active == nil || m.Active.Model != "a.gguf" || m.Active.ExactRate != 1 {
+		t.Errorf("done: %+v %+v %+v", m, m.Candidate, m.Active)
+	}
+	// The turns replayed: the remembered and reported ones, oldest first,
+	// with what the user spoke, the live turn's candidate count and prompt.
+	cm.cmu.Lock()
+	got := cm.turns
+	cm.cmu.Unlock()
+	want := []CompareTurn{
+		{Partner: secret1, Reply: "reply 2", SystemPrompt: DefaultSystemPrompt, Candidates: 2, Temperature: 0.7},
+		{Partner: secret2, Reply: "SECRET-TYPED", SystemPrompt: DefaultSystemPrompt, Candidates: 3, Temperature: 0.7},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d turns, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			g, w := got[i], want[i]
+			g.SystemPrompt, w.SystemPrompt = fmt.Sprint(len(g.SystemPrompt)), fmt.Sprint(len(w.SystemPrompt))
+			t.Errorf("turn %d: got %+v, want %+v (prompt lengths)", i, g, w)
+		}
+	}
+	// turns bounds them to the latest.
+	rec = e.do(adminReq("POST", path, `{"turns":1,"temperature":0}`))
+	if rec.Code != 202 || !strings.Contains(rec.Body.String(), `"turns_found":1,"temperature":0,`) {
+		t.Fatalf("turns 1: %d %s", rec.Code, rec.Body)
+	}
+	for m = get(); m.State == "running"; m = get() {
+		time.Sleep(time.Millisecond)
+	}
+	cm.cmu.Lock()
+	got = cm.turns
+	cm.cmu.Unlock()
+	if len(got) != 1 || got[0].Partner != secret2 || got[0].Temperature != 0 {
+		t.Errorf("turns 1: %+v", got)
+	}
+
+	logs := e.do(adminReq("GET", "/v1/admin/logs?stream=admin", "")).Body.String()
+	for _, w := range []string{"model comparison started: llm b.gguf on the latest 2 recorded turns",
+		"model compared: llm b.gguf on 2 turns: spoken reply among the candidates 50% (active a.gguf: 100%), keystrokes saved 25% (active 50%), 120 ms a turn (active 80 ms)",
+		"model comparison refused: llm b.gguf: another model switch is in progress"} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("admin log lacks %q", w)
+		}
+	}
+	if strings.Contains(logs, "SECRET") {
+		t.Error("the admin log shows dialog text")
+	}
+	var list struct{ Compare bool }
+	decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
+	if !list.Compare {
+		t.Error("compare is false with a ModelComparer")
+	}
+}
+
+// TestAdminModelCompareStops: Close stops a running comparison, which ends
+// failed, canceled.
+func TestAdminModelCompareStops(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "models")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a.gguf", "b.gguf"} {
+		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
+		release: make(chan struct{})}
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })
+	e.addKey("valid", 60)
+	a := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"Tea?"}]}`)
+	if rec := e.do(feedbackReq("valid", `{"inference_id":"`+a+`","chosen_rank":1}`)); rec.Code != 200 {
+		t.Fatalf("feedback: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.do(adminReq("POST", "/v1/admin/models/b.gguf/compare", "")); rec.Code != 202 {
+		t.Fatalf("compare: %d %s", rec.Code, rec.Body)
+	}
+	e.srv.Close()
+	var m ModelComparison
+	decode(t, e.do(adminReq("GET", "/v1/admin/models/b.gguf/compare", "")), &m)
+	if m.State != "failed" || m.Error == nil || m.Error.Error != CodeCanceled {
+		t.Errorf("after Close: %+v %+v", m, m.Error)
+	}
+}
