@@ -230,7 +230,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 		return errorf(CodeInvalidModel, "the model file was refused: %s", e.Check)
 	}
 	if e.Kind != "llm" {
-		return errorf(CodeNotSupported, "a comparison replays language models (kind llm) only: the log holds no true transcript of the partner's speech to score a Whisper model against")
+		return badRequest("%s is a %s model: a comparison replays language models (kind llm) only; the log holds no true transcript of the partner's speech to score a Whisper model against", name, e.Kind)
 	}
 	if sw, ok := s.health.(ModelSwitcher); ok && same(sw.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
