@@ -929,6 +929,23 @@ async function main() {
       await checkLabels('models after a timing');
       await checkContrast('models after a timing');
       await checkAxe('models after a timing');
+      // Compare the uploaded model with the active one on the turns the
+      // users step recorded: progress, then the two columns of figures.
+      await page.fill('#models-compare-turns', '5');
+      const cmp = await answered(`/v1/admin/models/${path.basename(llm)}/compare`, null, () => page.click(`${row} button[data-action="compare"]`));
+      equal(cmp.status(), 202, 'the comparison\'s status');
+      await until(() => page.isVisible('#models-compare-wrap'), 'the comparison\'s table', 120000);
+      const figs = await page.$$eval('#models-compare-table tbody tr', (trs) => trs.map((tr) => [tr.dataset.figure, ...[...tr.querySelectorAll('td')].map((td) => td.textContent.trim())]));
+      equal(figs.map((f) => f[0]).join(','), 'turns,exact,top1,near,keystrokes,steered,turntime,replytokens', 'the comparison\'s rows');
+      const turnsRow = figs[0];
+      check(Number(turnsRow[1]) >= 1 && turnsRow[1] === turnsRow[2], `turns replayed, active and candidate: ${JSON.stringify(turnsRow)}`);
+      check(figs.slice(1, 5).every((f) => /%$/.test(f[1]) && /%$/.test(f[2])), `the rates: ${JSON.stringify(figs)}`);
+      check(/ms$/.test(figs[6][1]) && /ms$/.test(figs[6][2]), `the time per turn: ${JSON.stringify(figs[6])}`);
+      check(/compared/.test(await page.textContent('#models-compare-status')), `the comparison is not reported: "${await page.textContent('#models-compare-status')}"`);
+      await checkLabels('models after a comparison');
+      await checkContrast('models after a comparison');
+      await checkAxe('models after a comparison');
+      await shot('12-models-compared');
       // Switch the language model to the uploaded copy (it loads beside the
       // running one), see this box's choice, then roll back.
       check(await page.isVisible('#models-boxes-empty'), 'a choice is listed before any switch');

@@ -6,6 +6,7 @@
 import { api, ApiError } from './api.js';
 import { $, h, showError, fmtBytes, timeEl } from './util.js';
 import { t } from '../app/i18n/i18n.js';
+import { setCanCompare, compareButton } from './compare.js';
 
 let ctx;
 let node = '';
@@ -21,6 +22,7 @@ async function load() {
     node = r.node || '';
     canSwitch = !!r.switch;
     canTime = !!r.time;
+    setCanCompare(r.compare);
     render(r.models || []);
     renderTimings(r.timings || {});
     renderBoxes(r.boxes || []);
@@ -43,6 +45,7 @@ function render(items) {
         'aria-label': t('admin.useModelNamed', { file: m.file }), text: t('admin.use'), onclick: () => use(m) }) : '',
       canTime && m.check === 'ok' && m.kind ? h('button', { type: 'button', class: 'small', 'data-action': 'time',
         'aria-label': t('admin.timeModelNamed', { file: m.file }), text: t('admin.timeIt'), onclick: () => timeModel(m) }) : '',
+      compareButton(m),
       h('button', { type: 'button', class: 'danger small',
         'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })]),
   )));
