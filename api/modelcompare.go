@@ -242,7 +242,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 		jobs.mu.Unlock()
 		return errorf(CodeConflict, "a comparison of %s is running; one runs at a time: retry when it has finished", running)
 	}
-	jobs.running = "\x00" // reserved while the turns are read
+	jobs.running = name // reserved while the turns are read
 	jobs.mu.Unlock()
 	release := func() {
 		jobs.mu.Lock()
