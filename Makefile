@@ -208,7 +208,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
 
 loadtest: build demo-models
-	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV)
+	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV) $(LOADTEST_FLAGS)
 
 clean:
 	rm -rf bin
