@@ -202,12 +202,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzClientAddr$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzLiveMessage$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminModels$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckGGUF$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
 
 loadtest: build demo-models
-	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV)
+	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV) $(LOADTEST_FLAGS)
 
 clean:
 	rm -rf bin

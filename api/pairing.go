@@ -147,6 +147,27 @@ func (s *Server) appBaseURL(r *http.Request) string {
 	return (&url.URL{Scheme: scheme, Host: r.Host, Path: "/app/"}).String()
 }
 
+// handleUnpair serves DELETE /v1/pair: a tablet that unpairs gives its key
+// up. The key (X-API-KEY) is revoked as DELETE /v1/admin/keys/{hash} would
+// revoke it, so a copy of it left in the tablet's storage or a backup no
+// longer works, and its work in progress ends (a live session closes with
+// 4401: rights.go). 204; 401 for a key that is unknown or already revoked.
+func (s *Server) handleUnpair(c echo.Context) error {
+	key, _, err := s.apiKey(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.RevokeKey(key.Hash, s.now().UTC()); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errorf(CodeUnauthorized, "%s is not a valid API key", HeaderAPIKey)
+		}
+		return err
+	}
+	s.adminLog(c, store.LevelInfo, key.Hash, "api key revoked by its tablet, which unpaired (client %s)", key.ClientID)
+	s.rightsChanged(key.Hash)
+	return c.NoContent(http.StatusNoContent)
+}
+
 type pairRequest struct {
 	Code string `json:"code"`
 }

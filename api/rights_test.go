@@ -359,3 +359,49 @@ func TestAdminKeyReplacedElsewhere(t *testing.T) {
 	}
 	wantJSON(t, e.do(adminReq(http.MethodGet, "/v1/admin/keys", "")), http.StatusUnauthorized, errJSON(CodeUnauthorized, "the admin credential is invalid or expired"))
 }
+
+// TestUnpairRevokesTheKey: a tablet that unpairs (DELETE /v1/pair with its
+// key) gives its key up: its live session closes with 4401 at once, the
+// key is revoked (a copy of it is refused), the admin log says so, and a
+// second unpair or one without a key is 401.
+func TestUnpairRevokesTheKey(t *testing.T) {
+	le := newLiveEnv(t, func(o *Options) { o.Limits.KeyRecheck = time.Hour })
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(0.3, false), append(pcm(1.0, true), pcm(1.0, false)...)...))
+	if names, _ := events(t, c, 4); strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	unpair := func(key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodDelete, "/v1/pair", nil)
+		if key != "" {
+			req.Header.Set(HeaderAPIKey, key)
+		}
+		return le.do(req)
+	}
+	if rec := unpair(liveKey); rec.Code != http.StatusNoContent {
+		t.Fatalf("unpair: %d %s", rec.Code, rec.Body)
+	}
+	if code, evs := closedWith(t, c); code != CloseRevoked || len(evs) != 0 {
+		t.Errorf("after unpairing: events %v, close %d; want none and %d", evs, code, CloseRevoked)
+	}
+	k, err := le.st.GetKey(secret.Hash(liveKey))
+	if err != nil || k.Status != store.StatusRevoked {
+		t.Fatalf("the key after unpairing: %+v, %v", k, err)
+	}
+	for _, key := range []string{liveKey, ""} {
+		if rec := unpair(key); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), `"error":"unauthorized"`) {
+			t.Errorf("unpair with %q after: %d %s", key, rec.Code, rec.Body)
+		}
+	}
+	logs, err := le.st.Logs(store.LogQuery{Stream: store.StreamAdmin, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range logs {
+		found = found || (l.ResourceID == secret.Hash(liveKey) && strings.Contains(l.Message, "unpaired"))
+	}
+	if !found {
+		t.Errorf("no admin log entry for the unpairing: %+v", logs)
+	}
+}

@@ -281,7 +281,11 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	// The routes a tablet calls; browser clients on the origins listed in
 	// REPLYD_CORS_ORIGINS may call them too.
 	s.corsRoute(e, "/v1/infer", s.handleInfer, s.inferLog, s.bodyLimit)
-	s.corsRoute(e, "/v1/pair", s.handlePair)
+	// A tablet pairs (POST) and unpairs (DELETE: it gives its key up).
+	pairCORS := s.cors(http.MethodPost, http.MethodDelete)
+	e.POST("/v1/pair", s.handlePair, pairCORS)
+	e.DELETE("/v1/pair", s.handleUnpair, pairCORS)
+	e.OPTIONS("/v1/pair", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, pairCORS)
 	s.corsRoute(e, "/v1/feedback", s.handleFeedback)
 	s.corsRoute(e, "/v1/live/ticket", s.handleLiveTicket)
 	get(e, "/v1/live", s.handleLive)

@@ -19,7 +19,10 @@ type HeardAhead struct {
 	// AudioSeconds is the length of the audio heard.
 	AudioSeconds float64
 	// STT is how long the transcription took.
-	STT     time.Duration
+	STT time.Duration
+	// Model names the Whisper model file that made the transcript (the
+	// answer's SpeechModel, logged with it); empty when none ran.
+	Model   string
 	reserve int
 }
 
@@ -64,7 +67,7 @@ func (p *Pipeline) HearAhead(ctx context.Context, req Request) (*HeardAhead, err
 	if err != nil {
 		return nil, wrapEngineErr(err, KindSTT, "speech-to-text failed")
 	}
-	h.Heard = tr.Heard()
+	h.Heard, h.Model = tr.Heard(), tr.Model
 	if strings.TrimSpace(tr.Text) == "" {
 		h.Transcript, h.NoSpeech = "", true
 	}
@@ -105,6 +108,7 @@ func (p *Pipeline) useHeard(req Request, msgs []Message, res *Result) int {
 	h := req.Heard
 	res.AudioSeconds = h.AudioSeconds
 	res.Timings.STT = h.STT
+	res.SpeechModel = h.Model
 	if h.NoSpeech {
 		res.NoSpeech = true
 		return 0

@@ -12,7 +12,7 @@ type heldSTT struct{ release chan struct{} }
 func (s heldSTT) Transcribe(ctx context.Context, _ []float32, _ TranscribeOptions) (Transcript, error) {
 	select {
 	case <-s.release:
-		return Transcript{Text: "hi", Language: "en"}, nil
+		return Transcript{Text: "hi", Language: "en", Model: "base.en.bin"}, nil
 	case <-ctx.Done():
 		return Transcript{}, Errorf(KindCanceled, ctx.Err(), "transcription canceled")
 	}
@@ -57,8 +57,8 @@ func TestHearAheadPromptWorkKeepsItsPass(t *testing.T) {
 	waitFor(t, func() bool { return cpu.Waiting() > 0 })
 	close(stt.release)
 	r := <-done
-	if r.err != nil || r.h == nil || r.h.Transcript != "hi" {
-		t.Fatalf("HearAhead: %+v, %v; want the transcript, its own prompt work waiting", r.h, r.err)
+	if r.err != nil || r.h == nil || r.h.Transcript != "hi" || r.h.Model != "base.en.bin" {
+		t.Fatalf("HearAhead: %+v, %v; want the transcript and its model, its own prompt work waiting", r.h, r.err)
 	}
 	waitFor(t, func() bool { return cpu.Free() == 2 && cpu.Waiting() == 0 })
 }
@@ -91,7 +91,7 @@ func (g coreLLM) Generate(ctx context.Context, req GenerateRequest) (Generation,
 func replyAheadRequest() Request {
 	return Request{
 		Messages: []Message{{Role: RoleDisabledPerson, Content: "Hello."}, {Role: RoleSpeaker, Audio: true}},
-		Heard:    &HeardAhead{Heard: Heard{Transcript: "tea or water?", Language: "en"}, AudioSeconds: 2},
+		Heard:    &HeardAhead{Heard: Heard{Transcript: "tea or water?", Language: "en"}, AudioSeconds: 2, Model: "base.en.bin"},
 		OnTranscript: func(Heard) {
 			panic("ReplyAhead showed the transcript of a turn not yet ended")
 		},
@@ -113,8 +113,8 @@ func TestReplyAheadAnswersFromTheTranscript(t *testing.T) {
 	if prio := <-g.started; prio != PrioritySpeculative {
 		t.Errorf("generated at %v, want speculative", prio)
 	}
-	if res.Transcript != "tea or water?" || len(res.Candidates) != 1 || res.Candidates[0].Text != "reply to tea or water?" {
-		t.Errorf("result %+v: want the transcript heard ahead and its reply", res)
+	if res.Transcript != "tea or water?" || len(res.Candidates) != 1 || res.Candidates[0].Text != "reply to tea or water?" || res.SpeechModel != "base.en.bin" {
+		t.Errorf("result %+v: want the transcript heard ahead, its Whisper model and its reply", res)
 	}
 	if _, err := p.ReplyAhead(context.Background(), Request{}); err == nil {
 		t.Error("ReplyAhead without a transcript heard ahead: no error")

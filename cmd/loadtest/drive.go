@@ -30,7 +30,7 @@ const (
 	routeKeys       = "GET /v1/admin/keys"
 )
 
-var routeOrder = []string{routeInfer, routeInferAudio, routeLogs, routeStats, routeKeys}
+var routeOrder = []string{routeInfer, routeInferAudio, routeLogs, routeStats, routeKeys, routeActivate}
 
 // outcome is one request's result.
 type outcome struct {
@@ -39,6 +39,9 @@ type outcome struct {
 	code    string // the error body's "error" field, when there is one
 	latency time.Duration
 	err     error
+	// noSpeech: a 200 answer of /v1/infer that found no speech, for which
+	// no language model ran.
+	noSpeech bool
 }
 
 // results gathers every outcome of a run.
@@ -59,6 +62,17 @@ type results struct {
 	statsTotal     int // total_requests over the run's window
 	statsErr       error
 	logsErr        error
+
+	// With -switch-every (switch.go): the inference answers (200) and
+	// those without speech, the switches made and refused, and the
+	// answers by language model over the run's window.
+	switching  bool
+	answered   int
+	noSpeech   int
+	switches   int
+	switchErrs []string
+	byModel    map[string]int
+	byModelErr error
 }
 
 func newResults() *results {
@@ -79,6 +93,10 @@ func (r *results) add(o outcome) {
 			r.inferResponses++
 			switch {
 			case o.status == http.StatusOK:
+				r.answered++
+				if o.noSpeech {
+					r.noSpeech++
+				}
 				r.byOutcome[o.route+" admitted (200)"] = append(r.byOutcome[o.route+" admitted (200)"], o.latency)
 			case o.status == http.StatusServiceUnavailable && o.code == "overloaded":
 				r.byOutcome[o.route+" shed (503)"] = append(r.byOutcome[o.route+" shed (503)"], o.latency)
@@ -173,6 +191,9 @@ func (r *results) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "infer log entries in the run's window: %d%s\n", r.loggedInfer, more)
 	}
+	if r.switching {
+		r.printSwitches(w)
+	}
 }
 
 // problems lists what makes the run fail.
@@ -185,7 +206,7 @@ func (r *results) problems() []string {
 			switch {
 			case k == "no response":
 				out = append(out, fmt.Sprintf("%s: %d requests got no response", route, n))
-			case strings.HasPrefix(k, "5") && k != "503 overloaded":
+			case strings.HasPrefix(k, "5") && k != "503 overloaded" && k != "503 loading":
 				out = append(out, fmt.Sprintf("%s: %d answers %s", route, n, k))
 			}
 		}
@@ -199,6 +220,9 @@ func (r *results) problems() []string {
 		out = append(out, "reading logs after the run: "+r.logsErr.Error())
 	} else if !r.loggedLimited && r.loggedInfer != r.inferResponses {
 		out = append(out, fmt.Sprintf("%d infer log entries for %d infer responses", r.loggedInfer, r.inferResponses))
+	}
+	if r.switching {
+		out = append(out, r.switchProblems()...)
 	}
 	sort.Strings(out)
 	return out
@@ -403,6 +427,7 @@ func tablet(ctx context.Context, cfg config, c *client, i int, key string, wav [
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
 			o = outcome{route: route, status: resp.StatusCode, latency: time.Since(start)}
+			o.noSpeech = resp.StatusCode == http.StatusOK && noSpeechAnswer(b)
 			if resp.StatusCode >= 400 {
 				var e struct {
 					Error string `json:"error"`
@@ -441,6 +466,7 @@ func drive(ctx context.Context, cfg config, base, adminKey string, stdout io.Wri
 	}
 	wav := testaudio.Mono16(16000, testaudio.Voiced(2, 16000))
 	res := newResults()
+	res.switching = cfg.switchEvery > 0
 	// since has whole-second resolution: start the window at a second
 	// boundary before the first request.
 	res.started = time.Now().UTC().Truncate(time.Second)
@@ -459,12 +485,22 @@ func drive(ctx context.Context, cfg config, base, adminKey string, stdout io.Wri
 			tablet(runCtx, cfg, c, i, keys[i], wav, res)
 		}(i)
 	}
+	if res.switching {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switcher(runCtx, cfg, c, res)
+		}()
+	}
 	wg.Wait()
 	res.elapsed = time.Since(t0)
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
 	reconcile(ctx, c, res)
+	if res.switching {
+		c.byModel(ctx, res)
+	}
 	return res, nil
 }
 

@@ -111,3 +111,29 @@ func TestProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestSwitchProblems(t *testing.T) {
+	r := newResults()
+	r.switching = true
+	r.add(outcome{route: routeInfer, status: 200})
+	r.add(outcome{route: routeInferAudio, status: 200, noSpeech: true})
+	r.add(outcome{route: routeInfer, status: 503, code: "loading"})
+	r.add(outcome{route: routeActivate, status: 200})
+	r.statsTotal, r.loggedInfer = 3, 3
+	r.switches = 1
+	r.byModel = map[string]int{switchModels[1]: 1}
+	if p := r.problems(); len(p) != 0 {
+		t.Errorf("clean switching run: %v", p)
+	}
+	r.byModel = map[string]int{switchModels[0]: 1, "other.gguf": 1}
+	r.switchErrs = []string{"switch to llm-demo-b.gguf: 500 {}"}
+	got := strings.Join(r.problems(), "\n")
+	for _, want := range []string{`for model "other.gguf"`, "2 answers counted by model, 1 answers received", "yet llm-demo-b.gguf answered nothing", "500 {}"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems lack %q:\n%s", want, got)
+		}
+	}
+	if noSpeechAnswer([]byte(`{"no_speech":false}`)) || !noSpeechAnswer([]byte(`{"transcript":"","no_speech":true}`)) {
+		t.Error("noSpeechAnswer")
+	}
+}

@@ -13,7 +13,12 @@
 // the end (then runs `replyd check` on the data file). Traffic goes only to
 // loopback addresses: -url must name one.
 //
-// It exits non-zero when any response is a 5xx other than 503 overloaded,
+// With -switch-every it switches the language model between two model files
+// during the run, as an admin does from the Models view, and checks that
+// every answer names one of them.
+//
+// It exits non-zero when any response is a 5xx other than 503 overloaded
+// (or loading, while a model is switched),
 // when a request fails without a response, or when the number of infer log
 // entries differs from the number of infer responses received.
 package main
@@ -42,6 +47,9 @@ type config struct {
 	seed       int64
 	keep       bool
 	serverEnv  envList
+	// switchEvery, with -bin: switch the language model every this long
+	// during the run (switch.go).
+	switchEvery time.Duration
 }
 
 // envList is a repeatable -server-env KEY=VALUE flag.
@@ -78,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.think, "think", 0, "mean pause of a tablet between two requests, jittered 0.5x-1.5x, with random start offsets (0: closed loop, send the next at once)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the request mix")
 	fs.BoolVar(&c.keep, "keep", false, "with -bin: keep the temporary data directory and server log")
+	fs.DurationVar(&c.switchEvery, "switch-every", 0, "with -bin: switch the language model between two model files every this long during the run (beside and swap in turn) and check that every answer names the model that made it (0: no switching)")
 	fs.Var(&c.serverEnv, "server-env", "with -bin: REPLYD_NAME=value for the started server (repeatable), e.g. REPLYD_QUEUE_SIZE=8")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -89,6 +98,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-server-env needs -bin")
 	case c.url != "" && c.adminKey == "":
 		return c, fmt.Errorf("-url needs -admin-key")
+	case c.url != "" && c.switchEvery != 0:
+		return c, fmt.Errorf("-switch-every needs -bin")
+	case c.switchEvery < 0:
+		return c, fmt.Errorf("-switch-every must not be negative")
 	case c.tablets < 1:
 		return c, fmt.Errorf("-tablets must be at least 1")
 	case c.duration <= 0:
@@ -111,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	base, adminKey := cfg.url, cfg.adminKey
 	var srv *server
 	if cfg.bin != "" {
-		srv, err = startServer(ctx, cfg.bin, cfg.serverEnv)
+		srv, err = startServer(ctx, cfg.bin, cfg.serverEnv, cfg.switchEvery > 0)
 		if err != nil {
 			fmt.Fprintln(stderr, "loadtest:", err)
 			return 1
@@ -137,7 +150,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			code = 1
 		} else if err == nil {
-			fmt.Fprintln(stdout, "PASS: no 5xx other than 503 overloaded, every infer response logged exactly once")
+			more := ""
+			if cfg.switchEvery > 0 {
+				more = "; every answer made by one of the models switched between, each answering some"
+			}
+			fmt.Fprintf(stdout, "PASS: no 5xx other than 503 overloaded or loading, every infer response logged exactly once%s\n", more)
 		}
 	}
 	if srv != nil {

@@ -16,15 +16,17 @@ import (
 // server is a replyd process started by loadtest.
 type server struct {
 	*replydproc.Proc
-	dir     string // temporary: models/, data/, replyd.log
+	dir     string // temporary: data/ (with data/models/), replyd.log
 	logPath string
 	logFile *os.File
 }
 
-// startServer writes the demo models, starts `bin serve` on a free loopback
-// port with a fresh data directory, a known admin key and extraEnv
-// (NAME=value), and waits for /healthz to answer 200.
-func startServer(ctx context.Context, bin string, extraEnv []string) (*server, error) {
+// startServer writes the demo models into the data directory's models
+// folder (where the admin switches models), with a second language model
+// when switching, starts `bin serve` on a free loopback port with that
+// fresh data directory, a known admin key and extraEnv (NAME=value), and
+// waits for /healthz to answer 200.
+func startServer(ctx context.Context, bin string, extraEnv []string, switching bool) (*server, error) {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return nil, err
@@ -37,9 +39,14 @@ func startServer(ctx context.Context, bin string, extraEnv []string) (*server, e
 		return nil, err
 	}
 	s := &server{dir: dir, logPath: filepath.Join(dir, "replyd.log")}
-	models := filepath.Join(dir, "models")
+	models := filepath.Join(dir, "data", "models")
 	if err := replydproc.DemoModels(ctx, abs, models); err != nil {
 		return nil, err
+	}
+	if switching {
+		if err := copyDemoModel(models); err != nil {
+			return nil, err
+		}
 	}
 	env := map[string]string{}
 	for _, kv := range extraEnv {

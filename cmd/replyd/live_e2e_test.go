@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,12 @@ func TestLiveEndToEnd(t *testing.T) {
 			if m, _ := e.(map[string]any); m != nil {
 				if msg, _ := m["message"].(string); strings.HasPrefix(msg, "live turn ok") {
 					n++
+					// Its answer names both models that made it, the
+					// transcript heard ahead included.
+					if m["model"] != filepath.Base(env["REPLYD_LLM_MODEL"]) || m["speech_model"] != filepath.Base(env["REPLYD_WHISPER_MODEL"]) {
+						t.Errorf("the live turn's entry names models %v and %v, want %s and %s", m["model"], m["speech_model"],
+							filepath.Base(env["REPLYD_LLM_MODEL"]), filepath.Base(env["REPLYD_WHISPER_MODEL"]))
+					}
 				}
 			}
 		}

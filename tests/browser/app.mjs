@@ -1193,6 +1193,27 @@ async function main() {
       await insecure.close();
     });
 
+    await step('Unpair gives the tablet\'s key up: replyd revokes it, and the page asks for a pairing code again', async () => {
+      const key = await page.evaluate(() => localStorage.getItem('replyd.app.key'));
+      check(/^rpd_/.test(key || ''), 'the page has no key to give up');
+      await page.click('#open-settings');
+      await until(() => page.evaluate(() => document.querySelector('#settings').open), 'the settings dialog');
+      const [del] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/pair') && r.request().method() === 'DELETE'),
+        page.click('#s-unpair'),
+      ]);
+      equal(del.status(), 204, 'DELETE /v1/pair status');
+      await until(() => page.isVisible('#view-pair'), 'the pairing view');
+      const said = await page.textContent('#pair-msg');
+      check(/no longer paired/.test(said) && !/administrator/.test(said), `pairing view says "${said}"`);
+      equal(await page.evaluate(() => localStorage.getItem('replyd.app.key')), null, 'the key kept after unpairing');
+      const again = await fetch(`${base}/v1/live/ticket`, { method: 'POST', headers: { 'X-API-KEY': key } });
+      equal(again.status, 401, 'the given-up key at /v1/live/ticket');
+      const keys = await (await fetch(`${base}/v1/admin/keys?include_revoked=true`, { headers: { 'X-ADMIN-KEY': adminKey } })).json();
+      const mine = keys.items.filter((k) => k.ClientID === 'ward-3-tablet');
+      check(mine.length > 0 && mine.every((k) => k.Status === 'revoked'), `the admin's list: ${JSON.stringify(mine)}`);
+    });
+
     await step('installable, and offline the page opens from its cache and says "replyd is not reachable"', async () => {
       const withSW = await launch('chromium-profile-sw', 'allow');
       const tablet = await withSW.newPage();
@@ -1216,6 +1237,13 @@ async function main() {
       await axe('offline', tablet);
       await tablet.setViewportSize(PHONE);
       await shot('14-offline-phone', tablet);
+      // Unpaired while replyd is off: the tablet forgets its key and says
+      // it must be revoked on the admin page.
+      await tablet.click('#open-settings');
+      await until(() => tablet.evaluate(() => document.querySelector('#settings').open), 'the settings dialog');
+      await tablet.click('#s-unpair');
+      await until(() => tablet.isVisible('#view-pair'), 'the pairing view after an offline unpair');
+      check(/administrator to revoke/.test(await tablet.textContent('#pair-msg')), `offline unpair says "${await tablet.textContent('#pair-msg')}"`);
     });
 
     await step('no script errors, CSP violations or requests off the box', async () => {

@@ -29,6 +29,24 @@ export const pairing = {
   },
 };
 
+/** DELETE /v1/pair: the tablet gives its key up (replyd revokes it).
+ * Resolves true when the key no longer works (revoked now or before),
+ * false when replyd could not be asked. */
+export async function unpairKey(timeoutMs = 5000) {
+  const key = pairing.key();
+  if (!key) return true;
+  const ctl = new AbortController();
+  const t = setTimeout(() => ctl.abort(), timeoutMs);
+  try {
+    const res = await fetch('/v1/pair', { method: 'DELETE', headers: { 'X-API-KEY': key }, credentials: 'omit', cache: 'no-store', signal: ctl.signal });
+    return res.ok || res.status === 401;
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 /** A short random id (hex) for dialog_id and X-Request-ID; works without a
  * secure context, unlike crypto.randomUUID. */
 export function randomId(bytes = 12) {

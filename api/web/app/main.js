@@ -1,7 +1,7 @@
 // The replyd conversation page: the AAC user's screen. The partner's turn
 // comes from a recording (Listen) or is typed; replyd suggests replies; the
 // one the user picks is spoken and becomes the user's turn.
-import { pair, pairing, infer, feedback, health, randomId, ReplydError, INFER_TIMEOUT_MS } from './client.js';
+import { pair, pairing, unpairKey, infer, feedback, health, randomId, ReplydError, INFER_TIMEOUT_MS } from './client.js';
 import { canRecord, startRecording } from './recorder.js';
 import * as settings from './settings.js';
 import { speak, voices, onVoicesChanged } from './speech.js';
@@ -933,13 +933,17 @@ function saveSettings() {
   notice(msg('app.settingsSaved'));
 }
 
-function unpair() {
-  pairing.forget();
+/** Unpair: the tablet gives its key up, so that a copy of it left behind
+ * no longer works; the tablet forgets it even when replyd cannot be asked,
+ * and then says the key must be revoked on the admin page. */
+async function unpair() {
   $('#settings').close();
   newConversation();
+  const revoked = await unpairKey();
+  pairing.forget();
   showView();
   notice('');
-  $('#pair-msg').textContent = msg('app.unpaired');
+  $('#pair-msg').textContent = msg(revoked ? 'app.unpaired' : 'app.unpairedKeyKept');
 }
 
 // ------------------------------------------------------------ access
