@@ -11,7 +11,8 @@ import (
 )
 
 // FuzzAdminModels sends arbitrary model names and bodies to the model
-// routes an admin acts with (activate, rollback, time, remove): every answer
+// routes an admin acts with (activate, rollback, time, remove, compare and
+// its progress): every answer
 // is a documented status with an {error, message} body, never a 500, and no
 // name reaches a file outside the models folder (a file beside the folder
 // stays, the folder's own files stay unless a remove of exactly that name
@@ -26,6 +27,8 @@ func FuzzAdminModels(f *testing.F) {
 		{"b.gguf", ``, 2}, {"cut.gguf", ``, 2}, {"b.gguf", ``, 3}, {"a.gguf", ``, 3},
 		{"../outside.gguf", ``, 3}, {"..", ``, 0}, {".gguf", ``, 2}, {"a.gguf\x00", "\x00", 0},
 		{"%2e%2e%2foutside.gguf", ``, 3}, {"b.bin", `{"mode":1}`, 0},
+		{"b.gguf", `{"turns":5}`, 4}, {"b.gguf", `{"turns":-1,"temperature":9}`, 4}, {"b.gguf", `{"turns":1e99}`, 4},
+		{"a.gguf", ``, 4}, {"b.gguf", ``, 5}, {"../outside.gguf", ``, 5},
 	} {
 		f.Add(s.name, []byte(s.body), s.route)
 	}
@@ -41,7 +44,7 @@ func FuzzAdminModels(f *testing.F) {
 	files := map[string][]byte{"a.gguf": tinyGGUF("a.gguf"), "b.gguf": tinyGGUF("b.gguf"), "cut.gguf": tinyGGUF("cut")[:100]}
 	a := filepath.Join(dir, "a.gguf")
 	tm := &fakeTimer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}}
-	e := newEnv(f, func(o *Options) { o.ModelsDir = dir; o.Health = tm })
+	e := newEnv(f, func(o *Options) { o.ModelsDir = dir; o.Health = timerComparer{tm} })
 	f.Fuzz(func(t *testing.T, name string, body []byte, route uint8) {
 		// Each input starts from the same folder and active model.
 		for n, b := range files {
@@ -53,7 +56,7 @@ func FuzzAdminModels(f *testing.F) {
 		tm.active = map[string]string{"llm": a}
 		tm.mu.Unlock()
 		method, path := "POST", "/v1/admin/models/"+url.PathEscape(name)
-		switch route % 4 {
+		switch route % 6 {
 		case 0:
 			path += "/activate"
 		case 1:
@@ -62,6 +65,10 @@ func FuzzAdminModels(f *testing.F) {
 			path += "/time"
 		case 3:
 			method, body = "DELETE", nil
+		case 4:
+			path += "/compare"
+		case 5:
+			method, path, body = "GET", path+"/compare", nil
 		}
 		req := httptest.NewRequest(method, "http://box.test/", bytes.NewReader(body))
 		req.URL.Path, req.URL.RawPath = "", ""
