@@ -155,6 +155,22 @@ func (j *compareJobs) get(name string) (ModelComparison, bool) {
 	return *c, true
 }
 
+// all returns copies of the comparisons since start, by file name; nil
+// when there is none.
+func (j *compareJobs) all() map[string]*ModelComparison {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.byName) == 0 {
+		return nil
+	}
+	out := make(map[string]*ModelComparison, len(j.byName))
+	for n, c := range j.byName {
+		cc := *c
+		out[n] = &cc
+	}
+	return out
+}
+
 func (j *compareJobs) update(name string, f func(*ModelComparison)) {
 	j.mu.Lock()
 	defer j.mu.Unlock()

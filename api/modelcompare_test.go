@@ -215,10 +215,22 @@ func TestAdminModelCompare(t *testing.T) {
 	if strings.Contains(logs, "SECRET") {
 		t.Error("the admin log shows dialog text")
 	}
-	var list struct{ Compare bool }
+	var list struct {
+		Compare     bool
+		Comparisons map[string]ModelComparison
+	}
 	decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
-	if !list.Compare {
-		t.Error("compare is false with a ModelComparer")
+	if !list.Compare || len(list.Comparisons) != 1 || list.Comparisons["b.gguf"].State != "done" || list.Comparisons["b.gguf"].TurnsFound != 1 {
+		t.Errorf("listed: compare %v, comparisons %+v", list.Compare, list.Comparisons)
+	}
+	// A removed file's comparison is not listed.
+	if rec := e.do(adminReq("DELETE", "/v1/admin/models/b.gguf", "")); rec.Code != 204 {
+		t.Fatalf("remove: %d %s", rec.Code, rec.Body)
+	}
+	list.Comparisons = nil
+	decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
+	if len(list.Comparisons) != 0 {
+		t.Errorf("comparisons after removing the file: %+v", list.Comparisons)
 	}
 }
 

@@ -65,8 +65,11 @@ type modelList struct {
 	Timings map[string]*ModelTiming `json:"timings"`
 	Time    bool                    `json:"time"`
 	// Compare is whether this box can compare a language model with the
-	// active one on the recorded turns (POST .../{name}/compare).
-	Compare bool `json:"compare"`
+	// active one on the recorded turns (POST .../{name}/compare);
+	// Comparisons the latest comparison of each file since start, running
+	// or finished (absent when there is none).
+	Compare     bool                        `json:"compare"`
+	Comparisons map[string]*ModelComparison `json:"comparisons,omitempty"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -163,6 +166,14 @@ func (s *Server) handleListModels(c echo.Context) error {
 	_, out.Switch = s.health.(ModelSwitcher)
 	_, out.Time = s.health.(ModelTimer)
 	_, out.Compare = s.health.(ModelComparer)
+	for n, c := range s.compares.all() {
+		if seen[n] { // the files still there
+			if out.Comparisons == nil {
+				out.Comparisons = map[string]*ModelComparison{}
+			}
+			out.Comparisons[n] = c
+		}
+	}
 	return c.JSON(http.StatusOK, out)
 }
 

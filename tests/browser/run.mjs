@@ -897,7 +897,7 @@ async function main() {
       equal(JSON.stringify(await pairsOf()), '[2]', "the tablet's memory after the linked phone's feedback");
     });
 
-    await step('models: the Models view uploads a model file (checked, SHA-256, manifest status), refuses one cut in a tensor with the reason, switches the language model to it and rolls back (axe clean), and removes one not in use', async () => {
+    await step('models: the Models view uploads a model file (checked, SHA-256, manifest status), refuses one cut in a tensor with the reason, times it and compares it with the active model on the recorded turns, switches the language model to it and rolls back (axe clean), and removes one not in use', async () => {
       await go('models');
       check(await page.isVisible('#models-empty'), 'the data directory\'s models folder is not shown empty');
       await answered('/v1/admin/models', { name: path.basename(llm) }, () => page.setInputFiles('#models-file', llm).then(() => page.click('#models-upload-btn')));
@@ -946,6 +946,10 @@ async function main() {
       await checkContrast('models after a comparison');
       await checkAxe('models after a comparison');
       await shot('12-models-compared');
+      // Shown again after a visit to another view.
+      await go('status');
+      await go('models');
+      await until(() => page.isVisible('#models-compare-wrap'), 'the comparison shown again on coming back');
       // Switch the language model to the uploaded copy (it loads beside the
       // running one), see this box's choice, then roll back.
       check(await page.isVisible('#models-boxes-empty'), 'a choice is listed before any switch');

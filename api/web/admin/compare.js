@@ -15,6 +15,18 @@ export function setCanCompare(v) {
   $('#models-compare').hidden = !can;
 }
 
+/** Shows the latest comparison of the listing (GET /v1/admin/models'
+ * comparisons), following it while it runs: what the view shows again
+ * after a reload or a visit to another view. */
+export function showLatest(comparisons) {
+  const all = Object.values(comparisons || {});
+  if (all.length === 0) return;
+  const running = all.find((c) => c.state === 'running');
+  const c = running || all.sort((a, b) => (a.started_at < b.started_at ? 1 : -1))[0];
+  show(c, false);
+  if (running && polling !== running.model) follow(running.model);
+}
+
 /** The Compare button of a file's row: language models not in use. */
 export function compareButton(m) {
   if (!can || m.check !== 'ok' || m.kind !== 'llm' || m.active) return '';
@@ -56,20 +68,22 @@ function follow(file) {
   setTimeout(tick, 500);
 }
 
-/** Shows a comparison: its progress while it runs, then the table. */
-function show(c) {
+/** Shows a comparison: its progress while it runs, then the table; a
+ * failure's error only when it was followed here (fresh). */
+function show(c, fresh = true) {
   const status = $('#models-compare-status');
   const bar = $('#models-compare-progress');
   bar.hidden = c.state !== 'running';
   bar.max = Math.max(c.total, 1);
   bar.value = c.done;
   if (c.state === 'running') {
+    $('#models-compare-wrap').hidden = true;
     status.textContent = c.total ? t('admin.comparing', { file: c.model, done: c.done, total: c.total }) : t('admin.compareLoading', { file: c.model });
     return;
   }
   if (c.state === 'failed') {
     status.textContent = t('admin.compareFailed', { file: c.model });
-    if (c.error) {
+    if (c.error && fresh) {
       showError($('#models-error'), new ApiError(0, c.error.error, c.error.message));
       if (c.error.error === 'conflict') status.textContent = c.error.message;
     }

@@ -6,7 +6,7 @@
 import { api, ApiError } from './api.js';
 import { $, h, showError, fmtBytes, timeEl } from './util.js';
 import { t } from '../app/i18n/i18n.js';
-import { setCanCompare, compareButton } from './compare.js';
+import { setCanCompare, compareButton, showLatest } from './compare.js';
 
 let ctx;
 let node = '';
@@ -25,6 +25,7 @@ async function load() {
     setCanCompare(r.compare);
     render(r.models || []);
     renderTimings(r.timings || {});
+    showLatest(r.comparisons);
     renderBoxes(r.boxes || []);
   } catch (err) {
     showError($('#models-error'), err);
