@@ -119,9 +119,11 @@ type compareTally struct {
 	genTokens, genCnt int
 }
 
-// compareTurns replays turns through gens (the active model, then the
-// candidate), alternating per turn so that both meet the same load, and
-// scores them. It uses no model of its own: tests give it real engines.
+// compareTurns replays turns through gens (the active model and the
+// candidate), one turn on both before the next, the first of the two in
+// turn (the active one on even turns), so that both meet the same load and
+// neither always follows the other, and scores them. The end-to-end test
+// drives it through the program.
 func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []api.CompareTurn, progress func(done, total int)) (api.CompareResult, error) {
 	var res api.CompareResult
 	total := 0
@@ -136,8 +138,9 @@ func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gene
 	for k, t := range turns {
 		req := engine.GenerateRequest{SystemPrompt: t.SystemPrompt, Messages: []engine.Message{{Role: engine.RoleSpeaker, Content: t.Partner}},
 			N: t.Candidates, Temperature: t.Temperature, Seed: compareSeed + uint32(k)}
-		for i, g := range gens {
-			gen, took, err := idleGenerate(ctx, cpu, g, req, &res.Preempted)
+		for j := range gens {
+			i := (j + k) % len(gens)
+			gen, took, err := idleGenerate(ctx, cpu, gens[i], req, &res.Preempted)
 			if err != nil {
 				return res, err
 			}
@@ -162,12 +165,13 @@ func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gene
 			return res, err
 		}
 		s, keys, ok := sim.make(t.Reply)
-		for i, g := range gens {
+		for j := range gens {
+			i := (j + k) % len(gens)
 			tl := &tallies[i]
 			if ok {
 				sreq := req
 				sreq.Steer = &s
-				gen, _, err := idleGenerate(ctx, cpu, g, sreq, &res.Preempted)
+				gen, _, err := idleGenerate(ctx, cpu, gens[i], sreq, &res.Preempted)
 				if err != nil {
 					return res, err
 				}
