@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The catalogs' contract (app/i18n/README.md): every shipped language has a
@@ -277,4 +278,67 @@ func TestEveryErrorCodeHasAMessage(t *testing.T) {
 			t.Errorf("en.json has no message for the API's error code %q (key error.%s)", m[1], m[1])
 		}
 	}
+}
+
+// labelledControl finds a control the pages draw with an accessible name
+// (aria-label) beside its visible text, both from the catalogs:
+// h('button', {'aria-label': t('K1', ...), text: t('K2')}).
+var labelledControl = regexp.MustCompile(`'aria-label': t\('([\w.]+)'(?:, \{[^}]*\})?\), text: t\('([\w.]+)'\)`)
+
+// TestAccessibleNamesHoldVisibleText: in every language, a control's
+// accessible name contains its visible text (WCAG 2.5.3, axe's
+// label-content-name-mismatch), so that a voice-control user who says
+// what they see ("Remove") reaches it. uk's "Видалити {file}" on a button
+// reading "Прибрати" failed axe in the Models view.
+func TestAccessibleNamesHoldVisibleText(t *testing.T) {
+	type pair struct{ name, text, file string }
+	var pairs []pair
+	err := fs.WalkDir(AdminFS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") {
+			return err
+		}
+		b, err := fs.ReadFile(AdminFS(), p)
+		if err != nil {
+			return err
+		}
+		for _, m := range labelledControl.FindAllStringSubmatch(string(b), -1) {
+			pairs = append(pairs, pair{m[1], m[2], p})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) < 5 {
+		t.Fatalf("found %d labelled controls in the admin page, want the Models and Users views' (5 or more)", len(pairs))
+	}
+	for _, lang := range shipped(t) {
+		c := readCatalog(t, lang)
+		str := func(k string) string {
+			var s string
+			_ = json.Unmarshal(c[k], &s)
+			return s
+		}
+		for _, p := range pairs {
+			name, text := str(p.name), str(p.text)
+			if text != "" && !containsWords(name, text) {
+				t.Errorf("%s: %s (%s) %q does not contain the visible %s %q", lang, p.name, p.file, name, p.text, text)
+			}
+		}
+	}
+}
+
+// containsWords reports whether text's words, in order, are words of name
+// (case aside): axe reads es's "Devolver ..." as not naming "Volver".
+func containsWords(name, text string) bool {
+	split := func(s string) []string {
+		return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r) })
+	}
+	n, w := split(name), split(text)
+	for i := 0; i+len(w) <= len(n); i++ {
+		if slices.Equal(n[i:i+len(w)], w) {
+			return true
+		}
+	}
+	return false
 }

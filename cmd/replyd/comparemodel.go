@@ -67,7 +67,7 @@ func (e *engines) BeginCompare(kind, path string) (api.CompareRun, error) {
 		return nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
 	}
 	avail, aerr := memAvailable()
-	plan, err := planSwitch("beside", st.Size(), avail, aerr, gpu)
+	plan, err := planSwitch("beside", st.Size(), headroomFor("llm"), avail, aerr, gpu)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", api.ErrModelCompareNoRoom, timeRoomReason(plan, aerr, gpu))
 	}

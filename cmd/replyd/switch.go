@@ -22,12 +22,31 @@ import (
 
 // How a switch decides whether the new model fits beside the old one: the
 // new file's bytes (its weights, read or mapped whole) plus a quarter of
-// them and switchHeadroom for the context, the KV cache and the compute
-// buffers, against the memory the kernel says is available now
-// (MemAvailable of /proc/meminfo, which counts the page cache it can drop).
-// A language model on a GPU backend takes the GPU's memory, which replyd
-// cannot read here: such a switch unloads first.
-const switchHeadroom = 64 << 20
+// them and a headroom for the context, the KV cache and the compute
+// buffers (switchHeadroom), against the memory the kernel says is
+// available now (MemAvailable of /proc/meminfo, which counts the page cache
+// it can drop). A language model on a GPU backend takes the GPU's memory,
+// which replyd cannot read here: such a switch unloads first.
+//
+// Whisper's headroom is larger: its encoder's scratch for a 30 s window and
+// its decoder's K/V take about 70 MiB whatever the file's size (n_audio_ctx
+// is 1500 for every Whisper), which a small file's quarter does not cover.
+// scripts/bench-model-memory.sh measured a base.en-shaped file (78 MiB)
+// peaking at 203 MiB beside the active model, 1.26 times what 64 MiB of
+// headroom reserved; a Qwen2.5-0.5B-shaped GGUF (506 MiB) at 0.96 times
+// (docs/models.md).
+const (
+	switchHeadroom        = 64 << 20
+	whisperSwitchHeadroom = 160 << 20
+)
+
+// headroomFor is the headroom of engine name ("llm", "stt").
+func headroomFor(name string) int64 {
+	if name == "stt" {
+		return whisperSwitchHeadroom
+	}
+	return switchHeadroom
+}
 
 // engineName is the engines' name (EngineStatus.Name) of a model kind of
 // the models folder ("llm", "whisper").
@@ -98,7 +117,7 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	e.mu.RLock()
 	gpu := name == "llm" && e.llm.Status().Backend != "cpu"
 	e.mu.RUnlock()
-	plan, err := planSwitch(req.Mode, st.Size(), avail, aerr, gpu)
+	plan, err := planSwitch(req.Mode, st.Size(), headroomFor(name), avail, aerr, gpu)
 	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
 	if err != nil {
 		return out, err
@@ -131,8 +150,8 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 // "swap") may force either, "beside" refusing with ErrModelSwitchNoRoom
 // when it does not fit. It fills Mode, Reason, BytesNeeded and
 // BytesAvailable.
-func planSwitch(mode string, fileBytes, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
-	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + switchHeadroom, BytesAvailable: -1}
+func planSwitch(mode string, fileBytes, headroom, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
+	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + headroom, BytesAvailable: -1}
 	if availErr == nil {
 		out.BytesAvailable = avail
 	}

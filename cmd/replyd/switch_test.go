@@ -36,7 +36,7 @@ func TestPlanSwitch(t *testing.T) {
 		{"bad mode", "fast", 1, 2000 * mib, nil, false, "", api.ErrModelSwitchInvalid, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := planSwitch(c.mode, c.file, c.avail, c.availErr, c.gpu)
+			got, err := planSwitch(c.mode, c.file, switchHeadroom, c.avail, c.availErr, c.gpu)
 			if c.wantErr != nil {
 				if !errors.Is(err, c.wantErr) {
 					t.Fatalf("err = %v, want %v", err, c.wantErr)

@@ -46,7 +46,7 @@ func (e *engines) TimeModel(ctx context.Context, kind, path string) (api.ModelTi
 		return api.ModelTiming{}, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
 	}
 	avail, aerr := memAvailable()
-	plan, err := planSwitch("beside", st.Size(), avail, aerr, gpu)
+	plan, err := planSwitch("beside", st.Size(), headroomFor(name), avail, aerr, gpu)
 	out := api.ModelTiming{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
 	if err != nil {
 		return out, fmt.Errorf("%w: %s", api.ErrModelTimeNoRoom, timeRoomReason(plan, aerr, gpu))

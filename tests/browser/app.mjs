@@ -257,6 +257,7 @@ async function inferRound(action, { expectAudio = null } = {}) {
         partnerText: document.querySelector('#partner-text').value,
         notice: document.querySelector('#notice').textContent,
         bubbles: document.querySelectorAll('#log .bubble').length,
+        errors: window.__errors,
       })).catch((e) => `unreadable: ${e.message}`);
       throw new Error(`${err.message}; the page: ${JSON.stringify(seen)}`);
     }
@@ -292,6 +293,10 @@ async function partnerSays(text) {
  * have been said from window.__spoken. */
 function stubSpeech(ctx) {
   return ctx.addInitScript(() => {
+      // The page's own errors, for a round's diagnosis (inferRound).
+      window.__errors = [];
+      window.addEventListener('error', (e) => window.__errors.push(String(e.message)));
+      window.addEventListener('unhandledrejection', (e) => window.__errors.push(String((e.reason && e.reason.stack) || e.reason)));
       window.__spoken = [];
       const stub = {
         speak(u) { window.__spoken.push({ text: u.text, rate: u.rate, volume: u.volume }); },

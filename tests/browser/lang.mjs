@@ -179,6 +179,10 @@ async function main() {
   try {
     const models = path.join(tmp, 'models');
     execFileSync(bin, ['models', 'demo', '--dir', models], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 300000 });
+    // A second language model in the data directory's models folder, for
+    // the Models view's timing, switch and roll back in each language.
+    fs.mkdirSync(path.join(tmp, 'data', 'models'), { recursive: true });
+    fs.copyFileSync(path.join(models, 'llm-demo.gguf'), path.join(tmp, 'data', 'models', 'llm-demo-b.gguf'));
     const port = await freePort();
     const adminKey = crypto.randomBytes(24).toString('base64url');
     const replyd = await startReplyd(bin, {
@@ -259,6 +263,40 @@ async function main() {
         await admin.setViewportSize(PHONE);
         await shot(`${lang}-admin-status-phone`, admin);
         await admin.setViewportSize(TABLET);
+      });
+
+      await step(`${lang}: the Models view times a model, switches to it and rolls back in ${lang}; no English left; axe clean`, async () => {
+        const row = '#models-table tr[data-file="llm-demo-b.gguf"]';
+        const answer = (part, act) => Promise.all([
+          admin.waitForResponse((r) => r.url().includes(`/v1/admin/models/${part}`) && r.request().method() === 'POST', { timeout: 120000 }),
+          act(),
+        ]).then(([r]) => r);
+        const said = async (what) => {
+          await until(async () => (await admin.textContent('#models-msg')).trim(), what);
+          await noEnglish(admin, lang, `on the Models view ${what}`);
+          await axe(`on the Models view ${what} in ${lang}`, admin);
+        };
+        await admin.click('#nav a[href="#/models"]');
+        await until(() => admin.isVisible(row), 'the second model in the list');
+        const timed = await answer('llm-demo-b.gguf/time', () => admin.click(`${row} button[data-action="time"]`));
+        equal(timed.status(), 200, 'the timing\'s status');
+        await until(() => admin.isVisible('#models-timings tr[data-file="llm-demo-b.gguf"]'), 'the timing in its table');
+        await said('after a timing');
+        await admin.click(`${row} button[data-action="use"]`);
+        await until(() => admin.isVisible('#confirm'), 'the switch question');
+        await noEnglish(admin, lang, 'in the switch question');
+        const sw = await answer('llm-demo-b.gguf/activate', () => admin.click('#confirm-ok'));
+        equal(sw.status(), 200, 'the switch\'s status');
+        const box = '#models-boxes tr[data-kind="llm"] button[data-action="rollback"]';
+        await until(() => admin.isVisible(box), 'this box\'s choice, with its roll back');
+        await said('after a switch');
+        await shot(`${lang}-admin-models-switched`, admin);
+        await admin.click(box);
+        await until(() => admin.isVisible('#confirm'), 'the roll back question');
+        await noEnglish(admin, lang, 'in the roll back question');
+        const rb = await answer('llm/rollback', () => admin.click('#confirm-ok'));
+        equal(rb.status(), 200, 'the roll back\'s status');
+        await said('after a roll back');
       });
 
       await step(`${lang}: Add tablet pairs the conversation page, which follows the browser's language`, async () => {
