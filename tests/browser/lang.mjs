@@ -265,7 +265,7 @@ async function main() {
         await admin.setViewportSize(TABLET);
       });
 
-      await step(`${lang}: the Models view times a model, switches to it and rolls back in ${lang}; no English left; axe clean`, async () => {
+      await step(`${lang}: the Models view times a model, compares it (nothing recorded to replay), switches to it and rolls back in ${lang}; no English left; axe clean`, async () => {
         const row = '#models-table tr[data-file="llm-demo-b.gguf"]';
         const answer = (part, act) => Promise.all([
           admin.waitForResponse((r) => r.url().includes(`/v1/admin/models/${part}`) && r.request().method() === 'POST', { timeout: 120000 }),
@@ -282,6 +282,13 @@ async function main() {
         equal(timed.status(), 200, 'the timing\'s status');
         await until(() => admin.isVisible('#models-timings tr[data-file="llm-demo-b.gguf"]'), 'the timing in its table');
         await said('after a timing');
+        // Compare, with no recorded turn to replay: the page says why in
+        // replyd's words (marked English) beside its own.
+        const cmp = await answer('llm-demo-b.gguf/compare', () => admin.click(`${row} button[data-action="compare"]`));
+        equal(cmp.status(), 409, 'the comparison without recorded turns');
+        await until(async () => (await admin.textContent('#models-compare-status')).includes('no recorded turn'), 'why nothing was compared');
+        await noEnglish(admin, lang, 'after a comparison with nothing to replay');
+        await axe(`on the Models view after a comparison with nothing to replay in ${lang}`, admin);
         await admin.click(`${row} button[data-action="use"]`);
         await until(() => admin.isVisible('#confirm'), 'the switch question');
         await noEnglish(admin, lang, 'in the switch question');

@@ -46,7 +46,7 @@ async function start(file) {
   } catch (e) {
     status.textContent = '';
     showError(err, e);
-    if (e.code === 'conflict' || e.code === 'invalid_request') status.textContent = e.message;
+    if (e.code === 'conflict' || e.code === 'invalid_request') status.replaceChildren(apiWords(e.message));
   }
 }
 
@@ -68,6 +68,10 @@ function follow(file) {
   setTimeout(tick, 500);
 }
 
+/** The server's own reason (why there is nothing to replay, what is busy):
+ * replyd's English, marked so. */
+const apiWords = (message) => h('span', { lang: 'en', text: message });
+
 /** Shows a comparison: its progress while it runs, then the table; a
  * failure's error only when it was followed here (fresh). */
 function show(c, fresh = true) {
@@ -85,7 +89,7 @@ function show(c, fresh = true) {
     status.textContent = t('admin.compareFailed', { file: c.model });
     if (c.error && fresh) {
       showError($('#models-error'), new ApiError(0, c.error.error, c.error.message));
-      if (c.error.error === 'conflict') status.textContent = c.error.message;
+      if (c.error.error === 'conflict') status.replaceChildren(apiWords(c.error.message));
     }
     return;
   }
