@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -46,35 +45,18 @@ func (e *engines) BeginCompare(kind, path string) (api.CompareRun, error) {
 	if kind != "llm" {
 		return nil, fmt.Errorf("%w: kind %q: a comparison replays language models only", api.ErrModelSwitchInvalid, kind)
 	}
-	if !e.switchMu.TryLock() {
-		return nil, api.ErrModelSwitchBusy
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			e.switchMu.Unlock()
-		}
-	}()
-	e.mu.RLock()
-	ready := e.cpu != nil && e.log != nil && e.llm != nil
-	gpu := ready && e.llm.Status().Backend != "cpu"
-	e.mu.RUnlock()
-	if !ready {
-		return nil, fmt.Errorf("%w: the llm model is still loading", api.ErrModelSwitchBusy)
-	}
-	st, err := os.Stat(path)
+	a, release, err := e.beginModelAction(kind, path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
+		return nil, err
 	}
-	avail, aerr := memAvailable()
-	plan, err := planSwitch("beside", st.Size(), headroomFor("llm"), avail, aerr, gpu)
+	plan, err := a.plan("beside")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", api.ErrModelCompareNoRoom, timeRoomReason(plan, aerr, gpu))
+		release()
+		return nil, fmt.Errorf("%w: %s", api.ErrModelCompareNoRoom, timeRoomReason(plan, a.availErr, a.gpu))
 	}
 	reason := fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was compared beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
-	ok = true
 	return func(ctx context.Context, turns []api.CompareTurn, progress func(done, total int)) (api.CompareResult, error) {
-		defer e.switchMu.Unlock()
+		defer release()
 		res, err := e.compareLLM(ctx, path, turns, progress)
 		res.Reason = reason
 		return res, err

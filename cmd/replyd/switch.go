@@ -78,6 +78,56 @@ func (e *engines) ActiveModel(kind string) string {
 	return e.pend[name].Model
 }
 
+// modelAction is where a model action (a switch, a timing, a comparison)
+// starts from: the engine it concerns, the file's size, whether the engine
+// is on a GPU, its last load time and the memory available now.
+type modelAction struct {
+	name     string // "llm" or "stt"
+	size     int64
+	gpu      bool
+	took     time.Duration
+	avail    int64
+	availErr error
+}
+
+// plan is planSwitch's decision for this action in mode.
+func (a modelAction) plan(mode string) (api.ModelSwitch, error) {
+	return planSwitch(mode, a.size, headroomFor(a.name), a.avail, a.availErr, a.gpu)
+}
+
+// beginModelAction starts a model action on kind's engine with the file
+// path: it takes the engines' model lock (one switch, timing or comparison
+// at a time: ErrModelSwitchBusy), checks that the engine has loaded
+// (ErrModelSwitchBusy too) and that the file is there
+// (ErrModelSwitchInvalid), and reads the memory available. On success the
+// caller holds the lock and calls release when the action ends.
+func (e *engines) beginModelAction(kind, path string) (a modelAction, release func(), err error) {
+	if a.name, err = engineName(kind); err != nil {
+		return a, nil, err
+	}
+	if !e.switchMu.TryLock() {
+		return a, nil, api.ErrModelSwitchBusy
+	}
+	e.mu.RLock()
+	ready := e.cpu != nil && e.log != nil && (a.name == "llm" && e.llm != nil || a.name == "stt" && e.stt != nil)
+	// The language model's backend: its memory is the GPU's unless "cpu".
+	a.gpu = a.name == "llm" && ready && e.llm.Status().Backend != "cpu"
+	a.took = e.loadTook[a.name]
+	e.mu.RUnlock()
+	if !ready {
+		e.switchMu.Unlock()
+		return a, nil, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, kind)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		e.switchMu.Unlock()
+		return a, nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
+	}
+	a.size = st.Size()
+	a.avail, a.availErr = memAvailable()
+	return a, e.switchMu.Unlock, nil
+}
+
 // SwitchModel implements api.ModelSwitcher. With room for both, the new
 // model loads (and warms up) beside the old one while the old one serves;
 // then new requests go to the new one, the requests still running on the
@@ -87,37 +137,18 @@ func (e *engines) ActiveModel(kind string) string {
 // model finish, it is freed, and the new one loads. A new model that fails
 // to load leaves the old one in use (reloaded, in the second case).
 func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (api.ModelSwitch, error) {
-	name, err := engineName(req.Kind)
+	a, release, err := e.beginModelAction(req.Kind, req.Path)
 	if err != nil {
 		return api.ModelSwitch{}, err
 	}
-	if !e.switchMu.TryLock() {
-		return api.ModelSwitch{}, api.ErrModelSwitchBusy
-	}
-	defer e.switchMu.Unlock()
-
-	e.mu.RLock()
-	ready := e.cpu != nil && e.log != nil && (name == "llm" && e.llm != nil || name == "stt" && e.stt != nil)
-	took := e.loadTook[name]
-	e.mu.RUnlock()
-	if !ready {
-		return api.ModelSwitch{}, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, req.Kind)
-	}
+	defer release()
+	name, took := a.name, a.took
 	old := e.ActiveModel(req.Kind)
 	if abs, err := filepath.Abs(old); err == nil {
 		old = abs
 	}
 	out := api.ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: old}
-	st, err := os.Stat(req.Path)
-	if err != nil {
-		return out, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(req.Path), err)
-	}
-	avail, aerr := memAvailable()
-	// The language model's backend: its memory is the GPU's unless "cpu".
-	e.mu.RLock()
-	gpu := name == "llm" && e.llm.Status().Backend != "cpu"
-	e.mu.RUnlock()
-	plan, err := planSwitch(req.Mode, st.Size(), headroomFor(name), avail, aerr, gpu)
+	plan, err := a.plan(req.Mode)
 	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
 	if err != nil {
 		return out, err
@@ -126,8 +157,8 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	// The expected load time: the last load of this engine, scaled by the
 	// files' sizes.
 	expect := took
-	if ost, err := os.Stat(old); err == nil && ost.Size() > 0 && st.Size() > ost.Size() {
-		expect = time.Duration(float64(took) * float64(st.Size()) / float64(ost.Size()))
+	if ost, err := os.Stat(old); err == nil && ost.Size() > 0 && a.size > ost.Size() {
+		expect = time.Duration(float64(took) * float64(a.size) / float64(ost.Size()))
 	}
 	t0 := time.Now()
 	if out.Mode == "beside" {

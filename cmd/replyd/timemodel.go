@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -26,30 +25,16 @@ const timingAudioSeconds = 4
 // request goes first, and frees it. One model action (a switch or a
 // timing) runs at a time.
 func (e *engines) TimeModel(ctx context.Context, kind, path string) (api.ModelTiming, error) {
-	name, err := engineName(kind)
+	a, release, err := e.beginModelAction(kind, path)
 	if err != nil {
 		return api.ModelTiming{}, err
 	}
-	if !e.switchMu.TryLock() {
-		return api.ModelTiming{}, api.ErrModelSwitchBusy
-	}
-	defer e.switchMu.Unlock()
-	e.mu.RLock()
-	ready := e.cpu != nil && e.log != nil && (name == "llm" && e.llm != nil || name == "stt" && e.stt != nil)
-	gpu := name == "llm" && ready && e.llm.Status().Backend != "cpu"
-	e.mu.RUnlock()
-	if !ready {
-		return api.ModelTiming{}, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, kind)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return api.ModelTiming{}, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
-	}
-	avail, aerr := memAvailable()
-	plan, err := planSwitch("beside", st.Size(), headroomFor(name), avail, aerr, gpu)
+	defer release()
+	name := a.name
+	plan, err := a.plan("beside")
 	out := api.ModelTiming{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
 	if err != nil {
-		return out, fmt.Errorf("%w: %s", api.ErrModelTimeNoRoom, timeRoomReason(plan, aerr, gpu))
+		return out, fmt.Errorf("%w: %s", api.ErrModelTimeNoRoom, timeRoomReason(plan, a.availErr, a.gpu))
 	}
 	out.Reason = fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was timed beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
 	log := e.log.With("timing", filepath.Base(path))
