@@ -72,6 +72,30 @@ func demoModelsIn(t *testing.T, dir string) {
 	}
 }
 
+// modelsFolderEnv is demoEnv with the demo models in the data directory's
+// models folder (where the admin lists, times and switches models) as the
+// active ones; it returns the environment and that folder.
+func modelsFolderEnv(t *testing.T, adminKey string) (map[string]string, string) {
+	t.Helper()
+	_, env := demoEnv(t, adminKey)
+	folder := modelsDir(env["REPLYD_DATA_DIR"])
+	demoModelsIn(t, folder)
+	env["REPLYD_LLM_MODEL"] = filepath.Join(folder, "llm-demo.gguf")
+	env["REPLYD_WHISPER_MODEL"] = filepath.Join(folder, "whisper-demo.bin")
+	return env, folder
+}
+
+// writeCandidate writes folder/candidate.gguf: a language model of the
+// demo's shape with other random weights (seed).
+func writeCandidate(t *testing.T, folder string, seed uint64) {
+	t.Helper()
+	cfg := llm.DemoModelConfig()
+	cfg.Seed = seed
+	if err := llm.WriteModel(filepath.Join(folder, "candidate.gguf"), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // demoEnv writes the demo models into a temporary directory and returns it
 // with the environment of a replyd on them: its data directory there, the
 // admin key, one language-model thread and a short context.

@@ -2,11 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/pgtest"
 	"github.com/replyd/replyd/internal/replydproc"
 )
@@ -23,21 +21,13 @@ func TestModelsSwitchTwoBoxes(t *testing.T) {
 	url := pg.NewDatabase(t)
 	const adminKey = "e2e-admin-key-two-boxes-0123456789"
 	box := func(name string) map[string]string {
-		_, env := demoEnv(t, adminKey)
-		folder := modelsDir(env["REPLYD_DATA_DIR"])
-		demoModelsIn(t, folder)
-		env["REPLYD_LLM_MODEL"] = filepath.Join(folder, "llm-demo.gguf")
-		env["REPLYD_WHISPER_MODEL"] = filepath.Join(folder, "whisper-demo.bin")
+		env, _ := modelsFolderEnv(t, adminKey)
 		env["REPLYD_NODE_NAME"] = name
 		env["REPLYD_STORE_URL"] = url
 		return env
 	}
 	envA, envB := box("box-a"), box("box-b")
-	cfg := llm.DemoModelConfig()
-	cfg.Seed = 0xb0a
-	if err := llm.WriteModel(filepath.Join(modelsDir(envA["REPLYD_DATA_DIR"]), "candidate.gguf"), cfg); err != nil {
-		t.Fatal(err)
-	}
+	writeCandidate(t, modelsDir(envA["REPLYD_DATA_DIR"]), 0xb0a)
 	a := startReplyd(t, envA)
 	b := startReplyd(t, envB)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/internal/replydproc"
 )
@@ -33,16 +31,8 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-compare-0123456789"
-	_, env := demoEnv(t, adminKey)
-	folder := modelsDir(env["REPLYD_DATA_DIR"])
-	demoModelsIn(t, folder)
-	env["REPLYD_LLM_MODEL"] = filepath.Join(folder, "llm-demo.gguf")
-	env["REPLYD_WHISPER_MODEL"] = filepath.Join(folder, "whisper-demo.bin")
-	cfg := llm.DemoModelConfig()
-	cfg.Seed = 0xc0e
-	if err := llm.WriteModel(filepath.Join(folder, "candidate.gguf"), cfg); err != nil {
-		t.Fatal(err)
-	}
+	env, folder := modelsFolderEnv(t, adminKey)
+	writeCandidate(t, folder, 0xc0e)
 	p := startReplyd(t, env)
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
 	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-compare", 0)

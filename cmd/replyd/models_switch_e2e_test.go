@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/internal/replydproc"
 )
@@ -29,21 +28,13 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-switch-0123456789"
-	_, env := demoEnv(t, adminKey)
-	folder := modelsDir(env["REPLYD_DATA_DIR"])
-	demoModelsIn(t, folder)
-	env["REPLYD_LLM_MODEL"] = filepath.Join(folder, "llm-demo.gguf")
-	env["REPLYD_WHISPER_MODEL"] = filepath.Join(folder, "whisper-demo.bin")
+	env, folder := modelsFolderEnv(t, adminKey)
 	env["REPLYD_NODE_NAME"] = "box-e2e"
 	// Functional, not a speed test: only the queue bounds the wait.
 	env["REPLYD_MAX_WAIT_RATIO"] = "0"
 	// The candidates: a language model of the demo's shape with other
 	// random weights, and a second Whisper file.
-	cfg := llm.DemoModelConfig()
-	cfg.Seed = 0xca4d
-	if err := llm.WriteModel(filepath.Join(folder, "candidate.gguf"), cfg); err != nil {
-		t.Fatal(err)
-	}
+	writeCandidate(t, folder, 0xca4d)
 	if err := whisper.WriteDemoModel(filepath.Join(folder, "whisper-two.bin")); err != nil {
 		t.Fatal(err)
 	}

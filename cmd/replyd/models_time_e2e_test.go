@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/replydproc"
 )
 
@@ -29,17 +28,9 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-time-0123456789ab"
-	_, env := demoEnv(t, adminKey)
-	folder := modelsDir(env["REPLYD_DATA_DIR"])
-	demoModelsIn(t, folder)
-	env["REPLYD_LLM_MODEL"] = filepath.Join(folder, "llm-demo.gguf")
-	env["REPLYD_WHISPER_MODEL"] = filepath.Join(folder, "whisper-demo.bin")
+	env, folder := modelsFolderEnv(t, adminKey)
 	env["REPLYD_MAX_WAIT_RATIO"] = "0"
-	cfg := llm.DemoModelConfig()
-	cfg.Seed = 0x71e
-	if err := llm.WriteModel(filepath.Join(folder, "candidate.gguf"), cfg); err != nil {
-		t.Fatal(err)
-	}
+	writeCandidate(t, folder, 0x71e)
 	var out, errOut bytes.Buffer
 	if err := cmdModels([]string{"synth", "--shape", "tiny.en", "--type", "q4_0", "--dir", folder}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
