@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -55,15 +54,7 @@ type timerComparer struct{ *fakeTimer }
 func (timerComparer) BeginCompare(string, string) (CompareRun, error) { return nil, ErrModelSwitchBusy }
 
 func TestAdminModelCompare(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "models")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a.gguf", "b.gguf"} {
-		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := modelsFolder(t, "a.gguf", "b.gguf")
 	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
 		release: make(chan struct{})}
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })
@@ -237,15 +228,7 @@ func TestAdminModelCompare(t *testing.T) {
 // TestAdminModelCompareStops: Close stops a running comparison, which ends
 // failed, canceled.
 func TestAdminModelCompareStops(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "models")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a.gguf", "b.gguf"} {
-		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := modelsFolder(t, "a.gguf", "b.gguf")
 	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
 		release: make(chan struct{})}
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })

@@ -17,6 +17,22 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
+// modelsFolder makes a temporary models folder holding a tinyGGUF file of
+// each name.
+func modelsFolder(t testing.TB, names ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "models")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // tinyGGUF is a minimal valid GGUF (architecture, vocabulary, chat
 // template, one f32 tensor); name sets general.name so that two files
 // differ.

@@ -42,15 +42,7 @@ func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (M
 }
 
 func TestAdminModelSwitch(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "models")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a.gguf", "b.gguf"} {
-		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := modelsFolder(t, "a.gguf", "b.gguf")
 	if err := os.WriteFile(filepath.Join(dir, "cut.gguf"), tinyGGUF("cut")[:100], 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -32,15 +32,7 @@ func (f *fakeTimer) TimeModel(_ context.Context, kind, path string) (ModelTiming
 }
 
 func TestAdminModelTime(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "models")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a.gguf", "b.gguf"} {
-		if err := os.WriteFile(filepath.Join(dir, n), tinyGGUF(n), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := modelsFolder(t, "a.gguf", "b.gguf")
 	tm := &fakeTimer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}}}
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = tm })
 	// TurnMS: 200 tokens at 100/s plus 20 steps of 10 ms = 2200; the
