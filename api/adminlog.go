@@ -17,16 +17,21 @@ func (s *Server) adminLog(c echo.Context, level, resourceID, format string, args
 	if c.Request().Method == http.MethodHead {
 		return
 	}
-	e := store.LogEntry{
+	if err := s.appendAdminLog(level, resourceID, fmt.Sprintf(format, args...)); err != nil {
+		s.reqLogger(c).Error("appending the admin log entry failed", "error", err.Error())
+	}
+}
+
+// appendAdminLog appends one admin-stream entry, for work that outlives
+// its request (a comparison's end) as for adminLog.
+func (s *Server) appendAdminLog(level, resourceID, message string) error {
+	return s.store.AppendLog(store.LogEntry{
 		Timestamp:    s.now(),
 		Level:        level,
-		Message:      fmt.Sprintf(format, args...),
+		Message:      message,
 		ResourceType: store.ResourceAdmin,
 		ResourceID:   resourceID,
 		StreamName:   store.StreamAdmin,
 		Node:         s.node,
-	}
-	if err := s.store.AppendLog(e); err != nil {
-		s.reqLogger(c).Error("appending the admin log entry failed", "error", err.Error())
-	}
+	})
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
@@ -217,9 +216,9 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if !ok {
 		return errorf(CodeNotSupported, "this server cannot compare models while it runs")
 	}
-	name := c.Param("name")
-	if !modelfile.ValidName(name) {
-		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	name, err := modelNameParam(c)
+	if err != nil {
+		return err
 	}
 	var b compareBody
 	if err := s.readJSON(c, &b, true); err != nil {
@@ -330,8 +329,7 @@ func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name
 	jobs.mu.Lock()
 	jobs.running, jobs.cancel = "", nil
 	jobs.mu.Unlock()
-	if err := s.store.AppendLog(store.LogEntry{Timestamp: s.now(), Level: level, Message: msg, ResourceType: store.ResourceAdmin,
-		ResourceID: name, StreamName: store.StreamAdmin, Node: s.node}); err != nil {
+	if err := s.appendAdminLog(level, name, msg); err != nil {
 		s.log.Error("appending the admin log entry failed", "error", err.Error())
 	}
 }
@@ -342,9 +340,9 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	name := c.Param("name")
-	if !modelfile.ValidName(name) {
-		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	name, err := modelNameParam(c)
+	if err != nil {
+		return err
 	}
 	cmp, ok := s.compares.get(name)
 	if !ok {

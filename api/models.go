@@ -234,16 +234,26 @@ func (s *Server) handleUploadModel(c echo.Context) error {
 	return c.JSON(http.StatusCreated, e)
 }
 
+// modelNameParam is the route's {name}: a model file name the folder can
+// hold, or 400.
+func modelNameParam(c echo.Context) (string, error) {
+	name := c.Param("name")
+	if !modelfile.ValidName(name) {
+		return "", badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	}
+	return name, nil
+}
+
 func (s *Server) handleDeleteModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	name := c.Param("name")
-	if !modelfile.ValidName(name) {
-		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	name, err := modelNameParam(c)
+	if err != nil {
+		return err
 	}
 	s.models.mu.Lock()
-	err := modelfile.Remove(s.models.dir, name, s.activeModel)
+	err = modelfile.Remove(s.models.dir, name, s.activeModel)
 	if err == nil {
 		_ = os.Remove(s.models.timingPath(name))
 	}

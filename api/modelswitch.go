@@ -116,9 +116,9 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	name := c.Param("name")
-	if !modelfile.ValidName(name) {
-		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	name, err := modelNameParam(c)
+	if err != nil {
+		return err
 	}
 	body, err := s.readSwitchBody(c)
 	if err != nil {

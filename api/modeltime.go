@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
@@ -141,9 +140,9 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	if !ok {
 		return errorf(CodeNotSupported, "this server cannot time models while it runs")
 	}
-	name := c.Param("name")
-	if !modelfile.ValidName(name) {
-		return badRequest("the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")
+	name, err := modelNameParam(c)
+	if err != nil {
+		return err
 	}
 	path, e, err := s.describeModel(name)
 	if err != nil {
