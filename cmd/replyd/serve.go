@@ -347,8 +347,8 @@ func (s *Server) renewCert() {
 	if s.tls == nil || s.tls.ca == nil {
 		return
 	}
-	if _, err := s.tls.ca.renew(time.Now()); err != nil {
-		s.log.Error("renewing the TLS server certificate failed; the current one stays in use", "err", err, "expires", s.tls.certs.leafNotAfter().UTC().Format(time.RFC3339))
+	if _, err := s.tls.ca.Renew(time.Now()); err != nil {
+		s.log.Error("renewing the TLS server certificate failed; the current one stays in use", "err", err, "expires", s.tls.certs.NotAfter().UTC().Format(time.RFC3339))
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/localca"
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/testutil"
 )
@@ -44,7 +44,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	var rootDER []byte
 	deadline := time.Now().Add(2 * time.Minute)
 	for root == nil {
-		if b, err := os.ReadFile(filepath.Join(data, "tls", caCertFile)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(data, "tls", localca.CACertFile)); err == nil {
 			if blk, _ := pem.Decode(b); blk != nil {
 				root, rootDER = x509.NewCertPool(), blk.Bytes
 				root.AppendCertsFromPEM(b)
@@ -86,8 +86,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	if leaf := resp.TLS.PeerCertificates[0]; leaf.NotAfter.Sub(leaf.NotBefore) > 825*24*time.Hour || leaf.IsCA {
 		t.Errorf("server certificate valid %v (CA %v)", leaf.NotAfter.Sub(leaf.NotBefore), leaf.IsCA)
 	}
-	sum := sha256.Sum256(rootDER)
-	fp := fingerprint(sum[:])
+	fp := localca.Fingerprint(rootDER)
 	resp, body = get("/v1/admin/status", map[string]string{"X-ADMIN-KEY": adminKey})
 	var st struct {
 		TLS   bool   `json:"tls"`
@@ -111,7 +110,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "must install the root from /tls/ca.pem") {
 		t.Error("the start-up log does not say what the migration means for tablets")
 	}
-	kept, err := os.ReadFile(filepath.Join(data, "tls", leafCertFile+oldSelfSignedSuffix))
+	kept, err := os.ReadFile(filepath.Join(data, "tls", localca.LeafCertFile+localca.OldSelfSignedSuffix))
 	if err != nil || string(kept) != string(oldPEM) {
 		t.Errorf("the old self-signed certificate was not kept aside: %v", err)
 	}
