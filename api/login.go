@@ -19,6 +19,7 @@ import (
 	"github.com/pquerna/otp/totp"
 
 	"github.com/replyd/replyd/internal/secret"
+	"github.com/replyd/replyd/internal/tokenbucket"
 	"github.com/replyd/replyd/internal/window"
 	"github.com/replyd/replyd/store"
 )
@@ -139,46 +140,32 @@ func otpAttackBound() otpBound {
 }
 
 // otpGuard holds this box's login limits in memory: the wrong codes per
-// address and the send allowance. (The lock that wrong codes from all
-// addresses start is the store's: see otpRule.) It is safe for concurrent
-// use.
+// address and the send allowances, token buckets (internal/tokenbucket) per
+// address and for all addresses together. (The pause that wrong codes from
+// all addresses start is the store's, shared by every box: see
+// otpGlobalRule and store.OTPLockRule.) It is safe for concurrent use.
 type otpGuard struct {
 	mu sync.Mutex
 
 	maxAddrFails int
 	addrFails    window.Counter[struct{}] // addrBucket -> wrong codes, windows of otpAddrFailWindow
 
-	global sendAllowance
-	addrs  map[string]*sendAllowance // addrBucket -> its send allowance
+	global tokenbucket.Bucket
+	addrs  map[string]tokenbucket.Bucket // addrBucket -> its send allowance
 }
 
-// sendAllowance is a token bucket of code sends.
-type sendAllowance struct {
-	tokens float64
-	at     time.Time
-}
-
-// take refills a up to burst (one token per refill since its last use)
-// and takes one token; when there is none it returns the wait for one.
-func (a *sendAllowance) take(now time.Time, burst float64, refill time.Duration) (time.Duration, bool) {
-	if a.at.IsZero() {
-		a.tokens = burst
-	} else if now.After(a.at) {
-		a.tokens = min(burst, a.tokens+float64(now.Sub(a.at))/float64(refill))
-	}
-	a.at = now
-	if a.tokens < 1 {
-		return time.Duration((1 - a.tokens) * float64(refill)), false
-	}
-	a.tokens--
-	return 0, true
-}
+// The send allowances' rates: one code every otpSendRefill per address,
+// one every otpSendGlobalRefill for all addresses together.
+var (
+	otpSendRate       = tokenbucket.Every(otpSendRefill)
+	otpSendGlobalRate = tokenbucket.Every(otpSendGlobalRefill)
+)
 
 func newOTPGuard(l Limits) *otpGuard {
 	return &otpGuard{
 		maxAddrFails: l.OTPMaxAttempts,
 		addrFails:    window.Counter[struct{}]{Length: otpAddrFailWindow},
-		addrs:        map[string]*sendAllowance{},
+		addrs:        map[string]tokenbucket.Bucket{},
 	}
 }
 
@@ -211,28 +198,28 @@ func (g *otpGuard) takeSendToken(addr string, now time.Time) *Error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := addrBucket(addr)
-	a := g.addrs[k]
-	if a == nil {
-		if len(g.addrs) >= maxTrackedAddrs {
-			for k, old := range g.addrs {
-				if now.Sub(old.at) >= otpSendBurst*otpSendRefill {
-					delete(g.addrs, k)
-				}
+	if _, known := g.addrs[k]; !known && len(g.addrs) >= maxTrackedAddrs {
+		full := tokenbucket.Full(otpSendBurst, otpSendRate)
+		for k, old := range g.addrs {
+			if now.Sub(old.At) >= full {
+				delete(g.addrs, k)
 			}
 		}
-		a = &sendAllowance{}
-		g.addrs[k] = a
 	}
-	saved := *a
-	if wait, ok := a.take(now, otpSendBurst, otpSendRefill); !ok {
+	a, ok, wait := g.addrs[k].Take(now, otpSendBurst, otpSendRate) // a new address's allowance starts full
+	if !ok {
+		g.addrs[k] = a
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"too many codes were asked for from this address; retry in %d s", retryAfterSeconds(wait))}
 	}
-	if wait, ok := g.global.take(now, otpSendGlobalBurst, otpSendGlobalRefill); !ok {
-		*a = saved
+	global, ok, wait := g.global.Take(now, otpSendGlobalBurst, otpSendGlobalRate)
+	g.global = global
+	if !ok {
+		// The address's allowance is left as it was: its token is not spent.
 		return &Error{Code: CodeRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"too many codes were asked for from all addresses; retry in %d s", retryAfterSeconds(wait))}
 	}
+	g.addrs[k] = a
 	return nil
 }
 
@@ -241,9 +228,9 @@ func (g *otpGuard) takeSendToken(addr string, now time.Time) *Error {
 func (g *otpGuard) giveSendToken(addr string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.global.tokens = min(otpSendGlobalBurst, g.global.tokens+1)
-	if a := g.addrs[addrBucket(addr)]; a != nil {
-		a.tokens = min(otpSendBurst, a.tokens+1)
+	g.global = g.global.Give(otpSendGlobalBurst)
+	if a, ok := g.addrs[addrBucket(addr)]; ok {
+		g.addrs[addrBucket(addr)] = a.Give(otpSendBurst)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replyd/replyd/internal/tokenbucket"
 	"github.com/replyd/replyd/internal/window"
 )
 
@@ -16,14 +17,8 @@ import (
 type MemoryLimiter struct {
 	mu      sync.Mutex
 	windows window.Counter[struct{}]
-	buckets map[string]bucket // Take's token buckets
+	buckets map[string]tokenbucket.Bucket // Take's token buckets
 	swept   time.Time
-}
-
-// bucket is one key's token bucket: its level after the request at at.
-type bucket struct {
-	tokens float64
-	at     time.Time
 }
 
 // counter returns the windows, of RateWindow each; l.mu is held.
@@ -59,31 +54,20 @@ func (l *MemoryLimiter) Take(key string, perMinute, burst int, now time.Time) (b
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.buckets == nil {
-		l.buckets = map[string]bucket{}
+		l.buckets = map[string]tokenbucket.Bucket{}
 	}
+	rate := tokenbucket.PerMinute(perMinute)
 	if now.Sub(l.swept) > time.Minute {
 		// A bucket left alone long enough to be full again is forgotten.
-		full := time.Duration(float64(burst) / float64(perMinute) * float64(time.Minute))
+		full := tokenbucket.Full(float64(burst), rate)
 		for k, b := range l.buckets {
-			if now.Sub(b.at) >= full {
+			if now.Sub(b.At) >= full {
 				delete(l.buckets, k)
 			}
 		}
 		l.swept = now
 	}
-	b, found := l.buckets[key]
-	if !found {
-		b = bucket{tokens: float64(burst), at: now}
-	}
-	level, ok, retry := BucketLevel(b.tokens, b.at, now, perMinute, burst)
-	l.buckets[key] = bucket{tokens: level, at: later(b.at, now)}
+	b, ok, retry := l.buckets[key].Take(now, float64(burst), rate) // a new key's bucket starts full
+	l.buckets[key] = b
 	return ok, retry, nil
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

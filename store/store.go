@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"io"
-	"math"
 	"time"
 
 	"github.com/replyd/replyd/internal/window"
@@ -390,24 +389,6 @@ type RateLimiter interface {
 	// nothing. perMinute or burst <= 0 means unlimited. An error (wrapping
 	// ErrUnavailable when the database cannot be reached) admits nothing.
 	Take(key string, perMinute, burst int, now time.Time) (ok bool, retry time.Duration, err error)
-}
-
-// BucketLevel is the token bucket's arithmetic both limiters share: the
-// level of a bucket that held tokens at at, refilled to now at perMinute
-// a minute up to burst, and whether one request can be taken (then the
-// level after it) or the time until one can.
-func BucketLevel(tokens float64, at, now time.Time, perMinute, burst int) (level float64, ok bool, retry time.Duration) {
-	rate := float64(perMinute) / float64(time.Minute) // a nanosecond
-	level = tokens
-	if d := now.Sub(at); d > 0 {
-		level = min(float64(burst), tokens+float64(d)*rate)
-	}
-	if level < 1 {
-		// Whole milliseconds, rounded up (a hair of float error aside).
-		ms := math.Ceil((1-level)/rate/float64(time.Millisecond) - 1e-6)
-		return level, false, time.Duration(ms) * time.Millisecond
-	}
-	return level - 1, true, 0
 }
 
 // RateWindowOver reports whether a window that opened at start is over at

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/replyd/replyd/internal/tokenbucket"
 	"github.com/replyd/replyd/store"
 )
 
@@ -55,7 +56,7 @@ func (s *Store) Refund(key string, now time.Time) error {
 
 // Take spends one request of key's token bucket, shared by every box; see
 // store.RateLimiter. One transaction locks the key's row (created full on
-// first use) and applies store.BucketLevel, the arithmetic of the bbolt
+// first use) and applies internal/tokenbucket, the arithmetic of the bbolt
 // store's buckets, so that concurrent keystrokes on several boxes are
 // counted one after the other.
 func (s *Store) Take(key string, perMinute, burst int, now time.Time) (bool, time.Duration, error) {
@@ -74,9 +75,9 @@ func (s *Store) Take(key string, perMinute, burst int, now time.Time) (bool, tim
 		if err := tx.QueryRow(ctx, `SELECT tokens, at_ns FROM rate_buckets WHERE key_hash = $1 FOR UPDATE`, key).Scan(&tokens, &at); err != nil {
 			return err
 		}
-		var level float64
-		level, ok, retry = store.BucketLevel(tokens, fromNS(at), now, perMinute, burst)
-		_, err := tx.Exec(ctx, `UPDATE rate_buckets SET tokens = $2, at_ns = greatest(at_ns, $3) WHERE key_hash = $1`, key, level, ns(now))
+		var after tokenbucket.Bucket
+		after, ok, retry = tokenbucket.Bucket{Tokens: tokens, At: fromNS(at)}.Take(now, float64(burst), tokenbucket.PerMinute(perMinute))
+		_, err := tx.Exec(ctx, `UPDATE rate_buckets SET tokens = $2, at_ns = greatest(at_ns, $3) WHERE key_hash = $1`, key, after.Tokens, ns(now))
 		return err
 	})
 	if err != nil {
