@@ -219,18 +219,13 @@ func (s *Server) slowBody(next echo.HandlerFunc) echo.HandlerFunc {
 		rc := http.NewResponseController(c.Response())
 		start := time.Now()
 		g := &rateGuard{r: r.Body, rc: rc, start: start, grace: s.limits.BodyRateGrace,
-			rate: s.limits.MinBodyRate, cap: start.Add(requestReadTimeout)}
+			rate: s.limits.MinBodyRate, cap: start.Add(s.limits.RequestReadTimeout)}
 		r.Body = readCloser{g, r.Body}
 		err := next(c)
 		g.done()
 		return err
 	}
 }
-
-// requestReadTimeout bounds the reading of a whole request (http.Server's
-// ReadTimeout); the rate guard never extends a deadline past it. A variable
-// only so that a test can shorten it.
-var requestReadTimeout = 2 * time.Minute
 
 // rateGuard sets, before each read, the deadline by which the next byte
 // must arrive: grace, plus the bytes so far at the minimum rate.
@@ -275,7 +270,7 @@ func (g *rateGuard) Read(p []byte) (int, error) {
 			// connection for the client going away, and a read deadline
 			// expiring while the handler runs would look like that and
 			// cancel the request (a long inference would be cut at
-			// requestReadTimeout). The request's own deadline bounds it.
+			// Limits.RequestReadTimeout). The request's own deadline bounds it.
 			_ = g.rc.SetReadDeadline(time.Time{})
 		}
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(g.cap):

@@ -233,13 +233,11 @@ func slowInference(t *testing.T, e *env, addr string, d time.Duration) (int, str
 // past it is answered, not cancelled as if the client had gone (net/http's
 // background read would report the expired deadline as a closed connection).
 func TestInferenceOutlastsReadTimeout(t *testing.T) {
-	saved := requestReadTimeout
-	requestReadTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { requestReadTimeout = saved })
-	e := newEnv(t)
+	const readTimeout = 300 * time.Millisecond
+	e := newEnv(t, func(o *Options) { o.Limits.RequestReadTimeout = readTimeout })
 	e.addKey("valid", 0)
 	addr := realServer(t, e)
-	if code, body := slowInference(t, e, addr, 4*requestReadTimeout); code != 200 {
+	if code, body := slowInference(t, e, addr, 4*readTimeout); code != 200 {
 		t.Errorf("an inference that outlasts the read timeout: %d %s", code, body)
 	}
 }

@@ -85,6 +85,10 @@ type Limits struct {
 	// BodyRateGrace has passed; slower bodies are cut with 408.
 	MinBodyRate   int64
 	BodyRateGrace time.Duration
+	// RequestReadTimeout bounds the reading of a whole request (the
+	// ReadTimeout of HTTPServer); the body rate guard never extends a
+	// deadline past it.
+	RequestReadTimeout time.Duration
 	// MinFreeBytes is the free space of the data disk under which /healthz
 	// and the Status view say "degraded".
 	MinFreeBytes int64
@@ -159,6 +163,7 @@ func DefaultLimits() Limits {
 		MaxConnsPerAddr:       32,
 		MinBodyRate:           64 << 10,
 		BodyRateGrace:         10 * time.Second,
+		RequestReadTimeout:    2 * time.Minute,
 		OverloadedRetryAfter:  2 * time.Second,
 		NotReadyRetryAfter:    5 * time.Second,
 		LiveTicketTTL:         30 * time.Second,
@@ -241,6 +246,7 @@ func (l Limits) withDefaults() Limits {
 	setInt(&l.MaxConnsPerAddr, d.MaxConnsPerAddr)
 	set64(&l.MinBodyRate, d.MinBodyRate)
 	setDur(&l.BodyRateGrace, d.BodyRateGrace)
+	setDur(&l.RequestReadTimeout, d.RequestReadTimeout)
 	setDur(&l.OverloadedRetryAfter, d.OverloadedRetryAfter)
 	setDur(&l.NotReadyRetryAfter, d.NotReadyRetryAfter)
 	setDur(&l.LiveTicketTTL, d.LiveTicketTTL)

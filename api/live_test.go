@@ -879,10 +879,8 @@ func TestLivePauseControl(t *testing.T) {
 // TestLiveOutlivesServerTimeouts: the server's read timeout does not cut a
 // session, and shutdown closes it with 1001.
 func TestLiveOutlivesServerTimeouts(t *testing.T) {
-	old := requestReadTimeout
-	requestReadTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { requestReadTimeout = old })
-	le := newLiveEnv(t)
+	const readTimeout = 300 * time.Millisecond
+	le := newLiveEnv(t, func(o *Options) { o.Limits.RequestReadTimeout = readTimeout })
 	hs := le.srv.HTTPServer("")
 	ts := httptest.NewUnstartedServer(hs.Handler)
 	ts.Config = hs
@@ -890,7 +888,7 @@ func TestLiveOutlivesServerTimeouts(t *testing.T) {
 	t.Cleanup(ts.Close)
 	le.ts = ts
 	c := le.open(t, livePayload)
-	time.Sleep(2 * requestReadTimeout)
+	time.Sleep(2 * readTimeout)
 	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
 	if names, _ := events(t, c, 4); names[3] != "candidates" {
 		t.Fatalf("events %v", names)

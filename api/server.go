@@ -247,13 +247,9 @@ func New(o Options) *Server {
 	return s
 }
 
-// routes registers every route. The OpenAPI test walks e.Routes() and checks
-// that each one is documented. Every GET route also answers HEAD (get), and
-// no route group carries middleware: Echo answers a wrong method on a group
-// with middleware 404 through the group's catch-all, while a route's own
-// middleware keeps the router's 405 with Allow.
-// Close logs the failed authentications still being counted and stops the
-// flush timer. Call it before closing the store; the Server keeps serving.
+// Close logs the failed authentications still being counted, stops their
+// flush timer, and cancels a model comparison in progress and waits for it.
+// Call it before closing the store; the Server keeps serving.
 func (s *Server) Close() {
 	s.failMu.Lock()
 	s.closed = true
@@ -266,6 +262,11 @@ func (s *Server) Close() {
 	s.compares.stop()
 }
 
+// routes registers every route. The OpenAPI test walks e.Routes() and checks
+// that each one is documented. Every GET route also answers HEAD (get), and
+// no route group carries middleware: Echo answers a wrong method on a group
+// with middleware 404 through the group's catch-all, while a route's own
+// middleware keeps the router's 405 with Allow.
 func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	get(e, "/healthz", s.handleHealthz)
 	get(e, "/client.md", s.handleClientMD)
@@ -343,15 +344,15 @@ func (s *Server) Handler() http.Handler { return s.e }
 // HTTPServer returns an *http.Server for addr serving Handler with timeouts
 // suited to uploads from tablets on a clinic LAN: headers within 10 s and at
 // most 64 KiB of them, the body at MinBodyRate after BodyRateGrace (see
-// slowBody) and the whole request within 2 minutes, the answer within the
-// inference timeout plus two minutes. Serve it on Listener(ln) to bound the
-// connections per client address.
+// slowBody) and the whole request within RequestReadTimeout (2 minutes),
+// the answer within the inference timeout plus two minutes. Serve it on
+// Listener(ln) to bound the connections per client address.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	srv := &http.Server{
 		Addr:              addr,
 		Handler:           s.e,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       requestReadTimeout,
+		ReadTimeout:       s.limits.RequestReadTimeout,
 		WriteTimeout:      2*time.Minute + s.limits.InferTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
