@@ -32,7 +32,7 @@ func TestTLSAutoEndToEnd(t *testing.T) {
 	const adminKey = "e2e-admin-key-0123456789abcdef"
 	_, env := demoEnv(t, adminKey)
 	data := env["REPLYD_DATA_DIR"]
-	oldPEM := writeOldSelfSigned(t, filepath.Join(data, "tls", "cert.pem"), filepath.Join(data, "tls", "key.pem"))
+	oldPEM := testutil.WriteSelfSigned(t, filepath.Join(data, "tls", "cert.pem"), filepath.Join(data, "tls", "key.pem"))
 	env["REPLYD_E2E_EXEC"] = "1"
 	env["REPLYD_TLS"] = "auto"
 	env["PATH"] = t.TempDir() // no ffmpeg

@@ -2,23 +2,17 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/replyd/replyd/internal/localca"
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // The certificate authority itself is tested in internal/localca; these
@@ -63,38 +57,6 @@ func TestLoadTLSAutoKeepsTheCAInTheDataDirectory(t *testing.T) {
 	resp.Body.Close()
 }
 
-// writeOldSelfSigned writes the 10-year self-signed certificate replyd
-// versions before the CA made for REPLYD_TLS=auto.
-func writeOldSelfSigned(t *testing.T, certFile, keyFile string) []byte {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(certFile), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "replyd old"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return certPEM
-}
-
 func TestLoadTLSErrors(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
@@ -116,7 +78,7 @@ func TestLoadTLSErrors(t *testing.T) {
 func TestConfiguredCertificateIsServedWithoutCA(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	certPEM := writeOldSelfSigned(t, cert, key)
+	certPEM := testutil.WriteSelfSigned(t, cert, key)
 	var log bytes.Buffer
 	setup, err := loadTLS(&Config{TLS: "on", TLSCert: cert, TLSKey: key}, testLogger(&log))
 	if err != nil {

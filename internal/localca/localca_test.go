@@ -2,15 +2,10 @@ package localca
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 func testLogger(buf *bytes.Buffer) *slog.Logger {
@@ -172,37 +169,9 @@ func TestServerCertificateIsRenewed(t *testing.T) {
 	}
 }
 
-// writeOldSelfSigned writes the 10-year self-signed certificate replyd
-// versions before the CA made for REPLYD_TLS=auto.
-func writeOldSelfSigned(t *testing.T, certFile, keyFile string) []byte {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(certFile), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "replyd old"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := writeKey(keyFile, key); err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return certPEM
-}
-
 func TestOldSelfSignedCertificateMigrates(t *testing.T) {
 	dir := t.TempDir()
-	oldPEM := writeOldSelfSigned(t, filepath.Join(dir, LeafCertFile), filepath.Join(dir, LeafKeyFile))
+	oldPEM := testutil.WriteSelfSigned(t, filepath.Join(dir, LeafCertFile), filepath.Join(dir, LeafKeyFile))
 
 	var log bytes.Buffer
 	ca := openRenewed(t, dir, &log)
@@ -251,7 +220,7 @@ func TestLocalCAErrors(t *testing.T) {
 func TestConfiguredCertificateIsServedWithoutCA(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	certPEM := writeOldSelfSigned(t, cert, key)
+	certPEM := testutil.WriteSelfSigned(t, cert, key)
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
 		t.Fatal(err)
