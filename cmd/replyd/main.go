@@ -56,7 +56,8 @@ Usage:
   replyd transcribe --model PATH [--language xx] [--threads N] [--json] FILE
   replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)
   replyd restore FILE                   replace the data file with a backup (stop replyd first)
-  replyd check                          consistency check of the data file
+  replyd check                          consistency check of the data file (exit 0: consistent,
+                                        1: could not check, 3: damaged, restore the last backup)
   replyd eval [--dialogs FILE.jsonl] [--prompt-file F | --prompt-version V --server URL] [-n 4] [--json]
                                         score prompts offline on recorded dialogs (built-in set by default)
   replyd store migrate --from FILE --to postgres://… [--force]
@@ -108,6 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "replyd: %v\n", err)
+		if e := (*exitError)(nil); errors.As(err, &e) {
+			return e.code
+		}
 		return 1
 	}
 	return 0

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,7 +85,11 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 	const pageSize = 4096
 	overwritten := append([]byte(nil), good...)
 	rng := rand.New(rand.NewPCG(43, 50))
-	pages := len(good) / pageSize
+	m, err := chooseMeta(bytes.NewReader(good), int64(len(good)))
+	if err != nil || m == nil {
+		t.Fatalf("the sample's meta: %v %v", m, err)
+	}
+	pages := int(m.hwm) // pages in use: bbolt grows the file ahead of them
 	for range 50 {
 		p := pages/4 + rng.IntN(pages/2) // in the middle of the file
 		for i := range pageSize {
