@@ -4,6 +4,8 @@
 //	replyd [serve]            run the service (the default)
 //	replyd config             print the effective configuration, secrets masked
 //	replyd admin-key --reset  make a new admin key (replyd must be stopped)
+//	replyd models add FILE    copy a model file into the data directory's models folder
+//	replyd models list        the model files in that folder
 //	replyd models demo        write the tiny demo models
 //	replyd models synth       write a random-weight model with a real model's shape
 //	replyd models steps       time decode steps of a language model (benchmarks)
@@ -45,6 +47,10 @@ Usage:
   replyd [serve] [options]              run the service (replyd serve --help lists every option)
   replyd config [options]               print the effective configuration, secrets masked
   replyd admin-key --reset              make a new admin key and print it once (stop replyd first)
+  replyd models add [--data-dir DIR] FILE
+                                        copy a model file (from a USB stick, say) into the data
+                                        directory's models folder, checked; the admin page offers it
+  replyd models list [--data-dir DIR]   the model files in the data directory's models folder
   replyd models demo [--dir DIR]        write the tiny random-weight demo models
   replyd models synth --shape NAME [--type T] [--dir DIR]
                                         write a random-weight model with the shape of Whisper
