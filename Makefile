@@ -192,7 +192,7 @@ bench-peer: build-native qwen-tokenizer
 	  echo "== $$m"; REPLYD_BIN=$(CURDIR)/$(NATIVE_BIN) REPLYD_LLAMA_SERVER=$(LLAMA_SERVER) REPLYD_BENCH_MODEL=$$m \
 	  $(GO) test -run '^$$$$' -bench VsLlamaServer -benchtime $(PEER_ROUNDS)x -timeout 60m ./engine/llm/ || exit 1; done
 
-# Every parser of network bytes, FUZZTIME each.
+# Every parser of network bytes, and the data-file check on damaged files, FUZZTIME each.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./api/
@@ -206,6 +206,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckGGUF$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
+	$(GO) test -run '^$$' -fuzz '^FuzzDamagedFile$$' -fuzztime $(FUZZTIME) ./store/bolt/
 
 loadtest: build demo-models
 	$(GO) run ./cmd/loadtest -bin $(BIN) $(LOAD_REAL_ENV) $(LOADTEST_FLAGS)

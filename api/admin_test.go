@@ -584,7 +584,16 @@ func TestKeysLifecycle(t *testing.T) {
 	rec2 := `{"APIKeyHash":"` + second.APIKeyHash + `","ClientID":"ward-3","Status":"active","Scopes":["infer"],"RateLimitPerMinute":10,"CreatedAt":"2026-01-02T03:05:05Z","RevokedAt":null,"LastUsedAt":null,"LiveListening":true}`
 	rec3 := `{"APIKeyHash":"` + third.APIKeyHash + `","ClientID":"no-scope","Status":"active","Scopes":[],"RateLimitPerMinute":0,"CreatedAt":"2026-01-02T03:06:05Z","RevokedAt":null,"LastUsedAt":null,"LiveListening":true}`
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys", "")), 200, `{"items":[`+rec3+`,`+rec2+`,`+rec1+`],"count":3}`)
-	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?limit=1", "")), 200, `{"items":[`+rec3+`],"count":1}`)
+	// A page that more keys follow says where the next one starts.
+	page := e.do(adminReq("GET", "/v1/admin/keys?limit=1", ""))
+	var pg struct {
+		NextCursor string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal(page.Body.Bytes(), &pg); err != nil || len(pg.NextCursor) != 32 {
+		t.Fatalf("page of 1: %s (%v)", page.Body, err)
+	}
+	wantJSON(t, page, 200, `{"items":[`+rec3+`],"count":1,"next_cursor":"`+pg.NextCursor+`"}`)
+	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?limit=5&cursor="+pg.NextCursor, "")), 200, `{"items":[`+rec2+`,`+rec1+`],"count":2}`)
 
 	// Revoke: 200 with the record, idempotent, hidden from the default list.
 	e.clock.Advance(time.Minute)
@@ -605,6 +614,9 @@ func TestKeysLifecycle(t *testing.T) {
 		wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?"+q, "")), 400, errJSON("invalid_request", "limit must be an integer between 1 and 1000"))
 	}
 	wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?include_revoked=maybe", "")), 400, errJSON("invalid_request", "include_revoked must be true or false"))
+	for _, q := range []string{"cursor=x", "cursor=" + strings.Repeat("g", 32)} {
+		wantJSON(t, e.do(adminReq("GET", "/v1/admin/keys?"+q, "")), 400, errJSON("invalid_request", "cursor must be a next_cursor from an earlier answer of /v1/admin/keys"))
+	}
 
 	// Created and revoked keys are in the admin log; the secret never is.
 	var msgs []string

@@ -209,7 +209,9 @@ func (k *keyInflight) leave(key string) {
 // BodyRateGrace has passed: a client trickling bytes would otherwise hold a
 // connection and its memory for the whole read timeout. The cut is 408
 // request_timeout. It works through read deadlines on the connection, so
-// that a client that sends nothing at all is cut too.
+// that a client that sends nothing at all is cut too. An error answer to a
+// request whose body was not read to its end carries Connection: close
+// (HTTP/1.x), so that it is sent at once and the connection given back.
 func (s *Server) slowBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -221,6 +223,23 @@ func (s *Server) slowBody(next echo.HandlerFunc) echo.HandlerFunc {
 		g := &rateGuard{r: r.Body, rc: rc, start: start, grace: s.limits.BodyRateGrace,
 			rate: s.limits.MinBodyRate, cap: start.Add(s.limits.RequestReadTimeout)}
 		r.Body = readCloser{g, r.Body}
+		if r.ProtoMajor == 1 {
+			res := c.Response()
+			res.Before(func() {
+				if res.Status >= 400 && !g.bodyRead() {
+					// Refused before its body was read (or while reading
+					// it): answered at once, and the connection closed
+					// after the answer. Without it net/http reads up to
+					// 256 KiB of the unread body before writing the
+					// answer, at whatever pace the client sends it: a
+					// refused slow upload held its connection and its
+					// goroutine for the whole read timeout. HTTP/2 resets
+					// the stream of an answered request instead.
+					res.Header().Set(echo.HeaderConnection, "close")
+					g.refused()
+				}
+			})
+		}
 		err := next(c)
 		g.done()
 		return err
@@ -240,6 +259,7 @@ type rateGuard struct {
 	read     int64
 	eof      bool // the body was read to its end
 	cut      bool // the body was cut for arriving too slowly
+	closing  bool // an error answer closes the connection (refused)
 	finished bool
 }
 
@@ -281,6 +301,24 @@ func (g *rateGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// bodyRead reports whether the body was read to its end.
+func (g *rateGuard) bodyRead() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.eof
+}
+
+// refused marks a body that will not be read: its answer closes the
+// connection. The deadline goes to the past, so that net/http, which reads
+// up to 256 KiB of an unread body when it closes it after the answer, gives
+// the connection back at once.
+func (g *rateGuard) refused() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closing = true
+	_ = g.rc.SetReadDeadline(time.Now())
+}
+
 // tooSlow marks the body cut. The deadline stays in the past, so that the
 // server does not wait for the rest of the body before answering.
 func (g *rateGuard) tooSlow() error {
@@ -303,7 +341,7 @@ func (g *rateGuard) done() {
 	defer g.mu.Unlock()
 	g.finished = true
 	switch {
-	case g.cut:
+	case g.cut, g.closing:
 	case g.eof:
 		// The body was read: nothing more is read for this request; the
 		// server sets its own deadlines for the next one.

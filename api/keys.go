@@ -220,8 +220,16 @@ func (s *Server) clientIDWarnings(clientID string) ([]string, error) {
 	return nil, nil
 }
 
+// keyList is GET /v1/admin/keys's answer: the seed's {items, count} and,
+// when more keys follow, the cursor of the next page.
+type keyList struct {
+	itemList[keyRecord]
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
 // handleListKeys serves GET /v1/admin/keys: newest first, limit
-// DefaultListLimit (1..MaxListLimit), include_revoked false by default.
+// DefaultListLimit (1..MaxListLimit), include_revoked false by default;
+// cursor (a next_cursor of an earlier answer) continues after that page.
 func (s *Server) handleListKeys(c echo.Context) error {
 	limit, err := s.listLimit(c)
 	if err != nil {
@@ -235,11 +243,22 @@ func (s *Server) handleListKeys(c echo.Context) error {
 		}
 		includeRevoked = b
 	}
-	keys, err := s.store.ListKeys(limit, includeRevoked)
+	var after *store.KeyCursor
+	if v := c.QueryParam("cursor"); v != "" {
+		cur, err := store.ParseKeyCursor(v)
+		if err != nil {
+			return badRequest("cursor must be a next_cursor from an earlier answer of /v1/admin/keys")
+		}
+		after = &cur
+	}
+	keys, next, err := s.store.ListKeysPage(after, limit, includeRevoked)
 	if err != nil {
 		return err
 	}
-	out := listOf(keys, toKeyRecord)
+	out := keyList{itemList: listOf(keys, toKeyRecord)}
+	if next != nil {
+		out.NextCursor = next.String()
+	}
 	for i := range out.Items {
 		// One read a key: the list is the admin page's, at most
 		// MaxListLimit keys, and the switch lives beside the key record.

@@ -54,11 +54,23 @@ func toMemoryUserJSON(u store.MemoryUser) memoryUserJSON {
 }
 
 // handleListUsers serves GET /v1/admin/users: every user with a memory, by
-// pseudonym, with the number of pairs kept and the keys that use it.
+// pseudonym, with the number of pairs kept and the keys that use it; with
+// limit (1..MaxListLimit, checked as on the other lists), the first limit.
 func (s *Server) handleListUsers(c echo.Context) error {
+	limit := 0
+	if c.QueryParam("limit") != "" {
+		n, err := s.listLimit(c)
+		if err != nil {
+			return err
+		}
+		limit = n
+	}
 	users, err := s.store.MemoryUsers()
 	if err != nil {
 		return err
+	}
+	if limit > 0 && len(users) > limit {
+		users = users[:limit]
 	}
 	return c.JSON(http.StatusOK, listOf(users, toMemoryUserJSON))
 }

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/replyd/replyd/internal/window"
@@ -50,6 +52,13 @@ type Store interface {
 	// unless includeRevoked is set; the limit counts only returned keys. A
 	// limit <= 0 means no limit. The result is never nil.
 	ListKeys(limit int, includeRevoked bool) ([]APIKey, error)
+	// ListKeysPage returns the next page of ListKeys's order: up to limit
+	// keys (limit >= 1) that come after the position after (nil: from the
+	// newest), and the position of the last one returned when more keys
+	// follow (nil at the end). Keys created or revoked between pages
+	// neither repeat nor shift the pages: a key created meanwhile is newer
+	// than every position, so it is on no later page.
+	ListKeysPage(after *KeyCursor, limit int, includeRevoked bool) (keys []APIKey, next *KeyCursor, err error)
 	// RevokeKey marks the key revoked at at and returns the stored record.
 	// It is idempotent: revoking a revoked key changes nothing and returns
 	// the record with its first RevokedAt. An unknown hash gives ErrNotFound.
@@ -395,3 +404,30 @@ type RateLimiter interface {
 // now, so that a request at now opens a new one. Both limiters use it (the
 // PostgreSQL one in SQL of the same meaning).
 func RateWindowOver(start, now time.Time) bool { return window.Over(RateWindow, start, now) }
+
+// KeyCursor is a position in the order of ListKeys: a key's creation time
+// in Unix nanoseconds and the store's own creation sequence, which breaks
+// ties. Its String form is what the admin API hands out as next_cursor.
+type KeyCursor struct {
+	CreatedNS int64
+	Seq       int64
+}
+
+// String returns c as 32 hex digits.
+func (c KeyCursor) String() string {
+	return fmt.Sprintf("%016x%016x", uint64(c.CreatedNS), uint64(c.Seq))
+}
+
+// ParseKeyCursor reads a KeyCursor's String form; anything else wraps
+// ErrInvalid.
+func ParseKeyCursor(s string) (KeyCursor, error) {
+	if len(s) != 32 {
+		return KeyCursor{}, fmt.Errorf("%w: a key cursor is 32 hex digits", ErrInvalid)
+	}
+	ns, err1 := strconv.ParseUint(s[:16], 16, 64)
+	seq, err2 := strconv.ParseUint(s[16:], 16, 64)
+	if err1 != nil || err2 != nil {
+		return KeyCursor{}, fmt.Errorf("%w: a key cursor is 32 hex digits", ErrInvalid)
+	}
+	return KeyCursor{CreatedNS: int64(ns), Seq: int64(seq)}, nil
+}

@@ -286,26 +286,6 @@ func cmdRestore(args []string, getenv func(string) string, stdout, stderr io.Wri
 	return nil
 }
 
-func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, _, err := LoadConfig("check", args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	if cfg.StoreURL != "" {
-		return errPostgresManaged("check", "check its indexes with pg_amcheck (Debian's postgresql package)")
-	}
-	db, err := bolt.Open(dbPath(cfg), bolt.Options{Timeout: time.Second, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if err := db.Check(); err != nil {
-		return fmt.Errorf("check: %s is damaged: %w", dbPath(cfg), err)
-	}
-	fmt.Fprintf(stdout, "check: %s is consistent\n", dbPath(cfg))
-	return nil
-}
-
 func verifyModels(dir string, stdout io.Writer) error {
 	results, err := models.Verify(dir)
 	if err != nil {

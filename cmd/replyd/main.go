@@ -4,6 +4,8 @@
 //	replyd [serve]            run the service (the default)
 //	replyd config             print the effective configuration, secrets masked
 //	replyd admin-key --reset  make a new admin key (replyd must be stopped)
+//	replyd models add FILE    copy a model file into the data directory's models folder
+//	replyd models list        the model files in that folder
 //	replyd models demo        write the tiny demo models
 //	replyd models synth       write a random-weight model with a real model's shape
 //	replyd models steps       time decode steps of a language model (benchmarks)
@@ -45,6 +47,10 @@ Usage:
   replyd [serve] [options]              run the service (replyd serve --help lists every option)
   replyd config [options]               print the effective configuration, secrets masked
   replyd admin-key --reset              make a new admin key and print it once (stop replyd first)
+  replyd models add [--data-dir DIR] FILE
+                                        copy a model file (from a USB stick, say) into the data
+                                        directory's models folder, checked; the admin page offers it
+  replyd models list [--data-dir DIR]   the model files in the data directory's models folder
   replyd models demo [--dir DIR]        write the tiny random-weight demo models
   replyd models synth --shape NAME [--type T] [--dir DIR]
                                         write a random-weight model with the shape of Whisper
@@ -56,7 +62,8 @@ Usage:
   replyd transcribe --model PATH [--language xx] [--threads N] [--json] FILE
   replyd backup --out FILE              hot, consistent copy of the data file (PostgreSQL: pg_dump)
   replyd restore FILE                   replace the data file with a backup (stop replyd first)
-  replyd check                          consistency check of the data file
+  replyd check                          consistency check of the data file (exit 0: consistent,
+                                        1: could not check, 3: damaged, restore the last backup)
   replyd eval [--dialogs FILE.jsonl] [--prompt-file F | --prompt-version V --server URL] [-n 4] [--json]
                                         score prompts offline on recorded dialogs (built-in set by default)
   replyd store migrate --from FILE --to postgres://… [--force]
@@ -108,6 +115,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "replyd: %v\n", err)
+		if e := (*exitError)(nil); errors.As(err, &e) {
+			return e.code
+		}
 		return 1
 	}
 	return 0

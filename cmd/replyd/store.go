@@ -22,8 +22,10 @@ func dbPath(cfg *Config) string { return filepath.Join(cfg.DataDir, "replyd.db")
 const storeWait = 30 * time.Second
 
 // openStore opens the configured store: PostgreSQL when REPLYD_STORE_URL is
-// set, else the bbolt file in the data directory (created, mode 0700 dir).
-// Common failures become messages an admin can act on.
+// set, else the bbolt file in the data directory (created, mode 0700 dir),
+// checked before it is mapped and refused when damaged, or missing or empty
+// where its marker says replyd has run (bolt.OpenInstall); a new install says
+// so in the log. Common failures become messages an admin can act on.
 func openStore(ctx context.Context, cfg *Config, log *slog.Logger) (store.Store, error) {
 	if cfg.StoreURL != "" {
 		return openPostgres(ctx, cfg.StoreURL, storeWait, log)
@@ -31,12 +33,23 @@ func openStore(ctx context.Context, cfg *Config, log *slog.Logger) (store.Store,
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 	}
-	db, err := bolt.Open(dbPath(cfg), bolt.Options{})
+	db, inst, err := bolt.OpenInstall(dbPath(cfg), bolt.Options{})
 	if err != nil {
+		if errors.Is(err, bolt.ErrDamaged) {
+			return nil, err // names the file, what is wrong and what to do
+		}
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("%s is in use by another replyd process (stop it first, or use another --data-dir): %w", dbPath(cfg), err)
 		}
 		return nil, fmt.Errorf("cannot open the data file %s: %w", dbPath(cfg), err)
+	}
+	if log != nil {
+		switch inst {
+		case bolt.NewInstall:
+			log.Info("new install: created an empty data file", "path", dbPath(cfg), "marker", bolt.MarkerPath(dbPath(cfg)))
+		case bolt.Upgraded:
+			log.Info("wrote the install marker beside the data file: from now on a missing or empty data file is refused", "marker", bolt.MarkerPath(dbPath(cfg)))
+		}
 	}
 	return db, nil
 }

@@ -164,3 +164,54 @@ func findPGDump() string {
 func errPostgresManaged(cmd, how string) error {
 	return fmt.Errorf("%s: this replyd keeps its data in PostgreSQL (REPLYD_STORE_URL), which PostgreSQL itself looks after: %s", cmd, how)
 }
+
+// Exit statuses of `replyd check` (docs/operations.md): 0 the data file is
+// consistent; 1 it could not be checked (an option, a PostgreSQL store, no
+// data file yet, a running replyd holding it, an I/O error); 3 it is
+// damaged: restore the last backup. 2 is any command's usage error.
+const exitDamaged = 3
+
+// exitError makes run exit with code after printing err.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// cmdCheck runs `replyd check`: the marker's rule (a data file missing or
+// empty where replyd has run), the file's structure read without mapping it
+// (bolt.VerifyFile, inside Open), then bbolt's own consistency check.
+func cmdCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, _, err := LoadConfig("check", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.StoreURL != "" {
+		return errPostgresManaged("check", "check its indexes with pg_amcheck (Debian's postgresql package)")
+	}
+	path := dbPath(cfg)
+	damaged := func(err error) error {
+		if errors.Is(err, bolt.ErrDamaged) {
+			return &exitError{code: exitDamaged, err: fmt.Errorf("check: %w", err)}
+		}
+		return fmt.Errorf("check: %w", err)
+	}
+	if err := bolt.CheckInstall(path); err != nil {
+		return damaged(err)
+	}
+	db, err := bolt.Open(path, bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if errors.Is(err, store.ErrLocked) {
+		return fmt.Errorf("check: %s is held by a running replyd (which checked it when it started): stop it first to check it now", path)
+	}
+	if err != nil {
+		return damaged(err)
+	}
+	defer db.Close()
+	if err := db.Check(); err != nil {
+		return &exitError{code: exitDamaged, err: fmt.Errorf("check: %s is damaged: %w. %s", path, err, bolt.RestoreAdvice)}
+	}
+	fmt.Fprintf(stdout, "check: %s is consistent\n", path)
+	return nil
+}

@@ -148,7 +148,10 @@ type DB struct {
 }
 
 // Open opens (creating if needed, mode 0600) the bbolt file at path and makes
-// sure every bucket and the schema version exist. When another process holds
+// sure every bucket and the schema version exist. An existing file is first
+// checked with VerifyFile, without mapping it: a damaged one (truncated,
+// pages overwritten, empty) is refused with a *DamagedError naming the file
+// and what to do, never mapped. When another process holds
 // the file, Open fails after opts.Timeout with an error wrapping ErrLocked.
 // A missing, read-only or full data directory gives an error naming the path.
 func Open(path string, opts Options) (*DB, error) {
@@ -157,6 +160,9 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if err := verifyExisting(path, opts.Timeout); err != nil {
+		return nil, err
 	}
 	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.Timeout,
@@ -190,6 +196,30 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, describeIOError(err))
 	}
 	return db, nil
+}
+
+// verifyExisting runs VerifyFile on the file at path, if there is one,
+// under a shared lock (a running replyd writing it would make its pages
+// move under the check): bbolt maps the file and reads it as it finds it, so
+// a truncated file or a garbage page would fault or panic inside bbolt.
+func verifyExisting(path string, timeout time.Duration) error {
+	f, err := sharedLock(path, timeout)
+	if err != nil || f == nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := verify(f, fi.Size(), path); err != nil {
+		var d *DamagedError
+		if errors.As(err, &d) {
+			return err
+		}
+		return fmt.Errorf("store: open %s: %w", path, describeIOError(err))
+	}
+	return nil
 }
 
 // initSchema creates every bucket and records the schema version, or checks
@@ -259,7 +289,7 @@ func describeOpenError(path string, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("store: open %s: the file or its data directory does not exist: %w", path, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
-		return fmt.Errorf("store: open %s: not a valid bbolt data file: %w", path, err)
+		return fmt.Errorf("store: open %s: not a valid bbolt data file (%w): %w. %s", path, ErrDamaged, err, RestoreAdvice)
 	}
 	return fmt.Errorf("store: open %s: %w", path, describeIOError(err))
 }

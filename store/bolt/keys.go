@@ -1,6 +1,8 @@
 package bolt
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -151,4 +153,54 @@ func shortHash(h string) string {
 		return h[:12] + "…"
 	}
 	return h
+}
+
+// ListKeysPage returns the page of ListKeys after the position after; see
+// store.Store. Positions are the keys_by_age keys (created nanos ‖ seq).
+func (db *DB) ListKeysPage(after *store.KeyCursor, limit int, includeRevoked bool) ([]store.APIKey, *store.KeyCursor, error) {
+	if limit < 1 {
+		return nil, nil, invalid("a page holds at least one key")
+	}
+	out := []store.APIKey{}
+	var next *store.KeyCursor
+	err := db.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketKeysByAge).Cursor()
+		var k, hash []byte
+		if after == nil {
+			k, hash = c.Last()
+		} else {
+			// The first position before after: Seek finds the first at or
+			// past it (or none), so one step back.
+			pos := make([]byte, 16)
+			binary.BigEndian.PutUint64(pos, uint64(after.CreatedNS))
+			binary.BigEndian.PutUint64(pos[8:], uint64(after.Seq))
+			if k, _ = c.Seek(pos); k == nil {
+				k, hash = c.Last()
+			} else {
+				k, hash = c.Prev()
+			}
+			for k != nil && bytes.Compare(k, pos) >= 0 {
+				k, hash = c.Prev()
+			}
+		}
+		var last []byte
+		for ; k != nil; k, hash = c.Prev() {
+			key, err := getKey(tx, string(hash))
+			if err != nil {
+				return err
+			}
+			if !includeRevoked && key.Status == store.StatusRevoked {
+				continue
+			}
+			if len(out) == limit {
+				// One more follows: the page ends at the last one kept.
+				next = &store.KeyCursor{CreatedNS: int64(keyNanos(last)), Seq: int64(binary.BigEndian.Uint64(last[8:]))}
+				return nil
+			}
+			out = append(out, key)
+			last = append(last[:0], k...)
+		}
+		return nil
+	})
+	return out, next, err
 }

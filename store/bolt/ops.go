@@ -73,12 +73,20 @@ func checkTx(tx *bolt.Tx) error {
 }
 
 // Restore replaces the data file at dstPath with the backup at src. It first
-// opens src read-only and checks that it is a consistent bbolt file carrying
+// checks src with VerifyFile (a damaged backup is refused, not mapped), opens
+// it read-only and checks that it is a consistent bbolt file carrying
 // replyd's schema; then it writes a copy next to dstPath, fsyncs it, renames
 // it over dstPath and fsyncs the directory, so dstPath is either the old file
 // or the complete new one. It fails with ErrLocked when a running replyd holds
 // dstPath (stop the service first) or src. dstPath need not exist.
 func Restore(src, dstPath string) error {
+	if err := VerifyFile(src); err != nil {
+		var d *DamagedError
+		if errors.As(err, &d) {
+			return fmt.Errorf("store: restore: the backup %s is damaged: %s; choose an older backup", src, d.Problem)
+		}
+		return fmt.Errorf("store: restore: %w", describeOpenError(src, err))
+	}
 	sdb, err := bolt.Open(src, 0o600, &bolt.Options{ReadOnly: true, Timeout: DefaultTimeout})
 	if err != nil {
 		return fmt.Errorf("store: restore: %w", describeOpenError(src, err))

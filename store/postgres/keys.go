@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,11 +16,14 @@ import (
 const keyCols = "hash, client_id, status, scopes, rate_limit_per_minute, created_ns, revoked_ns, last_used_ns"
 
 // scanKey reads one api_keys row selected with keyCols.
-func scanKey(row pgx.Row) (store.APIKey, error) {
+func scanKey(row pgx.Row) (store.APIKey, error) { return scanKeyAnd(row) }
+
+// scanKeyAnd reads a row of keyCols followed by the columns extra scans.
+func scanKeyAnd(row pgx.Row, extra ...any) (store.APIKey, error) {
 	var k store.APIKey
 	var created int64
 	var revoked, used *int64
-	err := row.Scan(&k.Hash, &k.ClientID, &k.Status, &k.Scopes, &k.RateLimitPerMinute, &created, &revoked, &used)
+	err := row.Scan(append([]any{&k.Hash, &k.ClientID, &k.Status, &k.Scopes, &k.RateLimitPerMinute, &created, &revoked, &used}, extra...)...)
 	k.CreatedAt, k.RevokedAt, k.LastUsedAt = fromNS(created), fromNullNS(revoked), fromNullNS(used)
 	return k, err
 }
@@ -122,4 +126,52 @@ func shortHash(h string) string {
 		return h[:12] + "…"
 	}
 	return h
+}
+
+// ListKeysPage returns the page of ListKeys after the position after, in
+// the (created_ns, seq) order of the api_keys_by_age index; see
+// store.Store.
+func (s *Store) ListKeysPage(after *store.KeyCursor, limit int, includeRevoked bool) ([]store.APIKey, *store.KeyCursor, error) {
+	if limit < 1 {
+		return nil, nil, fmt.Errorf("store: %w: a page holds at least one key", store.ErrInvalid)
+	}
+	type row struct {
+		key     store.APIKey
+		created int64
+		seq     int64
+	}
+	var rows []row
+	from := store.KeyCursor{CreatedNS: math.MaxInt64, Seq: math.MaxInt64}
+	if after != nil {
+		from = *after
+	}
+	err := s.run("list keys", func(ctx context.Context) error {
+		rs, err := s.pool.Query(ctx, "SELECT "+keyCols+`, seq FROM api_keys
+			WHERE ($1 OR status <> 'revoked') AND ($2::bool OR (created_ns, seq) < ($3, $4))
+			ORDER BY created_ns DESC, seq DESC LIMIT $5`, includeRevoked, after == nil, from.CreatedNS, from.Seq, limit+1)
+		if err != nil {
+			return err
+		}
+		rows, err = pgx.CollectRows(rs, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			k, err := scanKeyAnd(r, &x.seq)
+			x.key, x.created = k, ns(k.CreatedAt)
+			return x, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := []store.APIKey{}
+	var next *store.KeyCursor
+	for i, r := range rows {
+		if i == limit {
+			last := rows[i-1]
+			next = &store.KeyCursor{CreatedNS: last.created, Seq: last.seq}
+			break
+		}
+		out = append(out, r.key)
+	}
+	return out, next, nil
 }

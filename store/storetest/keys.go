@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,90 @@ func keysConcurrentCreates(t *testing.T, e Env) {
 	}
 	if ks := listKeys(t, e.S, 0, true); len(ks) != 20 || ks[0] != "h19" || ks[19] != "h00" {
 		t.Errorf("ListKeys = %v", ks)
+	}
+}
+
+// keysPages: 2,500 keys (more than the admin API's 1,000 a page), three
+// created in each nanosecond and every seventh revoked, are reached page by
+// page through ListKeysPage in exactly ListKeys's order, with or without
+// the revoked ones; a key created between pages is on none of the later
+// ones, and none repeats.
+func keysPages(t *testing.T, e Env) {
+	s := e.S
+	const n = 2500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				k := store.APIKey{Hash: fmt.Sprintf("page%05d", i), ClientID: "c", Status: store.StatusActive,
+					Scopes: []string{"infer"}, CreatedAt: T0.Add(time.Duration(i/3) * time.Second)}
+				if i%7 == 0 {
+					k.Status = store.StatusRevoked
+					k.RevokedAt = T0
+				}
+				errs <- s.CreateKey(k)
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		Must(t, err)
+	}
+	pages := func(limit int, rev bool, between func()) []string {
+		var got []string
+		var after *store.KeyCursor
+		for page := 0; ; page++ {
+			ks, next, err := s.ListKeysPage(after, limit, rev)
+			Must(t, err)
+			if len(ks) > limit || (next != nil && len(ks) != limit) {
+				t.Fatalf("page %d: %d keys, next %v (limit %d)", page, len(ks), next, limit)
+			}
+			got = append(got, keyHashes(ks)...)
+			if next == nil {
+				return got
+			}
+			if c, err := store.ParseKeyCursor(next.String()); err != nil || c != *next {
+				t.Fatalf("cursor %v does not round-trip: %v %v", next, c, err)
+			}
+			after = next
+			if between != nil {
+				between()
+				between = nil
+			}
+		}
+	}
+	for _, rev := range []bool{true, false} {
+		want := listKeys(t, s, 0, rev)
+		if rev && len(want) != n {
+			t.Fatalf("ListKeys holds %d keys, want %d", len(want), n)
+		}
+		for _, limit := range []int{1000, 333, 1} {
+			if diff := cmp.Diff(want, pages(limit, rev, nil)); diff != "" {
+				t.Errorf("pages of %d (revoked %v) differ from ListKeys (-want +got):\n%s", limit, rev, diff)
+			}
+		}
+	}
+	// A key created after the first page is newer than every position.
+	want := listKeys(t, s, 0, false)
+	got := pages(1000, false, func() { MustCreateKey(t, s, "newest", T0.Add(time.Hour)) })
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pages with a key created between them (-want +got):\n%s", diff)
+	}
+	if _, _, err := s.ListKeysPage(nil, 0, false); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ListKeysPage limit 0: %v, want ErrInvalid", err)
+	}
+	// A position past every key: an empty last page.
+	ks, next, err := s.ListKeysPage(&store.KeyCursor{}, 10, true)
+	if err != nil || len(ks) != 0 || next != nil {
+		t.Errorf("ListKeysPage before the oldest = %v, %v, %v", keyHashes(ks), next, err)
 	}
 }

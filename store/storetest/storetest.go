@@ -50,6 +50,7 @@ var scenarios = []scenario{
 	{"keys/create-defaults", keysCreateDefaults},
 	{"keys/create-invalid", keysCreateInvalid},
 	{"keys/same-nanosecond-order", keysSameNanosecond},
+	{"keys/pages-2500", keysPages},
 	{"keys/round-trip-every-field", keysRoundTrip},
 	{"keys/empty-list-not-nil", keysEmptyList},
 	{"keys/touch-throttled", keysTouchThrottled},

@@ -1,5 +1,5 @@
-// Keys view: list (optionally with revoked keys) with when each key was last
-// used, create (shown once, with replyd's warnings about its name), revoke.
+// Keys view: list (optionally with revoked keys, 500 at a time, "Show more
+// keys" for the next page) with when each key was last used, create (shown once, with replyd's warnings about its name), revoke.
 import { api } from './api.js';
 import { $, h, showError, timeEl, shortHash, fmtInt } from './util.js';
 import { t, nodes } from '../app/i18n/i18n.js';
@@ -20,15 +20,26 @@ async function load() {
   return loadKeys().then((items) => { tablets.keysLoaded(items); });
 }
 
-async function loadKeys() {
+// The keys shown, and where the list goes on (the API's next_cursor; '' when
+// every key is shown).
+let shown = [];
+let nextCursor = '';
+
+/** Loads the first page of keys, or with more the next one after those
+ * shown: the API answers a page at a time, with next_cursor while more
+ * keys follow. */
+async function loadKeys(more = false) {
   try {
-    const r = await api('GET', '/v1/admin/keys', {
-      query: { limit: 500, include_revoked: $('#keys-revoked').checked ? 'true' : '' },
-    });
+    const query = { limit: 500, include_revoked: $('#keys-revoked').checked ? 'true' : '' };
+    if (more) query.cursor = nextCursor;
+    const r = await api('GET', '/v1/admin/keys', { query });
     showError($('#keys-error'), null);
     const items = (r && r.items) || [];
-    render(items);
-    return items;
+    shown = more ? shown.concat(items) : items;
+    nextCursor = (r && r.next_cursor) || '';
+    $('#keys-more').hidden = !nextCursor;
+    render(shown);
+    return shown;
   } catch (err) {
     showError($('#keys-error'), err);
     return null;
@@ -173,6 +184,7 @@ export default {
     $('#key-create-form').addEventListener('submit', create);
     $('#keys-revoked').addEventListener('change', load);
     $('#keys-refresh').addEventListener('click', load);
+    $('#keys-more').addEventListener('click', () => loadKeys(true).then((items) => { if (items) tablets.keysLoaded(items); }));
     $('#key-copy').addEventListener('click', copy);
     $('#key-created-done').addEventListener('click', () => {
       hideCreated();
