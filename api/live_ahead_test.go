@@ -12,7 +12,7 @@ import (
 	"github.com/replyd/replyd/engine"
 )
 
-// replyAheadInferer adds replies generated ahead (aheadReplier) to the
+// replyAheadInferer adds replies generated ahead (engine.AheadReplier) to the
 // live tests' fake engine: they answer the transcript heard ahead once
 // release is closed, or fail when their context ends first.
 type replyAheadInferer struct {
@@ -21,12 +21,14 @@ type replyAheadInferer struct {
 	mu      sync.Mutex
 	ctxs    []context.Context
 	heard   []string
+	prompts []string // the requests' system prompts
 }
 
 func (f *replyAheadInferer) ReplyAhead(ctx context.Context, req engine.Request) (engine.Result, error) {
 	f.mu.Lock()
 	f.ctxs = append(f.ctxs, ctx)
 	f.heard = append(f.heard, req.Heard.Transcript)
+	f.prompts = append(f.prompts, req.SystemPrompt)
 	f.mu.Unlock()
 	select {
 	case <-f.release:
@@ -46,13 +48,13 @@ func (f *replyAheadInferer) replies() ([]context.Context, []string) {
 	return append([]context.Context(nil), f.ctxs...), append([]string(nil), f.heard...)
 }
 
-func newReplyAheadEnv(t *testing.T) (*liveEnv, *replyAheadInferer) {
+func newReplyAheadEnv(t *testing.T, mod ...func(*Options)) (*liveEnv, *replyAheadInferer) {
 	t.Helper()
 	ra := &replyAheadInferer{release: make(chan struct{})}
-	le := newLiveEnv(t, func(o *Options) {
+	le := newLiveEnv(t, append([]func(*Options){func(o *Options) {
 		ra.liveInferer = o.Inferer.(*liveInferer)
 		o.Inferer = ra
-	})
+	}}, mod...)...)
 	return le, ra
 }
 
