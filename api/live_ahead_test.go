@@ -65,18 +65,9 @@ func newReplyAheadEnv(t *testing.T, mod ...func(*Options)) (*liveEnv, *replyAhea
 func TestLiveRepliesAheadReused(t *testing.T) {
 	le, ra := newReplyAheadEnv(t)
 	close(ra.release)
-	c := le.open(t, livePayload)
-	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
-	names, evs := events(t, c, 4)
-	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
-		t.Fatalf("events %v", names)
-	}
-	var out inferResponse
-	if err := json.Unmarshal(evs[3].Data, &out); err != nil {
-		t.Fatal(err)
-	}
+	_, out := liveOneTurn(t, le)
 	if out.Transcript == nil || len(out.Candidates) != 3 || out.Candidates[0].Text != "ahead reply to "+*out.Transcript || out.InferenceID == "" {
-		t.Errorf("candidates event %s: want the replies generated ahead", evs[3].Data)
+		t.Errorf("candidates event %+v: want the replies generated ahead", out)
 	}
 	if n := len(le.inf.requests()); n != 0 {
 		t.Errorf("%d generations started afresh at the commit, want the ones ahead reused", n)

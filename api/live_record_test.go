@@ -28,9 +28,10 @@ func (s *changingPromptStore) CurrentPrompt() (store.PromptVersion, bool, error)
 	return store.PromptVersion{Prompt: fmt.Sprintf("prompt %d", s.n), Version: fmt.Sprint(s.n)}, true, nil
 }
 
-// liveTurnRecord runs one turn on le and returns its candidates event and
-// the inference record of its log entry.
-func liveTurnRecord(t *testing.T, le *liveEnv) (inferResponse, *store.InferenceInfo) {
+// liveOneTurn opens a session on le and sends it one turn (a second of
+// speech, a second of silence): it returns the socket and the turn's
+// answer, its four events checked.
+func liveOneTurn(t *testing.T, le *liveEnv) (*websocket.Conn, inferResponse) {
 	t.Helper()
 	c := le.open(t, livePayload)
 	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
@@ -42,6 +43,14 @@ func liveTurnRecord(t *testing.T, le *liveEnv) (inferResponse, *store.InferenceI
 	if err := json.Unmarshal(evs[3].Data, &out); err != nil {
 		t.Fatal(err)
 	}
+	return c, out
+}
+
+// liveTurnRecord runs one turn on le (liveOneTurn) and returns its answer
+// and the inference record of its log entry.
+func liveTurnRecord(t *testing.T, le *liveEnv) (inferResponse, *store.InferenceInfo) {
+	t.Helper()
+	c, out := liveOneTurn(t, le)
 	_ = c.Close(websocket.StatusNormalClosure, "")
 	waitFor(t, func() bool { return le.srv.live.count() == 0 })
 	logs, err := le.st.Logs(store.LogQuery{})
