@@ -312,9 +312,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		st.steered = errors.Is(err, errMalformedSteer)
 		return err
 	}
-	tag := ""
 	if req.UserID != "" {
-		if st.subject, tag, err = s.userSubject(st.keyHash, req.UserID); err != nil {
+		if st.subject, req.UserTag, err = s.userSubject(st.keyHash, req.UserID); err != nil {
 			return err
 		}
 	}
@@ -342,14 +341,8 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		req.Audio = f.audio
 		req.AudioContentType = f.audioType
 	}
-	p, ok, err := s.store.CurrentPrompt()
-	if err != nil {
+	if err := s.withPrompt(&req); err != nil {
 		return err
-	}
-	version := DefaultPromptVersion
-	req.SystemPrompt = DefaultSystemPrompt
-	if ok && p.Prompt != "" {
-		req.SystemPrompt, version = p.Prompt, p.Version
 	}
 
 	var events *eventStream
@@ -403,34 +396,18 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		log.Debug("remembered replies in the prompt", "examples", res.Examples, "example_tokens", res.ExampleTokens, "prompt_tokens", res.PromptTokens)
 	}
 
-	out := newInferResponse(res, s.now().Sub(st.start))
-	if f.hasAudio {
-		t, ns := res.Transcript, res.NoSpeech
-		out.Transcript, out.NoSpeech = &t, &ns
-		out.TranscriptLanguage, out.TranscriptWarning = res.TranscriptLanguage, res.TranscriptWarning
-	}
-	st.candidates = len(out.Response)
-	if out.InferenceID, err = newInferenceID(s.rand); err != nil {
+	// The id is made once the answer is (issue 42 makes it before the
+	// inference, to name the replies streamed as they come).
+	id, err := newInferenceID(s.rand)
+	if err != nil {
 		return err
 	}
-	inf := &store.InferenceInfo{ID: out.InferenceID, PromptVersion: version, CandidateChars: make([]int, len(out.Response)),
-		Model: res.Model, SpeechModel: res.SpeechModel}
-	for i, text := range out.Response {
-		inf.CandidateChars[i] = score.Chars(text)
-	}
-	if st.steered {
-		// Its log entry makes it findable by id on every box (steer.go).
-		out.SteerMode, out.SteerExhausted = string(req.Steer.Mode), res.SteerExhausted
-		inf.Turn, inf.SteerMode = turn, string(req.Steer.Mode)
-	} else if req.MemoryUser != "" && res.PartnerTurn != "" {
-		// Nothing to pair a reply with when the partner said nothing.
-		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
-		inf.UserTag = tag
-	}
+	out, inf := newAnswer(id, req, res, s.now().Sub(st.start), turn)
+	st.candidates = len(out.Response)
 	st.inference = inf
 	// Feedback may arrive before the log entry is written: until it is, it
 	// waits for it through recent.
-	s.recent.add(out.InferenceID, st.keyHash, s.now(), out.Response)
+	s.recent.add(id, st.keyHash, s.now(), out.Response)
 	if e := rightEndedCause(reqCtx); e != nil {
 		// The key ended while the answer was made: not sent.
 		if events != nil && events.started {
@@ -505,9 +482,54 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 	}
 }
 
-// newInferResponse is the answer to a turn the engine answered with res,
-// total after the request began: candidates, timings and history counts,
-// shared by POST /infer and the live turns.
+// withPrompt gives req the current system prompt and its version, read
+// together once: the record names the prompt the request was made with.
+func (s *Server) withPrompt(req *engine.Request) error {
+	p, ok, err := s.store.CurrentPrompt()
+	if err != nil {
+		return err
+	}
+	req.SystemPrompt, req.PromptVersion = DefaultSystemPrompt, DefaultPromptVersion
+	if ok && p.Prompt != "" {
+		req.SystemPrompt, req.PromptVersion = p.Prompt, p.Version
+	}
+	return nil
+}
+
+// newAnswer is the answer (InferResponse) to req, which the engine
+// answered with res, total after it began, and its inference record, both
+// named id: built in one place for /v1/infer and the live turns. The
+// transcript fields are present when req had audio; the record holds the
+// prompt version req was made with, the replies' lengths and the models,
+// for a steered request the turn it refines (steerTurn; its log entry
+// makes it findable by id on every box, steer.go), and for remember: true
+// the texts to remember (nothing to pair a reply with when the partner
+// said nothing).
+func newAnswer(id string, req engine.Request, res engine.Result, total time.Duration, steerTurn string) (inferResponse, *store.InferenceInfo) {
+	out := newInferResponse(res, total)
+	out.InferenceID = id
+	if req.Audio != nil || req.PCM != nil {
+		t, ns := res.Transcript, res.NoSpeech
+		out.Transcript, out.NoSpeech = &t, &ns
+		out.TranscriptLanguage, out.TranscriptWarning = res.TranscriptLanguage, res.TranscriptWarning
+	}
+	inf := &store.InferenceInfo{ID: id, PromptVersion: req.PromptVersion, CandidateChars: make([]int, len(out.Response)),
+		Model: res.Model, SpeechModel: res.SpeechModel}
+	for i, text := range out.Response {
+		inf.CandidateChars[i] = score.Chars(text)
+	}
+	if req.Steer != nil {
+		out.SteerMode, out.SteerExhausted = string(req.Steer.Mode), res.SteerExhausted
+		inf.Turn, inf.SteerMode = steerTurn, string(req.Steer.Mode)
+	} else if req.MemoryUser != "" && res.PartnerTurn != "" {
+		inf.Remember = &store.RememberedTexts{Partner: res.PartnerTurn, Candidates: out.Response}
+		inf.UserTag = req.UserTag
+	}
+	return out, inf
+}
+
+// newInferResponse is the part of newAnswer that res alone decides: the
+// candidates, timings (total after the request began) and history counts.
 func newInferResponse(res engine.Result, total time.Duration) inferResponse {
 	out := inferResponse{
 		Response:   make([]string, 0, len(res.Candidates)),

@@ -133,6 +133,7 @@ func TestInferRequestReachesEngine(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	got := e.inf.last()
+	pkey, _ := e.st.InstallationSecret(store.SecretPseudonym)
 	want := engine.Request{
 		Messages: []engine.Message{
 			{Role: "disabled_person", Content: "I am tired."},
@@ -147,6 +148,8 @@ func TestInferRequestReachesEngine(t *testing.T) {
 		MaxCandidates:    5,
 		Temperature:      0,
 		SystemPrompt:     "custom prompt",
+		PromptVersion:    "7",
+		UserTag:          secret.PseudonymOfHash(pkey, secret.Hash("u-1")),
 		Audio:            []byte("OggS"),
 		AudioContentType: "audio/ogg",
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/replyd/replyd/engine"
 )
 
-// replyAheadInferer adds replies generated ahead (aheadReplier) to the
+// replyAheadInferer adds replies generated ahead (engine.AheadReplier) to the
 // live tests' fake engine: they answer the transcript heard ahead once
 // release is closed, or fail when their context ends first.
 type replyAheadInferer struct {
@@ -21,12 +21,14 @@ type replyAheadInferer struct {
 	mu      sync.Mutex
 	ctxs    []context.Context
 	heard   []string
+	prompts []string // the requests' system prompts
 }
 
 func (f *replyAheadInferer) ReplyAhead(ctx context.Context, req engine.Request) (engine.Result, error) {
 	f.mu.Lock()
 	f.ctxs = append(f.ctxs, ctx)
 	f.heard = append(f.heard, req.Heard.Transcript)
+	f.prompts = append(f.prompts, req.SystemPrompt)
 	f.mu.Unlock()
 	select {
 	case <-f.release:
@@ -46,13 +48,13 @@ func (f *replyAheadInferer) replies() ([]context.Context, []string) {
 	return append([]context.Context(nil), f.ctxs...), append([]string(nil), f.heard...)
 }
 
-func newReplyAheadEnv(t *testing.T) (*liveEnv, *replyAheadInferer) {
+func newReplyAheadEnv(t *testing.T, mod ...func(*Options)) (*liveEnv, *replyAheadInferer) {
 	t.Helper()
 	ra := &replyAheadInferer{release: make(chan struct{})}
-	le := newLiveEnv(t, func(o *Options) {
+	le := newLiveEnv(t, append([]func(*Options){func(o *Options) {
 		ra.liveInferer = o.Inferer.(*liveInferer)
 		o.Inferer = ra
-	})
+	}}, mod...)...)
 	return le, ra
 }
 
@@ -63,18 +65,9 @@ func newReplyAheadEnv(t *testing.T) (*liveEnv, *replyAheadInferer) {
 func TestLiveRepliesAheadReused(t *testing.T) {
 	le, ra := newReplyAheadEnv(t)
 	close(ra.release)
-	c := le.open(t, livePayload)
-	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
-	names, evs := events(t, c, 4)
-	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
-		t.Fatalf("events %v", names)
-	}
-	var out inferResponse
-	if err := json.Unmarshal(evs[3].Data, &out); err != nil {
-		t.Fatal(err)
-	}
+	_, out := liveOneTurn(t, le)
 	if out.Transcript == nil || len(out.Candidates) != 3 || out.Candidates[0].Text != "ahead reply to "+*out.Transcript || out.InferenceID == "" {
-		t.Errorf("candidates event %s: want the replies generated ahead", evs[3].Data)
+		t.Errorf("candidates event %+v: want the replies generated ahead", out)
 	}
 	if n := len(le.inf.requests()); n != 0 {
 		t.Errorf("%d generations started afresh at the commit, want the ones ahead reused", n)

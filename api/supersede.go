@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/replyd/replyd/engine"
 )
 
 // errSuperseded is the cause a request's context is cancelled with when a
-// newer request of the same API key and dialog_id arrives.
-var errSuperseded = errors.New("superseded by a newer request for the same dialog_id")
+// newer request of the same API key and dialog_id arrives: engine's, which
+// a live turn's committed pass knows it by (engine.LiveOutcome.Superseded).
+var errSuperseded = engine.ErrSuperseded
 
 // dialogFlights is the inference in flight for each API key and dialog_id,
 // so that a newer request for a dialog cancels the older one: the partner
@@ -17,8 +20,8 @@ var errSuperseded = errors.New("superseded by a newer request for the same dialo
 // key's requests never cancel another key's.
 //
 // Which request is newer is decided by when it arrived (order), not by
-// when it is recorded: a live turn is recorded only once it was heard to
-// hold speech, and a turn that ended earlier but was heard later must not
+// when it is recorded: a live turn (engine.LiveSession, through
+// keyDialogs) is recorded only once it was heard to hold speech, and a turn that ended earlier but was heard later must not
 // cancel the turn after it.
 type dialogFlights struct {
 	mu  sync.Mutex

@@ -81,6 +81,12 @@ type Request struct {
 
 	// SystemPrompt is the current system prompt from the store.
 	SystemPrompt string
+	// PromptVersion names SystemPrompt's version, read with it, and
+	// UserTag the user's pseudonym a remembered pair is filed under: what
+	// the inference record says of the request (the API's concern; the
+	// pipeline ignores them).
+	PromptVersion string
+	UserTag       string
 
 	// Audio is the raw uploaded recording, nil when none was sent.
 	Audio []byte
