@@ -45,9 +45,9 @@ func TestAudioCtxRules(t *testing.T) {
 		{sec(4.29), Window{Mode: WindowSpeech}, false, 279},
 		{sec(11), Window{Mode: WindowSpeech}, false, 614},
 		{sec(5.507), Window{Mode: WindowSpeech}, false, 340},
-		{sec(4.29), Window{}, true, 279},                                       // auto, short-window weights
-		{sec(4.29), Window{}, false, 500},                                      // auto, stock: the 10 s floor
-		{sec(11), Window{Mode: WindowAuto}, false, 650},                        // stock: 11 s + 2 s
+		{sec(4.29), Window{}, true, 279},                                         // auto, short-window weights
+		{sec(4.29), Window{}, false, 500},                                        // auto, stock: the 10 s floor
+		{sec(11), Window{Mode: WindowAuto}, false, 650},                          // stock: 11 s + 2 s
 		{sec(11), Window{Mode: WindowFloor, Floor: 5 * time.Second}, false, 650}, // floor below speech + margin
 		{sec(2), Window{Mode: WindowFloor, Floor: 5 * time.Second}, false, 250},
 		{sec(4.29), Window{Mode: WindowFull}, false, 0},
