@@ -175,15 +175,6 @@ type Tensor struct {
 	Bytes int64 // its data's size
 }
 
-// Elems returns the number of elements.
-func (t *Tensor) Elems() int {
-	n := 1
-	for _, v := range t.Ne {
-		n *= v
-	}
-	return n
-}
-
 // Reader reads one file's header, then its tensors one at a time. Every
 // length it reads is checked against the bytes the file still has, so that
 // no allocation exceeds the file's size.
@@ -198,7 +189,7 @@ type Reader struct {
 
 // NewReader reads a file of size bytes from src.
 func NewReader(src io.Reader, size int64) *Reader {
-	return &Reader{r: bufio.NewReaderSize(src, 1<<20), left: size}
+	return &Reader{r: bufio.NewReaderSize(src, int(min(max(size, 16), 1<<20))), left: size}
 }
 
 func (r *Reader) fail(format string, args ...any) {
