@@ -24,7 +24,7 @@ exec 9>/tmp/replyd-bench.lock
 flock 9
 echo "cpu: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2) ($(nproc) cores) OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
 echo "loadavg before: $(cat /proc/loadavg)"
-for r in $(seq "$rounds"); do
+for _ in $(seq "$rounds"); do
 	for clip in "$@"; do
 		for mode in $modes; do
 			"$bin" transcribe --model "$model" --no-vad --no-fallback --threads 1 --json --window "$mode" "$clip" 2>/dev/null |
