@@ -124,6 +124,8 @@ var (
 		"1 when the engine's model is loaded and serving, 0 while it loads or after it failed.", []string{"engine"}, nil)
 	speechQueueDesc = prometheus.NewDesc("replyd_speech_queue_depth",
 		"Recordings waiting for or in speech-to-text.", nil, nil)
+	windowDesc = prometheus.NewDesc("replyd_whisper_windows_total",
+		"Transcriptions on Whisper's shortened encoder window (REPLYD_WHISPER_WINDOW) since start: kind=shortened (encoded short), retried (failed the fallback's tests and decoded again at the full 30 s window).", []string{"kind"}, nil)
 	buildInfoDesc = prometheus.NewDesc("replyd_build_info",
 		"Always 1: replyd's version, the model files in use (names, not paths) and whether a generated demo model is one of them.",
 		[]string{"version", "llm_model", "whisper_model", "demo"}, nil)
@@ -132,6 +134,7 @@ var (
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- engineReadyDesc
 	ch <- speechQueueDesc
+	ch <- windowDesc
 	ch <- buildInfoDesc
 }
 
@@ -150,6 +153,8 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 			llmModel = filepath.Base(e.Model)
 		case "stt":
 			sttModel, sttDepth = filepath.Base(e.Model), e.QueueSize
+			ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.CounterValue, float64(e.WindowShortened), "shortened")
+			ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.CounterValue, float64(e.WindowRetries), "retried")
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(speechQueueDesc, prometheus.GaugeValue, float64(sttDepth))

@@ -19,7 +19,8 @@ import (
 func metricsEnv(t *testing.T) *env {
 	e := newEnv(t)
 	e.health.set(
-		engine.EngineStatus{Name: "stt", Model: "/srv/models/whisper-demo.bin", Ready: true, Demo: true, QueueSize: 2},
+		engine.EngineStatus{Name: "stt", Model: "/srv/models/whisper-demo.bin", Ready: true, Demo: true, QueueSize: 2,
+			WindowShortened: 5, WindowRetries: 1},
 		engine.EngineStatus{Name: "llm", Model: "/srv/models/qwen2.5-1.5b-instruct-q4_k_m.gguf"},
 	)
 	return e
@@ -39,6 +40,8 @@ func TestMetricsEnginesAndBuildInfo(t *testing.T) {
 		`replyd_engine_ready{engine="stt"} 1`,
 		`replyd_engine_ready{engine="llm"} 0`,
 		`replyd_speech_queue_depth 2`,
+		`replyd_whisper_windows_total{kind="shortened"} 5`,
+		`replyd_whisper_windows_total{kind="retried"} 1`,
 		`replyd_build_info{demo="true",llm_model="qwen2.5-1.5b-instruct-q4_k_m.gguf",version="1.2.3",whisper_model="whisper-demo.bin"} 1`,
 	} {
 		if !strings.Contains(m, want) {

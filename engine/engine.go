@@ -362,6 +362,13 @@ type EngineStatus struct {
 	// it for another language (they were transcribed as English).
 	EnglishOnly        bool  `json:"english_only,omitempty"`
 	NonEnglishRequests int64 `json:"non_english_requests,omitempty"`
+	// Window is the speech-to-text encoder's window rule
+	// (REPLYD_WHISPER_WINDOW, in words); WindowShortened counts the turns
+	// encoded on a shortened window since start, WindowRetries those the
+	// safety net decoded again at the full 30 s window.
+	Window          string `json:"window,omitempty"`
+	WindowShortened int64  `json:"window_shortened,omitempty"`
+	WindowRetries   int64  `json:"window_retries,omitempty"`
 	// Warning says, in words for the administrator, what the engine does
 	// not do as asked although it runs (such as requests for languages an
 	// English-only model cannot transcribe); absent when nothing.

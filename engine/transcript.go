@@ -7,7 +7,7 @@ import (
 
 // The token cap of speech-to-text: a 30-second window yields at most
 // windowTokenBase plus windowTokensPerSecond tokens per second of audio in
-// it (engine/whisper's fallback.go says why these numbers). Random-weight
+// it (engine/whisper's temperature.go says why these numbers). Random-weight
 // models always reach it, so it also bounds the transcript's share of the
 // language model's prompt.
 const (

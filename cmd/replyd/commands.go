@@ -72,8 +72,18 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	noVAD := fs.Bool("no-vad", false, "transcribe the whole recording (no voice activity detection)")
 	noFallback := fs.Bool("no-fallback", false, "greedy decoding only, no temperature fallback (whisper.cpp's -nf)")
 	compute := fs.String("compute", whisper.ComputeBLAS, "where the encoder and decoder run: blas (the CPU path), ggml-cpu, gpu")
+	window := fs.String("window", "auto", "the encoder's window: auto, speech, full or a floor in seconds (REPLYD_WHISPER_WINDOW)")
+	shortWeights := fs.Bool("short-window-weights", false, "the weights are made for a short window (FUTO's acft): auto uses the speech's own window")
+	audioCtx := fs.Int("audio-ctx", 0, "encoder positions, as whisper.cpp's -ac (50 a second; 0: by --window); only for speech of at most one 30 s window")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	win, err := whisper.ParseWindow(*window)
+	if err != nil {
+		return err
+	}
+	if *audioCtx < 0 {
+		return errors.New("transcribe: --audio-ctx must be 0 (the window rule) or more")
 	}
 	if fs.NArg() != 1 {
 		return errors.New("transcribe: give exactly one audio file")
@@ -88,7 +98,8 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
 	decodeDur := time.Since(t0)
-	m, err := whisper.Load(*model, whisper.Options{Threads: *threads, NoFallback: *noFallback, Compute: *compute})
+	m, err := whisper.Load(*model, whisper.Options{Threads: *threads, NoFallback: *noFallback, Compute: *compute,
+		Window: win, ShortWindowWeights: *shortWeights})
 	if err != nil {
 		return err
 	}
@@ -107,8 +118,15 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		speech, segments = sp.PCM, sp.Segments
 	}
 	var tr engine.Transcript
+	call := whisper.CallOptions{AudioCtx: *audioCtx}
+	positions, err := m.AudioCtxFor(len(speech), call)
+	if err != nil {
+		return fmt.Errorf("transcribe: --audio-ctx %d needs speech of at most 30 s (one window); %s has %.1f s: give --audio-ctx 0",
+			*audioCtx, fs.Arg(0), float64(len(speech))/16000)
+	}
+	retries := m.Status().WindowRetries
 	if len(speech) > 0 {
-		if tr, err = m.Transcribe(ctx, speech, engine.TranscribeOptions{Language: *lang}); err != nil {
+		if tr, err = m.TranscribeWith(ctx, speech, engine.TranscribeOptions{Language: *lang}, call); err != nil {
 			return err
 		}
 	}
@@ -124,6 +142,10 @@ func cmdTranscribe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"tokens":        tr.Tokens,
 		"audio_seconds": float64(len(pcm)) / 16000,
 		"no_speech":     len(speech) == 0 || strings.TrimSpace(tr.Text) == "",
+		"window":        win.String(),
+		"audio_ctx":     positions, // 0: the full window
+		// the safety net decoded the shortened window again at 30 s
+		"window_retried": m.Status().WindowRetries > retries,
 		"timings_ms": map[string]float64{
 			"decode":  ms(decodeDur),
 			"mel":     ms(tr.Mel),

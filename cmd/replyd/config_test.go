@@ -62,6 +62,9 @@ func TestConfigRejects(t *testing.T) {
 		{map[string]string{"REPLYD_LOG_MAX_MB": "-1"}, nil, "REPLYD_LOG_MAX_MB"},
 		{nil, []string{"--whisper-fallback", "sometimes"}, "REPLYD_WHISPER_FALLBACK"},
 		{map[string]string{"REPLYD_WHISPER_MAX_TOKENS": "-1"}, nil, "REPLYD_WHISPER_MAX_TOKENS"},
+		{map[string]string{"REPLYD_WHISPER_WINDOW": "short"}, nil, "REPLYD_WHISPER_WINDOW"},
+		{nil, []string{"--whisper-window", "0"}, "REPLYD_WHISPER_WINDOW"},
+		{map[string]string{"REPLYD_WHISPER_SHORT_WINDOW": "yes"}, nil, "REPLYD_WHISPER_SHORT_WINDOW"},
 	}
 	for _, c := range cases {
 		_, _, err := LoadConfig("serve", c.args, envMap(c.env), io.Discard)

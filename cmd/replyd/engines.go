@@ -121,17 +121,23 @@ func openWhisper(cfg *Config, path string, log *slog.Logger) (*whisper.Model, er
 	if err != nil {
 		return nil, err
 	}
-	fallback, reserve := whisperPlacement(cfg, compute)
+	cpuIfUnplaced, reserve := whisperPlacement(cfg, compute)
+	window, err := whisper.ParseWindow(cfg.WhisperWindow)
+	if err != nil {
+		return nil, err
+	}
 	return whisper.Load(path, whisper.Options{
-		Compute:    compute,
-		Threads:    cfg.SpeechThreadsMax(),
-		NoFallback: cfg.WhisperFallback == "off",
+		Window:             window,
+		ShortWindowWeights: cfg.WhisperShortWindow == "on",
+		Compute:            compute,
+		Threads:            cfg.SpeechThreadsMax(),
+		NoFallback:         cfg.WhisperFallback == "off",
 		// whisper.cpp's max_tokens k is k text tokens and the closing
 		// <|endoftext|>: MaxTokensPerWindow k+1.
 		MaxTokensPerWindow: whisperMaxTokens(cfg.WhisperMaxTokens),
 		Demo:               isDemoModel(path),
 		Logger:             log.With("engine", "stt"),
-		FallbackCPU:        fallback,
+		CPUIfUnplaced:      cpuIfUnplaced,
 		DeviceReserve:      reserve,
 	})
 }

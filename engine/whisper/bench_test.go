@@ -114,7 +114,7 @@ func BenchmarkStagesJFK(b *testing.B) {
 		spec := m.logMel(pcm)
 		c1 := cpuTime()
 		spec.window(0, input)
-		st := m.newDecState(m.encode(input))
+		st := mustWindow(b, m, input, 0)
 		c2 := cpuTime()
 		w, err := m.greedyWindow(context.Background(), st, 0, nil, -1, m.maxTok)
 		if err != nil {
@@ -197,7 +197,7 @@ func BenchmarkNextToken(b *testing.B) {
 				m.scr.shadow.counts = shadowCounts{}
 				c0 := cpuTime()
 				for i := 0; i < b.N; i++ {
-					m.next(xs[i%len(xs)], nil, false)
+					mustNext(b, m, xs[i%len(xs)], nil, false)
 				}
 				n := float64(b.N)
 				b.ReportMetric((cpuTime()-c0).Seconds()*1000/n, "cpu_ms/op")
@@ -253,7 +253,7 @@ func BenchmarkDecoderBaseEN(b *testing.B) {
 				defer m.Close()
 				input := make([]float32, m.hp.NMels*windowFrames)
 				m.logMel(pcm).window(0, input)
-				st := m.newDecState(m.encode(input))
+				st := mustWindow(b, m, input, 0)
 				if threads > 1 {
 					stopBLASThreads()
 				}
@@ -263,12 +263,12 @@ func BenchmarkDecoderBaseEN(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					st.reset()
-					h := m.decode(st, prompt)
+					h := mustDecode(b, m, st, prompt)
 					last := h[(len(prompt)-1)*d:]
 					t0 := time.Now()
 					for k := 0; k < benchTokens; k++ {
-						p := m.next(last, nil, false)
-						last = m.decode(st, []int{p.id})
+						p := mustNext(b, m, last, nil, false)
+						last = mustDecode(b, m, st, []int{p.id})
 					}
 					steps += time.Since(t0)
 				}

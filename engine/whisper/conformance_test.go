@@ -159,6 +159,7 @@ func TestConformanceGGML(t *testing.T) {
 	t.Run("Forced", TestConformanceForced)
 	t.Run("Greedy", TestConformanceGreedy)
 	t.Run("Language", TestConformanceLanguage)
+	t.Run("AudioCtx", TestConformanceAudioCtx)
 }
 
 func TestConformanceMel(t *testing.T) {
@@ -268,90 +269,121 @@ func topK(lg []float32, k int) []int {
 	return ids
 }
 
+// forcedCheck applies F1–F4 to forced steps and keeps one model's totals.
+type forcedCheck struct {
+	tol                                tolerances
+	probeIDs                           []int
+	worstF1, worstF2                   float64
+	steps, top1Agree, top5Got, top5All int
+	worstTop5                          int
+}
+
+func newForcedCheck(tol tolerances, probeIDs []int) *forcedCheck {
+	return &forcedCheck{tol: tol, probeIDs: probeIDs, worstTop5: 5}
+}
+
+// step compares our logits lg with the reference step rs.
+func (c *forcedCheck) step(t *testing.T, where string, lg []float32, rs refStep) {
+	t.Helper()
+	tol, sigma := c.tol, rs.Std
+	// F1 over the recorded ids.
+	worst := 0.0
+	for i, id := range c.probeIDs {
+		worst = math.Max(worst, math.Abs(float64(lg[id])-rs.Probes[i]))
+	}
+	for _, p := range rs.Top5 {
+		worst = math.Max(worst, math.Abs(float64(lg[int(p[0])])-p[1]))
+	}
+	c.worstF1 = math.Max(c.worstF1, worst/sigma)
+	if worst > tol.tau*sigma {
+		t.Errorf("F1 %s: max |Δlogit| = %.4g σ > %.3g σ", where, worst/sigma, tol.tau)
+	}
+	// F2
+	mean, std := meanStd(lg)
+	dm, ds := math.Abs(mean-rs.Mean), math.Abs(std-rs.Std)
+	c.worstF2 = math.Max(c.worstF2, math.Max(dm, ds)/sigma)
+	if dm > tol.tau*sigma/5 || ds > tol.tau*sigma/5 {
+		t.Errorf("F2 %s: |Δmean| = %.3g σ, |Δstd| = %.3g σ > %.3g σ", where, dm/sigma, ds/sigma, tol.tau/5)
+	}
+	// F3 and F4
+	mine := topK(lg, 5)
+	c.steps++
+	if mine[0] == int(rs.Top5[0][0]) {
+		c.top1Agree++
+	} else if rs.Top5[0][1]-rs.Top5[1][1] >= tol.m*sigma {
+		t.Errorf("F3 %s: argmax %d, reference %d with margin %.3g σ", where, mine[0], int(rs.Top5[0][0]),
+			(rs.Top5[0][1]-rs.Top5[1][1])/sigma)
+	}
+	got := 0
+	for _, p := range rs.Top5 {
+		for _, id := range mine {
+			if id == int(p[0]) {
+				got++
+			}
+		}
+	}
+	c.top5Got += got
+	c.top5All += len(rs.Top5)
+	c.worstTop5 = min(c.worstTop5, got)
+	if got < tol.minTop5 {
+		t.Errorf("F4 %s: %d of the reference top-5 in our top-5, want ≥ %d", where, got, tol.minTop5)
+	}
+}
+
+// window feeds prompt then tokens on st (a window just encoded) and checks
+// each of steps (len(tokens)+1 of them).
+func (c *forcedCheck) window(t *testing.T, m *Model, st *decState, where string, prompt, tokens []int, steps []refStep) {
+	t.Helper()
+	if len(steps) != len(tokens)+1 {
+		t.Fatalf("%s: %d steps for %d tokens", where, len(steps), len(tokens))
+	}
+	hidden := mustDecode(t, m, st, prompt)
+	lg := mustLogits(t, m, hidden[(len(prompt)-1)*m.hp.NTextState:])
+	for k, rs := range steps {
+		c.step(t, fmt.Sprintf("%s step %d", where, k), lg, rs)
+		if k < len(tokens) {
+			lg = mustLogits(t, m, mustDecode(t, m, st, []int{tokens[k]}))
+		}
+	}
+}
+
+// finish applies F3's and F4's totals over one model and logs its figures.
+func (c *forcedCheck) finish(t *testing.T, model string) {
+	t.Helper()
+	if c.steps == 0 {
+		t.Fatal("no forced steps compared")
+	}
+	if f := float64(c.top1Agree) / float64(c.steps); f < c.tol.top1 {
+		t.Errorf("F3: top-1 agreement %d/%d < %.0f%%", c.top1Agree, c.steps, 100*c.tol.top1)
+	}
+	if f := float64(c.top5Got) / float64(c.top5All); f < c.tol.top5 {
+		t.Errorf("F4: top-5 recovered %d/%d < %.0f%%", c.top5Got, c.top5All, 100*c.tol.top5)
+	}
+	t.Logf("%s: F1 worst max|Δlogit|/σ %.4f (τ %.2f); F2 worst %.2g σ; F3 top-1 %d/%d; F4 top-5 %d/%d (worst step %d)",
+		model, c.worstF1, c.tol.tau, c.worstF2, c.top1Agree, c.steps, c.top5Got, c.top5All, c.worstTop5)
+}
+
 func TestConformanceForced(t *testing.T) {
 	c := loadConf(t)
 	for _, mi := range c.manifest.Models {
 		t.Run(strings.TrimSuffix(mi.File, ".bin"), func(t *testing.T) {
-			tol := tolerancesFor(mi.WeightType)
 			m := c.load(t, mi.File)
-			var worstF1, worstF2 float64
-			var steps, top1Agree, top5Got, top5All, worstTop5 = 0, 0, 0, 0, 5
+			var fc *forcedCheck
 			for _, a := range c.manifest.Audio {
 				ref := c.clip(t, mi.File, a.File)
+				if fc == nil {
+					fc = newForcedCheck(tolerancesFor(mi.WeightType), ref.Forced.ProbeIDs)
+				}
 				pcm := readWAV(t, filepath.Join(c.dir, "audio", a.File))
 				mel := m.logMel(pcm)
 				input := make([]float32, m.hp.NMels*windowFrames)
 				for _, w := range ref.Forced.Windows {
 					mel.window(w.Seek, input)
-					st := m.newDecState(m.encode(input))
-					hidden := m.decode(st, ref.Forced.Prompt)
-					lg := m.logits(hidden[(len(ref.Forced.Prompt)-1)*m.hp.NTextState:])
-					if len(w.Steps) != len(ref.Forced.Tokens)+1 {
-						t.Fatalf("%s seek %d: %d steps", a.File, w.Seek, len(w.Steps))
-					}
-					for k, rs := range w.Steps {
-						where := fmt.Sprintf("%s seek %d step %d", a.File, w.Seek, k)
-						sigma := rs.Std
-						// F1 over the recorded ids.
-						worst := 0.0
-						for i, id := range ref.Forced.ProbeIDs {
-							worst = math.Max(worst, math.Abs(float64(lg[id])-rs.Probes[i]))
-						}
-						for _, p := range rs.Top5 {
-							worst = math.Max(worst, math.Abs(float64(lg[int(p[0])])-p[1]))
-						}
-						worstF1 = math.Max(worstF1, worst/sigma)
-						if worst > tol.tau*sigma {
-							t.Errorf("F1 %s: max |Δlogit| = %.4g σ > %.3g σ", where, worst/sigma, tol.tau)
-						}
-						// F2
-						mean, std := meanStd(lg)
-						dm, ds := math.Abs(mean-rs.Mean), math.Abs(std-rs.Std)
-						worstF2 = math.Max(worstF2, math.Max(dm, ds)/sigma)
-						if dm > tol.tau*sigma/5 || ds > tol.tau*sigma/5 {
-							t.Errorf("F2 %s: |Δmean| = %.3g σ, |Δstd| = %.3g σ > %.3g σ", where, dm/sigma, ds/sigma, tol.tau/5)
-						}
-						// F3 and F4
-						mine := topK(lg, 5)
-						steps++
-						if mine[0] == int(rs.Top5[0][0]) {
-							top1Agree++
-						} else if rs.Top5[0][1]-rs.Top5[1][1] >= tol.m*sigma {
-							t.Errorf("F3 %s: argmax %d, reference %d with margin %.3g σ", where, mine[0], int(rs.Top5[0][0]),
-								(rs.Top5[0][1]-rs.Top5[1][1])/sigma)
-						}
-						got := 0
-						for _, p := range rs.Top5 {
-							for _, id := range mine {
-								if id == int(p[0]) {
-									got++
-								}
-							}
-						}
-						top5Got += got
-						top5All += len(rs.Top5)
-						worstTop5 = min(worstTop5, got)
-						if got < tol.minTop5 {
-							t.Errorf("F4 %s: %d of the reference top-5 in our top-5, want ≥ %d", where, got, tol.minTop5)
-						}
-						if k < len(ref.Forced.Tokens) {
-							tok := ref.Forced.Tokens[k]
-							lg = m.logits(m.decode(st, []int{tok}))
-						}
-					}
+					st := mustWindow(t, m, input, 0)
+					fc.window(t, m, st, fmt.Sprintf("%s seek %d", a.File, w.Seek), ref.Forced.Prompt, ref.Forced.Tokens, w.Steps)
 				}
 			}
-			if steps == 0 {
-				t.Fatal("no forced steps compared")
-			}
-			if f := float64(top1Agree) / float64(steps); f < tol.top1 {
-				t.Errorf("F3: top-1 agreement %d/%d < %.0f%%", top1Agree, steps, 100*tol.top1)
-			}
-			if f := float64(top5Got) / float64(top5All); f < tol.top5 {
-				t.Errorf("F4: top-5 recovered %d/%d < %.0f%%", top5Got, top5All, 100*tol.top5)
-			}
-			t.Logf("%s: F1 worst max|Δlogit|/σ %.4f (τ %.2f); F2 worst %.2g σ; F3 top-1 %d/%d; F4 top-5 %d/%d (worst step %d)",
-				mi.File, worstF1, tol.tau, worstF2, top1Agree, steps, top5Got, top5All, worstTop5)
+			fc.finish(t, mi.File)
 		})
 	}
 }
@@ -482,8 +514,11 @@ func TestConformanceLanguage(t *testing.T) {
 				mel := m.logMel(pcm)
 				input := make([]float32, m.hp.NMels*windowFrames)
 				mel.window(0, input)
-				st := m.newDecState(m.encode(input))
-				id, probs := m.detectLanguage(st)
+				st := mustWindow(t, m, input, 0)
+				id, probs, err := m.detectLanguage(st)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for i, p := range probs {
 					worst = math.Max(worst, math.Abs(p-ref.LanguageDetection.Probs[i]))
 				}

@@ -97,17 +97,29 @@ static struct ggml_tensor *rdg_attend(struct ggml_context *ctx, struct ggml_tens
     return ggml_reshape_2d(ctx, ggml_cont(ctx, KQV), d, n);
 }
 
+// rdg_build_encoder builds encoder step `step` over the window's m->n_ctx
+// positions (whisper.cpp's audio_ctx; n_audio_ctx at most). The state
+// tensors keep their full shapes; every graph reads and writes views of
+// their first rows: the mel input's first 2·n_ctx frames (packed
+// contiguously by the Go side), the positional embedding's rows
+// 0..n_ctx-1, the running activations' first n_ctx rows. As in whisper.cpp
+// (whisper_build_graph_conv with exp_n_audio_ctx), the convolutions pad
+// with zeros at the edges of those frames and the attention runs over
+// n_ctx positions.
 static void rdg_build_encoder(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int step) {
-    int d = m->d_audio, T = m->n_audio_ctx, nh = m->nh_audio;
+    int d = m->d_audio, T = m->n_ctx, nh = m->nh_audio;
+    size_t f32 = ggml_row_size(RDG_F32, 1);
+    struct ggml_tensor *x = ggml_view_2d(ctx, m->enc_x, d, T, d * f32, 0);
     struct ggml_tensor *out;
     if (step == 0) {
-        struct ggml_tensor *h = rdg_conv(ctx, m->conv1_w, m->conv1_b, m->mel, m->n_mels, d, 1); // [2T][d]
-        h = ggml_cont(ctx, ggml_transpose(ctx, h));                                         // [d][2T]
-        h = rdg_conv(ctx, m->conv2_w, m->conv2_b, h, d, d, 2);                              // [T][d]
-        out = ggml_add(ctx, ggml_reshape_2d(ctx, h, d, T), m->enc_pos);
+        struct ggml_tensor *mel = ggml_view_2d(ctx, m->mel, 2 * T, m->n_mels, 2 * (size_t)T * f32, 0);
+        struct ggml_tensor *h = rdg_conv(ctx, m->conv1_w, m->conv1_b, mel, m->n_mels, d, 1); // [2T][d]
+        h = ggml_cont(ctx, ggml_transpose(ctx, h));                                       // [d][2T]
+        h = rdg_conv(ctx, m->conv2_w, m->conv2_b, h, d, d, 2);                            // [T][d]
+        struct ggml_tensor *pos = ggml_view_2d(ctx, m->enc_pos, d, T, d * f32, 0);
+        out = ggml_add(ctx, ggml_reshape_2d(ctx, h, d, T), pos);
     } else if (step <= m->n_audio_layer) {
         rdg_block *b = &m->enc[step - 1];
-        struct ggml_tensor *x = m->enc_x;
         struct ggml_tensor *h = rdg_ln(ctx, x, b->attn_ln_w, b->attn_ln_b);
         struct ggml_tensor *q = rdg_lin(ctx, h, b->q_w, b->q_b);
         struct ggml_tensor *k = ggml_reshape_3d(ctx, rdg_lin(ctx, h, b->k_w, NULL), d / nh, nh, T);
@@ -120,9 +132,9 @@ static void rdg_build_encoder(rdg_model *m, struct ggml_context *ctx, struct ggm
         h = rdg_lin(ctx, ggml_gelu(ctx, rdg_lin(ctx, h, b->fc1_w, b->fc1_b)), b->fc2_w, b->fc2_b);
         out = ggml_add(ctx, x, h);
     } else {
-        out = rdg_ln(ctx, m->enc_x, m->enc_ln_w, m->enc_ln_b);
+        out = rdg_ln(ctx, x, m->enc_ln_w, m->enc_ln_b);
     }
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, out, m->enc_x));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, out, ggml_view_2d(ctx, m->enc_x, d, T, d * f32, 0)));
 }
 
 int rdg_encoder_step(rdg_model *m, int step) {
@@ -135,14 +147,20 @@ int rdg_encoder_step(rdg_model *m, int step) {
     return rc;
 }
 
+// rdg_build_cross stores the cross K/V of the encoder's m->n_ctx output
+// rows in the first rows of the caches: K as [n_ctx][d], V transposed,
+// each of its d rows n_audio_ctx long (the stride the decoder reads with).
 static void rdg_build_cross(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf) {
-    int T = m->n_audio_ctx;
+    int T = m->n_ctx, d = m->d_text;
+    size_t f16 = ggml_row_size(RDG_F16, 1), f32 = ggml_row_size(RDG_F32, 1);
+    struct ggml_tensor *x = ggml_view_2d(ctx, m->enc_x, m->d_audio, T, m->d_audio * f32, 0);
     for (int l = 0; l < m->n_text_layer; l++) {
         rdg_block *b = &m->dec[l];
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, rdg_lin(ctx, m->enc_x, b->ck_w, NULL), m->k_cross[l]));
-        struct ggml_tensor *v = rdg_lin(ctx, m->enc_x, b->cv_w, b->cv_b); // [T][d]
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, v), m->v_cross[l]));
-        (void)T;
+        struct ggml_tensor *kc = ggml_view_2d(ctx, m->k_cross[l], d, T, d * f16, 0);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, rdg_lin(ctx, x, b->ck_w, NULL), kc));
+        struct ggml_tensor *v = rdg_lin(ctx, x, b->cv_w, b->cv_b); // [T][d]
+        struct ggml_tensor *vc = ggml_view_2d(ctx, m->v_cross[l], T, d, m->n_audio_ctx * f16, 0);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, v), vc));
     }
 }
 
@@ -157,10 +175,11 @@ int rdg_cross(rdg_model *m) {
 }
 
 // rdg_build_decode builds the decoder's graph for n tokens at positions
-// past..; *tok is its input, *x its output ([n][d_text]).
-static void rdg_build_decode(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int n, int past,
+// past.., its cross-attention over the first T rows of the cross K/V;
+// *tok is its input, *x its output ([n][d_text]).
+static void rdg_build_decode(rdg_model *m, struct ggml_context *ctx, struct ggml_cgraph *gf, int n, int past, int T,
                              struct ggml_tensor **tok_out, struct ggml_tensor **x_out) {
-    int d = m->d_text, nh = m->nh_text, hd = d / nh, T = m->n_audio_ctx, C = m->n_text_ctx;
+    int d = m->d_text, nh = m->nh_text, hd = d / nh, A = m->n_audio_ctx, C = m->n_text_ctx;
     int L = past + n;
     struct ggml_tensor *tok = ggml_new_tensor_1d(ctx, RDG_I32, n);
     ggml_set_input(tok);
@@ -186,7 +205,7 @@ static void rdg_build_decode(rdg_model *m, struct ggml_context *ctx, struct ggml
         h = rdg_ln(ctx, x, b->cross_ln_w, b->cross_ln_b);
         q = rdg_lin(ctx, h, b->cq_w, b->cq_b);
         K = ggml_view_3d(ctx, m->k_cross[l], hd, nh, T, hd * f16, d * f16, 0);
-        V = ggml_view_3d(ctx, m->v_cross[l], T, hd, nh, T * f16, (size_t)T * hd * f16, 0);
+        V = ggml_view_3d(ctx, m->v_cross[l], T, hd, nh, A * f16, (size_t)A * hd * f16, 0);
         a = rdg_attend(ctx, q, K, V, n, T, d, nh, 0, 0);
         x = ggml_add(ctx, x, rdg_lin(ctx, a, b->co_w, b->co_b));
 
@@ -201,12 +220,12 @@ static void rdg_build_decode(rdg_model *m, struct ggml_context *ctx, struct ggml
     *x_out = x;
 }
 
-int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out) {
+int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, int cross_ctx, float *out) {
     struct ggml_context *ctx = rdg_ctx(m);
     if (!ctx) return -1;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, RDG_MAX_NODES, false);
     struct ggml_tensor *tok, *x;
-    rdg_build_decode(m, ctx, gf, n, past, &tok, &x);
+    rdg_build_decode(m, ctx, gf, n, past, cross_ctx, &tok, &x);
     int rc = -1;
     if (rdg_alloc_graph(m->alloc, gf)) {
         ggml_backend_tensor_set(tok, tokens, 0, (size_t)n * sizeof(int32_t));
@@ -249,7 +268,7 @@ int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out) {
     return rc;
 }
 
-// rdg_reserve plans every graph at its largest (the convolutions, a layer
+// rdg_reserve plans every graph at its largest, the full window (the convolutions, a layer
 // and the final norm of the encoder, the cross K/V, a decoder batch of
 // max_batch tokens from position 0 and one token at the last position,
 // the logits of every row) and, with measure, writes the compute memory
@@ -260,6 +279,8 @@ int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out) {
 // had).
 int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes) {
     size_t most = 0;
+    m->n_ctx = m->n_audio_ctx; // every graph at the full window
+
     for (int g = 0; g < 7; g++) {
         struct ggml_context *ctx = rdg_ctx(m);
         if (!ctx) return -1;
@@ -271,8 +292,8 @@ int rdg_reserve(rdg_model *m, int max_batch, int measure, size_t *bytes) {
         case 1: rdg_build_encoder(m, ctx, gf, 1); break;
         case 2: rdg_build_encoder(m, ctx, gf, m->n_audio_layer + 1); break;
         case 3: rdg_build_cross(m, ctx, gf); break;
-        case 4: rdg_build_decode(m, ctx, gf, max_batch, 0, &a, &b); break;
-        case 5: rdg_build_decode(m, ctx, gf, 1, m->n_text_ctx - 1, &a, &b); break;
+        case 4: rdg_build_decode(m, ctx, gf, max_batch, 0, m->n_audio_ctx, &a, &b); break;
+        case 5: rdg_build_decode(m, ctx, gf, 1, m->n_text_ctx - 1, m->n_audio_ctx, &a, &b); break;
         default:
             rdg_build_logits(m, ctx, gf, m->n_vocab, &a, &b);
             alloc = m->alloc_logits;

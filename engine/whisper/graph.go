@@ -20,7 +20,7 @@ import (
 
 // Compute paths: where a Model's encoder and decoder run (Options.Compute).
 const (
-	// ComputeBLAS is replyd's own kernels and OpenBLAS (nn.go), the
+	// ComputeBLAS is replyd's own kernels and OpenBLAS (blas.go), the
 	// default: the faster of the two on the CPU (docs/speech.md).
 	ComputeBLAS = "blas"
 	// ComputeGGMLCPU runs the ggml graphs (graph.c) on ggml's CPU backend.
@@ -40,7 +40,7 @@ type graph struct {
 	cpu     bool
 	threads int
 	name    string
-	out     []float32 // the encoder's output, [n_audio_ctx][d]
+	packed  []float32 // a short window's mel frames (setMel)
 	tok     []int32
 	// What was placed where (String): the device, its free and
 	// total memory before loading, the weights and state, the compute
@@ -81,11 +81,6 @@ func (m *Model) Backend() string {
 
 // errGraph is a failure of the ggml path (allocation or computation).
 var errGraph = errors.New("whisper: ggml graph failed")
-
-// graphFailure carries an errGraph out of the decoder's steps, whose
-// callers expect no error, to runWith, which returns it (a panic
-// recovered there, never one that escapes the package).
-type graphFailure struct{ err error }
 
 // maxBatch is the most tokens the decoder is given at once: a window's
 // prompt, <|startofprev|>, the previous windows' n_text_ctx/2-1 tokens and
@@ -240,7 +235,6 @@ func newGraph(m *Model, gpu bool, reserve int64) (_ *graph, err error) {
 	if C.rdg_reserve(c, C.int(maxBatch(hp)), 0, nil) != 0 {
 		return nil, fmt.Errorf("%w: allocating %s on %s for the compute buffers failed", ErrPlacement, mib(g.compBytes), g.name)
 	}
-	g.out = make([]float32, hp.NAudioCtx*d)
 	return g, nil
 }
 
@@ -311,76 +305,106 @@ func (g *graph) free() {
 // steps returns the number of encoder steps (encoderStep).
 func (g *graph) steps() int { return int(C.rdg_encoder_steps(g.c)) }
 
-// setMel uploads one window's log-mel ([n_mels][n_frames]).
-func (g *graph) setMel(mel []float32) {
-	C.ggml_backend_tensor_set(g.c.mel, unsafe.Pointer(&mel[0]), 0, C.size_t(4*len(mel)))
+// setMel uploads the first 2n frames of one window's log-mel
+// ([n_mels][n_frames]), packed as [n_mels][2n].
+func (g *graph) setMel(mel []float32, n int) {
+	hp := g.c
+	frames := 2 * n
+	if frames == int(hp.n_frames) {
+		C.ggml_backend_tensor_set(g.c.mel, unsafe.Pointer(&mel[0]), 0, C.size_t(4*len(mel)))
+		return
+	}
+	if cap(g.packed) < int(hp.n_mels)*frames {
+		g.packed = make([]float32, int(hp.n_mels)*windowFrames)
+	}
+	p := g.packed[:int(hp.n_mels)*frames]
+	for i := 0; i < int(hp.n_mels); i++ {
+		copy(p[i*frames:(i+1)*frames], mel[i*windowFrames:i*windowFrames+frames])
+	}
+	C.ggml_backend_tensor_set(g.c.mel, unsafe.Pointer(&p[0]), 0, C.size_t(4*len(p)))
 }
 
-// step runs encoder step i.
-func (g *graph) step(i int) error {
+// step runs encoder step i over n positions.
+func (g *graph) step(i, n int) error {
+	g.c.n_ctx = C.int(n)
 	if C.rdg_encoder_step(g.c, C.int(i)) != 0 {
 		return errGraph
 	}
 	return nil
 }
 
-// output downloads the encoder's output into g.out and returns it.
-func (g *graph) output() []float32 {
-	C.ggml_backend_tensor_get(g.c.enc_x, unsafe.Pointer(&g.out[0]), 0, C.size_t(4*len(g.out)))
-	return g.out
+// graphPath is the compute path of the ggml graphs (computePath): the
+// weights, the encoder's state and the K/V caches on the graph's backend.
+type graphPath struct {
+	m *Model
+	g *graph
+	n int // the last encode's positions
 }
 
-// cross computes the decoder's cross-attention K/V from enc, which is
-// uploaded unless it is g's own encoder output.
-func (g *graph) cross(enc []float32) error {
-	if len(enc) > 0 && &enc[0] != &g.out[0] {
-		C.ggml_backend_tensor_set(g.c.enc_x, unsafe.Pointer(&enc[0]), 0, C.size_t(4*len(enc)))
+// encode runs the encoder (computePath.encode): one graph per step (the
+// convolutions, each layer, the final norm), with encoderStep between
+// them, so that a canceled pass stops within one layer as on the BLAS
+// path. The output stays on the backend for cross.
+func (p *graphPath) encode(mel []float32, n int) error {
+	m, g := p.m, p.g
+	p.n = 0
+	g.setMel(mel, n)
+	for i := 0; i < g.steps(); i++ {
+		if err := m.encoderStep(); err != nil {
+			return err
+		}
+		g.setThreads(m.threads)
+		if err := g.step(i, n); err != nil {
+			return err
+		}
 	}
-	if C.rdg_cross(g.c) != 0 {
-		return errGraph
-	}
+	p.n = n
 	return nil
 }
 
-// decode feeds tokens at positions past.. and writes the hidden states to
-// out ([len(tokens)][d]).
-func (g *graph) decode(tokens []int, past int, out []float32) error {
+// cross computes the cross-attention K/V of the last encode's positions on
+// the backend (computePath.cross).
+func (p *graphPath) cross(st *decState) error {
+	p.g.c.n_ctx = C.int(p.n)
+	if p.n == 0 || C.rdg_cross(p.g.c) != 0 {
+		return errGraph
+	}
+	st.n, st.ctx = 0, p.n
+	return nil
+}
+
+// decode feeds tokens at positions st.n.. and writes the hidden states to
+// out ([len(tokens)][d]) (computePath.decode); the cross-attention reads
+// the first st.ctx rows of the cross K/V.
+func (p *graphPath) decode(st *decState, tokens []int, out []float32) error {
+	g := p.g
+	g.setThreads(p.m.threads)
 	g.tok = g.tok[:0]
 	for _, t := range tokens {
 		g.tok = append(g.tok, int32(t))
 	}
-	if C.rdg_decode(g.c, (*C.int32_t)(&g.tok[0]), C.int(len(tokens)), C.int(past), (*C.float)(&out[0])) != 0 {
+	if C.rdg_decode(g.c, (*C.int32_t)(&g.tok[0]), C.int(len(tokens)), C.int(st.n), C.int(st.ctx), (*C.float)(&out[0])) != 0 {
 		return errGraph
 	}
+	st.n += len(tokens)
 	return nil
 }
 
 // logits writes the logits of ids 0..len(out)-1 for one hidden state
-// ([d]) to out, computed on the backend: only they cross back.
-func (g *graph) logits(hidden, out []float32) error {
-	if C.rdg_logits(g.c, (*C.float)(&hidden[0]), C.int(len(out)), (*C.float)(&out[0])) != 0 {
+// ([d]) to out, computed on the backend: only they cross back
+// (computePath.logits).
+func (p *graphPath) logits(hidden, out []float32) error {
+	if C.rdg_logits(p.g.c, (*C.float)(&hidden[0]), C.int(len(out)), (*C.float)(&out[0])) != 0 {
 		return errGraph
 	}
 	return nil
 }
 
-// encodeGraph is encode on the ggml path: one graph per step (the
-// convolutions, each layer, the final norm), with encoderStep between
-// them, so that a canceled pass stops within one layer as on the BLAS
-// path. The caller has made the first encoderStep.
-func (m *Model) encodeGraph(mel []float32) []float32 {
-	m.gg.setMel(mel)
-	for i := 0; i < m.gg.steps(); i++ {
-		if i > 0 && !m.encoderStep() {
-			return nil
-		}
-		m.gg.setThreads(m.threads)
-		if err := m.gg.step(i); err != nil {
-			m.stopped = err
-			return nil
-		}
-	}
-	return m.gg.output()
+// output downloads the last encode's output, [n][d] (for the tests).
+func (p *graphPath) output() []float32 {
+	out := make([]float32, p.n*p.m.hp.NAudioState)
+	C.ggml_backend_tensor_get(p.g.c.enc_x, unsafe.Pointer(&out[0]), 0, C.size_t(4*len(out)))
+	return out
 }
 
 // failGraphAllocs makes the n-th allocation of the graph path from now on

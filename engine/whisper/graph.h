@@ -18,13 +18,17 @@ typedef struct rdg_model {
     int n_mels, n_frames, n_audio_ctx, d_audio, nh_audio, n_audio_layer;
     int n_text_ctx, d_text, nh_text, n_text_layer;
     int n_vocab, tok_type; // the token embedding's rows and ggml type
+    int n_ctx;             // the encoder positions of the window being encoded (audio_ctx), n_audio_ctx at most
     struct ggml_tensor *conv1_w, *conv1_b, *conv2_w, *conv2_b, *enc_pos, *enc_ln_w, *enc_ln_b;
     struct ggml_tensor *dec_pos, *tok_emb, *dec_ln_w, *dec_ln_b;
     rdg_block *enc, *dec;
-    // State: the mel input [n_frames][n_mels], the encoder's running
-    // activations and output [n_audio_ctx][d_audio] (F32); per decoder layer
-    // the self-attention cache (K [n_text_ctx][d], V transposed [d][n_text_ctx])
-    // and the cross-attention K ([n_audio_ctx][d]) and V (transposed), F16.
+    // State, every tensor at the full window: the mel input (room for
+    // [n_mels][n_frames]; a window of n_ctx positions packs its 2·n_ctx
+    // frames per mel first), the encoder's running activations and output
+    // [n_audio_ctx][d_audio] (F32); per decoder layer the self-attention
+    // cache (K [n_text_ctx][d], V transposed [d][n_text_ctx]) and the
+    // cross-attention K ([n_audio_ctx][d]) and V (transposed: d rows of
+    // n_audio_ctx), F16. A window uses the first n_ctx rows (columns of V).
     struct ggml_tensor *mel, *enc_x;
     struct ggml_tensor **k_self, **v_self, **k_cross, **v_cross;
     struct ggml_backend *backend;
@@ -35,16 +39,17 @@ typedef struct rdg_model {
     size_t meta_size;
 } rdg_model;
 
-// Steps of the encoder: the convolutions (0), layer l (1+l), the final
-// layer norm and the decoder's cross-attention K/V (1+n_audio_layer).
+// Steps of the encoder over n_ctx positions: the convolutions (0), layer l
+// (1+l), the final layer norm (1+n_audio_layer).
 int rdg_encoder_steps(const rdg_model *m);
 // rdg_encoder_step runs one step; 0 on success.
 int rdg_encoder_step(rdg_model *m, int step);
-// rdg_cross runs the cross K/V from enc_x (set from outside); 0 on success.
+// rdg_cross runs the cross K/V of enc_x's first n_ctx rows; 0 on success.
 int rdg_cross(rdg_model *m);
-// rdg_decode feeds n tokens at positions past.. and writes the final
+// rdg_decode feeds n tokens at positions past.., the cross-attention over
+// the first cross_ctx rows of the cross K/V, and writes the final
 // layer-normed hidden states ([n][d_text]) to out; 0 on success.
-int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, float *out);
+int rdg_decode(rdg_model *m, const int32_t *tokens, int n, int past, int cross_ctx, float *out);
 // rdg_logits writes the logits of ids 0..rows-1 for one hidden state
 // ([d_text]) to out; 0 on success.
 int rdg_logits(rdg_model *m, const float *hidden, int rows, float *out);

@@ -18,18 +18,18 @@ const benchSteps = 28
 // <|endoftext|> or not, on the decoder state m's last transcription left
 // (its last window's cross K/V), and returns the prompt's and the steps'
 // times in ms.
-func fixedSteps(m *Model, n int) (prompt, steps float64) {
+func fixedSteps(t testing.TB, m *Model, n int) (prompt, steps float64) {
 	st := m.scr.dec
 	st.reset()
 	t0 := time.Now()
 	p := m.startPrompt(0)
-	h := m.decode(st, p)
+	h := mustDecode(t, m, st, p)
 	last := h[(len(p)-1)*m.hp.NTextState:]
 	m.stopBLAS()
 	t1 := time.Now()
 	for range n {
-		pk := m.next(last, nil, false)
-		last = m.decode(st, []int{pk.id})
+		pk := mustNext(t, m, last, nil, false)
+		last = mustDecode(t, m, st, []int{pk.id})
 	}
 	return float64(t1.Sub(t0).Microseconds()) / 1000, float64(time.Since(t1).Microseconds()) / 1000
 }
@@ -103,7 +103,7 @@ func BenchmarkComputePaths(b *testing.B) {
 								mel[p] += res.melDur.Seconds() * 1000
 								enc[p] += res.encDur.Seconds() * 1000
 								decoded[p] += res.decoded
-								pr, st := fixedSteps(m, benchSteps)
+								pr, st := fixedSteps(b, m, benchSteps)
 								prompt[p] += pr
 								steps[p] += st
 							}

@@ -33,7 +33,7 @@ func placeLoad(t *testing.T, path string, opts Options) (*Model, error) {
 // TestGraphAllocFailureAtLoad makes each allocation of the graph path fail
 // in turn, as ggml's allocators fail when the device is out of memory (a
 // NULL buffer, a false reservation): Load returns an error wrapping
-// ErrPlacement, never a crash; with FallbackCPU the model comes up on the
+// ErrPlacement, never a crash; with CPUIfUnplaced the model comes up on the
 // BLAS path, says so in Status, and transcribes as a BLAS model does.
 func TestGraphAllocFailureAtLoad(t *testing.T) {
 	path, pcm := placeModel(t)
@@ -55,9 +55,9 @@ func TestGraphAllocFailureAtLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	failGraphAllocs(1)
-	m, err := placeLoad(t, path, Options{Compute: ComputeGGMLCPU, FallbackCPU: true})
+	m, err := placeLoad(t, path, Options{Compute: ComputeGGMLCPU, CPUIfUnplaced: true})
 	if err != nil {
-		t.Fatalf("Load with FallbackCPU = %v", err)
+		t.Fatalf("Load with CPUIfUnplaced = %v", err)
 	}
 	if m.gg != nil || m.Backend() != "" || m.Info().DeviceBytes != 0 {
 		t.Errorf("fell back, yet the graph path is set: backend %q", m.Backend())
@@ -105,7 +105,7 @@ func TestGraphAllocFailureMidTurn(t *testing.T) {
 // the language model's (DeviceReserve) fit in the device's free memory
 // (ggml_backend_dev_memory; on the CPU backend, the host's). What it
 // placed is in Info; an impossible reserve is a clear error, or the BLAS
-// path with FallbackCPU.
+// path with CPUIfUnplaced.
 func TestGraphMemoryCheck(t *testing.T) {
 	path, _ := placeModel(t)
 	m, err := placeLoad(t, path, Options{Compute: ComputeGGMLCPU, DeviceReserve: 1 << 20})
@@ -121,9 +121,9 @@ func TestGraphMemoryCheck(t *testing.T) {
 	if !errors.Is(err, ErrPlacement) || !strings.Contains(err.Error(), "free") || !strings.Contains(err.Error(), "language model") {
 		t.Errorf("with a reserve larger than the device: Load = %v, want an ErrPlacement naming the free memory", err)
 	}
-	m, err = placeLoad(t, path, Options{Compute: ComputeGGMLCPU, DeviceReserve: 1 << 62, FallbackCPU: true})
+	m, err = placeLoad(t, path, Options{Compute: ComputeGGMLCPU, DeviceReserve: 1 << 62, CPUIfUnplaced: true})
 	if err != nil || m.gg != nil {
-		t.Fatalf("with FallbackCPU: %v, graph %v", err, m.gg != nil)
+		t.Fatalf("with CPUIfUnplaced: %v, graph %v", err, m.gg != nil)
 	}
 }
 
@@ -150,10 +150,10 @@ func TestGraphDropsHostWeights(t *testing.T) {
 			if gg.shadow != nil || gg.tokEmb.raw != nil || gg.tokEmb.f32 != nil || gg.enc[0].fc1.raw != nil || gg.enc[0].fc1.f32 != nil {
 				t.Error("the host copy of the weights is still there")
 			}
-			st := blas.newDecState(make([]float32, blas.hp.NAudioCtx*blas.hp.NAudioState))
-			h := slices.Clone(blas.decode(st, blas.startPrompt(0)))
+			st := mustWindow(t, blas, make([]float32, blas.hp.NMels*windowFrames), 0)
+			h := slices.Clone(mustDecode(t, blas, st, blas.startPrompt(0)))
 			h = h[len(h)-blas.hp.NTextState:]
-			a, b := blas.logits(h), gg.logits(h)
+			a, b := mustLogits(t, blas, h), mustLogits(t, gg, h)
 			tol := 1e-4
 			if blas.wtype != typeF32 { // ggml rounds the hidden state to the weights' type first, as whisper.cpp
 				tol = 2e-2
@@ -166,7 +166,7 @@ func TestGraphDropsHostWeights(t *testing.T) {
 			if worst > tol*scale {
 				t.Errorf("logits differ by up to %g (largest %g)", worst, scale)
 			}
-			if tl := gg.textLogits(h); len(tl) != gg.tok.eot+1 || tl[10] != b[10] {
+			if tl := mustTextLogits(t, gg, h); len(tl) != gg.tok.eot+1 || tl[10] != b[10] {
 				t.Errorf("textLogits: %d values", len(tl))
 			}
 		})

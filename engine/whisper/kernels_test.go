@@ -27,7 +27,7 @@ func refDequant(typ ggmlType, b []byte, n int) []float32 {
 			out = append(out, h(2*i))
 		}
 	}
-	vals, bsz, _ := typ.blockSize()
+	vals, bsz, _ := typ.BlockSize()
 	for blk := 0; vals == 32 && blk < n/32; blk++ {
 		o := blk * bsz
 		var x [32]float32
@@ -87,7 +87,7 @@ func halfToFloat(h uint16) float32 {
 
 // randomBlocks returns rows·cols values of typ as bytes with finite scales.
 func randomBlocks(r *rand.Rand, typ ggmlType, rows, cols int) []byte {
-	vals, bsz, _ := typ.blockSize()
+	vals, bsz, _ := typ.BlockSize()
 	b := make([]byte, rows*cols/vals*bsz)
 	for i := range b {
 		b[i] = byte(r.Uint32())
@@ -173,7 +173,7 @@ func TestLinearPaths(t *testing.T) {
 	rows, cols := 300, 96
 	for _, typ := range allTypes {
 		raw := randomBlocks(r, typ, rows, cols)
-		vals, bsz, _ := typ.blockSize()
+		vals, bsz, _ := typ.BlockSize()
 		w := &weight{typ: typ, rows: rows, cols: cols, rowBytes: cols / vals * bsz}
 		full := refDequant(typ, raw, rows*cols)
 		if typ == typeF32 {
@@ -195,7 +195,7 @@ func TestLinearPaths(t *testing.T) {
 				out := make([]float32, n*rows)
 				m.linear(out, x, n, w, bias)
 				xr := x
-				if typ.quantized() && n <= 8 {
+				if typ.Quantized() && n <= 8 {
 					xr = refQuantizeQ8(x)
 				}
 				for tk := 0; tk < n; tk++ {
@@ -435,7 +435,7 @@ func TestLinearsShareInput(t *testing.T) {
 	var ws []*weight
 	for i, typ := range []ggmlType{typeQ8_0, typeQ5_0, typeF16, typeQ8_0} {
 		rows := 40 + 7*i
-		vals, bsz, _ := typ.blockSize()
+		vals, bsz, _ := typ.BlockSize()
 		w := &weight{typ: typ, rows: rows, cols: cols, rowBytes: cols / vals * bsz, raw: randomBlocks(r, typ, rows, cols)}
 		ws = append(ws, w)
 	}
@@ -493,7 +493,7 @@ func TestHugePageArenas(t *testing.T) {
 			t.Fatalf("weight %d is not in the arena", i)
 		}
 	}
-	st := m.newDecState(make([]float32, m.hp.NAudioCtx*m.hp.NAudioState))
+	st := mustWindow(t, m, make([]float32, m.hp.NMels*windowFrames), 0)
 	if m.scr.kv == nil || uintptr(unsafe.Pointer(&m.scr.kv.mem[0]))%(2<<20) != 0 {
 		t.Fatal("the K/V caches are not in a 2 MB aligned arena")
 	}

@@ -59,7 +59,7 @@ type Options struct {
 	MaxTokensPerWindow int
 	// NoFallback turns whisper.cpp's temperature fallback off (its -nf):
 	// every window is decoded greedily once. The token cap per second of
-	// audio (fallback.go) applies either way.
+	// audio (temperature.go) applies either way.
 	NoFallback bool
 	// Compute is where the encoder and decoder run: ComputeBLAS (or "")
 	// for replyd's own kernels and OpenBLAS, ComputeGGMLCPU for the ggml
@@ -73,11 +73,19 @@ type Options struct {
 	// when its own memory and this fit in the device's free memory
 	// (newGraph).
 	DeviceReserve int64
-	// FallbackCPU loads the BLAS path when the graph path cannot be placed
+	// CPUIfUnplaced loads the BLAS path when the graph path cannot be placed
 	// (no GPU backend, too little free memory, a failed allocation),
 	// saying why in the log and in Status; without it Load fails with that
 	// error (ErrPlacement). REPLYD_WHISPER_BACKEND=auto sets it.
-	FallbackCPU bool
+	CPUIfUnplaced bool
+	// Window sizes the encoder's window of audio that fits one window
+	// (window.go; REPLYD_WHISPER_WINDOW): the zero value is WindowAuto.
+	// Every caller of Transcribe gets it; TranscribeWith overrides it.
+	Window Window
+	// ShortWindowWeights declares weights made for a short window (FUTO's
+	// acft fine-tunes): WindowAuto then uses WindowSpeech instead of the
+	// stock floor and margin.
+	ShortWindowWeights bool
 	// Demo marks a generated demo model in Status.
 	Demo bool
 	// Logger receives load and transcription logs; nil means slog.Default().
@@ -141,9 +149,7 @@ type Model struct {
 	grow                      func(most int) int
 	// stop is the running transcription's context, which the encoder
 	// checks between its steps (encoderStep); nil outside Transcribe.
-	// stopped is its error once the encoder stopped for it.
-	stop    context.Context
-	stopped error
+	stop context.Context
 	// grown counts the steps that asked to grow, and those that ran on
 	// lent cores (for the debug log).
 	grown struct{ asked, lent int }
@@ -180,19 +186,24 @@ type Model struct {
 	owned   [][]byte      // C memory holding weights, freed by Close
 	tensors *tensorArena  // the file's tensor data (huge.go), freed by Close; nil if none
 	release func([]byte)  // frees owned; nil when the weights are on the Go heap
-	gg      *graph        // the ggml compute path (Options.Compute), nil on the BLAS path
+	gg      *graph        // the ggml graphs (Options.Compute), nil on the BLAS path
+	comp    computePath   // where the encoder and decoder run: blasPath or graphPath
 	scr     scratch       // buffers of the running transcription
 	sem     chan struct{} // one transcription at a time
 	waiting atomic.Int64  // transcriptions waiting for sem
 	// nonEnglish counts the transcriptions an English-only model was asked
 	// to make in another language (Status).
 	nonEnglish atomic.Int64
-	mu         sync.Mutex
-	closed     bool
+	// shortened counts the windows encoded at a shortened audio_ctx,
+	// netFired those of them the safety net decoded again at the full
+	// window (Status).
+	shortened, netFired atomic.Int64
+	mu                  sync.Mutex
+	closed              bool
 
-	// fellBack is why the graph path asked for could not be placed, when
-	// Options.FallbackCPU put the model on the BLAS path instead.
-	fellBack string
+	// unplaced is why the graph path asked for could not be placed, when
+	// Options.CPUIfUnplaced put the model on the BLAS path instead.
+	unplaced string
 }
 
 // Load reads the whisper.cpp model file at path. A missing, truncated or
@@ -347,11 +358,11 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	case "", ComputeBLAS:
 	case ComputeGGMLCPU, ComputeGPU:
 		if m.gg, err = newGraph(m, opts.Compute == ComputeGPU, opts.DeviceReserve); err != nil {
-			if !opts.FallbackCPU {
+			if !opts.CPUIfUnplaced {
 				return nil, err
 			}
-			m.gg, err, m.fellBack = nil, nil, err.Error()
-			m.log.Warn("speech-to-text falls back to the CPU (OpenBLAS): the graph path cannot be placed", "compute", opts.Compute, "reason", m.fellBack)
+			m.gg, err, m.unplaced = nil, nil, err.Error()
+			m.log.Warn("speech-to-text falls back to the CPU (OpenBLAS): the graph path cannot be placed", "compute", opts.Compute, "reason", m.unplaced)
 			break
 		}
 		m.gg.setThreads(m.threads)
@@ -361,8 +372,11 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 		return nil, fmt.Errorf("whisper: unknown compute path %q (want %s, %s or %s)", opts.Compute, ComputeBLAS, ComputeGGMLCPU, ComputeGPU)
 	}
 	if m.gg == nil {
-		// The ggml path computes the logits on its backend (graph.logits).
+		m.comp = &blasPath{m: m}
+		// The ggml path computes the logits on its backend (graphPath.logits).
 		m.buildShadow()
+	} else {
+		m.comp = &graphPath{m: m, g: m.gg}
 	}
 	m.bytes += m.tokEmb.bytes()
 	m.bytes += m.shadow.bytes()
@@ -449,8 +463,10 @@ func (m *Model) Status() engine.EngineStatus {
 	if m.gg != nil && !m.gg.cpu {
 		st.Backend = strings.ToLower(strings.TrimRight(m.gg.name, "0123456789")) // "CUDA0": "cuda", as the language model says
 	}
-	if m.fellBack != "" {
-		st.Warning = "Speech-to-text runs on the CPU: its GPU path could not be placed (" + m.fellBack + ")."
+	st.Window = m.describeWindow()
+	st.WindowShortened, st.WindowRetries = m.shortened.Load(), m.netFired.Load()
+	if m.unplaced != "" {
+		st.Warning = "Speech-to-text runs on the CPU: its GPU path could not be placed (" + m.unplaced + ")."
 	}
 	if closed {
 		st.Error = "closed"

@@ -70,9 +70,9 @@ func TestQuantisedModels(t *testing.T) {
 		mel := m.logMel(chirp(2))
 		in := make([]float32, m.hp.NMels*windowFrames)
 		mel.window(0, in)
-		st := m.newDecState(m.encode(in))
-		h := m.decode(st, m.startPrompt(0))
-		return m.logits(h[(len(m.startPrompt(0))-1)*m.hp.NTextState:]), m
+		st := mustWindow(t, m, in, 0)
+		h := mustDecode(t, m, st, m.startPrompt(0))
+		return mustLogits(t, m, h[(len(m.startPrompt(0))-1)*m.hp.NTextState:]), m
 	}
 	ref, _ := logitsFor("f16")
 	_, sigma := meanStd(ref)

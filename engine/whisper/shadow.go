@@ -118,22 +118,25 @@ type pick struct {
 // allowed ids are 0..<|endoftext|> less those in banned. With exactLogprob
 // the log-probability comes from the full product too; otherwise it may be
 // off by a few thousandths (see above).
-func (m *Model) next(hidden []float32, banned []int, exactLogprob bool) pick {
+func (m *Model) next(hidden []float32, banned []int, exactLogprob bool) (pick, error) {
 	if m.shadow != nil && !exactLogprob {
 		if p, ok := m.nextShadow(hidden, banned); ok {
-			return p
+			return p, nil
 		}
 	}
 	return m.nextExact(hidden, banned)
 }
 
 // nextExact is next from the full product of the token embedding.
-func (m *Model) nextExact(hidden []float32, banned []int) pick {
-	lg := m.textLogits(hidden)
+func (m *Model) nextExact(hidden []float32, banned []int) (pick, error) {
+	lg, err := m.textLogits(hidden)
+	if err != nil {
+		return pick{}, err
+	}
 	for _, id := range banned {
 		lg[id] = float32(math.Inf(-1))
 	}
-	return pickFrom(lg, nil)
+	return pickFrom(lg, nil), nil
 }
 
 // pickFrom applies greedy decoding's rule to the logits lg of ids

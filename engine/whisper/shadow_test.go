@@ -49,6 +49,7 @@ func shadowModel(t testing.TB, typ ggmlType, rows, cols, threads int, seed uint6
 		}
 	}
 	m := &Model{threads: threads, log: quiet, tok: specialTokens{eot: rows - 1, space: -1}, tokEmb: w}
+	m.comp = &blasPath{m: m}
 	m.buildShadow()
 	if m.shadow == nil {
 		t.Fatal("no shadow built")
@@ -126,7 +127,7 @@ func TestShadowPicksExactly(t *testing.T) {
 					banned = []int{m.tok.eot, 10, 200}
 				}
 				m.shadow = nil
-				want := m.nextExact(x, banned)
+				want := mustNext(t, m, x, banned, true)
 				m.shadow = sh
 				got, ok := m.nextShadow(x, banned)
 				if !ok {
@@ -165,7 +166,7 @@ func TestShadowBounds(t *testing.T) {
 		sh := m.shadow
 		for k, x := range hiddenVectors(m, r, 30) {
 			m.shadow = nil
-			exact := append([]float32(nil), m.textLogits(x)...)
+			exact := append([]float32(nil), mustTextLogits(t, m, x)...)
 			m.shadow = sh
 			if _, ok := m.nextShadow(x, nil); !ok {
 				t.Fatalf("%v vector %d: the shadow gave up", typ, k)
@@ -203,6 +204,7 @@ func TestShadowBoundIsTight(t *testing.T) {
 		}
 		m := &Model{threads: 1, log: quiet, tok: specialTokens{eot: rows - 1, space: -1},
 			tokEmb: &weight{typ: typeF32, rows: rows, cols: cols, rowBytes: 4 * cols, f32: vals}}
+		m.comp = &blasPath{m: m}
 		m.buildShadow()
 		if m.shadow == nil {
 			t.Fatal("no shadow")
@@ -224,7 +226,7 @@ func TestShadowBoundIsTight(t *testing.T) {
 			}
 			sh := m.shadow
 			m.shadow = nil
-			exact := m.textLogits(x)[i]
+			exact := mustTextLogits(t, m, x)[i]
 			m.shadow = sh
 			d := math.Abs(float64(a[i]) - float64(exact))
 			if d > float64(b[i]) || d < 0.95*float64(b[i]) {
@@ -293,7 +295,7 @@ func TestShadowTranscribesAsFullProduct(t *testing.T) {
 		}
 		in := make([]float32, m.hp.NMels*windowFrames)
 		m.logMel(chirp(4)).window(0, in)
-		st := m.newDecState(m.encode(in))
+		st := mustWindow(t, m, in, 0)
 		fast, err := m.greedyWindow(context.Background(), st, 0, nil, -1, 60)
 		if err != nil {
 			t.Fatal(err)

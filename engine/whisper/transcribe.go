@@ -37,6 +37,9 @@ type windowResult struct {
 	temperature float64
 	attempts    int
 	failed      bool
+	// net: the window was encoded at a shortened audio_ctx, failed, and was
+	// decoded again at the full window (fallbackWindow's safety net).
+	net bool
 }
 
 // runResult is the outcome of one transcription.
@@ -45,6 +48,8 @@ type runResult struct {
 	lang      int       // language id, -1 for English-only models
 	langProbs []float64 // detection probabilities of the 100 ids, nil unless detected
 	decoded   int       // tokens decoded in all attempts of all windows
+	audioCtx  int       // the first window's encoder positions, 0 for the full window
+	net       int       // windows the safety net decoded again at the full window
 	mel       *melSpec
 	melDur    time.Duration
 	encDur    time.Duration
@@ -66,7 +71,53 @@ type runResult struct {
 // models ignore it. The Transcript carries the text tokens (ids below
 // <|endoftext|>) of the windows that produced text, the language used, and
 // the time spent in the mel, encoder and decoder stages.
+//
+// The encoder's window follows Options.Window (window.go) for audio that
+// fits one window.
 func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
+	return m.TranscribeWith(ctx, pcm, opts, CallOptions{})
+}
+
+// CallOptions override a Model's window settings for one transcription.
+type CallOptions struct {
+	// AudioCtx, when above 0, is the encoder's positions (whisper.cpp's
+	// audio_ctx; the model's n_audio_ctx and more mean the full window).
+	// Audio longer than one 30 s window is refused with an error of kind
+	// engine.KindBadAudio wrapping ErrWindowTooLong.
+	AudioCtx int
+	// Window, when AudioCtx is 0 and Window.Mode is not empty, replaces
+	// Options.Window.
+	Window Window
+}
+
+// window is the window rule of a transcription with c.
+func (m *Model) window(c CallOptions) Window {
+	if c.Window.Mode != "" {
+		return c.Window
+	}
+	return m.opts.Window
+}
+
+// AudioCtxFor returns the encoder positions a transcription of n samples
+// with c uses, 0 for the model's full window; an explicit c.AudioCtx on
+// audio longer than one window is an error of kind engine.KindBadAudio
+// wrapping ErrWindowTooLong.
+func (m *Model) AudioCtxFor(n int, c CallOptions) (int, error) {
+	if c.AudioCtx <= 0 {
+		return m.audioCtx(n, m.window(c)), nil
+	}
+	if n > chunkSamples {
+		return 0, engine.Errorf(engine.KindBadAudio, ErrWindowTooLong,
+			"audio_ctx %d applies only to audio of one 30 s window; the recording is %.1f s", c.AudioCtx, float64(n)/SampleRate)
+	}
+	if c.AudioCtx >= m.hp.NAudioCtx {
+		return 0, nil
+	}
+	return c.AudioCtx, nil
+}
+
+// TranscribeWith is Transcribe with the window settings of c.
+func (m *Model) TranscribeWith(ctx context.Context, pcm []float32, opts engine.TranscribeOptions, c CallOptions) (engine.Transcript, error) {
 	m.waiting.Add(1)
 	select {
 	case m.sem <- struct{}{}:
@@ -87,11 +138,16 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 			return engine.Transcript{}, engine.Errorf(engine.KindBadAudio, nil, "the recording has samples that are not finite")
 		}
 	}
+	audioCtx, err := m.AudioCtxFor(len(pcm), c)
+	if err != nil {
+		return engine.Transcript{}, err
+	}
+	win := m.window(c)
 	m.start(opts)
 	m.stop = ctx
-	defer func() { m.grow, m.stop, m.stopped = nil, nil, nil }()
+	defer func() { m.grow, m.stop = nil, nil }()
 	lang, warning := m.language(opts.Language)
-	res, err := m.runWith(ctx, pcm, lang, m.maxTok, m.fallback)
+	res, err := m.runWindow(ctx, pcm, lang, m.maxTok, m.fallback, audioCtx)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return engine.Transcript{}, engine.Errorf(engine.KindCanceled, err, "transcription canceled")
@@ -115,7 +171,10 @@ func (m *Model) Transcribe(ctx context.Context, pcm []float32, opts engine.Trans
 		}
 	}
 	tr.Text = string(text)
-	m.log.Debug("transcribed", "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
+	if res.audioCtx > 0 {
+		m.shortened.Add(1)
+	}
+	m.log.Debug("transcribed", "window", win.String(), "audio_ctx", res.audioCtx, "window_retries", res.net, "samples", len(pcm), "windows", len(res.windows), "tokens", len(tr.Tokens),
 		"decoded", res.decoded, "threads", m.base, "steps_lent", fmt.Sprintf("%d/%d", m.grown.lent, m.grown.asked),
 		"language", tr.Language, "mel_ms", res.melDur.Milliseconds(), "encoder_ms", res.encDur.Milliseconds(),
 		"decoder_ms", res.decDur.Milliseconds())
@@ -173,9 +232,16 @@ func (m *Model) startPrompt(lang int) []int {
 
 // detectLanguage decodes [sot] alone on st and returns the softmax over the
 // 100 language tokens and its argmax, as whisper_lang_auto_detect does.
-func (m *Model) detectLanguage(st *decState) (int, []float64) {
+func (m *Model) detectLanguage(st *decState) (int, []float64, error) {
 	st.reset()
-	lg := m.logits(m.decode(st, []int{m.tok.sot}))
+	h, err := m.decode(st, []int{m.tok.sot})
+	if err != nil {
+		return 0, nil, err
+	}
+	lg, err := m.logits(h)
+	if err != nil {
+		return 0, nil, err
+	}
 	st.reset()
 	probs := make([]float64, len(langCodes))
 	mx := math.Inf(-1)
@@ -198,7 +264,7 @@ func (m *Model) detectLanguage(st *decState) (int, []float64) {
 	for i := range probs {
 		probs[i] /= sum
 	}
-	return best, probs
+	return best, probs, nil
 }
 
 // run transcribes pcm window by window with greedy decoding alone (README
@@ -206,23 +272,21 @@ func (m *Model) detectLanguage(st *decState) (int, []float64) {
 // (multilingual models), maxTokens caps the tokens of one window (and so
 // does the cap on tokens per second of audio, tokenCap).
 func (m *Model) run(ctx context.Context, pcm []float32, lang int, maxTokens int) (*runResult, error) {
-	return m.runWith(ctx, pcm, lang, maxTokens, false)
+	return m.runWindow(ctx, pcm, lang, maxTokens, false, 0)
 }
 
 // runWith is run, with whisper.cpp's temperature fallback when fallback is
 // set (fallbackWindow).
-func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool) (_ *runResult, err error) {
-	// A graph that fails mid-turn on the ggml path (graphFailure) ends the
-	// transcription with its error.
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(graphFailure)
-			if !ok {
-				panic(r)
-			}
-			err = f.err
-		}
-	}()
+func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool) (*runResult, error) {
+	return m.runWindow(ctx, pcm, lang, maxTokens, fallback, 0)
+}
+
+// runWindow is runWith with the encoder on audioCtx positions (0: the
+// model's n_audio_ctx), which the caller gives only for audio of one
+// window. With the fallback, a shortened window that fails its tests is
+// encoded and decoded again at the full window before any higher
+// temperature (fallbackWindow's safety net).
+func (m *Model) runWindow(ctx context.Context, pcm []float32, lang int, maxTokens int, fallback bool, audioCtx int) (*runResult, error) {
 	if len(pcm) == 0 {
 		return nil, errors.New("no audio samples")
 	}
@@ -257,32 +321,55 @@ func (m *Model) runWith(ctx context.Context, pcm []float32, lang int, maxTokens 
 		}
 		t1 := time.Now()
 		mel.window(seek, input)
-		enc := m.encode(input)
-		if enc == nil {
-			return nil, m.stopped // canceled between the encoder's steps
+		positions := audioCtx
+		if seek > 0 {
+			positions = 0 // never shorten a later window (its audio would be lost)
 		}
-		st := m.newDecState(enc)
+		st, err := m.encodeWindow(input, positions)
+		if err != nil {
+			return nil, err // canceled between the encoder's steps, or the graph failed
+		}
 		m.shrink()
 		res.encDur += time.Since(t1)
+		if seek == 0 {
+			res.audioCtx = positions
+		}
+		// full encodes the window again at the full window (the safety net).
+		var full func() (*decState, error)
+		var netDur time.Duration
+		if positions > 0 {
+			full = func() (*decState, error) {
+				t := time.Now()
+				defer func() { netDur += time.Since(t) }()
+				st, err := m.encodeWindow(input, 0)
+				m.shrink()
+				return st, err
+			}
+		}
 		t2 := time.Now()
 		if m.multilingual && lang < 0 {
-			lang, res.langProbs = m.detectLanguage(st)
+			if lang, res.langProbs, err = m.detectLanguage(st); err != nil {
+				return nil, err
+			}
 		}
 		res.lang = lang
 		// The window's audio: up to 30 s from seek (mel frames are 10 ms).
 		limit := min(maxTokens, tokenCap(min(len(pcm)-seek*hopLength, chunkSamples)))
 		var w windowResult
-		var err error
 		hist := prev
 		if fallback {
 			var n int
-			w, hist, n, err = m.fallbackWindow(ctx, st, seek, prev, lang, limit, temps, rngs)
+			w, hist, n, err = m.fallbackWindow(ctx, st, seek, prev, lang, limit, temps, rngs, full)
 			res.decoded += n
 		} else {
 			w, err = m.greedyWindow(ctx, st, seek, prev, lang, limit)
 			res.decoded += len(w.tokens)
 		}
-		res.decDur += time.Since(t2)
+		res.decDur += time.Since(t2) - netDur
+		res.encDur += netDur
+		if w.net {
+			res.net++
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -312,9 +399,15 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 	sotPos := len(w.prompt)
 	w.prompt = append(w.prompt, m.startPrompt(max(lang, 0))...)
 	st.reset()
-	hidden := m.decode(st, w.prompt)
+	hidden, err := m.decode(st, w.prompt)
+	if err != nil {
+		return w, err
+	}
 	d := m.hp.NTextState
-	sotLogits := m.logits(hidden[sotPos*d : (sotPos+1)*d])
+	sotLogits, err := m.logits(hidden[sotPos*d : (sotPos+1)*d])
+	if err != nil {
+		return w, err
+	}
 	w.noSpeechProb = softmaxAt(sotLogits, m.tok.nosp)
 	last := hidden[(len(w.prompt)-1)*d:]
 	// suppress_blank: no <|endoftext|> and no blank at the first step.
@@ -338,14 +431,19 @@ func (m *Model) greedyWindow(ctx context.Context, st *decState, seek int, prev [
 		if i == 0 {
 			banned = first
 		}
-		p := m.next(last, banned, exactLogprob)
+		p, err := m.next(last, banned, exactLogprob)
+		if err != nil {
+			return w, err
+		}
 		sumLogprob += p.logprob
 		w.tokens = append(w.tokens, p.id)
 		w.margins = append(w.margins, p.logit-p.runner)
 		if p.id == m.tok.eot || i == limit-1 {
 			break
 		}
-		last = m.decode(st, []int{p.id})
+		if last, err = m.decode(st, []int{p.id}); err != nil {
+			return w, err
+		}
 	}
 	if len(w.tokens) > 0 {
 		w.avgLogprob = sumLogprob / float64(len(w.tokens))

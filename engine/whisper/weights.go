@@ -73,7 +73,7 @@ func (s *tensorSet) vec(name string, ne ...int) []float32 {
 		return nil
 	}
 	out := make([]float32, t.n())
-	vals, _, _ := t.typ.blockSize()
+	vals, _, _ := t.typ.BlockSize()
 	if vals > 1 || t.typ == typeF16 || t.typ == typeF32 {
 		dequant(t.typ, t.data, out, len(out))
 	}
@@ -93,7 +93,7 @@ func (s *tensorSet) mat(name string, in, out int) *weight {
 		return nil
 	}
 	w := &weight{typ: t.typ, rows: out, cols: in}
-	vals, bsz, _ := t.typ.blockSize()
+	vals, bsz, _ := t.typ.BlockSize()
 	w.rowBytes = in / vals * bsz
 	if t.typ == typeF32 {
 		w.f32 = make([]float32, in*out)

@@ -379,8 +379,8 @@ func TestNoSpeechRule(t *testing.T) {
 	mel := m.logMel(pcm)
 	in := make([]float32, m.hp.NMels*windowFrames)
 	mel.window(0, in)
-	st := m.newDecState(m.encode(in))
-	h := m.decode(st, []int{m.tok.sot})
+	st := mustWindow(t, m, in, 0)
+	h := mustDecode(t, m, st, []int{m.tok.sot})
 	var norm float64
 	for _, v := range h {
 		norm += float64(v) * float64(v)

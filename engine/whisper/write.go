@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+
+	"github.com/replyd/replyd/engine/whisper/ggmlfile"
 )
 
 // ModelConfig describes a random-weight model for WriteModel.
@@ -121,7 +123,7 @@ func WriteModel(path string, cfg ModelConfig) error {
 	if wt != typeF32 && wt != typeF16 && (hp.NAudioState%32 != 0 || hp.NTextState%32 != 0) {
 		return fmt.Errorf("whisper: WriteModel: quantised weights need a state width that is a multiple of 32")
 	}
-	if err := hp.validate(); err != nil {
+	if err := hp.Validate(); err != nil {
 		return fmt.Errorf("whisper: WriteModel: %w", err)
 	}
 	ml := hp.NVocab >= 51865
@@ -131,7 +133,7 @@ func WriteModel(path string, cfg ModelConfig) error {
 		return err
 	}
 	w := &modelWriter{w: bufio.NewWriterSize(f, 1<<20), rng: rand.New(rand.NewPCG(cfg.Seed, 0x5157))}
-	w.i32(ggmlMagic)
+	w.i32(ggmlfile.Magic)
 	for _, v := range []int{hp.NVocab, hp.NAudioCtx, hp.NAudioState, hp.NAudioHead, hp.NAudioLayer, hp.NTextCtx,
 		hp.NTextState, hp.NTextHead, hp.NTextLayer, hp.NMels, hp.FType} {
 		w.i32(v)

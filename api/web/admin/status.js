@@ -22,6 +22,9 @@ function engineState(e) {
   // An English-only Whisper model asked for other languages keeps
   // transcribing English (the server's warning, in the page's language).
   if (e.english_only && e.non_english_requests > 0) parts.push(h('span', { class: 'hint block', text: t('admin.englishOnlyWarning', { n: e.non_english_requests }) }));
+  // Speech-to-text's encoder window (REPLYD_WHISPER_WINDOW): the rule is
+  // replyd's own text (English), the counts since start.
+  if (e.window) parts.push(h('span', { class: 'hint block' }, t('admin.sttWindow', { n: fmtInt(e.window_shortened || 0), r: fmtInt(e.window_retries || 0) }), ' ', h('span', { lang: 'en', text: e.window })));
   if (e.loaded_at && fmtTime(e.loaded_at)) parts.push(h('span', { class: 'hint block', text: t('admin.sinceTime', { time: fmtTime(e.loaded_at) }) }));
   return parts;
 }

@@ -117,14 +117,24 @@ func newDecoders() decoders {
 // the result, the history its prompt carried (none when the kept attempt
 // ran at 0.5 or above: whisper.cpp then starts the next window's history
 // afresh) and the number of tokens all attempts decoded.
+//
+// The safety net: full, when not nil, encodes the window again at the full
+// window (st was encoded at a shortened audio_ctx). A greedy result that
+// fails those tests is then decoded again, greedily, on the full window
+// before any higher temperature, and the rest of the fallback runs there:
+// a shortened window may make a window faster, never worse than the full
+// window by whisper.cpp's own tests. A result cut by the administrator's
+// token cap (Options.MaxTokensPerWindow) is not a failure for the net.
 func (m *Model) fallbackWindow(ctx context.Context, st *decState, seek int, prev []int, lang, maxTokens int,
-	temps []float32, rngs decoders) (windowResult, []int, int, error) {
+	temps []float32, rngs decoders, full func() (*decState, error)) (windowResult, []int, int, error) {
 	nMax := min(m.hp.NTextCtx/2-4, maxTokens)
 	best := 0
 	var kept attempt
 	var history []int
 	decoded := 0
-	for it, t := range temps {
+	net := false
+	for it := 0; it < len(temps); it++ {
+		t := temps[it]
 		hist := prev
 		if t >= historyTempCutoff {
 			hist = nil
@@ -159,20 +169,39 @@ func (m *Model) fallbackWindow(ctx context.Context, st *decState, seek int, prev
 		kept = cands[min(best, len(cands)-1)]
 		kept.temperature, kept.attempts = float64(t), it+1
 		history = hist
-		if it == len(temps)-1 {
-			break
+		passed := !kept.failed && !(kept.avgLogprob < logprobThold && kept.noSpeechProb < noSpeechThold)
+		if t == 0 && full != nil && !passed && !m.adminCut(kept.windowResult) {
+			short := st.ctx
+			var err error
+			if st, err = full(); err != nil {
+				return windowResult{}, nil, 0, err
+			}
+			m.netFired.Add(1)
+			m.log.Debug("shortened encoder window failed the fallback's tests: decoding again at the full window",
+				"audio_ctx", short, "failed", kept.failed, "avg_logprob", kept.avgLogprob, "tokens", len(kept.tokens))
+			full, net, best = nil, true, 0
+			it-- // temperature 0 again, on the full window
+			continue
 		}
-		if !kept.failed && !(kept.avgLogprob < logprobThold && kept.noSpeechProb < noSpeechThold) {
+		if it == len(temps)-1 || passed {
 			break
 		}
 	}
 	w := kept.windowResult
 	w.failed = kept.failed
+	w.net = net
 	w.noSpeech = w.noSpeechProb > noSpeechThold && w.avgLogprob < logprobThold
 	if w.noSpeech {
 		w.text = nil
 	}
 	return w, history, decoded, nil
+}
+
+// adminCut reports whether w ended at the administrator's token cap
+// (Options.MaxTokensPerWindow) without <|endoftext|>.
+func (m *Model) adminCut(w windowResult) bool {
+	n := len(w.tokens)
+	return m.opts.MaxTokensPerWindow > 0 && n >= m.maxTok && (n == 0 || w.tokens[n-1] != m.tok.eot)
 }
 
 // sampleWindow decodes one window with bestOf decoders sampling at
@@ -188,9 +217,16 @@ func (m *Model) sampleWindow(ctx context.Context, st *decState, seek int, prev [
 	sotPos := len(prompt)
 	prompt = append(prompt, m.startPrompt(max(lang, 0))...)
 	st.reset()
-	hidden := m.decode(st, prompt)
+	hidden, err := m.decode(st, prompt)
+	if err != nil {
+		return nil, err
+	}
 	d := m.hp.NTextState
-	noSpeech := softmaxAt(m.logits(hidden[sotPos*d:(sotPos+1)*d]), m.tok.nosp)
+	sotLogits, err := m.logits(hidden[sotPos*d : (sotPos+1)*d])
+	if err != nil {
+		return nil, err
+	}
+	noSpeech := softmaxAt(sotLogits, m.tok.nosp)
 	first := append([]float32(nil), hidden[(len(prompt)-1)*d:len(prompt)*d]...)
 	limit = min(limit, m.hp.NTextCtx-len(prompt))
 	out := make([]windowResult, 0, bestOf)
@@ -204,7 +240,10 @@ func (m *Model) sampleWindow(ctx context.Context, st *decState, seek int, prev [
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			lg := m.textLogits(last)
+			lg, err := m.textLogits(last)
+			if err != nil {
+				return nil, err
+			}
 			lp := scaledLogprobs(lg, t, i == 0, m.tok.eot, m.tok.space, probs)
 			id := rngs[j].discrete(probs)
 			sum += lp[id]
@@ -212,7 +251,9 @@ func (m *Model) sampleWindow(ctx context.Context, st *decState, seek int, prev [
 			if id == m.tok.eot || i == limit-1 {
 				break
 			}
-			last = m.decode(st, []int{id})
+			if last, err = m.decode(st, []int{id}); err != nil {
+				return nil, err
+			}
 		}
 		w.avgLogprob = sum / float64(len(w.tokens))
 		for _, tk := range w.tokens {

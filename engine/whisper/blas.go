@@ -92,12 +92,12 @@ func (m *Model) linears(x []float32, n int, ps ...product) {
 		var xd, xs []float32
 		var tmps [][]float32
 		for _, p := range ps {
-			if p.w.typ.quantized() && xq == nil {
+			if p.w.typ.Quantized() && xq == nil {
 				// As ggml does: the activations are quantised to q8_0 once, and
 				// each block product is an integer dot product.
 				xq, xd, xs = m.q8Buffers(n * cols)
 				quantizeQ8(x[:n*cols], xq, xd, xs)
-			} else if !p.w.typ.quantized() && tmps == nil {
+			} else if !p.w.typ.Quantized() && tmps == nil {
 				tmps = m.tmpBuffers(cols)
 			}
 		}
@@ -107,7 +107,7 @@ func (m *Model) linears(x []float32, n int, ps ...product) {
 				for _, p := range ps {
 					rows := p.w.rows
 					r0, r1 := c*rows/chunks, (c+1)*rows/chunks
-					if p.w.typ.quantized() {
+					if p.w.typ.Quantized() {
 						gemvRowsQ8(p.w, xq, xd, xs, n, p.out, rows, r0, r1)
 					} else {
 						gemvRows(p.w, x, n, p.out, rows, r0, r1, tmps[c])
@@ -213,27 +213,55 @@ func convOut(out, col []float32, rows, d, k int, w, b []float32) {
 }
 
 // encBuf returns encoder scratch buffer i with n floats (contents stale).
+// Each buffer is allocated once, at its size for the model's full window
+// (encBufSizes), so that a shorter window never grows it.
 func (m *Model) encBuf(i, n int) []float32 {
-	if len(m.scr.enc[i]) < n {
-		m.scr.enc[i] = m.scr.floats(n)
+	if m.scr.enc[i] == nil {
+		m.scr.enc[i] = m.scr.floats(m.encBufSizes()[i])
 	}
 	return m.scr.enc[i][:n]
 }
 
-// encode runs the encoder on one window's log-mel input ([n_mels][3000])
-// and returns its output, [n_audio_ctx][d], in a scratch buffer that the
-// next call overwrites; nil when the transcription was canceled between
-// two of its steps (encoderStep).
-func (m *Model) encode(mel []float32) []float32 {
-	if !m.encoderStep() {
-		return nil
+// encBufSizes are the sizes of the encoder's scratch buffers at the
+// model's n_audio_ctx: the convolutions' unfolded input, conv1's output and
+// the attention scores, the running activations and the MLP's.
+func (m *Model) encBufSizes() [9]int {
+	hp := m.hp
+	T, d, nm := hp.NAudioCtx, hp.NAudioState, hp.NMels
+	td := T * d
+	return [9]int{max(2*T*nm*3, td*3), max(2*td, T*T), td, td, td, td, td, td, 4 * td}
+}
+
+// blasPath is the compute path of replyd's own kernels and OpenBLAS
+// (computePath): the weights in host memory, the activations and K/V
+// caches in the Model's scratch.
+type blasPath struct {
+	m   *Model
+	out []float32 // the last encode's output, [n][d]
+	n   int       // its positions
+}
+
+// step is encoderStep, then OpenBLAS runs what the next products run.
+func (p *blasPath) step() error {
+	if err := p.m.encoderStep(); err != nil {
+		return err
 	}
-	if m.gg != nil {
-		return m.encodeGraph(mel)
+	p.m.syncBLAS()
+	return nil
+}
+
+// encode runs the encoder on the first 2T frames of one window's log-mel
+// input ([n_mels][3000]), T = n positions (computePath.encode). As
+// whisper.cpp does with audio_ctx: both convolutions pad with zeros at the
+// edges of those 2T frames, the positions get the positional embedding's
+// rows 0..T-1, and the self-attention runs over the T positions.
+func (p *blasPath) encode(mel []float32, T int) error {
+	m := p.m
+	if err := p.step(); err != nil {
+		return err
 	}
 	hp := m.hp
 	d, nm := hp.NAudioState, hp.NMels
-	T := hp.NAudioCtx
 	T1 := 2 * T // frames after conv1
 	// conv1 (kernel 3, padding 1) as im2col · weightᵀ.
 	col := m.encBuf(0, max(T1*nm*3, T*d*3))
@@ -272,8 +300,8 @@ func (m *Model) encode(mel []float32) []float32 {
 		}
 	})
 	x := m.encBuf(2, T*d)
-	if !m.encoderStep() {
-		return nil
+	if err := p.step(); err != nil {
+		return err
 	}
 	convOut(x, col, T, d, d*3, m.conv2w, m.conv2b)
 	addInto(x, m.encPos[:T*d])
@@ -289,16 +317,18 @@ func (m *Model) encode(mel []float32) []float32 {
 	hd := d / nh
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := range m.enc {
-		if l > 0 && !m.encoderStep() {
-			return nil
+		if l > 0 {
+			if err := p.step(); err != nil {
+				return err
+			}
 		}
 		b := &m.enc[l]
 		layerNormInto(h, x, T, d, b.attnLn)
 		m.linear(q, h, T, b.attn.q, b.attn.qb)
 		m.linear(k, h, T, b.attn.k, nil)
 		m.linear(v, h, T, b.attn.v, b.attn.vb)
-		if !m.encoderStep() {
-			return nil
+		if err := p.step(); err != nil {
+			return err
 		}
 		for hh := 0; hh < nh; hh++ {
 			o := hh * hd
@@ -311,8 +341,8 @@ func (m *Model) encode(mel []float32) []float32 {
 		m.linear(h, a, T, b.attn.o, b.attn.ob)
 		addInto(x, h)
 		layerNormInto(h, x, T, d, b.mlpLn)
-		if !m.encoderStep() {
-			return nil
+		if err := p.step(); err != nil {
+			return err
 		}
 		m.linear(ff, h, T, b.fc1, b.fc1b)
 		parallel(m.threads, T, func(lo, hi int) { gelu(ff[lo*4*d : hi*4*d]) })
@@ -320,60 +350,21 @@ func (m *Model) encode(mel []float32) []float32 {
 		addInto(x, h)
 	}
 	layerNormInto(x, x, T, d, m.encLn)
-	return x
+	p.out, p.n = x, T
+	return nil
 }
 
-// encoderStep is a point between the encoder's steps: it may grow (see
-// growThreads), and OpenBLAS runs what the next products run. It returns
-// false when the transcription's context has ended: the encoder stops
-// there, so that a canceled pass (a speculative one giving way to
-// committed work) gives its cores up within one step (half a layer)
-// rather than after the whole encoder.
-func (m *Model) encoderStep() bool {
-	if m.stop != nil {
-		if m.stopped = m.stop.Err(); m.stopped != nil {
-			m.stopBLAS()
-			return false
-		}
-	}
-	m.growThreads()
-	if m.gg == nil { // the ggml path never wakes OpenBLAS's workers
-		m.syncBLAS()
-	}
-	return true
-}
-
-// decState is the decoder's state for one window: the self-attention KV
-// cache and the cross-attention K/V computed once from the encoder output.
-//
-// Both K/V are kept as IEEE halves, as whisper.cpp keeps them: that halves
-// the memory the decoder reads per token.
-type decState struct {
-	n      int        // positions filled in the self-attention cache
-	k, v   [][]uint16 // per layer, [n_text_ctx][d], F16
-	ck, cv [][]uint16 // per layer, [n_audio_ctx][d], F16
-}
-
-// newDecState computes the cross-attention keys and values of enc (an
-// encode result) into the Model's one decoder state and returns it, with an
-// empty self-attention cache. The previous state returned is overwritten.
-func (m *Model) newDecState(enc []float32) *decState {
+// cross computes the cross-attention K/V of the last encode's p.n
+// positions into st (computePath.cross). The caches are allocated once,
+// at the model's n_audio_ctx rows.
+func (p *blasPath) cross(st *decState) error {
+	m := p.m
 	hp := m.hp
-	d, T := hp.NTextState, hp.NAudioCtx
-	st := m.scr.dec
-	if st == nil {
-		st = &decState{}
-		if m.gg != nil { // the caches live on the graph's backend
-			m.scr.dec = st
-			st.n = 0
-			if err := m.gg.cross(enc); err != nil {
-				panic(graphFailure{err})
-			}
-			return st
-		}
+	d, T := hp.NTextState, p.n
+	if st.ck == nil {
 		// Every step reads the cross K/V and the filled part of the cache:
 		// one arena of huge pages for all of them, where it can be had.
-		cross, self := int64(T*d), int64(hp.NTextCtx*d)
+		cross, self := int64(hp.NAudioCtx*d), int64(hp.NTextCtx*d)
 		m.scr.kv = newArena(int64(len(m.dec)) * 2 * arenaSize(2*cross, 2*self))
 		halves := func(n int64) []uint16 {
 			if m.scr.kv == nil {
@@ -387,45 +378,26 @@ func (m *Model) newDecState(enc []float32) *decState {
 			st.k = append(st.k, halves(self))
 			st.v = append(st.v, halves(self))
 		}
-		m.scr.dec = st
 	}
-	st.n = 0
-	if m.gg != nil {
-		if err := m.gg.cross(enc); err != nil {
-			panic(graphFailure{err}) // runWith returns it
-		}
-		return st
-	}
+	st.n, st.ctx = 0, T
 	tmp := m.encBuf(3, T*d) // the encoder's h, free once it has finished
 	for l := range m.dec {
 		b := &m.dec[l]
-		m.linear(tmp, enc, T, b.cross.k, nil)
-		toF16(tmp, st.ck[l])
-		m.linear(tmp, enc, T, b.cross.v, b.cross.vb)
-		toF16(tmp, st.cv[l])
+		m.linear(tmp, p.out, T, b.cross.k, nil)
+		toF16(tmp, st.ck[l][:T*d])
+		m.linear(tmp, p.out, T, b.cross.v, b.cross.vb)
+		toF16(tmp, st.cv[l][:T*d])
 	}
-	return st
+	return nil
 }
 
-// reset empties the self-attention cache, keeping the cross K/V.
-func (st *decState) reset() { st.n = 0 }
-
-// decode feeds tokens at positions st.n.. and returns the final
-// (layer-normed) hidden states, [len(tokens)][d]. The caller guarantees that
-// st.n+len(tokens) ≤ n_text_ctx and that every token is below n_vocab.
-func (m *Model) decode(st *decState, tokens []int) []float32 {
+// decode feeds tokens at positions st.n.. (computePath.decode); the
+// cross-attention reads the first st.ctx rows of the cross K/V.
+func (p *blasPath) decode(st *decState, tokens []int, x []float32) error {
+	m := p.m
 	hp := m.hp
-	d, T := hp.NTextState, hp.NAudioCtx
+	d, T := hp.NTextState, st.ctx
 	n := len(tokens)
-	x := make([]float32, n*d)
-	if m.gg != nil {
-		m.gg.setThreads(m.threads)
-		if err := m.gg.decode(tokens, st.n, x); err != nil {
-			panic(graphFailure{err}) // runWith returns it
-		}
-		st.n += n
-		return x
-	}
 	for i, tk := range tokens {
 		m.tokEmb.row(tk, x[i*d:(i+1)*d])
 		addInto(x[i*d:(i+1)*d], m.decPos[(st.n+i)*d:(st.n+i+1)*d])
@@ -474,7 +446,16 @@ func (m *Model) decode(st *decState, tokens []int) []float32 {
 	}
 	st.n += n
 	layerNormInto(x, x, n, d, m.decLn)
-	return x
+	return nil
+}
+
+// logits computes the logits of ids 0..len(out)-1 from the token
+// embedding's first rows (computePath.logits).
+func (p *blasPath) logits(hidden, out []float32) error {
+	w := *p.m.tokEmb
+	w.rows = len(out)
+	p.m.linear(out, hidden, 1, &w, nil)
+	return nil
 }
 
 // attendHalves is attendAll over the first L rows of K/V stored as IEEE
@@ -531,38 +512,4 @@ func (m *Model) attendRows(q []float32, k, v unsafe.Pointer, es, n, L int, valid
 		}
 	})
 	attendMerge(n, parts, d, hd, mx, l, o, out)
-}
-
-// textLogits returns the logits of ids 0..eot only (the ids greedy
-// decoding may pick) for one hidden state. The result lives in a scratch
-// buffer that the next call overwrites.
-func (m *Model) textLogits(hidden []float32) []float32 {
-	w := *m.tokEmb
-	w.rows = m.tok.eot + 1
-	if len(m.scr.logits) < w.rows {
-		m.scr.logits = make([]float32, w.rows)
-	}
-	out := m.scr.logits[:w.rows]
-	m.logitsInto(out, hidden, &w)
-	return out
-}
-
-// logits returns the n_vocab output logits for one hidden state.
-func (m *Model) logits(hidden []float32) []float32 {
-	out := make([]float32, m.hp.NVocab)
-	m.logitsInto(out, hidden, m.tokEmb)
-	return out
-}
-
-// logitsInto computes the logits of ids 0..len(out)-1: on the graph's
-// backend on the ggml path (the token embedding lives only there), else
-// from w, the token embedding or its first rows.
-func (m *Model) logitsInto(out, hidden []float32, w *weight) {
-	if m.gg != nil {
-		if err := m.gg.logits(hidden, out); err != nil {
-			panic(graphFailure{err}) // runWith returns it
-		}
-		return
-	}
-	m.linear(out, hidden, 1, w, nil)
 }
