@@ -7,35 +7,23 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/replyd/replyd/store"
 )
 
-var (
-	fuzzBaseOnce sync.Once
-	fuzzBase     []byte
-)
+var fuzzBase cachedFile
 
 // fuzzBaseFile is a small data file with every kind of page: branch and
 // leaf pages, buckets within buckets, inline buckets and overflow pages.
 func fuzzBaseFile(tb testing.TB) []byte {
-	tb.Helper()
-	fuzzBaseOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "replyd-fuzz-")
-		Must(tb, err)
-		defer os.RemoveAll(dir)
-		path := filepath.Join(dir, "replyd.db")
+	return fuzzBase.get(tb, func(path string) {
 		writeSampleFile(tb, path, 60, 120)
 		db, err := Open(path, Options{})
 		Must(tb, err)
 		Must(tb, db.AppendLog(logEntryOfSize(20_000))) // overflow pages
 		Must(tb, db.Close())
-		fuzzBase, err = os.ReadFile(path)
-		Must(tb, err)
 	})
-	return fuzzBase
 }
 
 // FuzzDamagedFile damages a real data file (a truncation, and pages or bytes

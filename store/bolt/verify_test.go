@@ -34,25 +34,33 @@ func writeSampleFile(tb testing.TB, path string, keys, logs int) {
 	Must(tb, db.Close())
 }
 
-var (
-	sampleOnce  sync.Once
-	sampleBytes []byte
-)
+// cachedFile builds a data file once per process with write and returns
+// its bytes.
+type cachedFile struct {
+	once  sync.Once
+	bytes []byte
+}
 
-// sampleFile returns the bytes of a data file of about 3 MB (the issue's
-// damaged files were cut from one larger than 2,000,000 bytes).
-func sampleFile(tb testing.TB) []byte {
+func (c *cachedFile) get(tb testing.TB, write func(path string)) []byte {
 	tb.Helper()
-	sampleOnce.Do(func() {
+	c.once.Do(func() {
 		dir, err := os.MkdirTemp("", "replyd-sample-")
 		Must(tb, err)
 		defer os.RemoveAll(dir)
 		path := filepath.Join(dir, "replyd.db")
-		writeSampleFile(tb, path, 300, 6000)
-		sampleBytes, err = os.ReadFile(path)
+		write(path)
+		c.bytes, err = os.ReadFile(path)
 		Must(tb, err)
 	})
-	return sampleBytes
+	return c.bytes
+}
+
+var sample cachedFile
+
+// sampleFile returns the bytes of a data file of about 3 MB (the issue's
+// damaged files were cut from one larger than 2,000,000 bytes).
+func sampleFile(tb testing.TB) []byte {
+	return sample.get(tb, func(path string) { writeSampleFile(tb, path, 300, 6000) })
 }
 
 // wantDamaged checks that err is a *DamagedError naming path and saying
