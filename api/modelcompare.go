@@ -237,6 +237,23 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 		}
 		temp = *b.Temperature
 	}
+	jobs := s.compares
+	jobs.mu.Lock()
+	running := jobs.running
+	jobs.mu.Unlock()
+	if running != "" {
+		return errorf(CodeConflict, "a comparison of %s is running; one runs at a time: retry when it has finished", running)
+	}
+	unhold, err := s.models.hold(name, "being compared")
+	if err != nil {
+		return err
+	}
+	started := false // once the run has started, it releases the hold
+	defer func() {
+		if !started {
+			unhold()
+		}
+	}()
 	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
@@ -250,7 +267,6 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if sw, ok := s.health.(ModelSwitcher); ok && same(sw.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
 	}
-	jobs := s.compares
 	jobs.mu.Lock()
 	if jobs.running != "" {
 		running := jobs.running
@@ -293,19 +309,21 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	jobs.wg.Add(1)
 	jobs.mu.Unlock()
 	s.adminLog(c, store.LevelInfo, name, "model comparison started: %s %s on the latest %d recorded turns", e.Kind, name, len(ts))
-	go s.runCompare(ctx, cancel, name, run, ts)
+	started = true
+	go s.runCompare(ctx, cancel, name, run, ts, unhold)
 	return c.JSON(http.StatusAccepted, out)
 }
 
 // runCompare runs a comparison begun by handleCompareModel and records its
-// end in the comparison and the admin log.
-func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, run CompareRun, ts []CompareTurn) {
+// end in the comparison and the admin log; unhold then releases the file.
+func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, run CompareRun, ts []CompareTurn, unhold func()) {
 	jobs := s.compares
 	defer jobs.wg.Done()
 	defer cancel()
 	res, err := run(ctx, ts, func(done, total int) {
 		jobs.update(name, func(c *ModelComparison) { c.Done, c.Total = done, total })
 	})
+	unhold() // the candidate is freed: the file may go before the end is shown
 	finished := s.now().UTC().Format(time.RFC3339)
 	var msg string
 	level := store.LevelInfo

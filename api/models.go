@@ -28,7 +28,11 @@ type modelFolder struct {
 	upload   chan struct{} // one upload at a time
 	mu       sync.Mutex    // one listing at a time; guards cache
 	cache    map[string]cachedModel
-	free     func(string) (int64, error) // nil: modelfile.Free; tests replace it
+	// holds names, by file name, the model action (an activation, a timing,
+	// a comparison) that uses the file: the file cannot be removed, nor
+	// used by a second action, until it ends.
+	holds map[string]string
+	free  func(string) (int64, error) // nil: modelfile.Free; tests replace it
 }
 
 type cachedModel struct {
@@ -44,7 +48,27 @@ func newModelFolder(dir string, maxBytes int64) *modelFolder {
 	if dir != "" {
 		modelfile.Sweep(dir) // uploads a crash interrupted
 	}
-	return &modelFolder{dir: dir, maxBytes: maxBytes, upload: make(chan struct{}, 1), cache: map[string]cachedModel{}}
+	return &modelFolder{dir: dir, maxBytes: maxBytes, upload: make(chan struct{}, 1), cache: map[string]cachedModel{}, holds: map[string]string{}}
+}
+
+// hold reserves the folder's file name for a model action, what ("being
+// activated", "being timed", "being compared"), until release is called:
+// a removal of the file, or another action on it, meanwhile is 409
+// conflict naming what holds it. Taking the hold before the file is
+// checked closes the window in which a removal could delete a file that an
+// engine is loading.
+func (f *modelFolder) hold(name, what string) (release func(), err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h, ok := f.holds[name]; ok {
+		return nil, errorf(CodeConflict, "%s is %s: retry when that has finished", name, h)
+	}
+	f.holds[name] = what
+	return func() {
+		f.mu.Lock()
+		delete(f.holds, name)
+		f.mu.Unlock()
+	}, nil
 }
 
 // modelList is the body of GET /v1/admin/models.
@@ -253,6 +277,10 @@ func (s *Server) handleDeleteModel(c echo.Context) error {
 		return err
 	}
 	s.models.mu.Lock()
+	if h, ok := s.models.holds[name]; ok {
+		s.models.mu.Unlock()
+		return errorf(CodeConflict, "%s is %s: it cannot be removed until that has finished", name, h)
+	}
 	err = modelfile.Remove(s.models.dir, name, s.activeModel)
 	if err == nil {
 		_ = os.Remove(s.models.timingPath(name))

@@ -124,6 +124,11 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.models.hold(name, "being activated")
+	if err != nil {
+		return err
+	}
+	defer release()
 	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
@@ -173,6 +178,13 @@ func (s *Server) handleRollbackModel(c echo.Context) error {
 	if prev == "" {
 		return errorf(CodeConflict, "this box has not switched its %s model: there is nothing to roll back to", body.Kind)
 	}
+	if inFolder(s.models.dir, prev) {
+		release, err := s.models.hold(filepath.Base(prev), "being activated")
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	if _, err := os.Stat(prev); err != nil {
 		return errorf(CodeNotFound, "the earlier %s model %s is no longer on this box", body.Kind, filepath.Base(prev))
 	}
@@ -204,6 +216,16 @@ func orAuto(mode string) string {
 		return "auto"
 	}
 	return mode
+}
+
+// inFolder reports whether path is a file of the models folder dir.
+func inFolder(dir, path string) bool {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	p, err := filepath.Abs(path)
+	return err == nil && filepath.Dir(p) == d
 }
 
 // same reports whether two paths name one file.

@@ -3,11 +3,14 @@ package api
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
@@ -20,6 +23,9 @@ type fakeSwitcher struct {
 	active map[string]string
 	err    error // returned by the next SwitchModel
 	calls  []ModelSwitchRequest
+	// loading, when set, is called by SwitchModel before it switches, as
+	// an engine loading the file: the hook a test holds the switch in.
+	loading func(req ModelSwitchRequest)
 }
 
 func (f *fakeSwitcher) ActiveModel(kind string) string {
@@ -29,6 +35,9 @@ func (f *fakeSwitcher) ActiveModel(kind string) string {
 }
 
 func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (ModelSwitch, error) {
+	if f.loading != nil {
+		f.loading(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, req)
@@ -144,4 +153,58 @@ func TestModelSwitchWithoutSwitcher(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/llm/rollback", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
+}
+
+// TestModelRemoveDuringActivation: a removal while the file is being
+// activated (the engine loading it) is 409 naming the activation, and
+// leaves the file, which goes live; the active file then cannot be
+// removed either. The switch is held in its load by a hook, so the race
+// is the same every run. A file removed before its activation starts is
+// 404.
+func TestModelRemoveDuringActivation(t *testing.T) {
+	dir := modelsFolder(t, "a.gguf", "b.gguf", "c.gguf")
+	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	loading, proceed := make(chan struct{}), make(chan struct{})
+	sw.loading = func(ModelSwitchRequest) {
+		loading <- struct{}{}
+		<-proceed
+	}
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = &fakeTimer{fakeSwitcher: sw} })
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- e.do(adminReq("POST", "/v1/admin/models/b.gguf/activate", "")) }()
+	<-loading
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/models/b.gguf", "")), 409,
+		errJSON(CodeConflict, "b.gguf is being activated: it cannot be removed until that has finished"))
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/b.gguf/time", "")), 409,
+		errJSON(CodeConflict, "b.gguf is being activated: retry when that has finished"))
+	close(proceed)
+	if rec := <-done; rec.Code != 200 {
+		t.Fatalf("activate: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Fatalf("the activated file: %v", err)
+	}
+	if got := sw.ActiveModel("llm"); got != b {
+		t.Fatalf("active %q, want %q", got, b)
+	}
+	// The active file is the engine's now: removing it is refused too.
+	sw.fakeHealth.mu.Lock()
+	sw.fakeHealth.engines = []engine.EngineStatus{{Name: "llm", Ready: true, Model: b}}
+	sw.fakeHealth.mu.Unlock()
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/models/b.gguf", "")), 409,
+		errJSON(CodeConflict, "the model is in use: b.gguf: switch to another model before removing it"))
+
+	// A file removed before its activation starts is not there: 404.
+	sw.loading = nil
+	if rec := e.do(adminReq("DELETE", "/v1/admin/models/c.gguf", "")); rec.Code != 204 {
+		t.Fatalf("remove c.gguf: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/c.gguf/activate", "")), 404,
+		errJSON(CodeNotFound, "no model file c.gguf in the models folder"))
+	// The engines' own check of the file, when it went between the
+	// folder's and theirs, is 404 too.
+	sw.err = fmt.Errorf("%w: a.gguf", modelfile.ErrNotFound)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 404,
+		errJSON(CodeNotFound, "no such model file: a.gguf"))
 }

@@ -144,6 +144,11 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.models.hold(name, "being timed")
+	if err != nil {
+		return err
+	}
+	defer release()
 	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err

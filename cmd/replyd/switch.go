@@ -16,6 +16,7 @@ import (
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/store"
 )
@@ -98,8 +99,8 @@ func (a modelAction) plan(mode string) (api.ModelSwitch, error) {
 // beginModelAction starts a model action on kind's engine with the file
 // path: it takes the engines' model lock (one switch, timing or comparison
 // at a time: ErrModelSwitchBusy), checks that the engine has loaded
-// (ErrModelSwitchBusy too) and that the file is there
-// (ErrModelSwitchInvalid), and reads the memory available. On success the
+// (ErrModelSwitchBusy too) and that the file is there (modelfile.ErrNotFound:
+// 404; unreadable: ErrModelSwitchInvalid), and reads the memory available. On success the
 // caller holds the lock and calls release when the action ends.
 func (e *engines) beginModelAction(kind, path string) (a modelAction, release func(), err error) {
 	if a.name, err = engineName(kind); err != nil {
@@ -119,6 +120,10 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 		return a, nil, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, kind)
 	}
 	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		e.switchMu.Unlock()
+		return a, nil, fmt.Errorf("%w: %s", modelfile.ErrNotFound, filepath.Base(path))
+	}
 	if err != nil {
 		e.switchMu.Unlock()
 		return a, nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
