@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,6 +34,9 @@ type modelFolder struct {
 	// used by a second action, until it ends.
 	holds map[string]string
 	free  func(string) (int64, error) // nil: modelfile.Free; tests replace it
+	// write, when set, wraps an upload's writes to the disk: tests make
+	// the disk fill with it.
+	write func(io.Writer) io.Writer
 }
 
 type cachedModel struct {
@@ -215,8 +219,10 @@ func (f *modelFolder) freeBytes() (int64, error) {
 // Content-Type) under the name given by ?name=. The body streams to a
 // temporary file in the folder; the file is checked and renamed into place.
 // The Content-Length, when given, is checked against the bound and the free
-// space before a byte is read. A dropped connection leaves nothing behind; a
-// re-sent upload starts again from the first byte.
+// space before a byte is read. A disk that fills while the body is copied,
+// chunked or not, is 507 insufficient_storage with the bytes written and
+// the bytes free. A dropped connection or a full disk leaves nothing behind;
+// a re-sent upload starts again from the first byte.
 func (s *Server) handleUploadModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
@@ -245,7 +251,10 @@ func (s *Server) handleUploadModel(c echo.Context) error {
 	if free == nil {
 		free = modelfile.Free
 	}
-	e, err := modelfile.Add(f.dir, name, r.Body, modelfile.AddOptions{Size: r.ContentLength, MaxBytes: f.maxBytes, Free: free, Manifest: man})
+	e, err := modelfile.Add(f.dir, name, r.Body, modelfile.AddOptions{Size: r.ContentLength, MaxBytes: f.maxBytes, Free: free, Manifest: man, Writer: f.write})
+	if errors.Is(err, modelfile.ErrShort) && r.ContentLength < 0 {
+		err = &Error{Code: CodeInvalidRequest, Message: "the upload was cut off before its end (it was sent without a Content-Length); send the file again", Err: err}
+	}
 	if err != nil {
 		ae := toAPIError(err)
 		if ae.Code != CodeInternal {
