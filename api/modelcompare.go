@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -267,6 +269,10 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if sw, ok := s.health.(ModelSwitcher); ok && same(sw.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
 	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return errorf(CodeNotFound, "no model file %s in the models folder", name)
+	}
 	jobs.mu.Lock()
 	if jobs.running != "" {
 		running := jobs.running
@@ -310,13 +316,13 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	jobs.mu.Unlock()
 	s.adminLog(c, store.LevelInfo, name, "model comparison started: %s %s on the latest %d recorded turns", e.Kind, name, len(ts))
 	started = true
-	go s.runCompare(ctx, cancel, name, run, ts, unhold)
+	go s.runCompare(ctx, cancel, name, st, run, ts, unhold)
 	return c.JSON(http.StatusAccepted, out)
 }
 
 // runCompare runs a comparison begun by handleCompareModel and records its
 // end in the comparison and the admin log; unhold then releases the file.
-func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, run CompareRun, ts []CompareTurn, unhold func()) {
+func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, st os.FileInfo, run CompareRun, ts []CompareTurn, unhold func()) {
 	jobs := s.compares
 	defer jobs.wg.Done()
 	defer cancel()
@@ -324,36 +330,53 @@ func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name
 		jobs.update(name, func(c *ModelComparison) { c.Done, c.Total = done, total })
 	})
 	unhold() // the candidate is freed: the file may go before the end is shown
-	finished := s.now().UTC().Format(time.RFC3339)
+	c, _ := jobs.get(name)
+	c.FinishedAt, c.Reason, c.Preempted = s.now().UTC().Format(time.RFC3339), res.Reason, res.Preempted
 	var msg string
 	level := store.LevelInfo
-	jobs.update(name, func(c *ModelComparison) {
-		c.FinishedAt, c.Reason, c.Preempted = finished, res.Reason, res.Preempted
-		if err != nil {
-			ae := toAPIError(compareError(err))
-			if errors.Is(err, context.Canceled) {
-				ae = errorf(CodeCanceled, "the comparison was stopped: the server is shutting down")
-			}
-			c.State, c.Error = "failed", &errorBody{Error: ae.Code, Message: ae.Message}
-			level, msg = store.LevelWarn, fmt.Sprintf("model comparison failed: %s %s: %s", c.Kind, name, ae.Message)
-			return
+	if err != nil {
+		ae := toAPIError(compareError(err))
+		if errors.Is(err, context.Canceled) {
+			ae = errorf(CodeCanceled, "the comparison was stopped: the server is shutting down")
 		}
+		c.State, c.Error = "failed", &errorBody{Error: ae.Code, Message: ae.Message}
+		level, msg = store.LevelWarn, fmt.Sprintf("model comparison failed: %s %s: %s", c.Kind, name, ae.Message)
+	} else {
 		res.Candidate.Model, res.Active.Model = name, filepath.Base(res.Active.Model)
 		c.State, c.Candidate, c.Active = "done", &res.Candidate, &res.Active
 		msg = fmt.Sprintf("model compared: %s %s on %d turns: spoken reply among the candidates %.0f%% (active %s: %.0f%%), keystrokes saved %.0f%% (active %.0f%%), %.0f ms a turn (active %.0f ms)",
 			c.Kind, name, res.Candidate.Turns, 100*res.Candidate.ExactRate, res.Active.Model, 100*res.Active.ExactRate,
 			100*res.Candidate.KeystrokeSaving, 100*res.Active.KeystrokeSaving, res.Candidate.TurnMS, res.Active.TurnMS)
-	})
-	jobs.mu.Lock()
-	jobs.running, jobs.cancel = "", nil
-	jobs.mu.Unlock()
+	}
+	// Stored and logged before it is shown: whoever sees the end finds
+	// both.
+	if err := s.putComparison(name, st, c); err != nil {
+		s.log.Error("storing the comparison failed: it lasts until the next restart", "model", name, "error", err.Error())
+	}
 	if err := s.appendAdminLog(level, name, msg); err != nil {
 		s.log.Error("appending the admin log entry failed", "error", err.Error())
 	}
+	jobs.mu.Lock()
+	if cur, ok := jobs.byName[name]; ok {
+		*cur = c
+	}
+	jobs.running, jobs.cancel = "", nil
+	jobs.mu.Unlock()
 }
 
-// handleGetComparison serves the latest comparison of the file {name}
-// since this server started, running or finished.
+// putComparison stores the finished comparison c of the file name (of st
+// when it began) as this box's record of the file.
+func (s *Server) putComparison(name string, st os.FileInfo, c ModelComparison) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return s.store.PutModelRecord(store.ModelRecord{Node: s.node, File: name, What: store.ModelComparison,
+		Bytes: st.Size(), ModTime: st.ModTime(), Body: b})
+}
+
+// handleGetComparison serves the latest comparison of the file {name},
+// running or finished: this run's, else the one stored.
 func (s *Server) handleGetComparison(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
@@ -362,11 +385,25 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cmp, ok := s.compares.get(name)
-	if !ok {
-		return errorf(CodeNotFound, "no comparison of %s since this server started", name)
+	if cmp, ok := s.compares.get(name); ok {
+		return c.JSON(http.StatusOK, cmp)
 	}
-	return c.JSON(http.StatusOK, cmp)
+	st, err := os.Stat(filepath.Join(s.models.dir, name))
+	if err == nil {
+		recs, err := s.readModelRecords(func(n string) os.FileInfo {
+			if n == name {
+				return st
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if cmp, ok := recs.comparisons[name]; ok {
+			return c.JSON(http.StatusOK, cmp)
+		}
+	}
+	return errorf(CodeNotFound, "no comparison of %s on this box", name)
 }
 
 // compareTurns reads the latest n recorded turns that can be replayed: an

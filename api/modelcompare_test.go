@@ -78,7 +78,7 @@ func TestAdminModelCompare(t *testing.T) {
 		{"bad name", "/v1/admin/models/x.txt/compare", "", 400, errJSON(CodeInvalidRequest, "the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")},
 		{"active", "/v1/admin/models/a.gguf/compare", "", 409, errJSON(CodeConflict, "a.gguf is the active llm model: compare another file with it")},
 		{"nothing recorded", path, "", 409, noTurns},
-		{"none yet", path, "GET", 404, errJSON(CodeNotFound, "no comparison of b.gguf since this server started")},
+		{"none yet", path, "GET", 404, errJSON(CodeNotFound, "no comparison of b.gguf on this box")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := adminReq("POST", c.path, c.body)

@@ -89,13 +89,15 @@ type modelList struct {
 	Boxes  []boxModels `json:"boxes"`
 	Switch bool        `json:"switch"`
 	// Timings are the files' stored timings (POST .../{name}/time), by
-	// file name; Time is whether this box can time models.
+	// file name, kept in the store: a restart keeps them. Time is whether
+	// this box can time models.
 	Timings map[string]*ModelTiming `json:"timings"`
 	Time    bool                    `json:"time"`
 	// Compare is whether this box can compare a language model with the
 	// active one on the recorded turns (POST .../{name}/compare);
-	// Comparisons the latest comparison of each file since start, running
-	// or finished (absent when there is none).
+	// Comparisons the latest comparison of each file, running or finished
+	// (finished ones are kept in the store: a restart keeps them; absent
+	// when there is none).
 	Compare     bool                        `json:"compare"`
 	Comparisons map[string]*ModelComparison `json:"comparisons,omitempty"`
 }
@@ -148,8 +150,8 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes, Timings: map[string]*ModelTiming{}}
-	seen := map[string]bool{}
+	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes}
+	seen := map[string]os.FileInfo{}
 	for _, de := range des {
 		if !de.Type().IsRegular() || !modelfile.ValidName(de.Name()) {
 			continue
@@ -159,7 +161,7 @@ func (s *Server) handleListModels(c echo.Context) error {
 			continue // removed meanwhile
 		}
 		name := de.Name()
-		seen[name] = true
+		seen[name] = st
 		ce, ok := f.cache[name]
 		if !ok || ce.size != st.Size() || !ce.mtime.Equal(st.ModTime()) {
 			e, err := modelfile.Describe(filepath.Join(f.dir, name), man)
@@ -174,16 +176,18 @@ func (s *Server) handleListModels(c echo.Context) error {
 		}
 		e := ce.e
 		e.Active = s.activeModel(name)
-		if t := f.timing(name, st); t != nil {
-			out.Timings[name] = t
-		}
 		out.Models = append(out.Models, e)
 	}
 	for name := range f.cache {
-		if !seen[name] {
+		if seen[name] == nil {
 			delete(f.cache, name)
 		}
 	}
+	recs, err := s.readModelRecords(func(name string) os.FileInfo { return seen[name] })
+	if err != nil {
+		return err
+	}
+	out.Timings = recs.timings
 	if n, err := f.freeBytes(); err == nil {
 		out.FreeBytes = n
 	}
@@ -194,13 +198,15 @@ func (s *Server) handleListModels(c echo.Context) error {
 	_, out.Switch = s.health.(ModelSwitcher)
 	_, out.Time = s.health.(ModelTimer)
 	_, out.Compare = s.health.(ModelComparer)
+	// The stored comparisons, and over them those of this run (one may be
+	// running) of the files still there.
 	for n, c := range s.compares.all() {
-		if seen[n] { // the files still there
-			if out.Comparisons == nil {
-				out.Comparisons = map[string]*ModelComparison{}
-			}
-			out.Comparisons[n] = c
+		if seen[n] != nil {
+			recs.comparisons[n] = c
 		}
+	}
+	if len(recs.comparisons) > 0 {
+		out.Comparisons = recs.comparisons
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -291,12 +297,13 @@ func (s *Server) handleDeleteModel(c echo.Context) error {
 		return errorf(CodeConflict, "%s is %s: it cannot be removed until that has finished", name, h)
 	}
 	err = modelfile.Remove(s.models.dir, name, s.activeModel)
-	if err == nil {
-		_ = os.Remove(s.models.timingPath(name))
-	}
 	s.models.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if err := s.store.DeleteModelRecords(s.node, name); err != nil {
+		// The records of a file no longer there are not listed anyway.
+		s.log.Warn("the removed model's timing and comparison could not be deleted", "model", name, "error", err.Error())
 	}
 	s.adminLog(c, store.LevelInfo, name, "model removed: %s", name)
 	return c.NoContent(http.StatusNoContent)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -68,7 +69,8 @@ func (f *ModelFigures) Turn() {
 }
 
 // ModelTiming is the body of POST /v1/admin/models/{name}/time and the
-// file's stored timing in GET /v1/admin/models (timings).
+// file's stored timing in GET /v1/admin/models (timings), kept in the
+// store as this box's record of the file, so that a restart keeps it.
 type ModelTiming struct {
 	Kind string `json:"kind"`
 	Node string `json:"node"`
@@ -88,50 +90,103 @@ type ModelTiming struct {
 	ModTime time.Time `json:"-"`
 }
 
-// timingPath is where the folder keeps a file's timing: beside it, in a
-// hidden folder the listing skips.
-func (f *modelFolder) timingPath(name string) string {
-	return filepath.Join(f.dir, ".timings", name+".json")
-}
+// legacyTimingsDir is where replyd kept a file's timing before the store
+// did: beside it, in a hidden folder of the models folder the listing skips.
+func (f *modelFolder) legacyTimingsDir() string { return filepath.Join(f.dir, ".timings") }
 
-type storedTiming struct {
-	ModelTiming
-	ModTime time.Time `json:"mod_time"`
-}
-
-// timing returns the stored timing of the file name of st, nil when none
-// or the file changed since.
-func (f *modelFolder) timing(name string, st os.FileInfo) *ModelTiming {
-	b, err := os.ReadFile(f.timingPath(name))
+// migrateTimings moves the timings kept as files (legacyTimingsDir) into
+// the store as this box's records, once: each file moved is removed, and
+// the folder with the last. A file that cannot be read or parsed is left
+// where it is, with a warning; it is no use to the listing either way.
+func (s *Server) migrateTimings() {
+	if s.models.dir == "" {
+		return
+	}
+	dir := s.models.legacyTimingsDir()
+	des, err := os.ReadDir(dir)
 	if err != nil {
-		return nil
+		return // none: nothing to migrate
 	}
-	var t storedTiming
-	if json.Unmarshal(b, &t) != nil || t.Bytes != st.Size() || !t.ModTime.Equal(st.ModTime()) {
-		return nil
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".json")
+		if !ok || !de.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, de.Name())
+		b, err := os.ReadFile(p)
+		var t struct {
+			ModelTiming
+			ModTime time.Time `json:"mod_time"`
+		}
+		if err == nil {
+			err = json.Unmarshal(b, &t)
+		}
+		if err == nil {
+			t.ModelTiming.ModTime = t.ModTime
+			err = s.putTiming(name, t.ModelTiming)
+		}
+		if err != nil {
+			s.log.Warn("a timing kept as a file could not be moved into the store", "file", p, "error", err.Error())
+			continue
+		}
+		_ = os.Remove(p)
 	}
-	return &t.ModelTiming
+	if err := os.Remove(dir); err == nil {
+		s.log.Info("the model timings kept as files are in the store now", "dir", dir)
+	}
 }
 
-func (f *modelFolder) storeTiming(name string, t ModelTiming) error {
-	p := f.timingPath(name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	b, err := json.Marshal(storedTiming{ModelTiming: t, ModTime: t.ModTime})
+// putTiming stores t as this box's timing of the file name.
+func (s *Server) putTiming(name string, t ModelTiming) error {
+	b, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
+	return s.store.PutModelRecord(store.ModelRecord{Node: s.node, File: name, What: store.ModelTiming,
+		Bytes: t.Bytes, ModTime: t.ModTime, Body: b})
+}
+
+// modelRecords are this box's stored timings and comparisons of the
+// files still as they were measured (same size and modification time), by
+// file name.
+type modelRecords struct {
+	timings     map[string]*ModelTiming
+	comparisons map[string]*ModelComparison
+}
+
+// readModelRecords reads this box's records; stat gives a file's state
+// now (nil: gone).
+func (s *Server) readModelRecords(stat func(name string) os.FileInfo) (modelRecords, error) {
+	out := modelRecords{timings: map[string]*ModelTiming{}, comparisons: map[string]*ModelComparison{}}
+	recs, err := s.store.ModelRecords(s.node)
+	if err != nil {
+		return out, err
 	}
-	return os.Rename(tmp, p)
+	for _, r := range recs {
+		st := stat(r.File)
+		if st == nil || st.Size() != r.Bytes || !st.ModTime().Equal(r.ModTime) {
+			continue // gone or replaced since
+		}
+		switch r.What {
+		case store.ModelTiming:
+			var t ModelTiming
+			if json.Unmarshal(r.Body, &t) == nil {
+				t.Bytes, t.ModTime = r.Bytes, r.ModTime
+				out.timings[r.File] = &t
+			}
+		case store.ModelComparison:
+			var c ModelComparison
+			if json.Unmarshal(r.Body, &c) == nil {
+				out.comparisons[r.File] = &c
+			}
+		}
+	}
+	return out, nil
 }
 
 // handleTimeModel times the folder's checked model file {name} beside the
 // active model of its kind, at idle priority, and stores the figures with
-// the file.
+// the store.
 func (s *Server) handleTimeModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
@@ -176,10 +231,7 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	t.Active.Turn()
 	t.Kind, t.Node, t.At = e.Kind, s.node, s.now().UTC().Format(time.RFC3339)
 	t.Bytes, t.ModTime = st.Size(), st.ModTime()
-	s.models.mu.Lock()
-	err = s.models.storeTiming(name, t)
-	s.models.mu.Unlock()
-	if err != nil {
+	if err := s.putTiming(name, t); err != nil {
 		return err
 	}
 	s.adminLog(c, store.LevelInfo, name, "model timed: %s %s: turn %d ms (active %s: %d ms)", e.Kind, name, t.Candidate.TurnMS, t.Active.Model, t.Active.TurnMS)

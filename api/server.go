@@ -214,6 +214,7 @@ func New(o Options) *Server {
 	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
 	s.live = newLiveSessions()
 	s.rights = newGrants()
+	s.migrateTimings() // models: timings kept as files before the store kept them
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies
