@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/models"
 )
 
 // TestModelRecordsKeptOverRestart: timings kept as files by an earlier
@@ -50,7 +52,7 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 	}
 	type listing struct {
 		Timings     map[string]json.RawMessage
-		Comparisons map[string]ModelComparison
+		Comparisons map[string]models.Comparison
 	}
 	list := func(e *env) listing {
 		t.Helper()
@@ -91,7 +93,7 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 		t.Errorf("comparisons after the restart %s, before %s", a, b)
 	}
 	rec := e2.do(adminReq("GET", "/v1/admin/models/b.gguf/compare", ""))
-	var got ModelComparison
+	var got models.Comparison
 	decode(t, rec, &got)
 	if rec.Code != 200 || got.State != "done" || got.Candidate == nil || got.Candidate.ExactRate != 0.5 {
 		t.Errorf("GET compare after the restart: %d %s", rec.Code, rec.Body)
@@ -120,7 +122,7 @@ type comparingTimer struct {
 	tm *fakeTimer
 }
 
-func (c comparingTimer) TimeModel(ctx context.Context, kind, path string) (ModelTiming, error) {
+func (c comparingTimer) TimeModel(ctx context.Context, kind, path string) (models.Timing, error) {
 	return c.tm.TimeModel(ctx, kind, path)
 }
 

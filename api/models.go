@@ -91,15 +91,15 @@ type modelList struct {
 	// Timings are the files' stored timings (POST .../{name}/time), by
 	// file name, kept in the store: a restart keeps them. Time is whether
 	// this box can time models.
-	Timings map[string]*ModelTiming `json:"timings"`
-	Time    bool                    `json:"time"`
+	Timings map[string]*models.Timing `json:"timings"`
+	Time    bool                      `json:"time"`
 	// Compare is whether this box can compare a language model with the
 	// active one on the recorded turns (POST .../{name}/compare);
 	// Comparisons the latest comparison of each file, running or finished
 	// (finished ones are kept in the store: a restart keeps them; absent
 	// when there is none).
-	Compare     bool                        `json:"compare"`
-	Comparisons map[string]*ModelComparison `json:"comparisons,omitempty"`
+	Compare     bool                          `json:"compare"`
+	Comparisons map[string]*models.Comparison `json:"comparisons,omitempty"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -195,9 +195,9 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if out.Boxes, err = s.modelChoices(); err != nil {
 		return err
 	}
-	_, out.Switch = s.health.(ModelSwitcher)
-	_, out.Time = s.health.(ModelTimer)
-	_, out.Compare = s.health.(ModelComparer)
+	_, out.Switch = s.health.(models.Switcher)
+	_, out.Time = s.health.(models.Timer)
+	_, out.Compare = s.health.(models.Comparer)
 	// The stored comparisons, and over them those of this run (one may be
 	// running) of the files still there.
 	for n, c := range s.compares.all() {

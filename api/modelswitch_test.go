@@ -11,6 +11,7 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -22,10 +23,10 @@ type fakeSwitcher struct {
 	mu     sync.Mutex
 	active map[string]string
 	err    error // returned by the next SwitchModel
-	calls  []ModelSwitchRequest
+	calls  []models.SwitchRequest
 	// loading, when set, is called by SwitchModel before it switches, as
 	// an engine loading the file: the hook a test holds the switch in.
-	loading func(req ModelSwitchRequest)
+	loading func(req models.SwitchRequest)
 }
 
 func (f *fakeSwitcher) ActiveModel(kind string) string {
@@ -34,7 +35,7 @@ func (f *fakeSwitcher) ActiveModel(kind string) string {
 	return f.active[kind]
 }
 
-func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (ModelSwitch, error) {
+func (f *fakeSwitcher) SwitchModel(_ context.Context, req models.SwitchRequest) (models.Switch, error) {
 	if f.loading != nil {
 		f.loading(req)
 	}
@@ -43,11 +44,11 @@ func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (M
 	f.calls = append(f.calls, req)
 	if err := f.err; err != nil {
 		f.err = nil
-		return ModelSwitch{}, err
+		return models.Switch{}, err
 	}
 	prev := f.active[req.Kind]
 	f.active[req.Kind] = req.Path
-	return ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
+	return models.Switch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
 }
 
 func TestAdminModelSwitch(t *testing.T) {
@@ -77,13 +78,13 @@ func TestAdminModelSwitch(t *testing.T) {
 		{"refused file", "POST", "/v1/admin/models/cut.gguf/activate", "", nil, 422, ""},
 		{"wrong kind", "POST", "/v1/admin/models/b.gguf/activate", `{"kind":"whisper"}`, nil, 400, errJSON(CodeInvalidRequest, "b.gguf is a llm model, not whisper")},
 		{"bad mode", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"fast"}`, nil, 400, errJSON(CodeInvalidRequest, "mode must be auto, beside or swap")},
-		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", ErrModelSwitchBusy) }, 409,
+		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", models.ErrBusy) }, 409,
 			errJSON(CodeConflict, "another model switch is in progress: x; retry when it has finished")},
 		{"no room beside", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"beside"}`, func() {
-			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", ErrModelSwitchNoRoom)
+			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", models.ErrNoRoom)
 		}, 409, errJSON(CodeConflict, "the new model does not fit in memory beside the old one: the new model needs about 900 MiB but only 10 MiB are available; switch with mode swap (requests get 503 loading meanwhile) or free memory")},
 		{"fails to load", "POST", "/v1/admin/models/b.gguf/activate", "", func() {
-			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", ErrModelSwitchInvalid)
+			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", models.ErrUnusable)
 		}, 422, errJSON(CodeInvalidModel, "cannot load language model b.gguf: bad tensor")},
 		{"switch", "POST", "/v1/admin/models/b.gguf/activate", "", nil, 200, switched("b.gguf", "a.gguf")},
 		{"rollback, bad kind", "POST", "/v1/admin/models/tts/rollback", "", nil, 400, errJSON(CodeInvalidRequest, "the kind must be llm or whisper")},
@@ -166,7 +167,7 @@ func TestModelRemoveDuringActivation(t *testing.T) {
 	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
 	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
 	loading, proceed := make(chan struct{}), make(chan struct{})
-	sw.loading = func(ModelSwitchRequest) {
+	sw.loading = func(models.SwitchRequest) {
 		loading <- struct{}{}
 		<-proceed
 	}

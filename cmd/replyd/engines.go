@@ -19,7 +19,7 @@ import (
 // engines holds the two models while they load and after. It implements
 // engine.Transcriber and engine.Generator for the pipeline (answering
 // KindNotReady until the model is loaded, KindLoading while a switch has
-// unloaded it), api.HealthSource for /healthz and api.ModelSwitcher
+// unloaded it), api.HealthSource for /healthz and models.Switcher
 // (switch.go) for the admin page.
 type engines struct {
 	mu   sync.RWMutex

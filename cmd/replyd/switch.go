@@ -1,53 +1,22 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
-
-// How a switch decides whether the new model fits beside the old one: the
-// new file's bytes (its weights, read or mapped whole) plus a quarter of
-// them and a headroom for the context, the KV cache and the compute
-// buffers (switchHeadroom), against the memory the kernel says is
-// available now (MemAvailable of /proc/meminfo, which counts the page cache
-// it can drop). A language model on a GPU backend takes the GPU's memory,
-// which replyd cannot read here: such a switch unloads first.
-//
-// Whisper's headroom is larger: its encoder's scratch for a 30 s window and
-// its decoder's K/V take about 70 MiB whatever the file's size (n_audio_ctx
-// is 1500 for every Whisper), which a small file's quarter does not cover.
-// scripts/bench-model-memory.sh measured a base.en-shaped file (78 MiB)
-// peaking at 203 MiB beside the active model, 1.26 times what 64 MiB of
-// headroom reserved; a Qwen2.5-0.5B-shaped GGUF (506 MiB) at 0.96 times
-// (docs/models.md).
-const (
-	switchHeadroom        = 64 << 20
-	whisperSwitchHeadroom = 160 << 20
-)
-
-// headroomFor is the headroom of engine name ("llm", "stt").
-func headroomFor(name string) int64 {
-	if name == "stt" {
-		return whisperSwitchHeadroom
-	}
-	return switchHeadroom
-}
 
 // engineName is the engines' name (EngineStatus.Name) of a model kind of
 // the models folder ("llm", "whisper").
@@ -58,10 +27,10 @@ func engineName(kind string) (string, error) {
 	case "whisper":
 		return "stt", nil
 	}
-	return "", fmt.Errorf("%w: kind %q: want llm or whisper", api.ErrModelSwitchInvalid, kind)
+	return "", fmt.Errorf("%w: kind %q: want llm or whisper", models.ErrUnusable, kind)
 }
 
-// ActiveModel implements api.ModelSwitcher: the path of kind's model now,
+// ActiveModel implements models.Switcher: the path of kind's model now,
 // or of the one being loaded.
 func (e *engines) ActiveModel(kind string) string {
 	name, err := engineName(kind)
@@ -91,23 +60,23 @@ type modelAction struct {
 	availErr error
 }
 
-// plan is planSwitch's decision for this action in mode.
-func (a modelAction) plan(mode string) (api.ModelSwitch, error) {
-	return planSwitch(mode, a.size, headroomFor(a.name), a.avail, a.availErr, a.gpu)
+// plan is models.PlanSwitch's decision for this action in mode.
+func (a modelAction) plan(mode string) (models.Switch, error) {
+	return models.PlanSwitch(mode, a.size, models.HeadroomFor(a.name), a.avail, a.availErr, a.gpu)
 }
 
 // beginModelAction starts a model action on kind's engine with the file
 // path: it takes the engines' model lock (one switch, timing or comparison
-// at a time: ErrModelSwitchBusy), checks that the engine has loaded
-// (ErrModelSwitchBusy too) and that the file is there (modelfile.ErrNotFound:
-// 404; unreadable: ErrModelSwitchInvalid), and reads the memory available. On success the
+// at a time: models.ErrBusy), checks that the engine has loaded
+// (models.ErrBusy too) and that the file is there (modelfile.ErrNotFound:
+// 404; unreadable: models.ErrUnusable), and reads the memory available. On success the
 // caller holds the lock and calls release when the action ends.
 func (e *engines) beginModelAction(kind, path string) (a modelAction, release func(), err error) {
 	if a.name, err = engineName(kind); err != nil {
 		return a, nil, err
 	}
 	if !e.switchMu.TryLock() {
-		return a, nil, api.ErrModelSwitchBusy
+		return a, nil, models.ErrBusy
 	}
 	e.mu.RLock()
 	ready := e.cpu != nil && e.log != nil && (a.name == "llm" && e.llm != nil || a.name == "stt" && e.stt != nil)
@@ -117,7 +86,7 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 	e.mu.RUnlock()
 	if !ready {
 		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, kind)
+		return a, nil, fmt.Errorf("%w: the %s model is still loading", models.ErrBusy, kind)
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -126,14 +95,14 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 	}
 	if err != nil {
 		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
+		return a, nil, fmt.Errorf("%w: %s: %v", models.ErrUnusable, filepath.Base(path), err)
 	}
 	a.size = st.Size()
-	a.avail, a.availErr = memAvailable()
+	a.avail, a.availErr = models.MemAvailable()
 	return a, e.switchMu.Unlock, nil
 }
 
-// SwitchModel implements api.ModelSwitcher. With room for both, the new
+// SwitchModel implements models.Switcher. With room for both, the new
 // model loads (and warms up) beside the old one while the old one serves;
 // then new requests go to the new one, the requests still running on the
 // old one finish there, and the old one is freed. Without room, new
@@ -141,10 +110,10 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 // time) from the moment the switch starts; the requests running on the old
 // model finish, it is freed, and the new one loads. A new model that fails
 // to load leaves the old one in use (reloaded, in the second case).
-func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (api.ModelSwitch, error) {
+func (e *engines) SwitchModel(ctx context.Context, req models.SwitchRequest) (models.Switch, error) {
 	a, release, err := e.beginModelAction(req.Kind, req.Path)
 	if err != nil {
-		return api.ModelSwitch{}, err
+		return models.Switch{}, err
 	}
 	defer release()
 	name, took := a.name, a.took
@@ -152,7 +121,7 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	if abs, err := filepath.Abs(old); err == nil {
 		old = abs
 	}
-	out := api.ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: old}
+	out := models.Switch{Kind: req.Kind, Model: req.Path, Previous: old}
 	plan, err := a.plan(req.Mode)
 	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
 	if err != nil {
@@ -178,53 +147,6 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	e.log.Info("model switched", "engine", name, "model", req.Path, "previous", old, "mode", out.Mode, "ms", out.LoadMS,
 		"bytes_needed", out.BytesNeeded, "bytes_available", out.BytesAvailable)
 	return out, nil
-}
-
-// planSwitch decides how a switch to a model file of fileBytes goes: beside
-// the old model when it fits in avail (availErr: unknown) and is not on a
-// GPU, else with the old one unloaded first; mode ("auto" or "", "beside",
-// "swap") may force either, "beside" refusing with ErrModelSwitchNoRoom
-// when it does not fit. It fills Mode, Reason, BytesNeeded and
-// BytesAvailable.
-func planSwitch(mode string, fileBytes, headroom, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
-	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + headroom, BytesAvailable: -1}
-	if availErr == nil {
-		out.BytesAvailable = avail
-	}
-	fits := availErr == nil && out.BytesNeeded <= avail && !gpu
-	switch mode {
-	case "", "auto":
-		out.Mode = "swap"
-		if fits {
-			out.Mode = "beside"
-		}
-	case "beside":
-		if !fits {
-			return out, fmt.Errorf("%w: %s", api.ErrModelSwitchNoRoom, roomReason(out, availErr, gpu))
-		}
-		out.Mode = "beside"
-	case "swap":
-		out.Mode = "swap"
-	default:
-		return out, fmt.Errorf("%w: mode %q: want auto, beside or swap", api.ErrModelSwitchInvalid, mode)
-	}
-	out.Reason = roomReason(out, availErr, gpu)
-	return out, nil
-}
-
-// roomReason says in words why a switch goes beside the old model or not.
-func roomReason(s api.ModelSwitch, availErr error, gpu bool) string {
-	switch {
-	case gpu:
-		return "the language model runs on the GPU, whose free memory replyd cannot read: the old model is unloaded first"
-	case availErr != nil:
-		return "the available memory is unknown (" + availErr.Error() + "): the old model is unloaded first"
-	case s.BytesNeeded <= s.BytesAvailable && s.Mode == "swap":
-		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available, but swap was asked for: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
-	case s.BytesNeeded <= s.BytesAvailable:
-		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available: it loads beside the old one", s.BytesNeeded>>20, s.BytesAvailable>>20)
-	}
-	return fmt.Sprintf("the new model needs about %d MiB but only %d MiB are available: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
 }
 
 // open loads the model of engine name at path, warm.
@@ -330,7 +252,7 @@ func (e *engines) switchSwap(name, path, old string, expect time.Duration) error
 
 // loadError marks a model that failed to load as the admin's mistake.
 func loadError(name string, err error) error {
-	return fmt.Errorf("%w: %v", api.ErrModelSwitchInvalid, err)
+	return fmt.Errorf("%w: %v", models.ErrUnusable, err)
 }
 
 // loadingLocked returns the KindLoading error of engine name while a switch
@@ -347,30 +269,6 @@ func (e *engines) loadingLocked(name string) error {
 	}
 	return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
 		Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
-}
-
-// memAvailable returns MemAvailable of /proc/meminfo in bytes.
-func memAvailable() (int64, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/meminfo: %q", line)
-			}
-			return kb << 10, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("/proc/meminfo has no MemAvailable")
 }
 
 // chosenModels makes the models this box chose on the admin page (stored
