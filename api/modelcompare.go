@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -16,61 +14,6 @@ import (
 	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
-
-// compareJobs holds the comparisons since start, by file name: one runs
-// at a time.
-type compareJobs struct {
-	mu      sync.Mutex
-	byName  map[string]*models.Comparison
-	running string             // the file being compared, "" when none
-	cancel  context.CancelFunc // the running one's
-	wg      sync.WaitGroup
-}
-
-// get returns a copy of the comparison of name, false when none.
-func (j *compareJobs) get(name string) (models.Comparison, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	c, ok := j.byName[name]
-	if !ok {
-		return models.Comparison{}, false
-	}
-	return *c, true
-}
-
-// all returns copies of the comparisons since start, by file name; nil
-// when there is none.
-func (j *compareJobs) all() map[string]*models.Comparison {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if len(j.byName) == 0 {
-		return nil
-	}
-	out := make(map[string]*models.Comparison, len(j.byName))
-	for n, c := range j.byName {
-		cc := *c
-		out[n] = &cc
-	}
-	return out
-}
-
-func (j *compareJobs) update(name string, f func(*models.Comparison)) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if c, ok := j.byName[name]; ok {
-		f(c)
-	}
-}
-
-// stop cancels the running comparison and waits for it.
-func (j *compareJobs) stop() {
-	j.mu.Lock()
-	if j.cancel != nil {
-		j.cancel()
-	}
-	j.mu.Unlock()
-	j.wg.Wait()
-}
 
 // compareBody is the optional JSON body of POST .../compare.
 type compareBody struct {
@@ -121,21 +64,20 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 		}
 		temp = *b.Temperature
 	}
-	jobs := s.compares
-	jobs.mu.Lock()
-	running := jobs.running
-	jobs.mu.Unlock()
-	if running != "" {
-		return errorf(CodeConflict, "a comparison of %s is running; one runs at a time: retry when it has finished", running)
-	}
-	unhold, err := s.models.hold(name, "being compared")
+	release, err := s.models.ReserveCompare(name) // one comparison at a time
 	if err != nil {
 		return err
 	}
-	started := false // once the run has started, it releases the hold
+	unhold, err := s.models.Hold(name, "being compared")
+	if err != nil {
+		release()
+		return err
+	}
+	started := false // once the run has started, it releases both
 	defer func() {
 		if !started {
 			unhold()
+			release()
 		}
 	}()
 	path, e, err := s.describeModel(name)
@@ -155,31 +97,15 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err != nil {
 		return errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
-	jobs.mu.Lock()
-	if jobs.running != "" {
-		running := jobs.running
-		jobs.mu.Unlock()
-		return errorf(CodeConflict, "a comparison of %s is running; one runs at a time: retry when it has finished", running)
-	}
-	jobs.running = name // reserved while the turns are read
-	jobs.mu.Unlock()
-	release := func() {
-		jobs.mu.Lock()
-		jobs.running = ""
-		jobs.mu.Unlock()
-	}
 	ts, err := s.compareTurns(turns, temp)
 	if err != nil {
-		release()
 		return err
 	}
 	if len(ts) == 0 {
-		release()
 		return errorf(CodeConflict, "there is no recorded turn to replay: a turn counts once its user, asked with remember: true, reported what they spoke (POST /v1/feedback)")
 	}
 	run, err := cm.BeginCompare(e.Kind, path)
 	if err != nil {
-		release()
 		ae := toAPIError(compareError(err))
 		s.adminLog(c, store.LevelWarn, name, "model comparison refused: %s %s: %s", e.Kind, name, ae.Message)
 		return ae
@@ -187,32 +113,24 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmp := &models.Comparison{Kind: e.Kind, Node: s.node, Model: name, State: "running", Turns: turns, TurnsFound: len(ts),
 		Temperature: temp, StartedAt: s.now().UTC().Format(time.RFC3339)}
-	jobs.mu.Lock()
-	if jobs.byName == nil {
-		jobs.byName = map[string]*models.Comparison{}
-	}
-	jobs.byName[name] = cmp
-	jobs.running, jobs.cancel = name, cancel
+	done := s.models.StartCompare(*cmp, cancel)
 	out := *cmp
-	jobs.wg.Add(1)
-	jobs.mu.Unlock()
 	s.adminLog(c, store.LevelInfo, name, "model comparison started: %s %s on the latest %d recorded turns", e.Kind, name, len(ts))
 	started = true
-	go s.runCompare(ctx, cancel, name, st, run, ts, unhold)
+	go s.runCompare(ctx, cancel, done, name, st, run, ts, unhold)
 	return c.JSON(http.StatusAccepted, out)
 }
 
 // runCompare runs a comparison begun by handleCompareModel and records its
 // end in the comparison and the admin log; unhold then releases the file.
-func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, st os.FileInfo, run models.CompareRun, ts []models.CompareTurn, unhold func()) {
-	jobs := s.compares
-	defer jobs.wg.Done()
+func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, done func(), name string, st os.FileInfo, run models.CompareRun, ts []models.CompareTurn, unhold func()) {
+	defer done()
 	defer cancel()
 	res, err := run(ctx, ts, func(done, total int) {
-		jobs.update(name, func(c *models.Comparison) { c.Done, c.Total = done, total })
+		s.models.CompareProgress(name, done, total)
 	})
 	unhold() // the candidate is freed: the file may go before the end is shown
-	c, _ := jobs.get(name)
+	c, _, _ := s.models.Comparison(name)
 	c.FinishedAt, c.Reason, c.Preempted = s.now().UTC().Format(time.RFC3339), res.Reason, res.Preempted
 	var msg string
 	level := store.LevelInfo
@@ -232,29 +150,13 @@ func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name
 	}
 	// Stored and logged before it is shown: whoever sees the end finds
 	// both.
-	if err := s.putComparison(name, st, c); err != nil {
+	if err := s.models.StoreComparison(name, st, c); err != nil {
 		s.log.Error("storing the comparison failed: it lasts until the next restart", "model", name, "error", err.Error())
 	}
 	if err := s.appendAdminLog(level, name, msg); err != nil {
 		s.log.Error("appending the admin log entry failed", "error", err.Error())
 	}
-	jobs.mu.Lock()
-	if cur, ok := jobs.byName[name]; ok {
-		*cur = c
-	}
-	jobs.running, jobs.cancel = "", nil
-	jobs.mu.Unlock()
-}
-
-// putComparison stores the finished comparison c of the file name (of st
-// when it began) as this box's record of the file.
-func (s *Server) putComparison(name string, st os.FileInfo, c models.Comparison) error {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return s.store.PutModelRecord(store.ModelRecord{Node: s.node, File: name, What: store.ModelComparison,
-		Bytes: st.Size(), ModTime: st.ModTime(), Body: b})
+	s.models.EndCompare(name, c)
 }
 
 // handleGetComparison serves the latest comparison of the file {name},
@@ -267,23 +169,12 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if cmp, ok := s.compares.get(name); ok {
-		return c.JSON(http.StatusOK, cmp)
+	cmp, ok, err := s.models.Comparison(name)
+	if err != nil {
+		return err
 	}
-	st, err := os.Stat(filepath.Join(s.models.dir, name))
-	if err == nil {
-		recs, err := s.readModelRecords(func(n string) os.FileInfo {
-			if n == name {
-				return st
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if cmp, ok := recs.comparisons[name]; ok {
-			return c.JSON(http.StatusOK, cmp)
-		}
+	if ok {
+		return c.JSON(http.StatusOK, cmp)
 	}
 	return errorf(CodeNotFound, "no comparison of %s on this box", name)
 }

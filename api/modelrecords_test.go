@@ -76,7 +76,14 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 	if rec := e.do(adminReq("POST", "/v1/admin/models/b.gguf/compare", "")); rec.Code != 202 {
 		t.Fatalf("compare: %d %s", rec.Code, rec.Body)
 	}
-	e.srv.compares.wg.Wait()
+	for {
+		var m models.Comparison
+		decode(t, e.do(adminReq("GET", "/v1/admin/models/b.gguf/compare", "")), &m)
+		if m.State != "running" {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	before := list(e)
 	if len(before.Timings) != 2 || before.Comparisons["b.gguf"].State != "done" {
 		t.Fatalf("before the restart: %+v", before)

@@ -87,7 +87,7 @@ func TestAdminModels(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.MaxModelBytes = 1 << 20 })
 	free := int64(1 << 30)
-	e.srv.models.free = func(string) (int64, error) { return free, nil }
+	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
 	good, other := tinyGGUF("tiny"), tinyGGUF("other")
 	entry := func(active bool) string {
 		return fmt.Sprintf(`{"file":"tiny.gguf","kind":"llm","bytes":%d,"sha256":"%s","manifest":"not in the manifest","check":"ok",`+
@@ -189,7 +189,7 @@ func TestAdminModels(t *testing.T) {
 func TestAdminModelsDroppedUpload(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
-	e.srv.models.free = func(string) (int64, error) { return 1 << 30, nil }
+	e.srv.models.FreeSpace = func(string) (int64, error) { return 1 << 30, nil }
 	good := tinyGGUF("tiny")
 	req := uploadReq("tiny.gguf", nil)
 	req.Body = &failingBody{data: good[:50]}
@@ -255,8 +255,8 @@ func TestAdminModelsDiskFills(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
 	free := int64(1 << 30)
-	e.srv.models.free = func(string) (int64, error) { return free, nil }
-	e.srv.models.write = func(w io.Writer) io.Writer { return &fillingDisk{w: w, room: 40} }
+	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
+	e.srv.models.WrapWrite = func(w io.Writer) io.Writer { return &fillingDisk{w: w, room: 40} }
 	good := tinyGGUF("tiny")
 	chunked := uploadReq("big.gguf", good)
 	chunked.ContentLength = -1
@@ -270,7 +270,7 @@ func TestAdminModelsDiskFills(t *testing.T) {
 	if des, _ := os.ReadDir(dir); len(des) != 0 {
 		t.Errorf("folder holds %v after a full disk", des)
 	}
-	e.srv.models.write = nil
+	e.srv.models.WrapWrite = nil
 	cut := uploadReq("big.gguf", nil)
 	cut.ContentLength = -1
 	cut.Body = &failingBody{data: good[:50]}

@@ -60,7 +60,7 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	release, err := s.models.hold(name, "being activated")
+	release, err := s.models.Hold(name, "being activated")
 	if err != nil {
 		return err
 	}
@@ -114,8 +114,8 @@ func (s *Server) handleRollbackModel(c echo.Context) error {
 	if prev == "" {
 		return errorf(CodeConflict, "this box has not switched its %s model: there is nothing to roll back to", body.Kind)
 	}
-	if inFolder(s.models.dir, prev) {
-		release, err := s.models.hold(filepath.Base(prev), "being activated")
+	if inFolder(s.models.Dir(), prev) {
+		release, err := s.models.Hold(filepath.Base(prev), "being activated")
 		if err != nil {
 			return err
 		}
@@ -231,16 +231,8 @@ func switchError(err error) *Error {
 // modelfile.ValidName) and describes it against the embedded manifest: its
 // absolute path and entry, 404 not_found when it is not there.
 func (s *Server) describeModel(name string) (string, modelfile.Entry, error) {
-	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
-	if err != nil {
-		return "", modelfile.Entry{}, err
-	}
-	man, err := models.Embedded()
-	if err != nil {
-		return "", modelfile.Entry{}, err
-	}
-	e, err := modelfile.Describe(path, man)
-	if errors.Is(err, os.ErrNotExist) {
+	path, e, err := s.models.Describe(name)
+	if errors.Is(err, modelfile.ErrNotFound) {
 		return "", modelfile.Entry{}, errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
 	return path, e, err

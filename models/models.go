@@ -313,3 +313,14 @@ func (m Manifest) Find(name string) (Model, error) {
 	}
 	return Model{}, fmt.Errorf("%w: %q", ErrNoModel, name)
 }
+
+// Known returns the name of the model whose file has the SHA-256 sum; it
+// implements modelfile.Manifest.
+func (m Manifest) Known(sum string) (string, bool) {
+	for _, e := range m.Models {
+		if e.SHA256 != "" && e.SHA256 == sum {
+			return e.Name, true
+		}
+	}
+	return "", false
+}

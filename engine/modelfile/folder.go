@@ -11,8 +11,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-
-	"github.com/replyd/replyd/models"
 )
 
 // Errors of the folder operations, mapped to statuses by their callers.
@@ -123,18 +121,26 @@ func ValidName(name string) bool {
 	return true
 }
 
+// Manifest knows model files by their SHA-256 (models.Manifest is one);
+// nil knows none.
+type Manifest interface {
+	// Known returns the name of the model whose file has the SHA-256 sum
+	// (lowercase hex), false when none has.
+	Known(sum string) (name string, ok bool)
+}
+
 // ManifestStatus is the Entry.Manifest text for a SHA-256.
-func ManifestStatus(m models.Manifest, sum string) string {
-	for _, e := range m.Models {
-		if e.SHA256 != "" && e.SHA256 == sum {
-			return "known: " + e.Name
+func ManifestStatus(m Manifest, sum string) string {
+	if m != nil {
+		if name, ok := m.Known(sum); ok {
+			return "known: " + name
 		}
 	}
 	return "not in the manifest"
 }
 
 // Describe checks and hashes one file.
-func Describe(path string, m models.Manifest) (Entry, error) {
+func Describe(path string, m Manifest) (Entry, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return Entry{}, err
@@ -155,7 +161,7 @@ func Describe(path string, m models.Manifest) (Entry, error) {
 
 // List describes the model files (.gguf, .bin) in dir, by name; active
 // tells which are in use. A missing folder is an empty list.
-func List(dir string, m models.Manifest, active func(name string) bool) ([]Entry, error) {
+func List(dir string, m Manifest, active func(name string) bool) ([]Entry, error) {
 	des, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return []Entry{}, nil
@@ -192,7 +198,7 @@ type AddOptions struct {
 	// Free reports the free bytes of dir's file system; nil means Free.
 	Free func(dir string) (int64, error)
 	// Manifest is matched against the file's SHA-256.
-	Manifest models.Manifest
+	Manifest Manifest
 	// Writer, when set, wraps the temporary file's writes: tests make the
 	// disk fill with it.
 	Writer func(io.Writer) io.Writer
