@@ -78,9 +78,11 @@ func (e *engines) compareLLM(ctx context.Context, path string, turns []models.Co
 		return models.CompareResult{}, loadError("llm", err)
 	}
 	defer cand.Close()
-	e.mu.RLock()
-	act := e.llm
-	e.mu.RUnlock()
+	act, release, err := e.llm.Acquire()
+	if err != nil {
+		return models.CompareResult{}, errors.New("the active language model is unloaded")
+	}
+	defer release()
 	t0 := time.Now()
 	res, err := compareTurns(ctx, e.cpu, []engine.Generator{act, cand}, turns, progress)
 	if err != nil {

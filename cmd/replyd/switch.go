@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/engine/slot"
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
@@ -39,11 +39,10 @@ func (e *engines) ActiveModel(kind string) string {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	switch {
-	case name == "llm" && e.llm != nil:
-		return e.llm.Status().Model
-	case name == "stt" && e.stt != nil:
-		return e.stt.Status().Model
+	var path string
+	if name == "llm" && e.llm.Peek(func(m *llm.Engine) { path = m.Status().Model }) ||
+		name == "stt" && e.stt.Peek(func(m *whisper.Model) { path = m.Status().Model }) {
+		return path
 	}
 	return e.pend[name].Model
 }
@@ -79,11 +78,15 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 		return a, nil, models.ErrBusy
 	}
 	e.mu.RLock()
-	ready := e.cpu != nil && e.log != nil && (a.name == "llm" && e.llm != nil || a.name == "stt" && e.stt != nil)
-	// The language model's backend: its memory is the GPU's unless "cpu".
-	a.gpu = a.name == "llm" && ready && e.llm.Status().Backend != "cpu"
+	ready := e.cpu != nil && e.log != nil
 	a.took = e.loadTook[a.name]
 	e.mu.RUnlock()
+	if a.name == "llm" {
+		// The language model's backend: its memory is the GPU's unless "cpu".
+		ready = e.llm.Peek(func(m *llm.Engine) { a.gpu = m.Status().Backend != "cpu" }) && ready
+	} else {
+		ready = e.stt.Peek(func(*whisper.Model) {}) && ready
+	}
 	if !ready {
 		e.switchMu.Unlock()
 		return a, nil, fmt.Errorf("%w: the %s model is still loading", models.ErrBusy, kind)
@@ -135,10 +138,10 @@ func (e *engines) SwitchModel(ctx context.Context, req models.SwitchRequest) (mo
 		expect = time.Duration(float64(took) * float64(a.size) / float64(ost.Size()))
 	}
 	t0 := time.Now()
-	if out.Mode == "beside" {
-		err = e.switchBeside(name, req.Path)
+	if name == "llm" {
+		err = switchSlot(e, name, &e.llm, e.openLM, out.Mode, req.Path, old, expect)
 	} else {
-		err = e.switchSwap(name, req.Path, old, expect)
+		err = switchSlot(e, name, &e.stt, e.openSTT, out.Mode, req.Path, old, expect)
 	}
 	out.LoadMS = time.Since(t0).Milliseconds()
 	if err != nil {
@@ -149,105 +152,82 @@ func (e *engines) SwitchModel(ctx context.Context, req models.SwitchRequest) (mo
 	return out, nil
 }
 
-// open loads the model of engine name at path, warm.
-func (e *engines) open(name, path string) (llmEng *llm.Engine, stt *whisper.Model, err error) {
-	if name == "llm" {
-		llmEng, err = openLLM(e.cfg, path, e.cpu, e.log)
-		return llmEng, nil, err
-	}
-	stt, err = openWhisper(e.cfg, path, e.log)
+// openLM loads the language model at path, warm.
+func (e *engines) openLM(path string) (*llm.Engine, error) {
+	return openLLM(e.cfg, path, e.cpu, e.log)
+}
+
+// openSTT loads the Whisper model at path and warms it: the first
+// transcription touches every weight once.
+func (e *engines) openSTT(path string) (*whisper.Model, error) {
+	stt, err := openWhisper(e.cfg, path, e.log)
 	if err == nil {
-		// Warm it: the first transcription touches every weight once.
 		_, _ = stt.Transcribe(context.Background(), make([]float32, 16000), engine.TranscribeOptions{})
 	}
-	return nil, stt, err
+	return stt, err
 }
 
-// swapIn makes the loaded model current and returns the one it replaced
-// with the group of requests still using it.
-func (e *engines) swapIn(name string, lm *llm.Engine, stt *whisper.Model, took time.Duration) (oldLLM *llm.Engine, oldSTT *whisper.Model, use *sync.WaitGroup) {
+// switchSlot switches engine name's slot s to the model file path with open
+// (warm): mode "beside" loads it while the old one serves; "swap" frees the
+// old one (old, its path) first, requests meanwhile getting KindLoading
+// with the expected load time (expect), and loads the old one again when
+// the new one fails, so that the box keeps answering. Only when that fails
+// too is the engine down: its status then says why.
+func switchSlot[M slot.Model](e *engines, name string, s *slot.Slot[M], open func(string) (M, error), mode, path, old string, expect time.Duration) error {
+	// took is the load time of the model that serves after, if one
+	// loaded; failed the error of the new model.
+	var took time.Duration
+	var failed error
+	timed := func(p string) (M, error) {
+		t0 := time.Now()
+		m, err := open(p)
+		if err == nil {
+			took = time.Since(t0)
+		} else if failed == nil {
+			failed = err
+		}
+		return m, err
+	}
+	var err error
+	if mode == "beside" {
+		err = s.Beside(func() (M, error) { return timed(path) })
+	} else {
+		// Shown while the slot is empty.
+		e.setPending(engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)})
+		err = s.Swap(expect, func() (M, error) { return timed(path) }, func() (M, error) {
+			e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", failed.Error(), "old", old)
+			e.setPending(engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)})
+			return timed(old)
+		})
+	}
+	var se *slot.Error
+	if errors.As(err, &se) && se.Old != nil {
+		e.setError(name, se.Old)
+		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", se.Old.Error())
+		return errors.Join(loadError(name, se.New), fmt.Errorf("reloading %s: %w", filepath.Base(old), se.Old))
+	}
+	if err != nil && se == nil {
+		return err
+	}
+	// The new model, the old one again, or (Beside failed) the old one
+	// untouched serves.
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.swapping, name)
 	delete(e.pend, name)
-	e.loadTook[name] = took
-	if name == "llm" {
-		oldLLM, use = e.llm, e.llmUse
-		e.llm, e.llmUse = lm, new(sync.WaitGroup)
-		return oldLLM, nil, use
+	if took > 0 {
+		e.loadTook[name] = took
 	}
-	oldSTT, use = e.stt, e.sttUse
-	e.stt, e.sttUse = stt, new(sync.WaitGroup)
-	return nil, oldSTT, use
-}
-
-// free closes a model replaced by a switch once the requests using it are
-// done.
-func free(lm *llm.Engine, stt *whisper.Model, use *sync.WaitGroup) {
-	if use != nil {
-		use.Wait()
+	e.mu.Unlock()
+	if se != nil {
+		return loadError(name, se.New)
 	}
-	if lm != nil {
-		_ = lm.Close()
-	}
-	if stt != nil {
-		_ = stt.Close()
-	}
-}
-
-func (e *engines) switchBeside(name, path string) error {
-	t0 := time.Now()
-	lm, stt, err := e.open(name, path)
-	if err != nil {
-		return loadError(name, err)
-	}
-	free(e.swapIn(name, lm, stt, time.Since(t0)))
 	return nil
 }
 
-func (e *engines) switchSwap(name, path, old string, expect time.Duration) error {
+// setPending sets the status shown for an engine while it has no model.
+func (e *engines) setPending(st engine.EngineStatus) {
 	e.mu.Lock()
-	e.swapping[name] = time.Now().Add(expect)
-	st := engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)}
-	var oldLLM *llm.Engine
-	var oldSTT *whisper.Model
-	var use *sync.WaitGroup
-	if name == "llm" {
-		oldLLM, use = e.llm, e.llmUse
-		e.llm, e.llmUse = nil, new(sync.WaitGroup)
-	} else {
-		oldSTT, use = e.stt, e.sttUse
-		e.stt, e.sttUse = nil, new(sync.WaitGroup)
-	}
-	e.pend[name] = st
+	e.pend[st.Name] = st
 	e.mu.Unlock()
-	free(oldLLM, oldSTT, use)
-
-	t0 := time.Now()
-	lm, stt, err := e.open(name, path)
-	if err == nil {
-		e.swapIn(name, lm, stt, time.Since(t0))
-		return nil
-	}
-	// Back to the old model, so that the box keeps answering.
-	e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", err.Error(), "old", old)
-	e.mu.Lock()
-	e.pend[name] = engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)}
-	e.mu.Unlock()
-	t1 := time.Now()
-	lm, stt, rerr := e.open(name, old)
-	if rerr != nil {
-		e.mu.Lock()
-		delete(e.swapping, name)
-		st := e.pend[name]
-		st.Error = rerr.Error()
-		e.pend[name] = st
-		e.mu.Unlock()
-		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", rerr.Error())
-		return errors.Join(loadError(name, err), fmt.Errorf("reloading %s: %w", filepath.Base(old), rerr))
-	}
-	e.swapIn(name, lm, stt, time.Since(t1))
-	return loadError(name, err)
 }
 
 // loadError marks a model that failed to load as the admin's mistake.
@@ -255,18 +235,20 @@ func loadError(name string, err error) error {
 	return fmt.Errorf("%w: %v", models.ErrUnusable, err)
 }
 
-// loadingLocked returns the KindLoading error of engine name while a switch
-// has unloaded it, nil otherwise. e.mu must be held.
-func (e *engines) loadingLocked(name string) error {
-	until, ok := e.swapping[name]
-	if !ok {
-		return nil
-	}
-	retry := max(time.Until(until), time.Second)
+// unloaded is the engine error of a request that found engine name's slot
+// without a model (err, from slot.Acquire): KindLoading while a switch has
+// unloaded it, KindNotReady otherwise (loading at start, or down after a
+// failed switch).
+func unloaded(name string, err error) error {
 	what := "language model"
 	if name == "stt" {
 		what = "speech-to-text model"
 	}
+	var sw *slot.SwappingError
+	if !errors.As(err, &sw) {
+		return &engine.Error{Kind: engine.KindNotReady, Message: "the " + what + " is still loading; retry shortly"}
+	}
+	retry := max(time.Until(sw.Until), time.Second)
 	return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
 		Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
 }

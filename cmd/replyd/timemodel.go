@@ -68,9 +68,11 @@ func (e *engines) timeLLM(path string, out *models.Timing) error {
 		return loadError("llm", err)
 	}
 	defer cand.Close()
-	e.mu.RLock()
-	act := e.llm
-	e.mu.RUnlock()
+	act, release, err := e.llm.Acquire()
+	if err != nil {
+		return errors.New("the active language model is unloaded")
+	}
+	defer release()
 	out.Candidate = llmFigures(cand.Figures())
 	out.Active = llmFigures(act.Figures())
 	out.Active.Model = act.Status().Model
@@ -96,16 +98,11 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timi
 		return err
 	}
 	out.Candidate = sttFigures(d)
-	e.mu.RLock()
-	act, use := e.stt, e.sttUse
-	if act != nil {
-		use.Add(1)
-	}
-	e.mu.RUnlock()
-	if act == nil {
+	act, release, err := e.stt.Acquire()
+	if err != nil {
 		return errors.New("the active speech-to-text model is unloaded")
 	}
-	defer use.Done()
+	defer release()
 	if d, err = e.timeTranscription(ctx, act, pcm); err != nil {
 		return err
 	}
