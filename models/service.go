@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/internal/disk"
 	"github.com/replyd/replyd/store"
 )
 
@@ -56,7 +57,7 @@ type Service struct {
 	upload   chan struct{} // one upload at a time
 
 	// FreeSpace reports the free bytes of the folder's disk; nil means
-	// modelfile.Free. WrapWrite, when set, wraps an upload's writes. Tests
+	// disk.Free. WrapWrite, when set, wraps an upload's writes. Tests
 	// set them (a disk that fills) before the first request.
 	FreeSpace func(dir string) (int64, error)
 	WrapWrite func(io.Writer) io.Writer
@@ -201,7 +202,7 @@ func (s *Service) free(dir string) (int64, error) {
 	if s.FreeSpace != nil {
 		return s.FreeSpace(dir)
 	}
-	return modelfile.Free(dir)
+	return disk.Free(dir)
 }
 
 // Listing is the folder's model files, checked against the manifest, with

@@ -21,6 +21,7 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/internal/disk"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
@@ -151,7 +152,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Node:           cfg.NodeName,
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
-		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
+		DiskFree:       func() (int64, error) { return disk.Free(cfg.DataDir) },
 		ModelsDir:      modelsDir(cfg.DataDir),
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,
@@ -334,7 +335,7 @@ func (s *Server) trimLog() {
 // warnIfNearlyFull warns at start when the data disk has less free space
 // than REPLYD_MIN_FREE_MB.
 func (s *Server) warnIfNearlyFull() {
-	free, err := diskFree(s.cfg.DataDir)
+	free, err := disk.Free(s.cfg.DataDir)
 	if err == nil && free < int64(s.cfg.MinFreeMB)<<20 {
 		s.log.Warn("the data directory's disk is nearly full: writes will fail when it is; free space on it",
 			"dir", s.cfg.DataDir, "free_mib", free>>20, "min_free_mb", s.cfg.MinFreeMB)

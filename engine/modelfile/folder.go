@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/replyd/replyd/internal/disk"
 )
 
 // Errors of the folder operations, mapped to statuses by their callers.
@@ -195,7 +197,7 @@ type AddOptions struct {
 	Size int64
 	// MaxBytes bounds the file; 0 means no bound.
 	MaxBytes int64
-	// Free reports the free bytes of dir's file system; nil means Free.
+	// Free reports the free bytes of dir's file system; nil means disk.Free.
 	Free func(dir string) (int64, error)
 	// Manifest is matched against the file's SHA-256.
 	Manifest Manifest
@@ -222,7 +224,7 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 	}
 	free := o.Free
 	if free == nil {
-		free = Free
+		free = disk.Free
 	}
 	if o.Size >= 0 {
 		if n, err := free(dir); err == nil && n >= 0 && o.Size+spareBytes > n {
