@@ -235,8 +235,8 @@ func TestOpenBadFiles(t *testing.T) {
 		{filepath.Join(dir, "missing.gguf"), "no such file"},
 		{dir, "is a directory"},
 		{write("text.gguf", []byte("hello, not a model")), "not a GGUF file"},
-		{write("header.gguf", data[:100]), "truncated"},
-		{write("tensors.gguf", data[:len(data)/2]), "failed to load model"},
+		{write("header.gguf", data[:100]), "more than the file can hold"},
+		{write("tensors.gguf", data[:len(data)/2]), "past the end of the file"},
 	} {
 		e, err := Open(Options{ModelPath: tc.path})
 		if err == nil {
