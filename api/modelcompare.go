@@ -5,188 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
-
-// Bounds of POST /v1/admin/models/{name}/compare's turns.
-const (
-	DefaultCompareTurns = 20
-	MaxCompareTurns     = 200
-)
-
-// ModelComparer replays the clinic's recorded turns through a candidate
-// language model loaded beside the active one, and through the active one,
-// at idle priority. A HealthSource that implements it (cmd/replyd's
-// engines) makes POST /v1/admin/models/{name}/compare work; without it it
-// answers 501.
-type ModelComparer interface {
-	// BeginCompare checks, without loading anything, that the file path
-	// of kind can be compared now: no other model action runs (it holds
-	// the engines' model lock from now until the returned run returns) and
-	// the file fits in memory beside the active model. Errors wrap
-	// ErrModelSwitchBusy, ErrModelCompareNoRoom or ErrModelSwitchInvalid.
-	// The caller must call the run exactly once.
-	BeginCompare(kind, path string) (CompareRun, error)
-}
-
-// CompareRun loads the candidate, replays turns through it and through
-// the active model, calls progress(done, total) after every replay, frees
-// the candidate and releases the model lock. Errors wrap
-// ErrModelSwitchInvalid (the candidate failed to load) or are ctx's.
-type CompareRun func(ctx context.Context, turns []CompareTurn, progress func(done, total int)) (CompareResult, error)
-
-// ErrModelCompareNoRoom: the candidate does not fit in memory beside the
-// active model; a comparison never unloads the active one: 409.
-var ErrModelCompareNoRoom = errors.New("the model cannot be compared: it does not fit in memory beside the active one")
-
-// CompareTurn is one recorded turn to replay: the partner's turn, what the
-// user spoke after it, and the live request's settings as far as the log
-// keeps them.
-type CompareTurn struct {
-	Partner string // the partner's turn the candidates answered
-	Reply   string // what the user spoke: a candidate, edited or not, or typed
-	// SystemPrompt is the text of the prompt version the turn used (the
-	// current prompt when that version is no longer in the history).
-	SystemPrompt string
-	// Candidates is how many candidates the turn was answered with.
-	Candidates  int
-	Temperature float64
-	// SteerMode is the steering mode of the answer the reply came from
-	// ("words", "prefix", "replace"), "" when unsteered.
-	SteerMode string
-}
-
-// CompareFigures are one model's figures over the replayed turns.
-type CompareFigures struct {
-	Model string `json:"model"`
-	// Turns is how many turns were replayed through the model.
-	Turns int `json:"turns"`
-	// ExactRate: the share of turns whose spoken reply was one of the
-	// candidates after score.Normalize (case, punctuation and spaces
-	// ignored); Top1Rate: the first candidate; NearRate: a candidate
-	// within one word of it (word-level Levenshtein distance of the
-	// normalized texts <= 1, score.WordEditDistance), exact ones included.
-	ExactRate float64 `json:"exact_rate"`
-	Top1Rate  float64 `json:"top1_rate"`
-	NearRate  float64 `json:"near_rate"`
-	// KeystrokesSaved over KeystrokesTyped (the spoken replies' characters):
-	// issue 12's rule (score.Edited, the best candidate taken and edited
-	// into the reply), as replyd eval counts it.
-	KeystrokesSaved int     `json:"keystrokes_saved"`
-	KeystrokesTyped int     `json:"keystrokes_typed"`
-	KeystrokeSaving float64 `json:"keystroke_saving"`
-	// SteeredTurns are the turns whose reply came from a steered answer,
-	// replayed steered as replyd eval --steer simulates the logged mode;
-	// SteeredKSR = (characters - simulated actions) / characters over them.
-	SteeredTurns int     `json:"steered_turns"`
-	SteeredHits  int     `json:"steered_hits"`
-	SteeredKSR   float64 `json:"steered_ksr"`
-	// TurnMS is the mean time of one unsteered replay (prompt and
-	// candidates, time spent giving way to requests included), and
-	// ReplyTokens the mean tokens generated per candidate.
-	TurnMS      float64 `json:"turn_ms"`
-	ReplyTokens float64 `json:"reply_tokens"`
-}
-
-// CompareResult is what a CompareRun measured.
-type CompareResult struct {
-	// Reason says why the candidate could load beside the active model.
-	Reason string
-	// Preempted counts replays stopped for a request and run again.
-	Preempted int
-	Candidate CompareFigures
-	Active    CompareFigures
-}
-
-// ModelComparison is the body of POST and GET
-// /v1/admin/models/{name}/compare: a comparison running or finished. It
-// holds figures only, never dialog text.
-type ModelComparison struct {
-	Kind  string `json:"kind"`
-	Node  string `json:"node"`
-	Model string `json:"model"`
-	// State is "running", "done" or "failed" (Error says why).
-	State string `json:"state"`
-	// Turns is how many turns were asked for, TurnsFound how many recorded
-	// turns with an outcome and its text there were to replay (at most
-	// Turns, the latest).
-	Turns       int     `json:"turns"`
-	TurnsFound  int     `json:"turns_found"`
-	Temperature float64 `json:"temperature"`
-	// Done of Total replays (each turn once per model, steered turns
-	// twice).
-	Done       int        `json:"done"`
-	Total      int        `json:"total"`
-	StartedAt  string     `json:"started_at"`
-	FinishedAt string     `json:"finished_at,omitempty"`
-	Error      *errorBody `json:"error,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	Preempted  int        `json:"preempted"`
-	// Candidate and Active are set once State is "done".
-	Candidate *CompareFigures `json:"candidate,omitempty"`
-	Active    *CompareFigures `json:"active,omitempty"`
-}
-
-// compareJobs holds the comparisons since start, by file name: one runs
-// at a time.
-type compareJobs struct {
-	mu      sync.Mutex
-	byName  map[string]*ModelComparison
-	running string             // the file being compared, "" when none
-	cancel  context.CancelFunc // the running one's
-	wg      sync.WaitGroup
-}
-
-// get returns a copy of the comparison of name, false when none.
-func (j *compareJobs) get(name string) (ModelComparison, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	c, ok := j.byName[name]
-	if !ok {
-		return ModelComparison{}, false
-	}
-	return *c, true
-}
-
-// all returns copies of the comparisons since start, by file name; nil
-// when there is none.
-func (j *compareJobs) all() map[string]*ModelComparison {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if len(j.byName) == 0 {
-		return nil
-	}
-	out := make(map[string]*ModelComparison, len(j.byName))
-	for n, c := range j.byName {
-		cc := *c
-		out[n] = &cc
-	}
-	return out
-}
-
-func (j *compareJobs) update(name string, f func(*ModelComparison)) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if c, ok := j.byName[name]; ok {
-		f(c)
-	}
-}
-
-// stop cancels the running comparison and waits for it.
-func (j *compareJobs) stop() {
-	j.mu.Lock()
-	if j.cancel != nil {
-		j.cancel()
-	}
-	j.mu.Unlock()
-	j.wg.Wait()
-}
 
 // compareBody is the optional JSON body of POST .../compare.
 type compareBody struct {
@@ -194,9 +21,9 @@ type compareBody struct {
 	Temperature *float64 `json:"temperature"`
 }
 
-// compareError maps ErrModelCompareNoRoom and the switcher's errors.
+// compareError maps models.ErrCompareNoRoom and the switcher's errors.
 func compareError(err error) error {
-	if errors.Is(err, ErrModelCompareNoRoom) {
+	if errors.Is(err, models.ErrCompareNoRoom) {
 		return &Error{Code: CodeConflict, Message: err.Error() + "; a comparison never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and compare the other way round", Err: err}
 	}
 	if ae := switchError(err); ae != nil {
@@ -212,7 +39,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	cm, ok := s.health.(ModelComparer)
+	cm, ok := s.health.(models.Comparer)
 	if !ok {
 		return errorf(CodeNotSupported, "this server cannot compare models while it runs")
 	}
@@ -224,10 +51,10 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err := s.readJSON(c, &b, true); err != nil {
 		return err
 	}
-	turns, temp := DefaultCompareTurns, s.limits.DefaultTemperature
+	turns, temp := models.DefaultCompareTurns, s.limits.DefaultTemperature
 	if b.Turns != nil {
-		if *b.Turns < 1 || *b.Turns > MaxCompareTurns {
-			return badRequest("turns must be between 1 and %d", MaxCompareTurns)
+		if *b.Turns < 1 || *b.Turns > models.MaxCompareTurns {
+			return badRequest("turns must be between 1 and %d", models.MaxCompareTurns)
 		}
 		turns = *b.Turns
 	}
@@ -237,6 +64,22 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 		}
 		temp = *b.Temperature
 	}
+	release, err := s.models.ReserveCompare(name) // one comparison at a time
+	if err != nil {
+		return err
+	}
+	unhold, err := s.models.Hold(name, "being compared")
+	if err != nil {
+		release()
+		return err
+	}
+	started := false // once the run has started, it releases both
+	defer func() {
+		if !started {
+			unhold()
+			release()
+		}
+	}()
 	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
@@ -247,95 +90,77 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if e.Kind != "llm" {
 		return badRequest("%s is a %s model: a comparison replays language models (kind llm) only; the log holds no true transcript of the partner's speech to score a Whisper model against", name, e.Kind)
 	}
-	if sw, ok := s.health.(ModelSwitcher); ok && same(sw.ActiveModel(e.Kind), path) {
+	if sw, ok := s.health.(models.Switcher); ok && same(sw.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
 	}
-	jobs := s.compares
-	jobs.mu.Lock()
-	if jobs.running != "" {
-		running := jobs.running
-		jobs.mu.Unlock()
-		return errorf(CodeConflict, "a comparison of %s is running; one runs at a time: retry when it has finished", running)
-	}
-	jobs.running = name // reserved while the turns are read
-	jobs.mu.Unlock()
-	release := func() {
-		jobs.mu.Lock()
-		jobs.running = ""
-		jobs.mu.Unlock()
+	st, err := os.Stat(path)
+	if err != nil {
+		return errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
 	ts, err := s.compareTurns(turns, temp)
 	if err != nil {
-		release()
 		return err
 	}
 	if len(ts) == 0 {
-		release()
 		return errorf(CodeConflict, "there is no recorded turn to replay: a turn counts once its user, asked with remember: true, reported what they spoke (POST /v1/feedback)")
 	}
 	run, err := cm.BeginCompare(e.Kind, path)
 	if err != nil {
-		release()
 		ae := toAPIError(compareError(err))
 		s.adminLog(c, store.LevelWarn, name, "model comparison refused: %s %s: %s", e.Kind, name, ae.Message)
 		return ae
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmp := &ModelComparison{Kind: e.Kind, Node: s.node, Model: name, State: "running", Turns: turns, TurnsFound: len(ts),
+	cmp := &models.Comparison{Kind: e.Kind, Node: s.node, Model: name, State: "running", Turns: turns, TurnsFound: len(ts),
 		Temperature: temp, StartedAt: s.now().UTC().Format(time.RFC3339)}
-	jobs.mu.Lock()
-	if jobs.byName == nil {
-		jobs.byName = map[string]*ModelComparison{}
-	}
-	jobs.byName[name] = cmp
-	jobs.running, jobs.cancel = name, cancel
+	done := s.models.StartCompare(*cmp, cancel)
 	out := *cmp
-	jobs.wg.Add(1)
-	jobs.mu.Unlock()
 	s.adminLog(c, store.LevelInfo, name, "model comparison started: %s %s on the latest %d recorded turns", e.Kind, name, len(ts))
-	go s.runCompare(ctx, cancel, name, run, ts)
+	started = true
+	go s.runCompare(ctx, cancel, done, name, st, run, ts, unhold)
 	return c.JSON(http.StatusAccepted, out)
 }
 
 // runCompare runs a comparison begun by handleCompareModel and records its
-// end in the comparison and the admin log.
-func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, name string, run CompareRun, ts []CompareTurn) {
-	jobs := s.compares
-	defer jobs.wg.Done()
+// end in the comparison and the admin log; unhold then releases the file.
+func (s *Server) runCompare(ctx context.Context, cancel context.CancelFunc, done func(), name string, st os.FileInfo, run models.CompareRun, ts []models.CompareTurn, unhold func()) {
+	defer done()
 	defer cancel()
 	res, err := run(ctx, ts, func(done, total int) {
-		jobs.update(name, func(c *ModelComparison) { c.Done, c.Total = done, total })
+		s.models.CompareProgress(name, done, total)
 	})
-	finished := s.now().UTC().Format(time.RFC3339)
+	unhold() // the candidate is freed: the file may go before the end is shown
+	c, _, _ := s.models.Comparison(name)
+	c.FinishedAt, c.Reason, c.Preempted = s.now().UTC().Format(time.RFC3339), res.Reason, res.Preempted
 	var msg string
 	level := store.LevelInfo
-	jobs.update(name, func(c *ModelComparison) {
-		c.FinishedAt, c.Reason, c.Preempted = finished, res.Reason, res.Preempted
-		if err != nil {
-			ae := toAPIError(compareError(err))
-			if errors.Is(err, context.Canceled) {
-				ae = errorf(CodeCanceled, "the comparison was stopped: the server is shutting down")
-			}
-			c.State, c.Error = "failed", &errorBody{Error: ae.Code, Message: ae.Message}
-			level, msg = store.LevelWarn, fmt.Sprintf("model comparison failed: %s %s: %s", c.Kind, name, ae.Message)
-			return
+	if err != nil {
+		ae := toAPIError(compareError(err))
+		if errors.Is(err, context.Canceled) {
+			ae = errorf(CodeCanceled, "the comparison was stopped: the server is shutting down")
 		}
+		c.State, c.Error = "failed", &models.ErrorBody{Error: ae.Code, Message: ae.Message}
+		level, msg = store.LevelWarn, fmt.Sprintf("model comparison failed: %s %s: %s", c.Kind, name, ae.Message)
+	} else {
 		res.Candidate.Model, res.Active.Model = name, filepath.Base(res.Active.Model)
 		c.State, c.Candidate, c.Active = "done", &res.Candidate, &res.Active
 		msg = fmt.Sprintf("model compared: %s %s on %d turns: spoken reply among the candidates %.0f%% (active %s: %.0f%%), keystrokes saved %.0f%% (active %.0f%%), %.0f ms a turn (active %.0f ms)",
 			c.Kind, name, res.Candidate.Turns, 100*res.Candidate.ExactRate, res.Active.Model, 100*res.Active.ExactRate,
 			100*res.Candidate.KeystrokeSaving, 100*res.Active.KeystrokeSaving, res.Candidate.TurnMS, res.Active.TurnMS)
-	})
-	jobs.mu.Lock()
-	jobs.running, jobs.cancel = "", nil
-	jobs.mu.Unlock()
+	}
+	// Stored and logged before it is shown: whoever sees the end finds
+	// both.
+	if err := s.models.StoreComparison(name, st, c); err != nil {
+		s.log.Error("storing the comparison failed: it lasts until the next restart", "model", name, "error", err.Error())
+	}
 	if err := s.appendAdminLog(level, name, msg); err != nil {
 		s.log.Error("appending the admin log entry failed", "error", err.Error())
 	}
+	s.models.EndCompare(name, c)
 }
 
-// handleGetComparison serves the latest comparison of the file {name}
-// since this server started, running or finished.
+// handleGetComparison serves the latest comparison of the file {name},
+// running or finished: this run's, else the one stored.
 func (s *Server) handleGetComparison(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
@@ -344,11 +169,14 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cmp, ok := s.compares.get(name)
-	if !ok {
-		return errorf(CodeNotFound, "no comparison of %s since this server started", name)
+	cmp, ok, err := s.models.Comparison(name)
+	if err != nil {
+		return err
 	}
-	return c.JSON(http.StatusOK, cmp)
+	if ok {
+		return c.JSON(http.StatusOK, cmp)
+	}
+	return errorf(CodeNotFound, "no comparison of %s on this box", name)
 }
 
 // compareTurns reads the latest n recorded turns that can be replayed: an
@@ -356,7 +184,7 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 // what the user spoke) is still kept. Outcomes without text (users without
 // remember: true, none_fit without a reply) cannot be replayed and are
 // skipped. Oldest first.
-func (s *Server) compareTurns(n int, temp float64) ([]CompareTurn, error) {
+func (s *Server) compareTurns(n int, temp float64) ([]models.CompareTurn, error) {
 	prompts := map[string]string{DefaultPromptVersion: DefaultSystemPrompt}
 	hist, err := s.store.PromptHistory(0)
 	if err != nil {
@@ -374,13 +202,13 @@ func (s *Server) compareTurns(n int, temp float64) ([]CompareTurn, error) {
 	} else if ok && p.Prompt != "" {
 		current = p.Prompt
 	}
-	ring := make([]CompareTurn, 0, n)
+	ring := make([]models.CompareTurn, 0, n)
 	next := 0
 	err = s.store.Outcomes(time.Time{}, s.now().Add(time.Second), func(r store.OutcomeRecord) error {
 		if r.Pair == nil || r.Pair.Reply == "" || r.Pair.Partner == "" || r.Inference.Outcome == nil {
 			return nil
 		}
-		t := CompareTurn{Partner: r.Pair.Partner, Reply: r.Pair.Reply, SystemPrompt: current,
+		t := models.CompareTurn{Partner: r.Pair.Partner, Reply: r.Pair.Reply, SystemPrompt: current,
 			Candidates: max(len(r.Inference.CandidateChars), 1), Temperature: temp, SteerMode: r.Inference.Outcome.SteerMode}
 		if p, ok := prompts[r.Inference.PromptVersion]; ok {
 			t.SystemPrompt = p

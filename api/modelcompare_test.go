@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/models"
 )
 
 // fakeComparer is a fakeSwitcher that also compares models: what the api
@@ -19,18 +21,18 @@ type fakeComparer struct {
 	*fakeSwitcher
 	cmu     sync.Mutex
 	err     error // returned by the next BeginCompare
-	turns   []CompareTurn
+	turns   []models.CompareTurn
 	release chan struct{}
 }
 
-func (f *fakeComparer) BeginCompare(kind, path string) (CompareRun, error) {
+func (f *fakeComparer) BeginCompare(kind, path string) (models.CompareRun, error) {
 	f.cmu.Lock()
 	defer f.cmu.Unlock()
 	if err := f.err; err != nil {
 		f.err = nil
 		return nil, err
 	}
-	return func(ctx context.Context, turns []CompareTurn, progress func(done, total int)) (CompareResult, error) {
+	return func(ctx context.Context, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
 		f.cmu.Lock()
 		f.turns = turns
 		f.cmu.Unlock()
@@ -38,12 +40,12 @@ func (f *fakeComparer) BeginCompare(kind, path string) (CompareRun, error) {
 		select {
 		case <-f.release:
 		case <-ctx.Done():
-			return CompareResult{}, ctx.Err()
+			return models.CompareResult{}, ctx.Err()
 		}
 		progress(2*len(turns), 2*len(turns))
-		return CompareResult{Reason: "fits", Preempted: 1,
-			Candidate: CompareFigures{Model: path, Turns: len(turns), ExactRate: 0.5, NearRate: 0.5, KeystrokeSaving: 0.25, TurnMS: 120},
-			Active:    CompareFigures{Model: f.ActiveModel(kind), Turns: len(turns), ExactRate: 1, NearRate: 1, KeystrokeSaving: 0.5, TurnMS: 80}}, nil
+		return models.CompareResult{Reason: "fits", Preempted: 1,
+			Candidate: models.CompareFigures{Model: path, Turns: len(turns), ExactRate: 0.5, NearRate: 0.5, KeystrokeSaving: 0.25, TurnMS: 120},
+			Active:    models.CompareFigures{Model: f.ActiveModel(kind), Turns: len(turns), ExactRate: 1, NearRate: 1, KeystrokeSaving: 0.5, TurnMS: 80}}, nil
 	}, nil
 }
 
@@ -51,7 +53,9 @@ func (f *fakeComparer) BeginCompare(kind, path string) (CompareRun, error) {
 // that gets as far as the engines finds them busy (FuzzAdminModels).
 type timerComparer struct{ *fakeTimer }
 
-func (timerComparer) BeginCompare(string, string) (CompareRun, error) { return nil, ErrModelSwitchBusy }
+func (timerComparer) BeginCompare(string, string) (models.CompareRun, error) {
+	return nil, models.ErrBusy
+}
 
 func TestAdminModelCompare(t *testing.T) {
 	dir := modelsFolder(t, "a.gguf", "b.gguf")
@@ -78,7 +82,7 @@ func TestAdminModelCompare(t *testing.T) {
 		{"bad name", "/v1/admin/models/x.txt/compare", "", 400, errJSON(CodeInvalidRequest, "the model file name must be letters, digits, '.', '_' and '-', ending in .gguf or .bin")},
 		{"active", "/v1/admin/models/a.gguf/compare", "", 409, errJSON(CodeConflict, "a.gguf is the active llm model: compare another file with it")},
 		{"nothing recorded", path, "", 409, noTurns},
-		{"none yet", path, "GET", 404, errJSON(CodeNotFound, "no comparison of b.gguf since this server started")},
+		{"none yet", path, "GET", 404, errJSON(CodeNotFound, "no comparison of b.gguf on this box")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := adminReq("POST", c.path, c.body)
@@ -121,16 +125,16 @@ func TestAdminModelCompare(t *testing.T) {
 	}
 
 	// A switch or timing in progress, or no room: 409, nothing started.
-	cm.err = ErrModelSwitchBusy
+	cm.err = models.ErrBusy
 	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "another model switch is in progress; retry when it has finished"))
-	cm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", ErrModelCompareNoRoom)
+	cm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", models.ErrCompareNoRoom)
 	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "the model cannot be compared: it does not fit in memory beside the active one: it needs about 900 MiB but only 10 MiB are available; a comparison never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and compare the other way round"))
 
 	rec := e.do(adminReq("POST", path, `{"turns":5}`))
 	wantJSON(t, rec, 202, `{"kind":"llm","node":"box-test","model":"b.gguf","state":"running","turns":5,"turns_found":2,"temperature":0.7,"done":0,"total":0,"started_at":"2026-01-02T03:04:05Z","preempted":0}`)
 	// One at a time.
 	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "a comparison of b.gguf is running; one runs at a time: retry when it has finished"))
-	get := func() ModelComparison {
+	get := func() models.Comparison {
 		t.Helper()
 		rec := e.do(adminReq("GET", path, ""))
 		if rec.Code != 200 {
@@ -139,7 +143,7 @@ func TestAdminModelCompare(t *testing.T) {
 		if s := rec.Body.String(); strings.Contains(s, "SECRET") {
 			t.Errorf("the comparison shows dialog text: %s", s)
 		}
-		var m ModelComparison
+		var m models.Comparison
 		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +170,7 @@ func TestAdminModelCompare(t *testing.T) {
 	cm.cmu.Lock()
 	got := cm.turns
 	cm.cmu.Unlock()
-	want := []CompareTurn{
+	want := []models.CompareTurn{
 		{Partner: secret1, Reply: "reply 2", SystemPrompt: DefaultSystemPrompt, Candidates: 2, Temperature: 0.7},
 		{Partner: secret2, Reply: "SECRET-TYPED", SystemPrompt: DefaultSystemPrompt, Candidates: 3, Temperature: 0.7},
 	}
@@ -208,7 +212,7 @@ func TestAdminModelCompare(t *testing.T) {
 	}
 	var list struct {
 		Compare     bool
-		Comparisons map[string]ModelComparison
+		Comparisons map[string]models.Comparison
 	}
 	decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
 	if !list.Compare || len(list.Comparisons) != 1 || list.Comparisons["b.gguf"].State != "done" || list.Comparisons["b.gguf"].TurnsFound != 1 {
@@ -241,7 +245,7 @@ func TestAdminModelCompareStops(t *testing.T) {
 		t.Fatalf("compare: %d %s", rec.Code, rec.Body)
 	}
 	e.srv.Close()
-	var m ModelComparison
+	var m models.Comparison
 	decode(t, e.do(adminReq("GET", "/v1/admin/models/b.gguf/compare", "")), &m)
 	if m.State != "failed" || m.Error == nil || m.Error.Error != CodeCanceled {
 		t.Errorf("after Close: %+v %+v", m, m.Error)

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -16,36 +14,8 @@ import (
 )
 
 // DefaultMaxModelBytes bounds a model upload when Options.MaxModelBytes is
-// 0: room for a 7B model at q8_0 or Whisper large at f16.
-const DefaultMaxModelBytes = 16 << 30
-
-// modelFolder is the models folder the admin API manages: one upload at a
-// time, and each file's check and SHA-256 kept while its size and time are
-// unchanged, so that a listing does not hash gigabytes each time.
-type modelFolder struct {
-	dir      string
-	maxBytes int64
-	upload   chan struct{} // one upload at a time
-	mu       sync.Mutex    // one listing at a time; guards cache
-	cache    map[string]cachedModel
-	free     func(string) (int64, error) // nil: modelfile.Free; tests replace it
-}
-
-type cachedModel struct {
-	size  int64
-	mtime time.Time
-	e     modelfile.Entry
-}
-
-func newModelFolder(dir string, maxBytes int64) *modelFolder {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxModelBytes
-	}
-	if dir != "" {
-		modelfile.Sweep(dir) // uploads a crash interrupted
-	}
-	return &modelFolder{dir: dir, maxBytes: maxBytes, upload: make(chan struct{}, 1), cache: map[string]cachedModel{}}
-}
+// 0 (models.DefaultMaxBytes).
+const DefaultMaxModelBytes = models.DefaultMaxBytes
 
 // modelList is the body of GET /v1/admin/models.
 type modelList struct {
@@ -61,19 +31,21 @@ type modelList struct {
 	Boxes  []boxModels `json:"boxes"`
 	Switch bool        `json:"switch"`
 	// Timings are the files' stored timings (POST .../{name}/time), by
-	// file name; Time is whether this box can time models.
-	Timings map[string]*ModelTiming `json:"timings"`
-	Time    bool                    `json:"time"`
+	// file name, kept in the store: a restart keeps them. Time is whether
+	// this box can time models.
+	Timings map[string]*models.Timing `json:"timings"`
+	Time    bool                      `json:"time"`
 	// Compare is whether this box can compare a language model with the
 	// active one on the recorded turns (POST .../{name}/compare);
-	// Comparisons the latest comparison of each file since start, running
-	// or finished (absent when there is none).
-	Compare     bool                        `json:"compare"`
-	Comparisons map[string]*ModelComparison `json:"comparisons,omitempty"`
+	// Comparisons the latest comparison of each file, running or finished
+	// (finished ones are kept in the store: a restart keeps them; absent
+	// when there is none).
+	Compare     bool                          `json:"compare"`
+	Comparisons map[string]*models.Comparison `json:"comparisons,omitempty"`
 }
 
 func (s *Server) modelsConfigured() error {
-	if s.models.dir == "" {
+	if s.models.Dir() == "" {
 		return errorf(CodeNotSupported, "this server has no models folder")
 	}
 	return nil
@@ -85,7 +57,7 @@ func (s *Server) activeModel(name string) bool {
 	if s.health == nil {
 		return false
 	}
-	want, err := filepath.Abs(filepath.Join(s.models.dir, name))
+	want, err := filepath.Abs(filepath.Join(s.models.Dir(), name))
 	if err != nil {
 		return false
 	}
@@ -109,119 +81,55 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	man, err := models.Embedded()
+	l, err := s.models.List()
 	if err != nil {
 		return err
 	}
-	f := s.models
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	des, err := os.ReadDir(f.dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	out := modelList{Models: l.Entries, FreeBytes: -1, MaxBytes: s.models.MaxBytes(), Timings: l.Timings, Comparisons: l.Comparisons}
+	for i := range out.Models {
+		out.Models[i].Active = s.activeModel(out.Models[i].File)
 	}
-	out := modelList{Models: []modelfile.Entry{}, FreeBytes: -1, MaxBytes: f.maxBytes, Timings: map[string]*ModelTiming{}}
-	seen := map[string]bool{}
-	for _, de := range des {
-		if !de.Type().IsRegular() || !modelfile.ValidName(de.Name()) {
-			continue
-		}
-		st, err := de.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		name := de.Name()
-		seen[name] = true
-		ce, ok := f.cache[name]
-		if !ok || ce.size != st.Size() || !ce.mtime.Equal(st.ModTime()) {
-			e, err := modelfile.Describe(filepath.Join(f.dir, name), man)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			ce = cachedModel{size: st.Size(), mtime: st.ModTime(), e: e}
-			f.cache[name] = ce
-		}
-		e := ce.e
-		e.Active = s.activeModel(name)
-		if t := f.timing(name, st); t != nil {
-			out.Timings[name] = t
-		}
-		out.Models = append(out.Models, e)
-	}
-	for name := range f.cache {
-		if !seen[name] {
-			delete(f.cache, name)
-		}
-	}
-	if n, err := f.freeBytes(); err == nil {
+	if n, err := s.models.FreeBytes(); err == nil {
 		out.FreeBytes = n
 	}
 	out.Node = s.node
 	if out.Boxes, err = s.modelChoices(); err != nil {
 		return err
 	}
-	_, out.Switch = s.health.(ModelSwitcher)
-	_, out.Time = s.health.(ModelTimer)
-	_, out.Compare = s.health.(ModelComparer)
-	for n, c := range s.compares.all() {
-		if seen[n] { // the files still there
-			if out.Comparisons == nil {
-				out.Comparisons = map[string]*ModelComparison{}
-			}
-			out.Comparisons[n] = c
-		}
-	}
+	_, out.Switch = s.health.(models.Switcher)
+	_, out.Time = s.health.(models.Timer)
+	_, out.Compare = s.health.(models.Comparer)
 	return c.JSON(http.StatusOK, out)
-}
-
-func (f *modelFolder) freeBytes() (int64, error) {
-	if f.free != nil {
-		return f.free(f.dir)
-	}
-	if err := os.MkdirAll(f.dir, 0o750); err != nil {
-		return 0, err
-	}
-	return modelfile.Free(f.dir)
 }
 
 // handleUploadModel takes a model file as the raw request body (any
 // Content-Type) under the name given by ?name=. The body streams to a
 // temporary file in the folder; the file is checked and renamed into place.
 // The Content-Length, when given, is checked against the bound and the free
-// space before a byte is read. A dropped connection leaves nothing behind; a
-// re-sent upload starts again from the first byte.
+// space before a byte is read. A disk that fills while the body is copied,
+// chunked or not, is 507 insufficient_storage with the bytes written and
+// the bytes free. A dropped connection or a full disk leaves nothing behind;
+// a re-sent upload starts again from the first byte.
 func (s *Server) handleUploadModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	f := s.models
 	name := c.QueryParam("name")
 	if !modelfile.ValidName(name) {
 		return badRequest("?name= must be a model file name of letters, digits, '.', '_' and '-', ending in .gguf or .bin")
 	}
 	r := c.Request()
-	if r.ContentLength > f.maxBytes {
-		s.adminLog(c, store.LevelWarn, name, "model upload refused: %s is %d bytes, the limit is %d", name, r.ContentLength, f.maxBytes)
-		return errorf(CodePayloadTooLarge, "the model file is %d bytes; the limit is %s", r.ContentLength, formatBytes(f.maxBytes))
+	if max := s.models.MaxBytes(); r.ContentLength > max {
+		s.adminLog(c, store.LevelWarn, name, "model upload refused: %s is %d bytes, the limit is %d", name, r.ContentLength, max)
+		return errorf(CodePayloadTooLarge, "the model file is %d bytes; the limit is %s", r.ContentLength, formatBytes(max))
 	}
-	select {
-	case f.upload <- struct{}{}:
-		defer func() { <-f.upload }()
-	default:
-		return errorf(CodeConflict, "another model upload is in progress; retry when it has finished")
+	e, err := s.models.Upload(name, r.Body, r.ContentLength)
+	if errors.Is(err, models.ErrUploadBusy) {
+		return errorf(CodeConflict, "%s", err.Error())
 	}
-	man, err := models.Embedded()
-	if err != nil {
-		return err
+	if errors.Is(err, modelfile.ErrShort) && r.ContentLength < 0 {
+		err = &Error{Code: CodeInvalidRequest, Message: "the upload was cut off before its end (it was sent without a Content-Length); send the file again", Err: err}
 	}
-	free := f.free
-	if free == nil {
-		free = modelfile.Free
-	}
-	e, err := modelfile.Add(f.dir, name, r.Body, modelfile.AddOptions{Size: r.ContentLength, MaxBytes: f.maxBytes, Free: free, Manifest: man})
 	if err != nil {
 		ae := toAPIError(err)
 		if ae.Code != CodeInternal {
@@ -252,13 +160,7 @@ func (s *Server) handleDeleteModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.models.mu.Lock()
-	err = modelfile.Remove(s.models.dir, name, s.activeModel)
-	if err == nil {
-		_ = os.Remove(s.models.timingPath(name))
-	}
-	s.models.mu.Unlock()
-	if err != nil {
+	if err := s.models.Remove(name, s.activeModel); err != nil {
 		return err
 	}
 	s.adminLog(c, store.LevelInfo, name, "model removed: %s", name)
@@ -278,6 +180,8 @@ func modelError(err error) *Error {
 		return &Error{Code: CodePayloadTooLarge, Message: err.Error(), Err: err}
 	case errors.Is(err, modelfile.ErrExists):
 		return &Error{Code: CodeConflict, Message: err.Error() + "; remove it first or choose another name", Err: err}
+	case errors.Is(err, models.ErrHeld) || errors.Is(err, models.ErrCompareRunning):
+		return &Error{Code: CodeConflict, Message: err.Error(), Err: err}
 	case errors.Is(err, modelfile.ErrActive):
 		return &Error{Code: CodeConflict, Message: err.Error() + ": switch to another model before removing it", Err: err}
 	case errors.Is(err, modelfile.ErrNotFound):

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
@@ -85,7 +87,7 @@ func TestAdminModels(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.MaxModelBytes = 1 << 20 })
 	free := int64(1 << 30)
-	e.srv.models.free = func(string) (int64, error) { return free, nil }
+	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
 	good, other := tinyGGUF("tiny"), tinyGGUF("other")
 	entry := func(active bool) string {
 		return fmt.Sprintf(`{"file":"tiny.gguf","kind":"llm","bytes":%d,"sha256":"%s","manifest":"not in the manifest","check":"ok",`+
@@ -187,7 +189,7 @@ func TestAdminModels(t *testing.T) {
 func TestAdminModelsDroppedUpload(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
-	e.srv.models.free = func(string) (int64, error) { return 1 << 30, nil }
+	e.srv.models.FreeSpace = func(string) (int64, error) { return 1 << 30, nil }
 	good := tinyGGUF("tiny")
 	req := uploadReq("tiny.gguf", nil)
 	req.Body = &failingBody{data: good[:50]}
@@ -226,3 +228,73 @@ func (f *failingBody) Read(p []byte) (int, error) {
 }
 
 func (f *failingBody) Close() error { return nil }
+
+// fillingDisk passes room bytes, then fails as a full disk (ENOSPC).
+type fillingDisk struct {
+	w    io.Writer
+	room int
+}
+
+func (f *fillingDisk) Write(p []byte) (int, error) {
+	if len(p) <= f.room {
+		f.room -= len(p)
+		return f.w.Write(p)
+	}
+	n, _ := f.w.Write(p[:f.room])
+	f.room = 0
+	return n, &os.PathError{Op: "write", Path: "model", Err: syscall.ENOSPC}
+}
+
+// TestAdminModelsDiskFills: an upload whose disk fills while it is copied
+// is 507 insufficient_storage, chunked (no Content-Length: its size is
+// unknown, and it says so) or with a Content-Length that fitted when it
+// began; the admin log says so and nothing is left behind. A chunked
+// upload cut off by the client is 400 without a false word about a
+// Content-Length.
+func TestAdminModelsDiskFills(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "models")
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
+	free := int64(1 << 30)
+	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
+	e.srv.models.WrapWrite = func(w io.Writer) io.Writer { return &fillingDisk{w: w, room: 40} }
+	good := tinyGGUF("tiny")
+	chunked := uploadReq("big.gguf", good)
+	chunked.ContentLength = -1
+	chunked.Body = io.NopCloser(bytes.NewReader(good))
+	free = 2000
+	wantJSON(t, e.do(chunked), 507, errJSON(CodeInsufficientStorage,
+		"the models folder's disk filled after 40 bytes (1 KiB) of the file (its full size is unknown: it was sent without a Content-Length) were written; nothing was kept, and it has 2000 bytes (2 KiB) free; free space on it or upload a smaller file"))
+	free = 1 << 30
+	wantJSON(t, e.do(uploadReq("big.gguf", good)), 507, errJSON(CodeInsufficientStorage,
+		fmt.Sprintf("the models folder's disk filled after 40 bytes (1 KiB) of its %d (1 KiB) were written; nothing was kept, and it has 1073741824 bytes (1.0 GiB) free; free space on it or upload a smaller file", len(good))))
+	if des, _ := os.ReadDir(dir); len(des) != 0 {
+		t.Errorf("folder holds %v after a full disk", des)
+	}
+	e.srv.models.WrapWrite = nil
+	cut := uploadReq("big.gguf", nil)
+	cut.ContentLength = -1
+	cut.Body = &failingBody{data: good[:50]}
+	wantJSON(t, e.do(cut), 400, errJSON(CodeInvalidRequest, "the upload was cut off before its end (it was sent without a Content-Length); send the file again"))
+	if des, _ := os.ReadDir(dir); len(des) != 0 {
+		t.Errorf("folder holds %v after a cut upload", des)
+	}
+	var msgs []string
+	for _, l := range e.st.logsCopy() {
+		if l.StreamName == store.StreamAdmin {
+			msgs = append(msgs, l.Level+" "+l.Message)
+		}
+	}
+	want := []string{
+		"warn model upload refused: big.gguf: the models folder's disk filled after 40 bytes (1 KiB) of the file (its full size is unknown",
+		"warn model upload refused: big.gguf: the models folder's disk filled after 40 bytes (1 KiB) of its",
+		"warn model upload refused: big.gguf: the upload was cut off before its end",
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("admin log:\n%s", strings.Join(msgs, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(msgs[i], want[i]) {
+			t.Errorf("admin log %d: %q, want %q…", i, msgs[i], want[i])
+		}
+	}
+}

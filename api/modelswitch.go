@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -16,80 +15,17 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// ModelSwitcher switches the model an engine uses while the server runs.
-// A HealthSource that implements it (cmd/replyd's engines) makes
-// POST /v1/admin/models/{name}/activate and /v1/admin/models/{kind}/rollback
-// work;
-// without it they answer 501 not_supported.
-type ModelSwitcher interface {
-	// SwitchModel loads the model file req.Path for engine req.Kind ("llm"
-	// or "whisper") and makes it the one new requests use; requests already
-	// running finish on the old one, which is freed after them. It returns
-	// once the new model serves (or failed to load: then the old one still
-	// serves). Errors wrap ErrModelSwitchBusy, ErrModelSwitchNoRoom or
-	// ErrModelSwitchInvalid; anything else is internal.
-	SwitchModel(ctx context.Context, req ModelSwitchRequest) (ModelSwitch, error)
-	// ActiveModel returns the path of kind's model now ("" for an unknown
-	// kind).
-	ActiveModel(kind string) string
-}
-
-// ModelSwitchRequest asks a ModelSwitcher for a switch.
-type ModelSwitchRequest struct {
-	Kind string // "llm" or "whisper"
-	Path string // the model file
-	// Mode is "auto" (or ""): beside the old model when both fit in
-	// memory, else unload the old one first; "beside" refuses with
-	// ErrModelSwitchNoRoom when they do not fit; "swap" always unloads
-	// first.
-	Mode string
-}
-
-// ModelSwitch is what a switch did: the body of a successful activate or
-// rollback, with the file names (not the paths) of the models.
-type ModelSwitch struct {
-	Kind     string `json:"kind"`
-	Model    string `json:"model"`
-	Previous string `json:"previous"`
-	// Mode is "beside" (the new model loaded while the old one served) or
-	// "swap" (the old one was unloaded first; requests meanwhile got 503
-	// loading).
-	Mode string `json:"mode"`
-	// Reason says why, with the memory figures.
-	Reason string `json:"reason"`
-	// BytesNeeded is the memory the new model is expected to take,
-	// BytesAvailable what the system had available (-1 unknown).
-	BytesNeeded    int64 `json:"bytes_needed"`
-	BytesAvailable int64 `json:"bytes_available"`
-	// LoadMS is how long the switch took, warm-up included.
-	LoadMS int64 `json:"load_ms"`
-	// Node is the box that switched.
-	Node string `json:"node"`
-}
-
-// Errors a ModelSwitcher returns (wrapped), mapped by modelError.
-var (
-	// ErrModelSwitchBusy: another switch is running, or the engine is still
-	// loading at start: 409 conflict.
-	ErrModelSwitchBusy = errors.New("another model switch is in progress")
-	// ErrModelSwitchNoRoom: mode "beside" and both models do not fit: 409.
-	ErrModelSwitchNoRoom = errors.New("the new model does not fit in memory beside the old one")
-	// ErrModelSwitchInvalid: the file cannot be used (it failed to load, or
-	// is of no engine's kind): 422 invalid_model. The old model serves.
-	ErrModelSwitchInvalid = errors.New("the model cannot be used")
-)
-
 // switchBody is the optional JSON body of activate and rollback.
 type switchBody struct {
 	Kind string `json:"kind"`
 	Mode string `json:"mode"`
 }
 
-func (s *Server) switcher() (ModelSwitcher, error) {
+func (s *Server) switcher() (models.Switcher, error) {
 	if err := s.modelsConfigured(); err != nil {
 		return nil, err
 	}
-	if sw, ok := s.health.(ModelSwitcher); ok {
+	if sw, ok := s.health.(models.Switcher); ok {
 		return sw, nil
 	}
 	return nil, errorf(CodeNotSupported, "this server cannot switch models while it runs")
@@ -124,6 +60,11 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.models.Hold(name, "being activated")
+	if err != nil {
+		return err
+	}
+	defer release()
 	path, e, err := s.describeModel(name)
 	if err != nil {
 		return err
@@ -173,6 +114,13 @@ func (s *Server) handleRollbackModel(c echo.Context) error {
 	if prev == "" {
 		return errorf(CodeConflict, "this box has not switched its %s model: there is nothing to roll back to", body.Kind)
 	}
+	if inFolder(s.models.Dir(), prev) {
+		release, err := s.models.Hold(filepath.Base(prev), "being activated")
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	if _, err := os.Stat(prev); err != nil {
 		return errorf(CodeNotFound, "the earlier %s model %s is no longer on this box", body.Kind, filepath.Base(prev))
 	}
@@ -180,10 +128,10 @@ func (s *Server) handleRollbackModel(c echo.Context) error {
 }
 
 // switchTo runs one switch, stores the choice and logs it.
-func (s *Server) switchTo(c echo.Context, sw ModelSwitcher, kind, path, mode, what string) error {
+func (s *Server) switchTo(c echo.Context, sw models.Switcher, kind, path, mode, what string) error {
 	name := filepath.Base(path)
 	s.adminLog(c, store.LevelInfo, name, "model switch started: %s %s (mode %s)", kind, name, orAuto(mode))
-	res, err := sw.SwitchModel(c.Request().Context(), ModelSwitchRequest{Kind: kind, Path: path, Mode: mode})
+	res, err := sw.SwitchModel(c.Request().Context(), models.SwitchRequest{Kind: kind, Path: path, Mode: mode})
 	if err != nil {
 		ae := toAPIError(err)
 		s.adminLog(c, store.LevelWarn, name, "model switch failed: %s %s: %s", kind, name, ae.Message)
@@ -204,6 +152,16 @@ func orAuto(mode string) string {
 		return "auto"
 	}
 	return mode
+}
+
+// inFolder reports whether path is a file of the models folder dir.
+func inFolder(dir, path string) bool {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	p, err := filepath.Abs(path)
+	return err == nil && filepath.Dir(p) == d
 }
 
 // same reports whether two paths name one file.
@@ -253,18 +211,18 @@ func (s *Server) modelChoices() ([]boxModels, error) {
 	return out, nil
 }
 
-// switchError maps the ModelSwitcher's errors; nil for others.
+// switchError maps the models.Switcher's errors; nil for others.
 func switchError(err error) *Error {
 	msg := err.Error()
 	switch {
-	case errors.Is(err, ErrModelSwitchBusy):
+	case errors.Is(err, models.ErrBusy):
 		return &Error{Code: CodeConflict, Message: msg + "; retry when it has finished", Err: err}
-	case errors.Is(err, ErrModelSwitchNoRoom):
+	case errors.Is(err, models.ErrNoRoom):
 		return &Error{Code: CodeConflict, Message: msg + "; switch with mode swap (requests get 503 loading meanwhile) or free memory", Err: err}
-	case errors.Is(err, ErrModelTimeNoRoom):
+	case errors.Is(err, models.ErrTimeNoRoom):
 		return &Error{Code: CodeConflict, Message: msg + "; timing never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and read its figures", Err: err}
-	case errors.Is(err, ErrModelSwitchInvalid):
-		return &Error{Code: CodeInvalidModel, Message: strings.TrimPrefix(msg, ErrModelSwitchInvalid.Error()+": "), Err: err}
+	case errors.Is(err, models.ErrUnusable):
+		return &Error{Code: CodeInvalidModel, Message: strings.TrimPrefix(msg, models.ErrUnusable.Error()+": "), Err: err}
 	}
 	return nil
 }
@@ -273,16 +231,8 @@ func switchError(err error) *Error {
 // modelfile.ValidName) and describes it against the embedded manifest: its
 // absolute path and entry, 404 not_found when it is not there.
 func (s *Server) describeModel(name string) (string, modelfile.Entry, error) {
-	path, err := filepath.Abs(filepath.Join(s.models.dir, name))
-	if err != nil {
-		return "", modelfile.Entry{}, err
-	}
-	man, err := models.Embedded()
-	if err != nil {
-		return "", modelfile.Entry{}, err
-	}
-	e, err := modelfile.Describe(path, man)
-	if errors.Is(err, os.ErrNotExist) {
+	path, e, err := s.models.Describe(name)
+	if errors.Is(err, modelfile.ErrNotFound) {
 		return "", modelfile.Entry{}, errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
 	return path, e, err

@@ -3,11 +3,15 @@ package api
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -19,7 +23,10 @@ type fakeSwitcher struct {
 	mu     sync.Mutex
 	active map[string]string
 	err    error // returned by the next SwitchModel
-	calls  []ModelSwitchRequest
+	calls  []models.SwitchRequest
+	// loading, when set, is called by SwitchModel before it switches, as
+	// an engine loading the file: the hook a test holds the switch in.
+	loading func(req models.SwitchRequest)
 }
 
 func (f *fakeSwitcher) ActiveModel(kind string) string {
@@ -28,17 +35,20 @@ func (f *fakeSwitcher) ActiveModel(kind string) string {
 	return f.active[kind]
 }
 
-func (f *fakeSwitcher) SwitchModel(_ context.Context, req ModelSwitchRequest) (ModelSwitch, error) {
+func (f *fakeSwitcher) SwitchModel(_ context.Context, req models.SwitchRequest) (models.Switch, error) {
+	if f.loading != nil {
+		f.loading(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, req)
 	if err := f.err; err != nil {
 		f.err = nil
-		return ModelSwitch{}, err
+		return models.Switch{}, err
 	}
 	prev := f.active[req.Kind]
 	f.active[req.Kind] = req.Path
-	return ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
+	return models.Switch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
 }
 
 func TestAdminModelSwitch(t *testing.T) {
@@ -68,13 +78,13 @@ func TestAdminModelSwitch(t *testing.T) {
 		{"refused file", "POST", "/v1/admin/models/cut.gguf/activate", "", nil, 422, ""},
 		{"wrong kind", "POST", "/v1/admin/models/b.gguf/activate", `{"kind":"whisper"}`, nil, 400, errJSON(CodeInvalidRequest, "b.gguf is a llm model, not whisper")},
 		{"bad mode", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"fast"}`, nil, 400, errJSON(CodeInvalidRequest, "mode must be auto, beside or swap")},
-		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", ErrModelSwitchBusy) }, 409,
+		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", models.ErrBusy) }, 409,
 			errJSON(CodeConflict, "another model switch is in progress: x; retry when it has finished")},
 		{"no room beside", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"beside"}`, func() {
-			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", ErrModelSwitchNoRoom)
+			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", models.ErrNoRoom)
 		}, 409, errJSON(CodeConflict, "the new model does not fit in memory beside the old one: the new model needs about 900 MiB but only 10 MiB are available; switch with mode swap (requests get 503 loading meanwhile) or free memory")},
 		{"fails to load", "POST", "/v1/admin/models/b.gguf/activate", "", func() {
-			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", ErrModelSwitchInvalid)
+			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", models.ErrUnusable)
 		}, 422, errJSON(CodeInvalidModel, "cannot load language model b.gguf: bad tensor")},
 		{"switch", "POST", "/v1/admin/models/b.gguf/activate", "", nil, 200, switched("b.gguf", "a.gguf")},
 		{"rollback, bad kind", "POST", "/v1/admin/models/tts/rollback", "", nil, 400, errJSON(CodeInvalidRequest, "the kind must be llm or whisper")},
@@ -144,4 +154,58 @@ func TestModelSwitchWithoutSwitcher(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/llm/rollback", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
+}
+
+// TestModelRemoveDuringActivation: a removal while the file is being
+// activated (the engine loading it) is 409 naming the activation, and
+// leaves the file, which goes live; the active file then cannot be
+// removed either. The switch is held in its load by a hook, so the race
+// is the same every run. A file removed before its activation starts is
+// 404.
+func TestModelRemoveDuringActivation(t *testing.T) {
+	dir := modelsFolder(t, "a.gguf", "b.gguf", "c.gguf")
+	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	loading, proceed := make(chan struct{}), make(chan struct{})
+	sw.loading = func(models.SwitchRequest) {
+		loading <- struct{}{}
+		<-proceed
+	}
+	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = &fakeTimer{fakeSwitcher: sw} })
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- e.do(adminReq("POST", "/v1/admin/models/b.gguf/activate", "")) }()
+	<-loading
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/models/b.gguf", "")), 409,
+		errJSON(CodeConflict, "b.gguf is being activated: it cannot be removed until that has finished"))
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/b.gguf/time", "")), 409,
+		errJSON(CodeConflict, "b.gguf is being activated: retry when that has finished"))
+	close(proceed)
+	if rec := <-done; rec.Code != 200 {
+		t.Fatalf("activate: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Fatalf("the activated file: %v", err)
+	}
+	if got := sw.ActiveModel("llm"); got != b {
+		t.Fatalf("active %q, want %q", got, b)
+	}
+	// The active file is the engine's now: removing it is refused too.
+	sw.fakeHealth.mu.Lock()
+	sw.fakeHealth.engines = []engine.EngineStatus{{Name: "llm", Ready: true, Model: b}}
+	sw.fakeHealth.mu.Unlock()
+	wantJSON(t, e.do(adminReq("DELETE", "/v1/admin/models/b.gguf", "")), 409,
+		errJSON(CodeConflict, "the model is in use: b.gguf: switch to another model before removing it"))
+
+	// A file removed before its activation starts is not there: 404.
+	sw.loading = nil
+	if rec := e.do(adminReq("DELETE", "/v1/admin/models/c.gguf", "")); rec.Code != 204 {
+		t.Fatalf("remove c.gguf: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/c.gguf/activate", "")), 404,
+		errJSON(CodeNotFound, "no model file c.gguf in the models folder"))
+	// The engines' own check of the file, when it went between the
+	// folder's and theirs, is 404 too.
+	sw.err = fmt.Errorf("%w: a.gguf", modelfile.ErrNotFound)
+	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 404,
+		errJSON(CodeNotFound, "no such model file: a.gguf"))
 }

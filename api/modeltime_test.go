@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/replyd/replyd/models"
 )
 
 // fakeTimer is a fakeSwitcher that also times models: what the api does
@@ -19,16 +21,16 @@ type fakeTimer struct {
 	err error // returned by the next TimeModel
 }
 
-func (f *fakeTimer) TimeModel(_ context.Context, kind, path string) (ModelTiming, error) {
+func (f *fakeTimer) TimeModel(_ context.Context, kind, path string) (models.Timing, error) {
 	f.tmu.Lock()
 	defer f.tmu.Unlock()
 	if err := f.err; err != nil {
 		f.err = nil
-		return ModelTiming{}, err
+		return models.Timing{}, err
 	}
-	return ModelTiming{Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 5,
-		Candidate: ModelFigures{Model: path, PromptTokensPerS: 100, Candidates: 4, StepMS: 10, HistoryBudgetTokens: 400, MaxReplyTokens: 20},
-		Active:    ModelFigures{Model: f.ActiveModel(kind), PromptTokensPerS: 200, Candidates: 4, StepMS: 5, HistoryBudgetTokens: 800, MaxReplyTokens: 20}}, nil
+	return models.Timing{Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 5,
+		Candidate: models.Figures{Model: path, PromptTokensPerS: 100, Candidates: 4, StepMS: 10, HistoryBudgetTokens: 400, MaxReplyTokens: 20},
+		Active:    models.Figures{Model: f.ActiveModel(kind), PromptTokensPerS: 200, Candidates: 4, StepMS: 5, HistoryBudgetTokens: 800, MaxReplyTokens: 20}}, nil
 }
 
 func TestAdminModelTime(t *testing.T) {
@@ -55,9 +57,9 @@ func TestAdminModelTime(t *testing.T) {
 		{"missing", "/v1/admin/models/nope.gguf/time", nil, 404, errJSON(CodeNotFound, "no model file nope.gguf in the models folder")},
 		{"bad name", "/v1/admin/models/..%2Fx.gguf/time", nil, 400, ""},
 		{"no room", "/v1/admin/models/b.gguf/time", func() {
-			tm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", ErrModelTimeNoRoom)
+			tm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", models.ErrTimeNoRoom)
 		}, 409, errJSON(CodeConflict, "the model cannot be timed: it does not fit in memory beside the active one: it needs about 900 MiB but only 10 MiB are available; timing never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and read its figures")},
-		{"busy", "/v1/admin/models/b.gguf/time", func() { tm.err = ErrModelSwitchBusy }, 409,
+		{"busy", "/v1/admin/models/b.gguf/time", func() { tm.err = models.ErrBusy }, 409,
 			errJSON(CodeConflict, "another model switch is in progress; retry when it has finished")},
 		{"timed", "/v1/admin/models/b.gguf/time", nil, 200, fmt.Sprintf(want, st.Size())},
 	} {
@@ -75,14 +77,14 @@ func TestAdminModelTime(t *testing.T) {
 			wantJSON(t, rec, c.status, c.want)
 		})
 	}
-	listed := func() map[string]*ModelTiming {
+	listed := func() map[string]*models.Timing {
 		var list struct {
 			Time    bool
-			Timings map[string]*ModelTiming
+			Timings map[string]*models.Timing
 		}
 		decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
 		if !list.Time {
-			t.Error("time is false with a ModelTimer")
+			t.Error("time is false with a models.Timer")
 		}
 		return list.Timings
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/replyd/replyd/api/web"
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -157,9 +158,8 @@ type Server struct {
 	liveOff     bool
 	sched       *engine.Scheduler
 	live        *liveSessions
-	rights      *grants // work in progress by the key whose right it holds (rights.go)
-	models      *modelFolder
-	compares    *compareJobs // model comparisons (modelcompare.go)
+	rights      *grants         // work in progress by the key whose right it holds (rights.go)
+	models      *models.Service // the models folder and its actions (models.go)
 }
 
 // New builds a Server and its routes. It panics when Store or Inferer is nil
@@ -188,8 +188,6 @@ func New(o Options) *Server {
 		m4a:         o.M4A,
 		node:        o.Node,
 		rand:        o.Rand,
-		models:      newModelFolder(o.ModelsDir, o.MaxModelBytes),
-		compares:    &compareJobs{},
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -214,6 +212,7 @@ func New(o Options) *Server {
 	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
 	s.live = newLiveSessions()
 	s.rights = newGrants()
+	s.models = models.NewService(models.ServiceOptions{Dir: o.ModelsDir, MaxBytes: o.MaxModelBytes, Node: s.node, Store: s.store, Log: s.log})
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies
@@ -259,7 +258,7 @@ func (s *Server) Close() {
 	}
 	s.failMu.Unlock()
 	s.writeFailSummaries(s.failures.flush(s.now(), true))
-	s.compares.stop()
+	s.models.StopCompares()
 }
 
 // routes registers every route. The OpenAPI test walks e.Routes() and checks

@@ -1,4 +1,11 @@
-// Package models describes the model files replyd recommends and checks
+// Package models is replyd's models feature: the model files replyd
+// recommends (the manifest) and the checks of files on disk against it,
+// and the types, errors and rules of switching, timing and comparing the
+// models a box runs (switch.go, timing.go, compare.go, plan.go). api
+// parses requests and maps these errors; cmd/replyd's engines implement
+// Switcher, Timer and Comparer.
+//
+// The manifest: models describes the model files replyd recommends and checks
 // files on disk against that list. The list is the embedded manifest.json: one
 // entry per file with where to get it, how big it is and its checksum. The
 // checksums come from the publishers (see README.md); this package never
@@ -305,4 +312,15 @@ func (m Manifest) Find(name string) (Model, error) {
 		}
 	}
 	return Model{}, fmt.Errorf("%w: %q", ErrNoModel, name)
+}
+
+// Known returns the name of the model whose file has the SHA-256 sum; it
+// implements modelfile.Manifest.
+func (m Manifest) Known(sum string) (string, bool) {
+	for _, e := range m.Models {
+		if e.SHA256 != "" && e.SHA256 == sum {
+			return e.Name, true
+		}
+	}
+	return "", false
 }

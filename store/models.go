@@ -24,3 +24,33 @@ type ModelChoice struct {
 func ValidModelChoice(c ModelChoice) bool {
 	return c.Node != "" && c.Kind != "" && c.Model != ""
 }
+
+// Kinds of ModelRecord.
+const (
+	ModelTiming     = "timing"     // POST /v1/admin/models/{name}/time
+	ModelComparison = "comparison" // POST /v1/admin/models/{name}/compare
+)
+
+// ModelRecord is what a box measured of one of its model files: a timing or
+// a comparison (What), kept so that a restart keeps them. Model files live
+// on each box, so records are per box, like a ModelChoice. Body is the
+// models feature's own JSON; the store keeps it as it is.
+type ModelRecord struct {
+	Node string `json:"node"`
+	// File is the file's name in the box's models folder.
+	File string `json:"file"`
+	// What is ModelTiming or ModelComparison.
+	What string `json:"what"`
+	// Bytes and ModTime identify the file measured: a file replaced since
+	// is another file.
+	Bytes   int64     `json:"bytes"`
+	ModTime time.Time `json:"mod_time"`
+	// At is when the record was written.
+	At   time.Time `json:"at"`
+	Body []byte    `json:"body"`
+}
+
+// ValidModelRecord checks what both stores require of a ModelRecord.
+func ValidModelRecord(r ModelRecord) bool {
+	return r.Node != "" && r.File != "" && (r.What == ModelTiming || r.What == ModelComparison) && len(r.Body) > 0
+}

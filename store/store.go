@@ -327,6 +327,16 @@ type Store interface {
 	// ModelChoices returns every box's choices, by Node and then Kind. The
 	// result is never nil.
 	ModelChoices() ([]ModelChoice, error)
+	// PutModelRecord stores r, replacing box r.Node's earlier record of
+	// the same What for r.File. An empty Node or File, an unknown What or
+	// an empty Body is ErrInvalid. A zero At is set from the clock.
+	PutModelRecord(r ModelRecord) error
+	// ModelRecords returns box node's records, by File and then What. The
+	// result is never nil.
+	ModelRecords(node string) ([]ModelRecord, error)
+	// DeleteModelRecords deletes box node's records of file (none is not
+	// an error).
+	DeleteModelRecords(node, file string) error
 
 	// Snapshot calls fn with a consistent view of everything the store
 	// holds, taken in one read transaction that lasts until fn returns;

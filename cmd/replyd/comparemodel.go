@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/engine/steer"
+	"github.com/replyd/replyd/models"
 )
 
 // How a comparison gives way: a replay stopped for a request waits
@@ -36,14 +36,14 @@ var compareSteerSims = map[string]string{
 	string(engine.SteerReplace): "replace",
 }
 
-// BeginCompare implements api.ModelComparer: it takes the engines' model
+// BeginCompare implements models.Comparer: it takes the engines' model
 // lock (one switch, timing or comparison at a time) and checks that the
-// language model file path fits beside the active one (planSwitch's rule,
+// language model file path fits beside the active one (models.PlanSwitch's rule,
 // as a timing); the run loads it with the active model's settings, replays
 // the turns and frees it.
-func (e *engines) BeginCompare(kind, path string) (api.CompareRun, error) {
+func (e *engines) BeginCompare(kind, path string) (models.CompareRun, error) {
 	if kind != "llm" {
-		return nil, fmt.Errorf("%w: kind %q: a comparison replays language models only", api.ErrModelSwitchInvalid, kind)
+		return nil, fmt.Errorf("%w: kind %q: a comparison replays language models only", models.ErrUnusable, kind)
 	}
 	a, release, err := e.beginModelAction(kind, path)
 	if err != nil {
@@ -52,10 +52,10 @@ func (e *engines) BeginCompare(kind, path string) (api.CompareRun, error) {
 	plan, err := a.plan("beside")
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("%w: %s", api.ErrModelCompareNoRoom, timeRoomReason(plan, a.availErr, a.gpu))
+		return nil, fmt.Errorf("%w: %s", models.ErrCompareNoRoom, models.TimeRoomReason(plan, a.availErr, a.gpu))
 	}
 	reason := fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was compared beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
-	return func(ctx context.Context, turns []api.CompareTurn, progress func(done, total int)) (api.CompareResult, error) {
+	return func(ctx context.Context, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
 		defer release()
 		res, err := e.compareLLM(ctx, path, turns, progress)
 		res.Reason = reason
@@ -66,21 +66,23 @@ func (e *engines) BeginCompare(kind, path string) (api.CompareRun, error) {
 // compareLLM opens the candidate with the active model's options (Open's
 // own timings at idle priority) and replays every turn through both,
 // alternating, at PrioritySpeculative.
-func (e *engines) compareLLM(ctx context.Context, path string, turns []api.CompareTurn, progress func(done, total int)) (api.CompareResult, error) {
+func (e *engines) compareLLM(ctx context.Context, path string, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
 	log := e.log.With("comparing", filepath.Base(path))
 	opts, err := llmOptions(e.cfg, path, e.cpu, log)
 	if err != nil {
-		return api.CompareResult{}, err
+		return models.CompareResult{}, err
 	}
 	opts.Idle = true
 	cand, err := llm.Open(opts)
 	if err != nil {
-		return api.CompareResult{}, loadError("llm", err)
+		return models.CompareResult{}, loadError("llm", err)
 	}
 	defer cand.Close()
-	e.mu.RLock()
-	act := e.llm
-	e.mu.RUnlock()
+	act, release, err := e.llm.Acquire()
+	if err != nil {
+		return models.CompareResult{}, errors.New("the active language model is unloaded")
+	}
+	defer release()
 	t0 := time.Now()
 	res, err := compareTurns(ctx, e.cpu, []engine.Generator{act, cand}, turns, progress)
 	if err != nil {
@@ -106,8 +108,8 @@ type compareTally struct {
 // turn (the active one on even turns), so that both meet the same load and
 // neither always follows the other, and scores them. The end-to-end test
 // drives it through the program.
-func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []api.CompareTurn, progress func(done, total int)) (api.CompareResult, error) {
-	var res api.CompareResult
+func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
+	var res models.CompareResult
 	total := 0
 	for _, t := range turns {
 		total += len(gens)
@@ -169,7 +171,7 @@ func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gene
 			progress(done, total)
 		}
 	}
-	figs := make([]api.CompareFigures, len(gens))
+	figs := make([]models.CompareFigures, len(gens))
 	for i, tl := range tallies {
 		figs[i] = tl.figures()
 	}
@@ -178,9 +180,9 @@ func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gene
 }
 
 // figures turns a tally into the API's figures.
-func (tl compareTally) figures() api.CompareFigures {
+func (tl compareTally) figures() models.CompareFigures {
 	r := tl.result("", tl.turns)
-	f := api.CompareFigures{Turns: tl.turns, ExactRate: r.TopNExact, Top1Rate: r.Top1Exact,
+	f := models.CompareFigures{Turns: tl.turns, ExactRate: r.TopNExact, Top1Rate: r.Top1Exact,
 		KeystrokesSaved: r.KeystrokesSaved, KeystrokesTyped: r.KeystrokesTyped, KeystrokeSaving: round3(r.KeystrokeSaving),
 		SteeredTurns: tl.steered, SteeredHits: tl.hits}
 	if tl.turns > 0 {

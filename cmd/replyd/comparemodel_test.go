@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/models"
 )
 
 // TestCompareScoring: the rules docs/models.md states for one replay: exact
@@ -47,7 +47,7 @@ func TestCompareScoring(t *testing.T) {
 	// The reply has 26 characters. Turn 1's best candidate is 3 edits
 	// away (the case of "i", the comma, the full stop): 26-3-1 = 22 saved;
 	// turn 2's is 7 ("some ", the comma, the full stop): 26-7-1 = 18.
-	want := api.CompareFigures{Turns: 2, ExactRate: 0.5, Top1Rate: 0, NearRate: 1,
+	want := models.CompareFigures{Turns: 2, ExactRate: 0.5, Top1Rate: 0, NearRate: 1,
 		KeystrokesSaved: 40, KeystrokesTyped: 52, KeystrokeSaving: round3(40.0 / 52),
 		SteeredTurns: 2, SteeredHits: 1, SteeredKSR: round3(float64(34-26) / 34), TurnMS: 15, ReplyTokens: 15}
 	if f != want {

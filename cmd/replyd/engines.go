@@ -12,6 +12,7 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/slot"
 	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/engine/whisper"
 )
@@ -19,22 +20,19 @@ import (
 // engines holds the two models while they load and after. It implements
 // engine.Transcriber and engine.Generator for the pipeline (answering
 // KindNotReady until the model is loaded, KindLoading while a switch has
-// unloaded it), api.HealthSource for /healthz and api.ModelSwitcher
+// unloaded it), api.HealthSource for /healthz and models.Switcher
 // (switch.go) for the admin page.
 type engines struct {
-	mu   sync.RWMutex
-	stt  *whisper.Model
-	llm  *llm.Engine
-	pend map[string]engine.EngineStatus // status of engines not loaded yet
+	// stt and llm hold each engine's current model and the requests using
+	// it; a switch (switch.go) replaces it there, beside the old one or
+	// after draining it.
+	stt slot.Slot[*whisper.Model]
+	llm slot.Slot[*llm.Engine]
+
+	mu   sync.RWMutex                   // guards the fields below
+	pend map[string]engine.EngineStatus // status of engines not loaded (yet, or again)
 	vad  engine.EngineStatus            // voice activity detection: on, or off and why
 
-	// sttUse and llmUse count the requests using stt and llm: a switch
-	// frees a model once its count is back to zero. Each model has its own
-	// group, taken under mu while the model is current.
-	sttUse, llmUse *sync.WaitGroup
-	// swapping holds, per engine name, the expected end of a switch that
-	// has unloaded the old model before loading the new one (swap.go).
-	swapping map[string]time.Time
 	// loadTook is how long each engine's model took to load last.
 	loadTook map[string]time.Duration
 	// cfg, cpu and log are what load was given; a switch opens with them.
@@ -67,8 +65,7 @@ func newEngines(cfg *Config) *engines {
 	return &engines{pend: map[string]engine.EngineStatus{
 		"stt": {Name: "stt", Model: cfg.WhisperModel, Demo: isDemoModel(cfg.WhisperModel)},
 		"llm": {Name: "llm", Model: cfg.LLMModel, Demo: isDemoModel(cfg.LLMModel)},
-	}, sttUse: new(sync.WaitGroup), llmUse: new(sync.WaitGroup),
-		swapping: map[string]time.Time{}, loadTook: map[string]time.Duration{}, cfg: cfg}
+	}, loadTook: map[string]time.Duration{}, cfg: cfg}
 }
 
 // isDemoModel reports whether path names one of the generated models with
@@ -92,8 +89,8 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 		e.setError("stt", err)
 		return fmt.Errorf("speech-to-text model: %w", err)
 	}
+	e.stt.Put(stt)
 	e.mu.Lock()
-	e.stt = stt
 	e.loadTook["stt"] = time.Since(t0)
 	delete(e.pend, "stt")
 	e.mu.Unlock()
@@ -106,8 +103,8 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 		e.setError("llm", err)
 		return fmt.Errorf("language model: %w", err)
 	}
+	e.llm.Put(lm)
 	e.mu.Lock()
-	e.llm = lm
 	e.loadTook["llm"] = time.Since(t1)
 	delete(e.pend, "llm")
 	e.mu.Unlock()
@@ -189,20 +186,11 @@ func (e *engines) setError(name string, err error) {
 // model that was current when it began, even when a switch replaces it
 // meanwhile.
 func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
-	e.mu.RLock()
-	stt, use := e.stt, e.sttUse
-	if stt != nil {
-		use.Add(1)
+	stt, release, err := e.stt.Acquire()
+	if err != nil {
+		return engine.Transcript{}, unloaded("stt", err)
 	}
-	err := e.loadingLocked("stt")
-	e.mu.RUnlock()
-	if stt == nil {
-		if err != nil {
-			return engine.Transcript{}, err
-		}
-		return engine.Transcript{}, &engine.Error{Kind: engine.KindNotReady, Message: "the speech-to-text model is still loading; retry shortly"}
-	}
-	defer use.Done()
+	defer release()
 	tr, err := stt.Transcribe(ctx, pcm, opts)
 	tr.Model = filepath.Base(stt.Status().Model)
 	return tr, err
@@ -211,35 +199,20 @@ func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.Tra
 // Prefill implements engine.Prefiller; it does nothing while the language
 // model is loading.
 func (e *engines) Prefill(ctx context.Context, req engine.GenerateRequest) {
-	e.mu.RLock()
-	lm, use := e.llm, e.llmUse
-	if lm != nil {
-		use.Add(1)
-	}
-	e.mu.RUnlock()
-	if lm != nil {
+	if lm, release, err := e.llm.Acquire(); err == nil {
 		lm.Prefill(ctx, req)
-		use.Done()
+		release()
 	}
 }
 
 // Generate implements engine.Generator. The request finishes on the model
 // that was current when it began, even when a switch replaces it meanwhile.
 func (e *engines) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
-	e.mu.RLock()
-	lm, use := e.llm, e.llmUse
-	if lm != nil {
-		use.Add(1)
+	lm, release, err := e.llm.Acquire()
+	if err != nil {
+		return engine.Generation{}, unloaded("llm", err)
 	}
-	err := e.loadingLocked("llm")
-	e.mu.RUnlock()
-	if lm == nil {
-		if err != nil {
-			return engine.Generation{}, err
-		}
-		return engine.Generation{}, &engine.Error{Kind: engine.KindNotReady, Message: "the language model is still loading; retry shortly"}
-	}
-	defer use.Done()
+	defer release()
 	gen, err := lm.Generate(ctx, req)
 	gen.Model = filepath.Base(lm.Status().Model)
 	return gen, err
@@ -250,14 +223,10 @@ func (e *engines) Engines() []engine.EngineStatus {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	out := make([]engine.EngineStatus, 0, 2)
-	if e.stt != nil {
-		out = append(out, e.stt.Status())
-	} else {
+	if !e.stt.Peek(func(m *whisper.Model) { out = append(out, m.Status()) }) {
 		out = append(out, e.pend["stt"])
 	}
-	if e.llm != nil {
-		out = append(out, e.llm.Status())
-	} else {
+	if !e.llm.Peek(func(m *llm.Engine) { out = append(out, m.Status()) }) {
 		out = append(out, e.pend["llm"])
 	}
 	return out
@@ -272,24 +241,16 @@ func (e *engines) VAD() engine.EngineStatus {
 
 // QueueDepth implements api.HealthSource.
 func (e *engines) QueueDepth() int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.llm == nil {
-		return 0
-	}
-	return e.llm.QueueDepth()
+	n := 0
+	e.llm.Peek(func(m *llm.Engine) { n = m.QueueDepth() })
+	return n
 }
 
-// close releases the engines.
+// close releases the engines, each once the requests still using it are
+// done.
 func (e *engines) close() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.llm != nil {
-		_ = e.llm.Close()
-	}
-	if e.stt != nil {
-		_ = e.stt.Close()
-	}
+	_ = e.llm.Close()
+	_ = e.stt.Close()
 }
 
 // ensureModels checks that both model files exist. When a model path is the

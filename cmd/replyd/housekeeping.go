@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/replyd/replyd/internal/disk"
 	"github.com/replyd/replyd/store"
 )
 
@@ -54,7 +55,7 @@ func (s *Server) trimLog() {
 // warnIfNearlyFull warns at start when the data disk has less free space
 // than REPLYD_MIN_FREE_MB.
 func (s *Server) warnIfNearlyFull() {
-	free, err := diskFree(s.cfg.DataDir)
+	free, err := disk.Free(s.cfg.DataDir)
 	if err == nil && free < int64(s.cfg.MinFreeMB)<<20 {
 		s.log.Warn("the data directory's disk is nearly full: writes will fail when it is; free space on it",
 			"dir", s.cfg.DataDir, "free_mib", free>>20, "min_free_mb", s.cfg.MinFreeMB)

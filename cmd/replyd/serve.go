@@ -20,6 +20,7 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/internal/disk"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
@@ -150,7 +151,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Node:           cfg.NodeName,
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
-		DiskFree:       func() (int64, error) { return diskFree(cfg.DataDir) },
+		DiskFree:       func() (int64, error) { return disk.Free(cfg.DataDir) },
 		ModelsDir:      modelsDir(cfg.DataDir),
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,

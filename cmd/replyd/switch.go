@@ -1,52 +1,22 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
+	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/engine/slot"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
-
-// How a switch decides whether the new model fits beside the old one: the
-// new file's bytes (its weights, read or mapped whole) plus a quarter of
-// them and a headroom for the context, the KV cache and the compute
-// buffers (switchHeadroom), against the memory the kernel says is
-// available now (MemAvailable of /proc/meminfo, which counts the page cache
-// it can drop). A language model on a GPU backend takes the GPU's memory,
-// which replyd cannot read here: such a switch unloads first.
-//
-// Whisper's headroom is larger: its encoder's scratch for a 30 s window and
-// its decoder's K/V take about 70 MiB whatever the file's size (n_audio_ctx
-// is 1500 for every Whisper), which a small file's quarter does not cover.
-// scripts/bench-model-memory.sh measured a base.en-shaped file (78 MiB)
-// peaking at 203 MiB beside the active model, 1.26 times what 64 MiB of
-// headroom reserved; a Qwen2.5-0.5B-shaped GGUF (506 MiB) at 0.96 times
-// (docs/models.md).
-const (
-	switchHeadroom        = 64 << 20
-	whisperSwitchHeadroom = 160 << 20
-)
-
-// headroomFor is the headroom of engine name ("llm", "stt").
-func headroomFor(name string) int64 {
-	if name == "stt" {
-		return whisperSwitchHeadroom
-	}
-	return switchHeadroom
-}
 
 // engineName is the engines' name (EngineStatus.Name) of a model kind of
 // the models folder ("llm", "whisper").
@@ -57,10 +27,10 @@ func engineName(kind string) (string, error) {
 	case "whisper":
 		return "stt", nil
 	}
-	return "", fmt.Errorf("%w: kind %q: want llm or whisper", api.ErrModelSwitchInvalid, kind)
+	return "", fmt.Errorf("%w: kind %q: want llm or whisper", models.ErrUnusable, kind)
 }
 
-// ActiveModel implements api.ModelSwitcher: the path of kind's model now,
+// ActiveModel implements models.Switcher: the path of kind's model now,
 // or of the one being loaded.
 func (e *engines) ActiveModel(kind string) string {
 	name, err := engineName(kind)
@@ -69,11 +39,10 @@ func (e *engines) ActiveModel(kind string) string {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	switch {
-	case name == "llm" && e.llm != nil:
-		return e.llm.Status().Model
-	case name == "stt" && e.stt != nil:
-		return e.stt.Status().Model
+	var path string
+	if name == "llm" && e.llm.Peek(func(m *llm.Engine) { path = m.Status().Model }) ||
+		name == "stt" && e.stt.Peek(func(m *whisper.Model) { path = m.Status().Model }) {
+		return path
 	}
 	return e.pend[name].Model
 }
@@ -90,45 +59,53 @@ type modelAction struct {
 	availErr error
 }
 
-// plan is planSwitch's decision for this action in mode.
-func (a modelAction) plan(mode string) (api.ModelSwitch, error) {
-	return planSwitch(mode, a.size, headroomFor(a.name), a.avail, a.availErr, a.gpu)
+// plan is models.PlanSwitch's decision for this action in mode.
+func (a modelAction) plan(mode string) (models.Switch, error) {
+	return models.PlanSwitch(mode, a.size, models.HeadroomFor(a.name), a.avail, a.availErr, a.gpu)
 }
 
 // beginModelAction starts a model action on kind's engine with the file
 // path: it takes the engines' model lock (one switch, timing or comparison
-// at a time: ErrModelSwitchBusy), checks that the engine has loaded
-// (ErrModelSwitchBusy too) and that the file is there
-// (ErrModelSwitchInvalid), and reads the memory available. On success the
+// at a time: models.ErrBusy), checks that the engine has loaded
+// (models.ErrBusy too) and that the file is there (modelfile.ErrNotFound:
+// 404; unreadable: models.ErrUnusable), and reads the memory available. On success the
 // caller holds the lock and calls release when the action ends.
 func (e *engines) beginModelAction(kind, path string) (a modelAction, release func(), err error) {
 	if a.name, err = engineName(kind); err != nil {
 		return a, nil, err
 	}
 	if !e.switchMu.TryLock() {
-		return a, nil, api.ErrModelSwitchBusy
+		return a, nil, models.ErrBusy
 	}
 	e.mu.RLock()
-	ready := e.cpu != nil && e.log != nil && (a.name == "llm" && e.llm != nil || a.name == "stt" && e.stt != nil)
-	// The language model's backend: its memory is the GPU's unless "cpu".
-	a.gpu = a.name == "llm" && ready && e.llm.Status().Backend != "cpu"
+	ready := e.cpu != nil && e.log != nil
 	a.took = e.loadTook[a.name]
 	e.mu.RUnlock()
+	if a.name == "llm" {
+		// The language model's backend: its memory is the GPU's unless "cpu".
+		ready = e.llm.Peek(func(m *llm.Engine) { a.gpu = m.Status().Backend != "cpu" }) && ready
+	} else {
+		ready = e.stt.Peek(func(*whisper.Model) {}) && ready
+	}
 	if !ready {
 		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: the %s model is still loading", api.ErrModelSwitchBusy, kind)
+		return a, nil, fmt.Errorf("%w: the %s model is still loading", models.ErrBusy, kind)
 	}
 	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		e.switchMu.Unlock()
+		return a, nil, fmt.Errorf("%w: %s", modelfile.ErrNotFound, filepath.Base(path))
+	}
 	if err != nil {
 		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: %s: %v", api.ErrModelSwitchInvalid, filepath.Base(path), err)
+		return a, nil, fmt.Errorf("%w: %s: %v", models.ErrUnusable, filepath.Base(path), err)
 	}
 	a.size = st.Size()
-	a.avail, a.availErr = memAvailable()
+	a.avail, a.availErr = models.MemAvailable()
 	return a, e.switchMu.Unlock, nil
 }
 
-// SwitchModel implements api.ModelSwitcher. With room for both, the new
+// SwitchModel implements models.Switcher. With room for both, the new
 // model loads (and warms up) beside the old one while the old one serves;
 // then new requests go to the new one, the requests still running on the
 // old one finish there, and the old one is freed. Without room, new
@@ -136,10 +113,10 @@ func (e *engines) beginModelAction(kind, path string) (a modelAction, release fu
 // time) from the moment the switch starts; the requests running on the old
 // model finish, it is freed, and the new one loads. A new model that fails
 // to load leaves the old one in use (reloaded, in the second case).
-func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (api.ModelSwitch, error) {
+func (e *engines) SwitchModel(ctx context.Context, req models.SwitchRequest) (models.Switch, error) {
 	a, release, err := e.beginModelAction(req.Kind, req.Path)
 	if err != nil {
-		return api.ModelSwitch{}, err
+		return models.Switch{}, err
 	}
 	defer release()
 	name, took := a.name, a.took
@@ -147,7 +124,7 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	if abs, err := filepath.Abs(old); err == nil {
 		old = abs
 	}
-	out := api.ModelSwitch{Kind: req.Kind, Model: req.Path, Previous: old}
+	out := models.Switch{Kind: req.Kind, Model: req.Path, Previous: old}
 	plan, err := a.plan(req.Mode)
 	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
 	if err != nil {
@@ -161,10 +138,10 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 		expect = time.Duration(float64(took) * float64(a.size) / float64(ost.Size()))
 	}
 	t0 := time.Now()
-	if out.Mode == "beside" {
-		err = e.switchBeside(name, req.Path)
+	if name == "llm" {
+		err = switchSlot(e, name, &e.llm, e.openLM, out.Mode, req.Path, old, expect)
 	} else {
-		err = e.switchSwap(name, req.Path, old, expect)
+		err = switchSlot(e, name, &e.stt, e.openSTT, out.Mode, req.Path, old, expect)
 	}
 	out.LoadMS = time.Since(t0).Milliseconds()
 	if err != nil {
@@ -175,197 +152,105 @@ func (e *engines) SwitchModel(ctx context.Context, req api.ModelSwitchRequest) (
 	return out, nil
 }
 
-// planSwitch decides how a switch to a model file of fileBytes goes: beside
-// the old model when it fits in avail (availErr: unknown) and is not on a
-// GPU, else with the old one unloaded first; mode ("auto" or "", "beside",
-// "swap") may force either, "beside" refusing with ErrModelSwitchNoRoom
-// when it does not fit. It fills Mode, Reason, BytesNeeded and
-// BytesAvailable.
-func planSwitch(mode string, fileBytes, headroom, avail int64, availErr error, gpu bool) (api.ModelSwitch, error) {
-	out := api.ModelSwitch{BytesNeeded: fileBytes + fileBytes/4 + headroom, BytesAvailable: -1}
-	if availErr == nil {
-		out.BytesAvailable = avail
-	}
-	fits := availErr == nil && out.BytesNeeded <= avail && !gpu
-	switch mode {
-	case "", "auto":
-		out.Mode = "swap"
-		if fits {
-			out.Mode = "beside"
-		}
-	case "beside":
-		if !fits {
-			return out, fmt.Errorf("%w: %s", api.ErrModelSwitchNoRoom, roomReason(out, availErr, gpu))
-		}
-		out.Mode = "beside"
-	case "swap":
-		out.Mode = "swap"
-	default:
-		return out, fmt.Errorf("%w: mode %q: want auto, beside or swap", api.ErrModelSwitchInvalid, mode)
-	}
-	out.Reason = roomReason(out, availErr, gpu)
-	return out, nil
+// openLM loads the language model at path, warm.
+func (e *engines) openLM(path string) (*llm.Engine, error) {
+	return openLLM(e.cfg, path, e.cpu, e.log)
 }
 
-// roomReason says in words why a switch goes beside the old model or not.
-func roomReason(s api.ModelSwitch, availErr error, gpu bool) string {
-	switch {
-	case gpu:
-		return "the language model runs on the GPU, whose free memory replyd cannot read: the old model is unloaded first"
-	case availErr != nil:
-		return "the available memory is unknown (" + availErr.Error() + "): the old model is unloaded first"
-	case s.BytesNeeded <= s.BytesAvailable && s.Mode == "swap":
-		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available, but swap was asked for: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
-	case s.BytesNeeded <= s.BytesAvailable:
-		return fmt.Sprintf("the new model needs about %d MiB and %d MiB are available: it loads beside the old one", s.BytesNeeded>>20, s.BytesAvailable>>20)
-	}
-	return fmt.Sprintf("the new model needs about %d MiB but only %d MiB are available: the old model is unloaded first", s.BytesNeeded>>20, s.BytesAvailable>>20)
-}
-
-// open loads the model of engine name at path, warm.
-func (e *engines) open(name, path string) (llmEng *llm.Engine, stt *whisper.Model, err error) {
-	if name == "llm" {
-		llmEng, err = openLLM(e.cfg, path, e.cpu, e.log)
-		return llmEng, nil, err
-	}
-	stt, err = openWhisper(e.cfg, path, e.log)
+// openSTT loads the Whisper model at path and warms it: the first
+// transcription touches every weight once.
+func (e *engines) openSTT(path string) (*whisper.Model, error) {
+	stt, err := openWhisper(e.cfg, path, e.log)
 	if err == nil {
-		// Warm it: the first transcription touches every weight once.
 		_, _ = stt.Transcribe(context.Background(), make([]float32, 16000), engine.TranscribeOptions{})
 	}
-	return nil, stt, err
+	return stt, err
 }
 
-// swapIn makes the loaded model current and returns the one it replaced
-// with the group of requests still using it.
-func (e *engines) swapIn(name string, lm *llm.Engine, stt *whisper.Model, took time.Duration) (oldLLM *llm.Engine, oldSTT *whisper.Model, use *sync.WaitGroup) {
+// switchSlot switches engine name's slot s to the model file path with open
+// (warm): mode "beside" loads it while the old one serves; "swap" frees the
+// old one (old, its path) first, requests meanwhile getting KindLoading
+// with the expected load time (expect), and loads the old one again when
+// the new one fails, so that the box keeps answering. Only when that fails
+// too is the engine down: its status then says why.
+func switchSlot[M slot.Model](e *engines, name string, s *slot.Slot[M], open func(string) (M, error), mode, path, old string, expect time.Duration) error {
+	// took is the load time of the model that serves after, if one
+	// loaded; failed the error of the new model.
+	var took time.Duration
+	var failed error
+	timed := func(p string) (M, error) {
+		t0 := time.Now()
+		m, err := open(p)
+		if err == nil {
+			took = time.Since(t0)
+		} else if failed == nil {
+			failed = err
+		}
+		return m, err
+	}
+	var err error
+	if mode == "beside" {
+		err = s.Beside(func() (M, error) { return timed(path) })
+	} else {
+		// Shown while the slot is empty.
+		e.setPending(engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)})
+		err = s.Swap(expect, func() (M, error) { return timed(path) }, func() (M, error) {
+			e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", failed.Error(), "old", old)
+			e.setPending(engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)})
+			return timed(old)
+		})
+	}
+	var se *slot.Error
+	if errors.As(err, &se) && se.Old != nil {
+		e.setError(name, se.Old)
+		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", se.Old.Error())
+		return errors.Join(loadError(name, se.New), fmt.Errorf("reloading %s: %w", filepath.Base(old), se.Old))
+	}
+	if err != nil && se == nil {
+		return err
+	}
+	// The new model, the old one again, or (Beside failed) the old one
+	// untouched serves.
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.swapping, name)
 	delete(e.pend, name)
-	e.loadTook[name] = took
-	if name == "llm" {
-		oldLLM, use = e.llm, e.llmUse
-		e.llm, e.llmUse = lm, new(sync.WaitGroup)
-		return oldLLM, nil, use
+	if took > 0 {
+		e.loadTook[name] = took
 	}
-	oldSTT, use = e.stt, e.sttUse
-	e.stt, e.sttUse = stt, new(sync.WaitGroup)
-	return nil, oldSTT, use
-}
-
-// free closes a model replaced by a switch once the requests using it are
-// done.
-func free(lm *llm.Engine, stt *whisper.Model, use *sync.WaitGroup) {
-	if use != nil {
-		use.Wait()
+	e.mu.Unlock()
+	if se != nil {
+		return loadError(name, se.New)
 	}
-	if lm != nil {
-		_ = lm.Close()
-	}
-	if stt != nil {
-		_ = stt.Close()
-	}
-}
-
-func (e *engines) switchBeside(name, path string) error {
-	t0 := time.Now()
-	lm, stt, err := e.open(name, path)
-	if err != nil {
-		return loadError(name, err)
-	}
-	free(e.swapIn(name, lm, stt, time.Since(t0)))
 	return nil
 }
 
-func (e *engines) switchSwap(name, path, old string, expect time.Duration) error {
+// setPending sets the status shown for an engine while it has no model.
+func (e *engines) setPending(st engine.EngineStatus) {
 	e.mu.Lock()
-	e.swapping[name] = time.Now().Add(expect)
-	st := engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)}
-	var oldLLM *llm.Engine
-	var oldSTT *whisper.Model
-	var use *sync.WaitGroup
-	if name == "llm" {
-		oldLLM, use = e.llm, e.llmUse
-		e.llm, e.llmUse = nil, new(sync.WaitGroup)
-	} else {
-		oldSTT, use = e.stt, e.sttUse
-		e.stt, e.sttUse = nil, new(sync.WaitGroup)
-	}
-	e.pend[name] = st
+	e.pend[st.Name] = st
 	e.mu.Unlock()
-	free(oldLLM, oldSTT, use)
-
-	t0 := time.Now()
-	lm, stt, err := e.open(name, path)
-	if err == nil {
-		e.swapIn(name, lm, stt, time.Since(t0))
-		return nil
-	}
-	// Back to the old model, so that the box keeps answering.
-	e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", err.Error(), "old", old)
-	e.mu.Lock()
-	e.pend[name] = engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)}
-	e.mu.Unlock()
-	t1 := time.Now()
-	lm, stt, rerr := e.open(name, old)
-	if rerr != nil {
-		e.mu.Lock()
-		delete(e.swapping, name)
-		st := e.pend[name]
-		st.Error = rerr.Error()
-		e.pend[name] = st
-		e.mu.Unlock()
-		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", rerr.Error())
-		return errors.Join(loadError(name, err), fmt.Errorf("reloading %s: %w", filepath.Base(old), rerr))
-	}
-	e.swapIn(name, lm, stt, time.Since(t1))
-	return loadError(name, err)
 }
 
 // loadError marks a model that failed to load as the admin's mistake.
 func loadError(name string, err error) error {
-	return fmt.Errorf("%w: %v", api.ErrModelSwitchInvalid, err)
+	return fmt.Errorf("%w: %v", models.ErrUnusable, err)
 }
 
-// loadingLocked returns the KindLoading error of engine name while a switch
-// has unloaded it, nil otherwise. e.mu must be held.
-func (e *engines) loadingLocked(name string) error {
-	until, ok := e.swapping[name]
-	if !ok {
-		return nil
-	}
-	retry := max(time.Until(until), time.Second)
+// unloaded is the engine error of a request that found engine name's slot
+// without a model (err, from slot.Acquire): KindLoading while a switch has
+// unloaded it, KindNotReady otherwise (loading at start, or down after a
+// failed switch).
+func unloaded(name string, err error) error {
 	what := "language model"
 	if name == "stt" {
 		what = "speech-to-text model"
 	}
+	var sw *slot.SwappingError
+	if !errors.As(err, &sw) {
+		return &engine.Error{Kind: engine.KindNotReady, Message: "the " + what + " is still loading; retry shortly"}
+	}
+	retry := max(time.Until(sw.Until), time.Second)
 	return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
 		Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
-}
-
-// memAvailable returns MemAvailable of /proc/meminfo in bytes.
-func memAvailable() (int64, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/meminfo: %q", line)
-			}
-			return kb << 10, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("/proc/meminfo has no MemAvailable")
 }
 
 // chosenModels makes the models this box chose on the admin page (stored

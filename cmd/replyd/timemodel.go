@@ -9,32 +9,32 @@ import (
 	"sync"
 	"time"
 
-	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/models"
 )
 
 // timingAudioSeconds is the length of the fixed audio a Whisper model is
 // timed on.
 const timingAudioSeconds = 4
 
-// TimeModel implements api.ModelTimer: it loads the file path of kind
-// beside the active model, only when both fit in memory (planSwitch's
+// TimeModel implements models.Timer: it loads the file path of kind
+// beside the active model, only when both fit in memory (models.PlanSwitch's
 // rule), times it and the active model at PrioritySpeculative, so that any
 // request goes first, and frees it. One model action (a switch or a
 // timing) runs at a time.
-func (e *engines) TimeModel(ctx context.Context, kind, path string) (api.ModelTiming, error) {
+func (e *engines) TimeModel(ctx context.Context, kind, path string) (models.Timing, error) {
 	a, release, err := e.beginModelAction(kind, path)
 	if err != nil {
-		return api.ModelTiming{}, err
+		return models.Timing{}, err
 	}
 	defer release()
 	name := a.name
 	plan, err := a.plan("beside")
-	out := api.ModelTiming{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
+	out := models.Timing{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
 	if err != nil {
-		return out, fmt.Errorf("%w: %s", api.ErrModelTimeNoRoom, timeRoomReason(plan, a.availErr, a.gpu))
+		return out, fmt.Errorf("%w: %s", models.ErrTimeNoRoom, models.TimeRoomReason(plan, a.availErr, a.gpu))
 	}
 	out.Reason = fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was timed beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
 	log := e.log.With("timing", filepath.Base(path))
@@ -52,24 +52,12 @@ func (e *engines) TimeModel(ctx context.Context, kind, path string) (api.ModelTi
 	return out, nil
 }
 
-// timeRoomReason says why a candidate cannot be timed beside the active
-// model.
-func timeRoomReason(s api.ModelSwitch, availErr error, gpu bool) string {
-	switch {
-	case gpu:
-		return "the language model runs on the GPU, whose free memory replyd cannot read"
-	case availErr != nil:
-		return "the available memory is unknown (" + availErr.Error() + ")"
-	}
-	return fmt.Sprintf("it needs about %d MiB but only %d MiB are available", s.BytesNeeded>>20, s.BytesAvailable>>20)
-}
-
 // timeLLM opens the candidate language model with the active one's
 // settings and Options.Idle: Open's own timings (the decode steps for the
 // configured candidates, the prompt speed and with it the history budget)
 // run at PrioritySpeculative. The active model's figures are those its
 // Open measured.
-func (e *engines) timeLLM(path string, out *api.ModelTiming) error {
+func (e *engines) timeLLM(path string, out *models.Timing) error {
 	opts, err := llmOptions(e.cfg, path, e.cpu, e.log.With("timing", filepath.Base(path)))
 	if err != nil {
 		return err
@@ -80,23 +68,25 @@ func (e *engines) timeLLM(path string, out *api.ModelTiming) error {
 		return loadError("llm", err)
 	}
 	defer cand.Close()
-	e.mu.RLock()
-	act := e.llm
-	e.mu.RUnlock()
+	act, release, err := e.llm.Acquire()
+	if err != nil {
+		return errors.New("the active language model is unloaded")
+	}
+	defer release()
 	out.Candidate = llmFigures(cand.Figures())
 	out.Active = llmFigures(act.Figures())
 	out.Active.Model = act.Status().Model
 	return nil
 }
 
-func llmFigures(f llm.Figures) api.ModelFigures {
-	return api.ModelFigures{PromptTokensPerS: math.Round(f.PromptTokensPerS*10) / 10, Candidates: f.Candidates,
+func llmFigures(f llm.Figures) models.Figures {
+	return models.Figures{PromptTokensPerS: math.Round(f.PromptTokensPerS*10) / 10, Candidates: f.Candidates,
 		StepMS: math.Round(float64(f.Step.Microseconds())/10) / 100, HistoryBudgetTokens: f.HistoryBudget, MaxReplyTokens: f.MaxReplyTokens}
 }
 
 // timeWhisper loads the candidate Whisper model and transcribes the fixed
 // audio with it and with the active model, each at idle priority.
-func (e *engines) timeWhisper(ctx context.Context, path string, out *api.ModelTiming) error {
+func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timing) error {
 	cand, err := openWhisper(e.cfg, path, e.log.With("timing", filepath.Base(path)))
 	if err != nil {
 		return loadError("stt", err)
@@ -108,16 +98,11 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *api.ModelTi
 		return err
 	}
 	out.Candidate = sttFigures(d)
-	e.mu.RLock()
-	act, use := e.stt, e.sttUse
-	if act != nil {
-		use.Add(1)
-	}
-	e.mu.RUnlock()
-	if act == nil {
+	act, release, err := e.stt.Acquire()
+	if err != nil {
 		return errors.New("the active speech-to-text model is unloaded")
 	}
-	defer use.Done()
+	defer release()
 	if d, err = e.timeTranscription(ctx, act, pcm); err != nil {
 		return err
 	}
@@ -126,9 +111,9 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *api.ModelTi
 	return nil
 }
 
-func sttFigures(d time.Duration) api.ModelFigures {
+func sttFigures(d time.Duration) models.Figures {
 	ms := float64(d.Microseconds()) / 1000
-	return api.ModelFigures{AudioSeconds: timingAudioSeconds, TranscribeMS: math.Round(ms*10) / 10,
+	return models.Figures{AudioSeconds: timingAudioSeconds, TranscribeMS: math.Round(ms*10) / 10,
 		RealTimeFactor: math.Round(ms/(timingAudioSeconds*1000)*1000) / 1000}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/ollama/ollama/llama"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/internal/cpubudget"
 )
 
@@ -164,7 +165,7 @@ type Engine struct {
 	vocab   vocabRef
 	sv      *steerVocab // the vocabulary classified for steering
 	tmpl    string
-	info    ggufInfo
+	info    modelfile.GGUF
 	backend string
 	loaded  time.Time
 	batch   *llama.Batch
@@ -355,7 +356,7 @@ func Open(opts Options) (*Engine, error) {
 	e.loaded = time.Now()
 	log.Info("language model loaded", "model", path, "arch", info.Arch, "backend", backend,
 		"gpu_layers", ngl, "threads", opts.Threads, "ctx_per_seq", opts.ContextPerSeq, "kv_cells", cells,
-		"kv_mib", cells*info.kvBytesPerToken()>>20, "candidate_seqs", opts.MaxCandidates,
+		"kv_mib", cells*kvBytesPerToken(info)>>20, "candidate_seqs", opts.MaxCandidates,
 		"max_reply_tokens", opts.MaxReplyTokens, "dialog_cache_mib", opts.PrefixCacheMiB, "demo", opts.Demo)
 	go e.loop()
 	return e, nil

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
-	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/internal/disk"
 )
 
 // Errors of the folder operations, mapped to statuses by their callers.
@@ -31,12 +32,56 @@ var (
 	ErrShort = errors.New("the model file's copy was cut short")
 )
 
-// NoSpaceError says a file would not fit and how much is needed.
-type NoSpaceError struct{ Need, Free int64 }
+// NoSpaceError says a file does not fit on the models folder's disk:
+// either before a byte was written (Need, against Free), or because the
+// disk filled while it was copied (Filled: Written bytes were written of
+// Size, -1 when the source's size is unknown; Free is what the disk has
+// once the partial copy is removed, -1 when unknown).
+type NoSpaceError struct {
+	Need, Free int64
+	Filled     bool
+	Written    int64
+	Size       int64
+}
 
 func (e *NoSpaceError) Error() string {
-	return fmt.Sprintf("the file needs %d bytes (%s) of free disk space and the models folder's disk has %d (%s)",
-		e.Need, human(e.Need), e.Free, human(e.Free))
+	if !e.Filled {
+		return fmt.Sprintf("the file needs %d bytes (%s) of free disk space and the models folder's disk has %d (%s)",
+			e.Need, human(e.Need), e.Free, human(e.Free))
+	}
+	of := "of the file (its full size is unknown: it was sent without a Content-Length)"
+	if e.Size >= 0 {
+		of = fmt.Sprintf("of its %d (%s)", e.Size, human(e.Size))
+	}
+	free := "its free space is unknown"
+	if e.Free >= 0 {
+		free = fmt.Sprintf("it has %d bytes (%s) free", e.Free, human(e.Free))
+	}
+	return fmt.Sprintf("the models folder's disk filled after %d bytes (%s) %s were written; nothing was kept, and %s",
+		e.Written, human(e.Written), of, free)
+}
+
+// isNoSpace reports whether err is a full disk or an exhausted quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// countingWriter counts what reaches w and keeps w's error, so that a
+// failed copy tells a failed write (the disk) from a failed read (the
+// source).
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // spareBytes is kept free beyond the file itself: the data store and the
@@ -78,18 +123,26 @@ func ValidName(name string) bool {
 	return true
 }
 
+// Manifest knows model files by their SHA-256 (models.Manifest is one);
+// nil knows none.
+type Manifest interface {
+	// Known returns the name of the model whose file has the SHA-256 sum
+	// (lowercase hex), false when none has.
+	Known(sum string) (name string, ok bool)
+}
+
 // ManifestStatus is the Entry.Manifest text for a SHA-256.
-func ManifestStatus(m models.Manifest, sum string) string {
-	for _, e := range m.Models {
-		if e.SHA256 != "" && e.SHA256 == sum {
-			return "known: " + e.Name
+func ManifestStatus(m Manifest, sum string) string {
+	if m != nil {
+		if name, ok := m.Known(sum); ok {
+			return "known: " + name
 		}
 	}
 	return "not in the manifest"
 }
 
 // Describe checks and hashes one file.
-func Describe(path string, m models.Manifest) (Entry, error) {
+func Describe(path string, m Manifest) (Entry, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return Entry{}, err
@@ -110,7 +163,7 @@ func Describe(path string, m models.Manifest) (Entry, error) {
 
 // List describes the model files (.gguf, .bin) in dir, by name; active
 // tells which are in use. A missing folder is an empty list.
-func List(dir string, m models.Manifest, active func(name string) bool) ([]Entry, error) {
+func List(dir string, m Manifest, active func(name string) bool) ([]Entry, error) {
 	des, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return []Entry{}, nil
@@ -144,10 +197,13 @@ type AddOptions struct {
 	Size int64
 	// MaxBytes bounds the file; 0 means no bound.
 	MaxBytes int64
-	// Free reports the free bytes of dir's file system; nil means Free.
+	// Free reports the free bytes of dir's file system; nil means disk.Free.
 	Free func(dir string) (int64, error)
 	// Manifest is matched against the file's SHA-256.
-	Manifest models.Manifest
+	Manifest Manifest
+	// Writer, when set, wraps the temporary file's writes: tests make the
+	// disk fill with it.
+	Writer func(io.Writer) io.Writer
 }
 
 // Add copies src into dir/name: through a temporary file in dir, which is
@@ -168,7 +224,7 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 	}
 	free := o.Free
 	if free == nil {
-		free = Free
+		free = disk.Free
 	}
 	if o.Size >= 0 {
 		if n, err := free(dir); err == nil && n >= 0 && o.Size+spareBytes > n {
@@ -176,16 +232,36 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 		}
 	}
 	tmp, err := os.CreateTemp(dir, tempPrefix+"*")
+	if isNoSpace(err) {
+		fr, ferr := free(dir)
+		if ferr != nil || fr < 0 {
+			fr = -1
+		}
+		return Entry{}, &NoSpaceError{Filled: true, Size: o.Size, Free: fr}
+	}
 	if err != nil {
 		return Entry{}, err
 	}
 	done := false
-	defer func() {
+	cleanup := func() {
 		if !done {
 			tmp.Close()
 			os.Remove(tmp.Name())
+			done = true
 		}
-	}()
+	}
+	defer cleanup()
+	// filled is the error of a disk that filled after written bytes: the
+	// partial copy is removed first, so that the free space said is what
+	// the disk has after it.
+	filled := func(written int64) error {
+		cleanup()
+		fr, err := free(dir)
+		if err != nil || fr < 0 {
+			fr = -1
+		}
+		return &NoSpaceError{Filled: true, Written: written, Size: o.Size, Free: fr}
+	}
 	// The magic comes first, so that a file of another kind (a 2 GB file
 	// of zeros, say) is refused before it is copied.
 	var head [4]byte
@@ -202,9 +278,19 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 	if o.MaxBytes > 0 {
 		r = io.LimitReader(r, o.MaxBytes+1)
 	}
-	n, err := io.Copy(tmp, r)
-	if err != nil {
-		return Entry{}, fmt.Errorf("%w: %w", ErrShort, err)
+	var w io.Writer = tmp
+	if o.Writer != nil {
+		w = o.Writer(tmp)
+	}
+	cw := &countingWriter{w: w}
+	n, err := io.Copy(cw, r)
+	switch {
+	case cw.err != nil && isNoSpace(cw.err):
+		return Entry{}, filled(cw.n)
+	case cw.err != nil:
+		return Entry{}, fmt.Errorf("writing the model file into %s: %w", dir, cw.err)
+	case err != nil:
+		return Entry{}, fmt.Errorf("%w after %d bytes: %w", ErrShort, n, err)
 	}
 	if o.MaxBytes > 0 && n > o.MaxBytes {
 		return Entry{}, fmt.Errorf("%w (at most %s)", ErrTooLarge, human(o.MaxBytes))
@@ -213,9 +299,15 @@ func Add(dir, name string, src io.Reader, o AddOptions) (Entry, error) {
 		return Entry{}, fmt.Errorf("%w: got %d bytes of %d", ErrShort, n, o.Size)
 	}
 	if err := tmp.Sync(); err != nil {
+		if isNoSpace(err) {
+			return Entry{}, filled(n)
+		}
 		return Entry{}, err
 	}
 	if err := tmp.Close(); err != nil {
+		if isNoSpace(err) {
+			return Entry{}, filled(n)
+		}
 		return Entry{}, err
 	}
 	e, err := Describe(tmp.Name(), o.Manifest)

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/replyd/replyd/models"
 )
 
 // brokenReader yields some bytes, then fails like a dropped connection.
@@ -42,7 +40,7 @@ func TestAddListRemove(t *testing.T) {
 	file := validGGUF()
 	sum := sha256.Sum256(file)
 	hexSum := hex.EncodeToString(sum[:])
-	man := models.Manifest{Models: []models.Model{{Name: "Tiny q0", File: "x.gguf", SHA256: hexSum}}}
+	man := testManifest{hexSum: "Tiny q0"}
 	lots := func(string) (int64, error) { return 1 << 40, nil }
 	dir := filepath.Join(t.TempDir(), "models")
 	for _, c := range []struct {
@@ -133,3 +131,8 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+// testManifest knows files by SHA-256: sum -> name.
+type testManifest map[string]string
+
+func (m testManifest) Known(sum string) (string, bool) { n, ok := m[sum]; return n, ok }

@@ -2,6 +2,7 @@ package modelfile
 
 import (
 	"io"
+	"os"
 	"strings"
 )
 
@@ -75,6 +76,41 @@ func kept(key string) bool {
 	return false
 }
 
+// GGUF is what engine/llm needs of a GGUF file's metadata before llama.cpp
+// loads it: the chat template's text and the shape the KV cache takes
+// ("ARCH.block_count", "ARCH.embedding_length",
+// "ARCH.attention.head_count", "ARCH.attention.head_count_kv",
+// "ARCH.attention.key_length", "ARCH.attention.value_length"; 0 when absent).
+type GGUF struct {
+	Info
+	ChatTemplate string
+	Layers       int
+	Embd         int
+	Heads        int
+	KVHeads      int
+	KeyLength    int // per-head key width; 0 means Embd/Heads
+	ValueLength  int
+}
+
+// shapeKeys are the metadata keys, after "ARCH.", of GGUF's shape fields.
+var shapeKeys = []string{"block_count", "embedding_length", "attention.head_count",
+	"attention.head_count_kv", "attention.key_length", "attention.value_length"}
+
+// ReadGGUF checks the GGUF file at path as CheckGGUF does and returns its
+// metadata: the one GGUF parser, for the checks and for engine/llm alike.
+func ReadGGUF(path string) (GGUF, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return GGUF{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return GGUF{}, err
+	}
+	return readGGUF(f, st.Size())
+}
+
 // CheckGGUF checks a GGUF file the way llama.cpp's gguf reader would take
 // it: magic, version 2 or 3, the key-value table, the tensor table (names,
 // dimensions, types, offsets consecutive and aligned as gguf.cpp requires)
@@ -82,31 +118,39 @@ func kept(key string) bool {
 // architecture and holds a vocabulary (tokenizer.ggml.tokens). A missing
 // chat template is a note, not a refusal.
 func CheckGGUF(ra io.ReaderAt, size int64) (Info, error) {
-	info := Info{Kind: KindLLM, Bytes: size, WeightTypes: map[string]int{}}
+	g, err := readGGUF(ra, size)
+	return g.Info, err
+}
+
+func readGGUF(ra io.ReaderAt, size int64) (GGUF, error) {
+	var g GGUF
+	info := &g.Info
+	*info = Info{Kind: KindLLM, Bytes: size, WeightTypes: map[string]int{}}
 	r := newReader(ra, size)
 	if m := r.fixed(4); r.err == nil && string(m) != "GGUF" {
-		return info, invalid("not a GGUF file (magic %q)", m)
+		return g, invalid("not a GGUF file (magic %q)", m)
 	}
 	version := r.u32()
 	if r.err == nil && (version < 2 || version > 3) {
-		return info, invalid("unsupported GGUF version %d (2 and 3 are read)", version)
+		return g, invalid("unsupported GGUF version %d (2 and 3 are read)", version)
 	}
 	info.Version = int(version)
 	nTensors, nKV := r.u64(), r.u64()
 	if r.err != nil {
-		return info, r.err
+		return g, r.err
 	}
 	// A key-value pair takes at least 13 bytes, a tensor entry 29.
 	if nKV > ggufMaxCount || int64(nKV)*13 > r.left() {
-		return info, invalid("GGUF header claims %d metadata keys, more than the file can hold", nKV)
+		return g, invalid("GGUF header claims %d metadata keys, more than the file can hold", nKV)
 	}
 	if nTensors > ggufMaxCount || int64(nTensors)*29 > r.left() {
-		return info, invalid("GGUF header claims %d tensors, more than the file can hold", nTensors)
+		return g, invalid("GGUF header claims %d tensors, more than the file can hold", nTensors)
 	}
 
 	keys := map[string]bool{}
 	keyBytes := 0
 	strs := map[string]string{}
+	nums := map[string]int{} // integer values of keys ending in a shapeKeys
 	alignment := int64(ggufDefaultAlgn)
 	for i := uint64(0); i < nKV && r.err == nil; i++ {
 		kl := r.u64()
@@ -143,6 +187,22 @@ func CheckGGUF(ra io.ReaderAt, size int64) (Info, error) {
 				r.fail("general.alignment %d is not a power of two", a)
 			}
 			alignment = a
+		case scalarSize(typ) > 0 && shapeKey(key):
+			var v uint64
+			switch scalarSize(typ) {
+			case 1:
+				v = uint64(r.fixed(1)[0])
+			case 2:
+				b := r.fixed(2)
+				v = uint64(b[0]) | uint64(b[1])<<8
+			case 4:
+				v = uint64(r.u32())
+			default:
+				v = r.u64()
+			}
+			if typ != ggufFloat32 && typ != ggufFloat64 && v <= 1<<31 {
+				nums[key] = int(v)
+			}
 		case key == "tokenizer.ggml.tokens":
 			if typ != ggufArray {
 				r.fail("tokenizer.ggml.tokens has type %d, want an array", typ)
@@ -155,14 +215,18 @@ func CheckGGUF(ra io.ReaderAt, size int64) (Info, error) {
 		}
 	}
 	if r.err != nil {
-		return info, r.err
+		return g, r.err
 	}
 	info.Arch = strs["general.architecture"]
 	info.Name = strs["general.name"]
 	if info.Arch == "" {
-		return info, invalid("GGUF metadata has no general.architecture")
+		return g, invalid("GGUF metadata has no general.architecture")
 	}
-	if strings.TrimSpace(strs["tokenizer.chat_template"]) != "" {
+	g.ChatTemplate = strs["tokenizer.chat_template"]
+	a := info.Arch + "."
+	g.Layers, g.Embd, g.Heads = nums[a+"block_count"], nums[a+"embedding_length"], nums[a+"attention.head_count"]
+	g.KVHeads, g.KeyLength, g.ValueLength = nums[a+"attention.head_count_kv"], nums[a+"attention.key_length"], nums[a+"attention.value_length"]
+	if strings.TrimSpace(g.ChatTemplate) != "" {
 		info.ChatTemplate = true
 	} else {
 		info.Notes = append(info.Notes, "no tokenizer.chat_template: replyd will use ChatML")
@@ -228,11 +292,11 @@ func CheckGGUF(ra io.ReaderAt, size int64) (Info, error) {
 		tensors = append(tensors, tensor{int64(off), elems / tt.values * tt.size})
 	}
 	if r.err != nil {
-		return info, r.err
+		return g, r.err
 	}
 	info.Tensors = len(tensors)
 	if info.Tensors == 0 {
-		return info, invalid("GGUF file has no tensors")
+		return g, invalid("GGUF file has no tensors")
 	}
 	dataStart := (r.off + alignment - 1) / alignment * alignment
 	// gguf.cpp requires each tensor at the offset where the previous one
@@ -240,18 +304,29 @@ func CheckGGUF(ra io.ReaderAt, size int64) (Info, error) {
 	var want int64
 	for i, t := range tensors {
 		if t.off != want {
-			return info, invalid("tensor %d is at offset %d, want %d (tensors must follow each other)", i, t.off, want)
+			return g, invalid("tensor %d is at offset %d, want %d (tensors must follow each other)", i, t.off, want)
 		}
 		if end := dataStart + t.off + t.bytes; end > size {
-			return info, invalid("truncated: tensor %d (%d bytes at offset %d) ends at byte %d, the file has %d",
+			return g, invalid("truncated: tensor %d (%d bytes at offset %d) ends at byte %d, the file has %d",
 				i, t.bytes, dataStart+t.off, end, size)
 		}
 		want = t.off + (t.bytes+alignment-1)/alignment*alignment
 	}
 	if info.Vocab == 0 {
-		return info, invalid("GGUF metadata has no vocabulary (tokenizer.ggml.tokens)")
+		return g, invalid("GGUF metadata has no vocabulary (tokenizer.ggml.tokens)")
 	}
-	return info, nil
+	return g, nil
+}
+
+// shapeKey reports whether key is "ARCH." and one of shapeKeys, for any
+// ARCH (the architecture may come later in the table).
+func shapeKey(key string) bool {
+	for _, k := range shapeKeys {
+		if arch, ok := strings.CutSuffix(key, "."+k); ok && arch != "" && !strings.Contains(arch, ".") {
+			return true
+		}
+	}
+	return false
 }
 
 // skipValue passes over one value of type typ.

@@ -242,3 +242,28 @@ func FuzzCheckWhisper(f *testing.F) {
 		}
 	})
 }
+
+// TestReadGGUF: the metadata engine/llm takes from the one parser, the
+// architecture's keys found though they come before general.architecture.
+func TestReadGGUF(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tiny.gguf")
+	if err := os.WriteFile(p, (&ggufBuilder{}).build(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := ReadGGUF(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Arch != "tiny" || g.Name != "tiny" || g.ChatTemplate != "{{ messages }}" || g.Layers != 1 || g.Embd != 0 || g.Vocab != 3 || g.Tensors != 2 {
+		t.Errorf("ReadGGUF = %+v", g)
+	}
+	if err := os.WriteFile(p, (&ggufBuilder{noVocab: true}).build(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadGGUF(p); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ReadGGUF of a file without a vocabulary: %v, want ErrInvalid", err)
+	}
+	if _, err := ReadGGUF(filepath.Join(t.TempDir(), "missing.gguf")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadGGUF of a missing file: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -65,4 +66,74 @@ func modelChoices(tx *bolt.Tx) ([]store.ModelChoice, error) {
 		return nil
 	})
 	return out, err
+}
+
+// bucketModelRecords holds the boxes' timings and comparisons: node ‖ 0 ‖
+// file ‖ 0 ‖ what -> JSON ModelRecord. It is created by the first write
+// (readers find it missing in older files).
+var bucketModelRecords = []byte("model_records")
+
+func modelRecordPrefix(node string) []byte { return append([]byte(node), 0) }
+
+func modelRecordKey(node, file, what string) []byte {
+	return append(append(append(modelRecordPrefix(node), file...), 0), what...)
+}
+
+// PutModelRecord stores a box's timing or comparison; see store.Store.
+func (db *DB) PutModelRecord(r store.ModelRecord) error {
+	if !store.ValidModelRecord(r) {
+		return invalid("a model record needs a node, a file, a kind (timing or comparison) and a body")
+	}
+	if r.At.IsZero() {
+		r.At = db.now()
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return db.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketModelRecords)
+		if err != nil {
+			return err
+		}
+		return b.Put(modelRecordKey(r.Node, r.File, r.What), v)
+	})
+}
+
+// ModelRecords returns a box's timings and comparisons; see store.Store.
+func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
+	out := []store.ModelRecord{}
+	err := db.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketModelRecords)
+		if b == nil {
+			return nil
+		}
+		p := modelRecordPrefix(node)
+		c := b.Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			var r store.ModelRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("store: decode model record: %w", err)
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteModelRecords deletes a box's records of one file; see store.Store.
+func (db *DB) DeleteModelRecords(node, file string) error {
+	return db.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketModelRecords)
+		if b == nil {
+			return nil
+		}
+		for _, what := range []string{store.ModelTiming, store.ModelComparison} {
+			if err := b.Delete(modelRecordKey(node, file, what)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -57,3 +57,52 @@ func modelChoices(ctx context.Context, q querier) ([]store.ModelChoice, error) {
 	}
 	return out, err
 }
+
+// PutModelRecord stores a box's timing or comparison in one statement; see
+// store.Store.
+func (s *Store) PutModelRecord(r store.ModelRecord) error {
+	if !store.ValidModelRecord(r) {
+		return invalid("a model record needs a node, a file, a kind (timing or comparison) and a body")
+	}
+	if r.At.IsZero() {
+		r.At = s.now()
+	}
+	return s.run("store model record", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, `INSERT INTO model_records (node, file, what, bytes, mod_time_ns, at_ns, body) VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (node, file, what) DO UPDATE SET bytes = EXCLUDED.bytes, mod_time_ns = EXCLUDED.mod_time_ns, at_ns = EXCLUDED.at_ns, body = EXCLUDED.body`,
+			r.Node, r.File, r.What, r.Bytes, ns(r.ModTime), ns(r.At), r.Body)
+		return err
+	})
+}
+
+// ModelRecords returns a box's timings and comparisons; see store.Store.
+func (s *Store) ModelRecords(node string) ([]store.ModelRecord, error) {
+	var out []store.ModelRecord
+	err := s.run("read model records", func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, `SELECT node, file, what, bytes, mod_time_ns, at_ns, body FROM model_records
+			WHERE node = $1 ORDER BY file COLLATE "C", what COLLATE "C"`, node)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ModelRecord, error) {
+			var m store.ModelRecord
+			var mt, at int64
+			err := r.Scan(&m.Node, &m.File, &m.What, &m.Bytes, &mt, &at, &m.Body)
+			m.ModTime, m.At = fromNS(mt), fromNS(at)
+			return m, err
+		})
+		return err
+	})
+	if out == nil {
+		out = []store.ModelRecord{}
+	}
+	return out, err
+}
+
+// DeleteModelRecords deletes a box's records of one file; see store.Store.
+func (s *Store) DeleteModelRecords(node, file string) error {
+	return s.run("delete model records", func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, `DELETE FROM model_records WHERE node = $1 AND file = $2`, node, file)
+		return err
+	})
+}

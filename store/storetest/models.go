@@ -43,3 +43,58 @@ func modelChoicesPerBox(t *testing.T, e Env) {
 		t.Errorf("ModelChoices (-want +got):\n%s", d)
 	}
 }
+
+// modelRecordsPerBox: a box's timing and comparison of each file are kept
+// apart from other boxes' and replace only the same record; they come back
+// by file then kind, bodies byte for byte; deleting a file's records leaves
+// the others; an incomplete record is ErrInvalid and stores nothing.
+func modelRecordsPerBox(t *testing.T, e Env) {
+	s := e.S
+	if got, err := s.ModelRecords("box-a"); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("ModelRecords on an empty store = %v, %v; want [], nil", got, err)
+	}
+	mt := T0.Add(-time.Hour)
+	rec := func(node, file, what, body string, at time.Time) store.ModelRecord {
+		return store.ModelRecord{Node: node, File: file, What: what, Bytes: int64(len(file)), ModTime: mt, At: at, Body: []byte(body)}
+	}
+	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelTiming, `{"t":1}`, T0)))
+	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelComparison, `{"c":1}`, T0)))
+	Must(t, s.PutModelRecord(rec("box-a", "a.gguf", store.ModelTiming, `{"t":2}`, T0)))
+	Must(t, s.PutModelRecord(rec("box-b", "b.gguf", store.ModelTiming, `{"other box":true}`, T0)))
+	e.Clock.Add(time.Minute)
+	// A new timing of b.gguf replaces the old one; a zero At is the clock's.
+	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelTiming, `{"t":3}`, time.Time{})))
+	for _, bad := range []store.ModelRecord{
+		rec("", "x.gguf", store.ModelTiming, "{}", T0),
+		rec("box-a", "", store.ModelTiming, "{}", T0),
+		rec("box-a", "x.gguf", "guess", "{}", T0),
+		rec("box-a", "x.gguf", store.ModelTiming, "", T0),
+	} {
+		if err := s.PutModelRecord(bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("PutModelRecord(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	eq := cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })
+	got, err := s.ModelRecords("box-a")
+	Must(t, err)
+	want := []store.ModelRecord{
+		rec("box-a", "a.gguf", store.ModelTiming, `{"t":2}`, T0),
+		rec("box-a", "b.gguf", store.ModelComparison, `{"c":1}`, T0),
+		rec("box-a", "b.gguf", store.ModelTiming, `{"t":3}`, T0.Add(time.Minute)),
+	}
+	if d := cmp.Diff(want, got, eq); d != "" {
+		t.Errorf("ModelRecords(box-a) (-want +got):\n%s", d)
+	}
+	Must(t, s.DeleteModelRecords("box-a", "b.gguf"))
+	Must(t, s.DeleteModelRecords("box-a", "never.gguf"))
+	got, err = s.ModelRecords("box-a")
+	Must(t, err)
+	if d := cmp.Diff(want[:1], got, eq); d != "" {
+		t.Errorf("after deleting b.gguf's (-want +got):\n%s", d)
+	}
+	got, err = s.ModelRecords("box-b")
+	Must(t, err)
+	if len(got) != 1 || string(got[0].Body) != `{"other box":true}` {
+		t.Errorf("box-b's records: %+v", got)
+	}
+}

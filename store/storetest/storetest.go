@@ -89,6 +89,7 @@ var scenarios = []scenario{
 	{"live/off-per-key", liveOffPerKey},
 	// Models chosen on the admin page (models.go).
 	{"models/choice-per-box-and-engine", modelChoicesPerBox},
+	{"models/records-per-box-and-file", modelRecordsPerBox},
 
 	// System prompt (prompt.go).
 	{"prompt/versions-history-next", promptVersions},

@@ -1,10 +1,8 @@
-package main
+package models
 
 import (
 	"errors"
 	"testing"
-
-	"github.com/replyd/replyd/api"
 )
 
 func TestPlanSwitch(t *testing.T) {
@@ -32,11 +30,11 @@ func TestPlanSwitch(t *testing.T) {
 		{"swap asked for", "swap", 400 * mib, 2000 * mib, nil, false, "swap", nil,
 			"the new model needs about 564 MiB and 2000 MiB are available, but swap was asked for: the old model is unloaded first"},
 		{"beside asked for, fits", "beside", 400 * mib, 2000 * mib, nil, false, "beside", nil, ""},
-		{"beside asked for, no room", "beside", 400 * mib, 500 * mib, nil, false, "", api.ErrModelSwitchNoRoom, ""},
-		{"bad mode", "fast", 1, 2000 * mib, nil, false, "", api.ErrModelSwitchInvalid, ""},
+		{"beside asked for, no room", "beside", 400 * mib, 500 * mib, nil, false, "", ErrNoRoom, ""},
+		{"bad mode", "fast", 1, 2000 * mib, nil, false, "", ErrUnusable, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := planSwitch(c.mode, c.file, switchHeadroom, c.avail, c.availErr, c.gpu)
+			got, err := PlanSwitch(c.mode, c.file, SwitchHeadroom, c.avail, c.availErr, c.gpu)
 			if c.wantErr != nil {
 				if !errors.Is(err, c.wantErr) {
 					t.Fatalf("err = %v, want %v", err, c.wantErr)
@@ -44,12 +42,12 @@ func TestPlanSwitch(t *testing.T) {
 				return
 			}
 			if err != nil || got.Mode != c.want {
-				t.Fatalf("planSwitch = %+v, %v; want mode %s", got, err, c.want)
+				t.Fatalf("PlanSwitch = %+v, %v; want mode %s", got, err, c.want)
 			}
 			if c.reason != "" && got.Reason != c.reason {
 				t.Errorf("reason %q\nwant   %q", got.Reason, c.reason)
 			}
-			if got.BytesNeeded != c.file+c.file/4+switchHeadroom {
+			if got.BytesNeeded != c.file+c.file/4+SwitchHeadroom {
 				t.Errorf("bytes needed %d", got.BytesNeeded)
 			}
 		})
@@ -57,7 +55,7 @@ func TestPlanSwitch(t *testing.T) {
 }
 
 func TestMemAvailable(t *testing.T) {
-	n, err := memAvailable()
+	n, err := MemAvailable()
 	if err != nil {
 		t.Skipf("no MemAvailable here: %v", err)
 	}
