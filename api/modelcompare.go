@@ -97,7 +97,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err != nil {
 		return errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
-	ts, err := s.compareTurns(turns, temp)
+	ts, err := s.recordedTurns(turns, temp)
 	if err != nil {
 		return err
 	}
@@ -179,12 +179,12 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 	return errorf(CodeNotFound, "no comparison of %s on this box", name)
 }
 
-// compareTurns reads the latest n recorded turns that can be replayed: an
+// recordedTurns reads the latest n recorded turns that can be replayed: an
 // outcome was reported and the remembered pair (the partner's turn and
 // what the user spoke) is still kept. Outcomes without text (users without
 // remember: true, none_fit without a reply) cannot be replayed and are
 // skipped. Oldest first.
-func (s *Server) compareTurns(n int, temp float64) ([]models.CompareTurn, error) {
+func (s *Server) recordedTurns(n int, temp float64) ([]models.CompareTurn, error) {
 	prompts := map[string]string{DefaultPromptVersion: DefaultSystemPrompt}
 	hist, err := s.store.PromptHistory(0)
 	if err != nil {

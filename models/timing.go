@@ -38,7 +38,7 @@ type Figures struct {
 	AudioSeconds   float64 `json:"audio_seconds,omitempty"`
 	TranscribeMS   float64 `json:"transcribe_ms,omitempty"`
 	RealTimeFactor float64 `json:"real_time_factor,omitempty"`
-	// TurnMS is the turn time to expect (TurnFigures), 0 when unknown.
+	// TurnMS is the turn time to expect (Figures.Turn), 0 when unknown.
 	TurnMS int64 `json:"turn_ms"`
 }
 

@@ -84,7 +84,7 @@ func (e *engines) compareLLM(ctx context.Context, path string, turns []models.Co
 	}
 	defer release()
 	t0 := time.Now()
-	res, err := compareTurns(ctx, e.cpu, []engine.Generator{act, cand}, turns, progress)
+	res, err := replayTurns(ctx, e.cpu, []engine.Generator{act, cand}, turns, progress)
 	if err != nil {
 		return res, err
 	}
@@ -103,12 +103,12 @@ type compareTally struct {
 	genTokens, genCnt int
 }
 
-// compareTurns replays turns through gens (the active model and the
+// replayTurns replays turns through gens (the active model and the
 // candidate), one turn on both before the next, the first of the two in
 // turn (the active one on even turns), so that both meet the same load and
 // neither always follows the other, and scores them. The end-to-end test
 // drives it through the program.
-func compareTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
+func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
 	var res models.CompareResult
 	total := 0
 	for _, t := range turns {
