@@ -180,7 +180,7 @@ args+=(-fsdev "local,id=fsout,path=$out,security_model=none" -device "virtio-9p-
 
 echo "arm64-vm: booting $kver on qemu-system-aarch64 -cpu cortex-a76 -smp ${ARM64_VM_SMP:-2} (timeout ${timeout} s)" >&2
 set +e
-timeout -s KILL "$timeout" nice -n 15 qemu-system-aarch64 "${args[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$out/console.log"
+timeout -s KILL "$timeout" nice -n 15 qemu-system-aarch64 "${args[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$out/console.log"
 rc="${PIPESTATUS[0]}"
 set -e
 if [ "$rc" -eq 137 ]; then
