@@ -4,7 +4,11 @@
 # (scripts/arm64-guest-tests.sh): it writes the demo models, serves them
 # with Silero VAD on a loopback port of the guest, creates an API key and
 # asks /v1/infer once with text and once with speech (the shared data's
-# jfk.wav), through busybox's wget, and checks that both answer replies.
+# jfk.wav as the partner's audio-marked turn), through busybox's nc, and
+# checks that both answer replies and the speech a transcript (the demo
+# Whisper's random weights decode to their cap, not to words).
+# Emulated, everything is many times slower than on a real core: the
+# inference deadline is 10 minutes and the admission's wait estimate is off.
 # The start-up log's kernels line (OpenBLAS's core, ggml's CPU features) is
 # printed.
 set -eu
@@ -23,6 +27,7 @@ admin="arm64-check-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 REPLYD_DATA_DIR="$tmp/data" REPLYD_ADMIN_KEY="$admin" REPLYD_TLS=off REPLYD_OTP_CHANNEL=console \
 	REPLYD_ADDR="127.0.0.1:$port" REPLYD_LLM_MODEL="$tmp/models/llm-demo.gguf" \
 	REPLYD_WHISPER_MODEL="$tmp/models/whisper-demo.bin" REPLYD_VAD_MODEL=/mnt/repo/models/silero_vad_v5.onnx \
+	REPLYD_INFER_TIMEOUT=10m REPLYD_MAX_WAIT_RATIO=0 \
 	"$bin" serve >"$tmp/serve.log" 2>&1 &
 pid=$!
 url="http://127.0.0.1:$port"
@@ -53,15 +58,41 @@ form() { # form PAYLOAD [AUDIO]: a multipart/form-data body on stdout
 	fi
 	printf -- '--%s--\r\n' "$b"
 }
+# busybox's wget sends a --post-file as a C string, up to its first NUL
+# byte, so a WAV part would be cut short: the form goes through nc instead,
+# as a raw HTTP/1.1 request that the server answers and closes.
 infer() { # infer NAME PAYLOAD [AUDIO]
 	name="$1"
 	shift
 	form "$@" >"$tmp/$name.body"
-	if ! wget -q -O "$tmp/$name.out" --header "X-API-KEY: $key" \
-		--header "Content-Type: multipart/form-data; boundary=$b" --post-file "$tmp/$name.body" "$url/v1/infer" 2>"$tmp/$name.err"; then
-		echo "arm64 serve: $name infer failed: $(cat "$tmp/$name.err") $(head -c 400 "$tmp/$name.out" 2>/dev/null)" >&2
+	{
+		printf 'POST /v1/infer HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nX-API-KEY: %s\r\nConnection: close\r\n' "$port" "$key"
+		printf 'Content-Type: multipart/form-data; boundary=%s\r\nContent-Length: %s\r\n\r\n' "$b" "$(wc -c <"$tmp/$name.body" | tr -d ' ')"
+		cat "$tmp/$name.body"
+	} >"$tmp/$name.req"
+	# busybox's nc closes the connection when its input ends (the server
+	# logs 499, client gone): its input is a FIFO kept open until the
+	# server has answered and closed.
+	rm -f "$tmp/fifo"
+	mkfifo "$tmp/fifo"
+	nc 127.0.0.1 "$port" <"$tmp/fifo" >"$tmp/$name.resp" &
+	ncpid=$!
+	exec 3>"$tmp/fifo"
+	cat "$tmp/$name.req" >&3
+	n=0
+	while kill -0 "$ncpid" 2>/dev/null && [ "$n" -lt 600 ]; do sleep 1; n=$((n + 1)); done
+	exec 3>&-
+	kill "$ncpid" 2>/dev/null || true
+	wait "$ncpid" 2>/dev/null || true
+	status="$(head -1 "$tmp/$name.resp" | tr -d '\r')"
+	sed '1,/^\r*$/d' "$tmp/$name.resp" >"$tmp/$name.out"
+	case "$status" in
+	"HTTP/1.1 200"*) ;;
+	*)
+		echo "arm64 serve: $name infer answered ${status:-nothing}: $(head -c 400 "$tmp/$name.out")" >&2
 		return 1
-	fi
+		;;
+	esac
 	# At least one reply: "response":[ followed by something other than ].
 	if ! grep -q '"response":\[[^]]' "$tmp/$name.out"; then
 		echo "arm64 serve: $name infer answered no replies: $(head -c 400 "$tmp/$name.out")" >&2
@@ -70,4 +101,6 @@ infer() { # infer NAME PAYLOAD [AUDIO]
 	echo "arm64 serve: $name infer: 200, $(head -c 300 "$tmp/$name.out")"
 }
 infer text '{"messages":[{"role":"speaker","content":"Would you like some tea?"}],"options":{"max_candidates":2}}'
-infer speech '{"messages":[],"options":{"max_candidates":2}}' /mnt/shared/whisper/audio/jfk.wav
+infer speech '{"messages":[{"role":"speaker","content":"","audio":true}],"options":{"max_candidates":2}}' \
+	/mnt/shared/whisper/audio/jfk.wav
+grep -q '"transcript":"[^"]' "$tmp/speech.out" || { echo "arm64 serve: the speech infer has no transcript" >&2; exit 1; }

@@ -100,7 +100,7 @@ step "emulated Cortex-A76 machine (boot, steps, power-off)" "$root/scripts/arm64
 	"${libs[@]}" \
 	--out "$vm" "$root/scripts/arm64-guest-tests.sh" >&2 || rc=$?
 echo "test-arm64: in the guest:" >&2
-sed 's/^ARM64-STEP /test-arm64:   /' "$vm/steps" 2>/dev/null >&2 || true
+sed 's/^ARM64-STEP /test-arm64:   /' "$vm/steps" >&2 2>/dev/null || true
 done_steps="$(wc -l <"$vm/steps" 2>/dev/null || echo 0)"
 want_steps="$(echo "$steps" | wc -w)"
 if [ "$done_steps" -ne "$want_steps" ]; then
