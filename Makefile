@@ -91,8 +91,10 @@ check-arch:
 # linux/arm64 (Raspberry Pi 5, Jetson Orin: docs/operations.md) with Debian's
 # cross compilers and arm64 OpenBLAS (scripts/deps.sh arm64), flags and its
 # own build cache in scripts/arm64-env.sh: bin/arm64/replyd. test-arm64 runs
-# the engine tests and a serve-and-infer run under qemu-user; it is not part
-# of `make test` (docs/development.md says why).
+# the engine tests and a serve-and-infer run inside a whole emulated
+# Cortex-A76 machine (qemu-system-aarch64, scripts/arm64-vm.sh); ARM64_STEPS
+# and ARM64_CONFORMANCE narrow it (CI's .ci/run does). It is not part of
+# `make test` (docs/development.md says why).
 build-arm64:
 	@scripts/deps.sh arm64
 	@mkdir -p bin/arm64

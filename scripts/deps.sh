@@ -10,7 +10,12 @@
 #   arm64 run's packages plus what cross-building and testing for linux/arm64
 #         need (`make build-arm64`, `make test-arm64`): Debian's cross
 #         compilers, the arm64 OpenBLAS through multiarch (this adds the arm64
-#         architecture to dpkg) and qemu-user-static to run the tests.
+#         architecture to dpkg, which also lets scripts/arm64-vm.sh fetch
+#         Debian's arm64 kernel and busybox-static with apt-get download,
+#         unpacked into its cache, never installed), qemu-system-arm and cpio
+#         for the emulated machine the tests run in, and what the host runs
+#         for the VAD tests' speech and reference first (espeak-ng, sox,
+#         Node.js with ONNX Runtime), and Qwen's tokenizer.json.
 #   test  run's packages plus what the tests need (`make test`, the default):
 #         espeak-ng and sox to make test speech, shellcheck for the scripts,
 #         PostgreSQL (the store's contract suite and the two-box tests start
@@ -46,7 +51,8 @@ done
 run_pkgs=(build-essential pkg-config libopenblas-dev nlohmann-json3-dev libstb-dev ffmpeg)
 test_pkgs=(espeak-ng sox chromium shellcheck postgresql haproxy zbar-tools systemd nodejs npm)
 pkgs=("${run_pkgs[@]}")
-arm64_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev:arm64 libopenblas-dev:arm64 qemu-user-static)
+arm64_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev:arm64 libopenblas-dev:arm64 qemu-system-arm cpio
+	espeak-ng sox nodejs npm)
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi
 if [ "$mode" = arm64 ]; then pkgs+=("${arm64_pkgs[@]}"); fi
 
@@ -106,8 +112,8 @@ fi
 # install script (skipped) would only fetch optional GPU providers from a host
 # outside the npm registry.
 "$root/scripts/vad-model.sh"
-if [ "$mode" = test ]; then "$root/scripts/qwen-tokenizer.sh"; fi
-if [ "$mode" = test ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
+if [ "$mode" != run ]; then "$root/scripts/qwen-tokenizer.sh"; fi
+if [ "$mode" != run ] && [ ! -d "$root/tests/vadref/node_modules/onnxruntime-node" ]; then
 	echo "deps: installing ONNX Runtime for the VAD reference tests" >&2
 	(cd "$root/tests/vadref" && npm ci --ignore-scripts --no-audit --no-fund --silent)
 fi

@@ -137,7 +137,8 @@ func TestShellcheck(t *testing.T) {
 	sc := testutil.Tool(t, "shellcheck", "the shell scripts")
 	var scripts []string
 	for _, s := range []string{"install.sh", "fetch-models.sh", "deps.sh", "skip-summary.sh", "gpu-check.sh", "gpu-stage.sh",
-		"arch-flags.sh", "check-arch.sh", "test-arm64.sh", "arm64-serve-check.sh", "bench-compare.sh"} {
+		"arch-flags.sh", "check-arch.sh", "test-arm64.sh", "arm64-serve-check.sh", "arm64-vm.sh", "arm64-guest-tests.sh",
+		"arm64-hosttool.sh", "bench-compare.sh"} {
 		scripts = append(scripts, filepath.Join(repoRoot, "scripts", s))
 	}
 	if out, err := exec.Command(sc, scripts...).CombinedOutput(); err != nil {
