@@ -43,8 +43,8 @@ func cFree(b []byte) {
 // blasThreadCap is the most threads OpenBLAS is told to run: the
 // OPENBLAS_NUM_THREADS the admin set (OpenBLAS reads it only when it is
 // loaded; replyd's own openblas_set_num_threads would otherwise override
-// it), or 0 for no cap. Under qemu-user OpenBLAS 0.3.21's threaded server
-// spins forever (arm64 on an x86 host), so scripts/test-arm64.sh sets 1.
+// it), or 0 for no cap. scripts/test-arm64.sh runs the arm64 tests with 2
+// (the emulated machine's cores).
 var blasThreadCap = parseBLASThreadCap(os.Getenv("OPENBLAS_NUM_THREADS"))
 
 func parseBLASThreadCap(v string) int {
