@@ -12,10 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/internal/testutil"
 	"github.com/replyd/replyd/store"
 )
 
@@ -229,22 +229,6 @@ func (f *failingBody) Read(p []byte) (int, error) {
 
 func (f *failingBody) Close() error { return nil }
 
-// fillingDisk passes room bytes, then fails as a full disk (ENOSPC).
-type fillingDisk struct {
-	w    io.Writer
-	room int
-}
-
-func (f *fillingDisk) Write(p []byte) (int, error) {
-	if len(p) <= f.room {
-		f.room -= len(p)
-		return f.w.Write(p)
-	}
-	n, _ := f.w.Write(p[:f.room])
-	f.room = 0
-	return n, &os.PathError{Op: "write", Path: "model", Err: syscall.ENOSPC}
-}
-
 // TestAdminModelsDiskFills: an upload whose disk fills while it is copied
 // is 507 insufficient_storage, chunked (no Content-Length: its size is
 // unknown, and it says so) or with a Content-Length that fitted when it
@@ -256,7 +240,7 @@ func TestAdminModelsDiskFills(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
 	free := int64(1 << 30)
 	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
-	e.srv.models.WrapWrite = func(w io.Writer) io.Writer { return &fillingDisk{w: w, room: 40} }
+	e.srv.models.WrapWrite = func(w io.Writer) io.Writer { return testutil.FillingDisk(w, 40) }
 	good := tinyGGUF("tiny")
 	chunked := uploadReq("big.gguf", good)
 	chunked.ContentLength = -1

@@ -5,27 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"syscall"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
-
-// fillingWriter passes room bytes to w, then fails as a full disk does
-// (write(2) answering ENOSPC, which os.File wraps in a *PathError).
-type fillingWriter struct {
-	w    io.Writer
-	room int
-}
-
-func (f *fillingWriter) Write(p []byte) (int, error) {
-	if len(p) <= f.room {
-		f.room -= len(p)
-		return f.w.Write(p)
-	}
-	n, _ := f.w.Write(p[:f.room])
-	f.room = 0
-	return n, &os.PathError{Op: "write", Path: "model", Err: syscall.ENOSPC}
-}
 
 // TestAddDiskFills: a disk that fills while the file is copied, with a
 // size announced or not, is a NoSpaceError with the bytes written and the
@@ -34,7 +18,7 @@ func (f *fillingWriter) Write(p []byte) (int, error) {
 func TestAddDiskFills(t *testing.T) {
 	file := validGGUF()
 	room := func(n int) func(io.Writer) io.Writer {
-		return func(w io.Writer) io.Writer { return &fillingWriter{w: w, room: n} }
+		return func(w io.Writer) io.Writer { return testutil.FillingDisk(w, n) }
 	}
 	free := func(string) (int64, error) { return 4096, nil }
 	for _, c := range []struct {
