@@ -52,6 +52,10 @@ type Snapshot struct {
 	// ModelChoices are the boxes' choices of model (SetModelChoice), by
 	// Node and then Kind.
 	ModelChoices []ModelChoice
+	// ModelRecords are the boxes' timings and comparisons of their model
+	// files (PutModelRecord), by Node, File and What; nil or empty when
+	// there are none.
+	ModelRecords []ModelRecord
 	// Logs yields every entry, oldest first (by Timestamp, then by
 	// appending order). A non-nil error ends the walk.
 	Logs iter.Seq2[LogEntry, error] `json:"-"`
@@ -114,7 +118,7 @@ func snapshotDiff(a, b Snapshot) (string, error) {
 		return "", err
 	}
 	if !bytes.Equal(ja, jb) {
-		return "keys, prompts, sessions, pairings, login codes or admin key differ", nil
+		return "keys, prompts, sessions, pairings, login codes, models or admin key differ", nil
 	}
 	nextB, stop := iter.Pull2(b.Logs)
 	defer stop()
@@ -217,5 +221,11 @@ func canonical(s Snapshot) ([]byte, error) {
 		choices = nil
 	}
 	s.ModelChoices = choices
+	var records []ModelRecord
+	for _, r := range s.ModelRecords {
+		r.ModTime, r.At = r.ModTime.UTC(), r.At.UTC()
+		records = append(records, r)
+	}
+	s.ModelRecords = records
 	return json.Marshal(s)
 }

@@ -70,10 +70,10 @@ func migrateStore(ctx context.Context, from, to string, force bool, stdout io.Wr
 		fmt.Fprintf(stdout, "store migrate: %s already holds exactly the data of %s: nothing to do\n", dst.Describe(), from)
 		return nil
 	}
-	var keys, prompts, sessions, entries, outcomes, users int
+	var keys, prompts, sessions, entries, outcomes, users, models int
 	err = src.Snapshot(func(snap store.Snapshot) error {
 		keys, prompts, sessions = len(snap.Keys), len(snap.Prompts), len(snap.Sessions)
-		outcomes, users = len(snap.Outcomes), len(snap.Memory)
+		outcomes, users, models = len(snap.Outcomes), len(snap.Memory), len(snap.ModelChoices)+len(snap.ModelRecords)
 		logs := snap.Logs
 		snap.Logs = func(yield func(store.LogEntry, error) bool) {
 			for e, err := range logs {
@@ -96,8 +96,8 @@ func migrateStore(ctx context.Context, from, to string, force bool, stdout io.Wr
 	if same, why, err := store.SameData(src, dst); err != nil || !same {
 		return fmt.Errorf("store migrate: the copy in %s does not match %s (%s, %v)", dst.Describe(), from, why, err)
 	}
-	fmt.Fprintf(stdout, "store migrate: copied %d keys, %d prompt versions, %d sessions, %d log entries, %d outcomes and %d remembering users from %s to %s, and checked the copy\n",
-		keys, prompts, sessions, entries, outcomes, users, from, dst.Describe())
+	fmt.Fprintf(stdout, "store migrate: copied %d keys, %d prompt versions, %d sessions, %d log entries, %d outcomes, %d remembering users and %d model choices, timings and comparisons from %s to %s, and checked the copy\n",
+		keys, prompts, sessions, entries, outcomes, users, models, from, dst.Describe())
 	return nil
 }
 

@@ -46,7 +46,7 @@ func TestStoreMigrate(t *testing.T) {
 	src.Close()
 
 	code, out = runCmd(t, nil, "store", "migrate", "--from", file, "--to", url)
-	if code != 0 || !strings.Contains(out, "copied 4 keys, 2 prompt versions, 2 sessions, 34 log entries, 2 outcomes and 1 remembering users") || !strings.Contains(out, "checked the copy") {
+	if code != 0 || !strings.Contains(out, "copied 4 keys, 2 prompt versions, 2 sessions, 34 log entries, 2 outcomes, 1 remembering users and 5 model choices, timings and comparisons") || !strings.Contains(out, "checked the copy") {
 		t.Fatalf("migrate: %d %s", code, out)
 	}
 	src = reopen(t, file)

@@ -68,6 +68,7 @@ var (
 	bucketLiveOff     = []byte("live_off")     // key hash -> empty: live listening switched off
 	// Models chosen on the admin page (created on the next writable open).
 	bucketModelChoices = []byte("model_choices") // node ‖ 0 ‖ kind -> JSON ModelChoice
+	bucketModelRecords = []byte("model_records") // node ‖ 0 ‖ file ‖ 0 ‖ what -> JSON ModelRecord
 
 	// v1Buckets exist in every replyd file; a read-only open checks them.
 	v1Buckets = [][]byte{
@@ -78,7 +79,7 @@ var (
 	// schema 1 may be missing from a file opened read-only: readers check.
 	allBuckets = append(append([][]byte(nil), v1Buckets...), bucketSecrets, bucketOTP, bucketPairings,
 		bucketInferences, bucketMemUsers, bucketMemPairs, bucketMemInfer, bucketMemLinks, bucketOTPGuards, bucketSteerIdx,
-		bucketLiveTickets, bucketLiveOff, bucketModelChoices)
+		bucketLiveTickets, bucketLiveOff, bucketModelChoices, bucketModelRecords)
 )
 
 // migrations[v] upgrades a file of schema version v to v+1 inside Open's

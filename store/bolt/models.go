@@ -68,11 +68,6 @@ func modelChoices(tx *bolt.Tx) ([]store.ModelChoice, error) {
 	return out, err
 }
 
-// bucketModelRecords holds the boxes' timings and comparisons: node ‖ 0 ‖
-// file ‖ 0 ‖ what -> JSON ModelRecord. It is created by the first write
-// (readers find it missing in older files).
-var bucketModelRecords = []byte("model_records")
-
 func modelRecordPrefix(node string) []byte { return append([]byte(node), 0) }
 
 func modelRecordKey(node, file, what string) []byte {
@@ -87,39 +82,49 @@ func (db *DB) PutModelRecord(r store.ModelRecord) error {
 	if r.At.IsZero() {
 		r.At = db.now()
 	}
+	return db.update(func(tx *bolt.Tx) error { return putModelRecord(tx, r) })
+}
+
+func putModelRecord(tx *bolt.Tx, r store.ModelRecord) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return db.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketModelRecords)
-		if err != nil {
-			return err
-		}
-		return b.Put(modelRecordKey(r.Node, r.File, r.What), v)
-	})
+	b, err := tx.CreateBucketIfNotExists(bucketModelRecords)
+	if err != nil {
+		return err
+	}
+	return b.Put(modelRecordKey(r.Node, r.File, r.What), v)
 }
 
 // ModelRecords returns a box's timings and comparisons; see store.Store.
 func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
-	out := []store.ModelRecord{}
+	var out []store.ModelRecord
 	err := db.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketModelRecords)
-		if b == nil {
-			return nil
-		}
-		p := modelRecordPrefix(node)
-		c := b.Cursor()
-		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			var r store.ModelRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("store: decode model record: %w", err)
-			}
-			out = append(out, r)
-		}
-		return nil
+		var err error
+		out, err = modelRecords(tx, modelRecordPrefix(node))
+		return err
 	})
 	return out, err
+}
+
+// modelRecords reads the records whose keys start with prefix (nil: every
+// box's) in key order: by node, file, then what. The result is never nil.
+func modelRecords(tx *bolt.Tx, prefix []byte) ([]store.ModelRecord, error) {
+	out := []store.ModelRecord{}
+	b := tx.Bucket(bucketModelRecords)
+	if b == nil {
+		return out, nil
+	}
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		var r store.ModelRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("store: decode model record: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // DeleteModelRecords deletes a box's records of one file; see store.Store.

@@ -48,6 +48,9 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 		if snap.ModelChoices, err = modelChoices(tx); err != nil {
 			return err
 		}
+		if snap.ModelRecords, err = modelRecords(tx, nil); err != nil {
+			return err
+		}
 		if b := tx.Bucket(bucketSecrets); b != nil {
 			err := b.ForEach(func(k, v []byte) error {
 				snap.Secrets[string(k)] = append([]byte(nil), v...)
@@ -181,6 +184,14 @@ func (db *DB) Import(snap store.Snapshot, replace bool) error {
 				return err
 			}
 			if err := putModelChoice(tx, c.Node, c.Kind, v); err != nil {
+				return err
+			}
+		}
+		for _, r := range snap.ModelRecords {
+			if !store.ValidModelRecord(r) {
+				return invalid("a model record without a node, a file, a kind or a body")
+			}
+			if err := putModelRecord(tx, r); err != nil {
 				return err
 			}
 		}

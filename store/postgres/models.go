@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/replyd/replyd/store"
 )
@@ -40,6 +41,10 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 func modelChoices(ctx context.Context, q querier) ([]store.ModelChoice, error) {
 	rows, err := q.Query(ctx, "SELECT node, kind, model, previous, at_ns FROM model_choices ORDER BY node COLLATE \"C\", kind COLLATE \"C\"")
 	if err != nil {
@@ -67,31 +72,46 @@ func (s *Store) PutModelRecord(r store.ModelRecord) error {
 	if r.At.IsZero() {
 		r.At = s.now()
 	}
-	return s.run("store model record", func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO model_records (node, file, what, bytes, mod_time_ns, at_ns, body) VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT (node, file, what) DO UPDATE SET bytes = EXCLUDED.bytes, mod_time_ns = EXCLUDED.mod_time_ns, at_ns = EXCLUDED.at_ns, body = EXCLUDED.body`,
-			r.Node, r.File, r.What, r.Bytes, ns(r.ModTime), ns(r.At), r.Body)
-		return err
-	})
+	return s.run("store model record", func(ctx context.Context) error { return putModelRecord(ctx, s.pool, r) })
+}
+
+// putModelRecord stores r, replacing the record of the same node, file and
+// what.
+func putModelRecord(ctx context.Context, q execer, r store.ModelRecord) error {
+	_, err := q.Exec(ctx, `INSERT INTO model_records (node, file, what, bytes, mod_time_ns, at_ns, body) VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (node, file, what) DO UPDATE SET bytes = EXCLUDED.bytes, mod_time_ns = EXCLUDED.mod_time_ns, at_ns = EXCLUDED.at_ns, body = EXCLUDED.body`,
+		r.Node, r.File, r.What, r.Bytes, ns(r.ModTime), ns(r.At), r.Body)
+	return err
 }
 
 // ModelRecords returns a box's timings and comparisons; see store.Store.
 func (s *Store) ModelRecords(node string) ([]store.ModelRecord, error) {
 	var out []store.ModelRecord
 	err := s.run("read model records", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, `SELECT node, file, what, bytes, mod_time_ns, at_ns, body FROM model_records
-			WHERE node = $1 ORDER BY file COLLATE "C", what COLLATE "C"`, node)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ModelRecord, error) {
-			var m store.ModelRecord
-			var mt, at int64
-			err := r.Scan(&m.Node, &m.File, &m.What, &m.Bytes, &mt, &at, &m.Body)
-			m.ModTime, m.At = fromNS(mt), fromNS(at)
-			return m, err
-		})
+		var err error
+		out, err = modelRecords(ctx, s.pool, "WHERE node = $1", node)
 		return err
+	})
+	if out == nil {
+		out = []store.ModelRecord{}
+	}
+	return out, err
+}
+
+// modelRecords reads the records that where (with its args; "" for every
+// box's) selects, by node, file, then what. The result is never nil.
+func modelRecords(ctx context.Context, q querier, where string, args ...any) ([]store.ModelRecord, error) {
+	rows, err := q.Query(ctx, `SELECT node, file, what, bytes, mod_time_ns, at_ns, body FROM model_records `+where+`
+		ORDER BY node COLLATE "C", file COLLATE "C", what COLLATE "C"`, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ModelRecord, error) {
+		var m store.ModelRecord
+		var mt, at int64
+		err := r.Scan(&m.Node, &m.File, &m.What, &m.Bytes, &mt, &at, &m.Body)
+		m.ModTime, m.At = fromNS(mt), fromNS(at)
+		return m, err
 	})
 	if out == nil {
 		out = []store.ModelRecord{}

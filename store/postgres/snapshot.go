@@ -193,6 +193,9 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if snap.ModelChoices, err = modelChoices(ctx, tx); err != nil {
 		return snap, err
 	}
+	if snap.ModelRecords, err = modelRecords(ctx, tx, ""); err != nil {
+		return snap, err
+	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
 	}
@@ -210,7 +213,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 
 // dataTables are the tables Import empties with replace (rate_windows
 // holds no data worth keeping, but a fresh start should not inherit it).
-const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users, live_tickets, live_off, model_choices"
+const dataTables = "settings, secrets, api_keys, prompts, otp_codes, otp_guards, sessions, pairings, logs, rate_windows, rate_buckets, memory_links, memory_pairs, memory_texts, memory_users, live_tickets, live_off, model_choices, model_records"
 
 // Import writes snap in one transaction; see store.Store. Logs go in with
 // COPY, streamed from snap.Logs.
@@ -223,7 +226,7 @@ func (s *Store) Import(snap store.Snapshot, replace bool) error {
 				OR EXISTS (SELECT 1 FROM sessions) OR EXISTS (SELECT 1 FROM logs)
 				OR EXISTS (SELECT 1 FROM secrets) OR EXISTS (SELECT 1 FROM memory_users)
 				OR EXISTS (SELECT 1 FROM pairings) OR EXISTS (SELECT 1 FROM live_off)
-				OR EXISTS (SELECT 1 FROM model_choices)`).Scan(&held)
+				OR EXISTS (SELECT 1 FROM model_choices) OR EXISTS (SELECT 1 FROM model_records)`).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -320,6 +323,14 @@ func importInto(ctx context.Context, tx pgx.Tx, snap store.Snapshot) error {
 			return fmt.Errorf("store: import: a key, prompt version, session or pairing repeats: %w", store.ErrInvalid)
 		}
 		return err
+	}
+	for _, r := range snap.ModelRecords {
+		if !store.ValidModelRecord(r) {
+			return invalid("a model record without a node, a file, a kind or a body")
+		}
+		if err := putModelRecord(ctx, tx, r); err != nil {
+			return err
+		}
 	}
 	if snap.Logs != nil {
 		next, stop := iter.Pull2(snap.Logs)

@@ -15,8 +15,8 @@ import (
 // Fill puts some of everything into s: keys (active, revoked, touched,
 // created in one nanosecond), the admin key, prompt versions, sessions, an
 // OTP code with one wrong try, a pending and a used pairing, a model
-// choice, and infer and
-// admin log entries. The
+// choice, two boxes' timings and a comparison of their model files
+// (FilledModelRecords), and infer and admin log entries. The
 // cross-store migration tests use it too.
 func Fill(t testing.TB, s store.Store) {
 	t.Helper()
@@ -30,6 +30,9 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, s.TouchKey("k1", T0.Add(2*time.Minute)))
 	Must(t, s.SetLiveOff("k3", true))
 	Must(t, s.SetModelChoice(store.ModelChoice{Node: "box-a", Kind: "llm", Model: "/m/two.gguf", Previous: "/m/one.gguf", At: T0}))
+	for _, r := range FilledModelRecords() {
+		Must(t, s.PutModelRecord(r))
+	}
 	_, err = s.RevokeKey("k2", T0.Add(3*time.Minute))
 	Must(t, err)
 	Must(t, s.SavePrompt(store.PromptVersion{Prompt: "first", Version: "1", CreatedAt: T0}))
@@ -75,6 +78,18 @@ func Fill(t testing.TB, s store.Store) {
 	Must(t, err)
 	_, err = s.SetOutcome("inf-p1", store.Outcome{Kind: store.OutcomeTyped, SpokenChars: 9, TimeToChoiceMS: 2500, FirstAt: T0, At: T0}, "")
 	Must(t, err)
+}
+
+// FilledModelRecords are the model records Fill stores, as ModelRecords
+// returns them: by node, file, then what.
+func FilledModelRecords() []store.ModelRecord {
+	mt := T0.Add(-24 * time.Hour)
+	return []store.ModelRecord{
+		{Node: "box-a", File: "one.gguf", What: store.ModelComparison, Bytes: 1 << 20, ModTime: mt, At: T0.Add(time.Minute), Body: []byte(`{"turns":5,"wins":3}`)},
+		{Node: "box-a", File: "one.gguf", What: store.ModelTiming, Bytes: 1 << 20, ModTime: mt, At: T0, Body: []byte(`{"first_token_ms":41}`)},
+		{Node: "box-a", File: "two.gguf", What: store.ModelTiming, Bytes: 2 << 20, ModTime: mt.Add(time.Nanosecond), At: T0, Body: []byte(`{"first_token_ms":77}`)},
+		{Node: "box-b", File: "one.gguf", What: store.ModelTiming, Bytes: 1 << 20, ModTime: mt, At: T0.Add(2 * time.Minute), Body: []byte("{\"first_token_ms\":39,\"raw\":\"\\u0000\"}")},
+	}
 }
 
 // flat is a Snapshot with its logs read out, for comparing.
@@ -130,6 +145,9 @@ func SameData(t testing.TB, a, b store.Store) {
 		{"Inference(inf-m2)", func(s store.Store) (any, error) { return inferenceOrNone(s, "inf-m2") }},
 		{"Inference(inf-p1)", func(s store.Store) (any, error) { return inferenceOrNone(s, "inf-p1") }},
 		{"MemoryUsers", func(s store.Store) (any, error) { return s.MemoryUsers() }},
+		{"ModelChoices", func(s store.Store) (any, error) { return s.ModelChoices() }},
+		{"ModelRecords(box-a)", func(s store.Store) (any, error) { return s.ModelRecords("box-a") }},
+		{"ModelRecords(box-b)", func(s store.Store) (any, error) { return s.ModelRecords("box-b") }},
 		{"MemoryPairs(mem)", func(s store.Store) (any, error) { p, rev, err := s.MemoryPairs("mem"); return fmt.Sprint(p, rev), err }},
 		{"Outcomes", func(s store.Store) (any, error) {
 			var out []store.OutcomeRecord
@@ -185,12 +203,22 @@ func snapshotRoundTrip(t *testing.T, e Env) {
 		wantErr(t, "the used pairing after the copy", err, store.ErrUsed)
 		_, err = s.RedeemPairing("pair-pending", "k-new", T0.Add(3*time.Second))
 		Must(t, err)
+		// The model records carried, every box's, bodies byte for byte.
+		var got []store.ModelRecord
+		for _, node := range []string{"box-a", "box-b"} {
+			rs, err := s.ModelRecords(node)
+			Must(t, err)
+			got = append(got, rs...)
+		}
+		if d := cmp.Diff(FilledModelRecords(), got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); d != "" {
+			t.Errorf("model records after the copy (-want +got):\n%s", d)
+		}
 	}
 	// An empty store's snapshot is empty and imports as empty.
 	c, d := e.Open(), e.Open()
 	Must(t, c.Snapshot(func(snap store.Snapshot) error { return d.Import(snap, false) }))
 	SameData(t, c, d)
-	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || !reflect.DeepEqual(f.Snap.OTPGuard, store.OTPGuard{}) || len(f.Snap.OTPGuards) != 0 {
+	if f := Flatten(t, d); len(f.Logs) != 0 || len(f.Snap.Keys) != 0 || len(f.Snap.OTPCodes) != 0 || f.Snap.TOTPLastStep != 0 || !reflect.DeepEqual(f.Snap.OTPGuard, store.OTPGuard{}) || len(f.Snap.OTPGuards) != 0 || len(f.Snap.ModelRecords) != 0 {
 		t.Errorf("empty store's snapshot: %+v", f)
 	}
 }
@@ -230,4 +258,28 @@ func snapshotImportRefusesOrReplaces(t *testing.T, e Env) {
 	if ks := listKeys(t, c, 0, true); len(ks) != 0 {
 		t.Errorf("a failed Import left keys: %v", ks)
 	}
+	// So is one with a record without a body, and nothing of it stays.
+	bad := store.Snapshot{Keys: []store.APIKey{{Hash: "y", CreatedAt: T0}}, ModelRecords: FilledModelRecords()}
+	bad.ModelRecords[1].Body = nil
+	wantErr(t, "Import of a model record without a body", c.Import(bad, false), store.ErrInvalid)
+	if ks, rs := listKeys(t, c, 0, true), mustModelRecords(t, c, "box-a"); len(ks) != 0 || len(rs) != 0 {
+		t.Errorf("a failed Import left keys %v and model records %v", ks, rs)
+	}
+	// A store that holds only a model record holds data: refused, then
+	// replaced.
+	Must(t, c.PutModelRecord(store.ModelRecord{Node: "box-c", File: "x.gguf", What: store.ModelTiming, Body: []byte("{}")}))
+	err = e.S.Snapshot(func(snap store.Snapshot) error { return c.Import(snap, false) })
+	wantErr(t, "Import into a store holding a model record", err, store.ErrExists)
+	Must(t, e.S.Snapshot(func(snap store.Snapshot) error { return c.Import(snap, true) }))
+	SameData(t, e.S, c)
+	if rs := mustModelRecords(t, c, "box-c"); len(rs) != 0 {
+		t.Errorf("replace kept the target's own model record: %+v", rs)
+	}
+}
+
+func mustModelRecords(t testing.TB, s store.Store, node string) []store.ModelRecord {
+	t.Helper()
+	rs, err := s.ModelRecords(node)
+	Must(t, err)
+	return rs
 }
