@@ -191,6 +191,8 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	MustCreateKey(t, db, "k1", t0)
 	Must(t, db.SavePrompt(store.PromptVersion{Prompt: "p", Version: "1"}))
 	MustAppend(t, db, store.LogEntry{Timestamp: t0, Message: "hello", StreamName: store.StreamInfer, Subject: "u"})
+	timing := store.ModelRecord{Node: "box-a", File: "one.gguf", What: store.ModelTiming, Bytes: 7, ModTime: t0, At: t0, Body: []byte(`{"ms":41}`)}
+	Must(t, db.PutModelRecord(timing))
 	Must(t, db.Check())
 
 	size, err := db.Size()
@@ -227,6 +229,9 @@ func TestBackupRestoreRoundTrip(t *testing.T) {
 	}
 	if s, _ := r.Stats(t0, t0.Add(time.Second)); s.TotalRequests != 1 {
 		t.Errorf("restored stats: %+v", s)
+	}
+	if rs, err := r.ModelRecords("box-a"); err != nil || len(rs) != 1 || string(rs[0].Body) != string(timing.Body) || !rs[0].ModTime.Equal(t0) {
+		t.Errorf("restored model records: %+v, %v", rs, err)
 	}
 }
 
