@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replyd/replyd/internal/replydproc"
+)
+
+// TestModelsActivateBrokenFile runs the real program and has the admin
+// activate broken language-model files while a client keeps sending
+// inferences: a GGUF cut short (its header claims tensors past the end),
+// which the file check refuses before anything is unloaded, and one whose
+// header and sizes are valid but whose tensor table lacks a tensor the
+// architecture needs (the check passes; llama.cpp refuses it), activated
+// beside the old model and by swap (the old one unloaded first, then
+// loaded again). Each is 422 invalid_model saying why; the old model keeps
+// answering /v1/infer (by name in the log), the listing, /healthz,
+// /v1/admin/status and the admin log say which model is active and what
+// failed, and the stored
+// choice stays the old model, so a restart loads it.
+func TestModelsActivateBrokenFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test starts the real binary")
+	}
+	const adminKey = "e2e-admin-key-broken-0123456789"
+	env, folder := modelsFolderEnv(t, adminKey)
+	env["REPLYD_MAX_WAIT_RATIO"] = "0"
+	writeCandidate(t, folder, 0xbad)
+	good, err := os.ReadFile(filepath.Join(folder, "candidate.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(folder, "truncated.gguf"), good[:len(good)*2/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes with one tensor renamed (same length, so every size
+	// and offset stays valid): llama.cpp finds output_norm.weight missing.
+	const tensor, renamed = "output_norm.weight", "output_norm.wEIght"
+	if bytes.Count(good, []byte(tensor)) != 1 {
+		t.Fatalf("candidate.gguf names %s %d times, want once", tensor, bytes.Count(good, []byte(tensor)))
+	}
+	damaged := bytes.Replace(good, []byte(tensor), []byte(renamed), 1)
+	if err := os.WriteFile(filepath.Join(folder, "damaged.gguf"), damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startReplyd(t, env)
+	admin := map[string]string{"X-ADMIN-KEY": adminKey}
+	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-broken", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The listing: the truncated file is refused by its check, the
+	// damaged one passes it.
+	type listing struct {
+		Models []struct {
+			File, Kind, Check string
+			Active            bool
+		}
+	}
+	list := func() map[string]string {
+		t.Helper()
+		var l listing
+		if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/models", Header: admin}, 200), &l); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, m := range l.Models {
+			out[m.File] = m.Check
+			if m.Active {
+				out[m.File] += " (active)"
+			}
+		}
+		return out
+	}
+	if l := list(); l["llm-demo.gguf"] != "ok (active)" || !strings.Contains(l["truncated.gguf"], "past the end of the file") || l["damaged.gguf"] != "ok" {
+		t.Fatalf("listing before: %v", l)
+	}
+
+	// A client keeps asking throughout: every answer is a 200 or, while
+	// the swap has the old model unloaded, 503 loading with a Retry-After.
+	type answer struct {
+		status     int
+		code       string
+		retryAfter string
+	}
+	var mu sync.Mutex
+	var answers []answer
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := p.Do(context.Background(), inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Shall we go out?"}]}`, nil))
+			if err != nil {
+				t.Errorf("infer: %v", err)
+				return
+			}
+			var body struct{ Error string }
+			_ = json.Unmarshal(r.Body, &body)
+			mu.Lock()
+			answers = append(answers, answer{r.Status, body.Error, r.Header.Get("Retry-After")})
+			mu.Unlock()
+			if r.Status == 503 {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}()
+
+	// The client is answered before the switches start (a bound, not a
+	// timed assertion).
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(answers)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client got no answer")
+		}
+	}
+
+	type apiError struct{ Error, Message string }
+	activate := func(file, mode string) apiError {
+		t.Helper()
+		r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/admin/models/" + file + "/activate", Header: admin,
+			JSON: map[string]any{"mode": mode}, Timeout: 5 * time.Minute})
+		var e apiError
+		if err := json.Unmarshal(r.Body, &e); err != nil || r.Status != 422 || e.Error != "invalid_model" || e.Message == "" {
+			t.Errorf("activate %s (%s): %d %s; want 422 invalid_model", file, mode, r.Status, r.Body)
+		}
+		t.Logf("activate %s (%s): %d %s", file, mode, r.Status, e.Message)
+		return e
+	}
+	if e := activate("truncated.gguf", "swap"); !strings.Contains(e.Message, "refused") || !strings.Contains(e.Message, "past the end of the file") {
+		t.Errorf("the truncated file's refusal does not say why: %q", e.Message)
+	}
+	for _, mode := range []string{"beside", "swap"} {
+		if e := activate("damaged.gguf", mode); !strings.Contains(e.Message, "damaged.gguf") && !strings.Contains(e.Message, tensor) {
+			t.Errorf("the damaged file's failure (%s) names neither the file nor what is wrong: %q", mode, e.Message)
+		}
+	}
+	// The old model answers once the switches have failed.
+	p.Must(inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Tea?"}]}`, nil), 200)
+	close(stop)
+	wg.Wait()
+	ok := 0
+	for _, a := range answers {
+		switch {
+		case a.status == 200:
+			ok++
+		case a.status == 503 && a.code == "loading" && a.retryAfter != "":
+		default:
+			t.Errorf("a request during the failed switches got %d %s (Retry-After %q)", a.status, a.code, a.retryAfter)
+		}
+	}
+	t.Logf("%d answers during the failed switches, %d of them 200", len(answers), ok)
+
+	// Every answer was the old model's.
+	var logs struct {
+		Items []struct {
+			Status int
+			Model  string
+		}
+	}
+	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/logs?stream=infer&limit=1000", Header: admin}, 200), &logs); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range logs.Items {
+		if e.Status == 200 && e.Model != "llm-demo.gguf" {
+			t.Errorf("an answer was made by %q", e.Model)
+		}
+	}
+	// The status says the old model is active and ready.
+	if l := list(); l["llm-demo.gguf"] != "ok (active)" || l["damaged.gguf"] != "ok" {
+		t.Errorf("listing after: %v", l)
+	}
+	// /healthz is ok and /v1/admin/status names the old model, loaded.
+	var health struct{ Status string }
+	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/healthz", Header: admin}, 200), &health); err != nil || health.Status != "ok" {
+		t.Errorf("/healthz after the failed switches: %+v, %v", health, err)
+	}
+	var status struct {
+		Engines []struct {
+			Name, Model, Error string
+			Ready              bool
+		}
+	}
+	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/status", Header: admin}, 200), &status); err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, e := range status.Engines {
+		if e.Name == "llm" {
+			seen = true
+			if !e.Ready || e.Error != "" || filepath.Base(e.Model) != "llm-demo.gguf" {
+				t.Errorf("/v1/admin/status llm after the failed switches: %+v", e)
+			}
+		}
+	}
+	if !seen {
+		t.Errorf("/v1/admin/status lists no llm engine: %+v", status)
+	}
+	adminLog := string(p.Must(replydproc.Request{Path: "/v1/admin/logs?stream=admin&limit=100", Header: admin}, 200))
+	for _, want := range []string{"model switch refused: truncated.gguf", "model switch failed: llm damaged.gguf"} {
+		if !strings.Contains(adminLog, want) {
+			t.Errorf("admin log lacks %q", want)
+		}
+	}
+	// Nothing was chosen: nothing to roll back to, and a restart loads the
+	// old model.
+	p.Must(replydproc.Request{Method: "POST", Path: "/v1/admin/models/llm/rollback", Header: admin}, 409)
+	p.Stop()
+	p = startReplyd(t, env)
+	if l := list(); l["llm-demo.gguf"] != "ok (active)" {
+		t.Errorf("listing after a restart: %v", l)
+	}
+	p.Must(inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Tea?"}]}`, nil), 200)
+}
