@@ -3,18 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/internal/testutil"
 	"github.com/replyd/replyd/store/bolt"
+	"github.com/replyd/replyd/store/storetest"
 )
 
 // writeLargeDataFile writes a data file of more than 2,000,000 bytes
@@ -30,25 +29,7 @@ func writeLargeDataFile(t *testing.T, dir string) ([]byte, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetAdminKeyHash("admin-hash"); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 110 {
-				e := store.LogEntry{Timestamp: time.Now(), Level: "info", ResourceType: "infer",
-					Message: fmt.Sprintf("%d-%d %s", g, i, strings.Repeat("m", 1500))}
-				if err := db.AppendLog(e); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	storetest.FillBulk(t, db, 0, 1760, 1500, 16)
 	used, err := db.Size()
 	if err != nil {
 		t.Fatal(err)
@@ -80,15 +61,8 @@ func TestCheckAndServeRefuseDamagedFiles(t *testing.T) {
 	if code, out := runCmd(t, env, "check"); code != 0 || !strings.Contains(out, "is consistent") {
 		t.Fatalf("check of the whole file: %d %s", code, out)
 	}
-	overwritten := append([]byte(nil), good...)
-	rng := rand.New(rand.NewPCG(43, 3))
-	pages := used / 4096 // pages in use: overwriting those beyond changes nothing
-	for range 50 {
-		p := pages/4 + rng.IntN(pages/2)
-		for i := range 4096 {
-			overwritten[p*4096+i] = byte(rng.Uint32())
-		}
-	}
+	// Pages in use: overwriting those beyond changes nothing.
+	overwritten := testutil.OverwritePages(good, used/testutil.PageSize, 50, rand.New(rand.NewPCG(43, 3)))
 	for _, tc := range []struct {
 		name, problem string
 		data          []byte // nil: no file

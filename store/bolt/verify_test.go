@@ -12,25 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/testutil"
 	"github.com/replyd/replyd/store"
+	"github.com/replyd/replyd/store/storetest"
 )
 
-// writeSampleFile fills a data file at path with keys and log entries and
-// closes it.
+// writeSampleFile fills a data file at path with keys and log entries
+// (storetest.FillBulk, in one order) and closes it.
 func writeSampleFile(tb testing.TB, path string, keys, logs int) {
 	tb.Helper()
 	db, err := Open(path, Options{Now: func() time.Time { return t0 }})
 	Must(tb, err)
 	db.bolt.NoSync = true     // a sample, not a durability test: no fsync per write
 	db.bolt.MaxBatchDelay = 0 // nor a wait for other appends
-	Must(tb, db.SetAdminKeyHash("admin-hash"))
-	for i := range keys {
-		MustCreateKey(tb, db, fmt.Sprintf("hash-%05d", i), t0.Add(time.Duration(i)*time.Second))
-	}
-	for i := range logs {
-		MustAppend(tb, db, store.LogEntry{Timestamp: t0.Add(time.Duration(i) * time.Millisecond), Level: "info",
-			Message: fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 400)), ResourceType: "infer", ResourceID: fmt.Sprint(i)})
-	}
+	storetest.FillBulk(tb, db, keys, logs, 400, 1)
 	Must(tb, db.Close())
 }
 
@@ -90,20 +85,11 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 	if len(good) <= 2_000_000 {
 		t.Fatalf("the sample file has %d bytes, want more than 2,000,000", len(good))
 	}
-	const pageSize = 4096
-	overwritten := append([]byte(nil), good...)
-	rng := rand.New(rand.NewPCG(43, 50))
 	m, err := chooseMeta(bytes.NewReader(good), int64(len(good)))
 	if err != nil || m == nil {
 		t.Fatalf("the sample's meta: %v %v", m, err)
 	}
-	pages := int(m.hwm) // pages in use: bbolt grows the file ahead of them
-	for range 50 {
-		p := pages/4 + rng.IntN(pages/2) // in the middle of the file
-		for i := range pageSize {
-			overwritten[p*pageSize+i] = byte(rng.Uint32())
-		}
-	}
+	overwritten := testutil.OverwritePages(good, int(m.hwm), 50, rand.New(rand.NewPCG(43, 50)))
 	for _, tc := range []struct {
 		name, problem string
 		data          []byte
