@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,15 +17,11 @@ import (
 	"github.com/replyd/replyd/internal/testutil"
 )
 
-func testLogger(buf *bytes.Buffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(buf, nil))
-}
-
 // openRenewed opens the CA in dir for the box's names, as replyd starts
 // with REPLYD_TLS=auto, and makes sure it has a server certificate.
 func openRenewed(t *testing.T, dir string, log *bytes.Buffer) *CA {
 	t.Helper()
-	ca, err := Open(dir, BoxNames(""), testLogger(log))
+	ca, err := Open(dir, BoxNames(""), testutil.Logger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +190,7 @@ func TestLocalCAErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, CACertFile), []byte("not a certificate"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(dir, BoxNames(""), testLogger(&bytes.Buffer{}))
+	_, err := Open(dir, BoxNames(""), testutil.Logger(&bytes.Buffer{}))
 	if err == nil || !strings.Contains(err.Error(), "ca.pem holds no certificate") || !strings.Contains(err.Error(), "install the new root") {
 		t.Errorf("damaged ca.pem: %v", err)
 	}
@@ -211,7 +206,7 @@ func TestLocalCAErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(b, CACertFile), rootA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(b, BoxNames(""), testLogger(&bytes.Buffer{}))
+	_, err = Open(b, BoxNames(""), testutil.Logger(&bytes.Buffer{}))
 	if err == nil || !strings.Contains(err.Error(), "ca-key.pem does not belong to ca.pem") {
 		t.Errorf("a root with another root's key: %v", err)
 	}

@@ -4,6 +4,8 @@ package testutil
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -110,3 +112,6 @@ func Tool(t testing.TB, name, why string, paths ...string) string {
 	t.Skip("SKIP: " + msg)
 	return ""
 }
+
+// Logger is a text logger into w, for tests that read what was logged.
+func Logger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
