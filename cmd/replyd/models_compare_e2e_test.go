@@ -11,6 +11,7 @@ import (
 
 	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/models"
 )
 
 // TestModelsCompareEndToEnd runs the real program, records turns through
@@ -97,33 +98,11 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 	p.Must(replydproc.Request{Method: "POST", Path: "/v1/admin/models/candidate.gguf/compare", Header: admin,
 		Body: []byte(`{"turns":0}`), ContentType: "application/json"}, 400)
 
-	type figures struct {
-		Model           string
-		Turns           int
-		ExactRate       float64 `json:"exact_rate"`
-		Top1Rate        float64 `json:"top1_rate"`
-		NearRate        float64 `json:"near_rate"`
-		KeystrokesSaved int     `json:"keystrokes_saved"`
-		KeystrokesTyped int     `json:"keystrokes_typed"`
-		KeystrokeSaving float64 `json:"keystroke_saving"`
-		SteeredTurns    int     `json:"steered_turns"`
-		SteeredHits     int     `json:"steered_hits"`
-		SteeredKSR      float64 `json:"steered_ksr"`
-		TurnMS          float64 `json:"turn_ms"`
-		ReplyTokens     float64 `json:"reply_tokens"`
-	}
-	type comparison struct {
-		State             string
-		Turns             int
-		TurnsFound        int `json:"turns_found"`
-		Done, Total       int
-		Preempted         int
-		Error             *struct{ Error, Message string }
-		Candidate, Active *figures
-	}
+	// The answer decoded as the models feature writes it (its JSON is
+	// documented in api/client.md and api/openapi.yaml).
 	b := p.Must(replydproc.Request{Method: "POST", Path: "/v1/admin/models/candidate.gguf/compare", Header: admin,
 		Body: []byte(`{"turns":50,"temperature":0}`), ContentType: "application/json"}, 202)
-	var c comparison
+	var c models.Comparison
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +146,7 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 		if strings.Contains(string(b), marker) || strings.Contains(string(b), own) {
 			t.Fatalf("the comparison shows dialog text: %s", b)
 		}
-		c = comparison{}
+		c = models.Comparison{}
 		if err := json.Unmarshal(b, &c); err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +163,7 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 	if c.Done != c.Total || c.Total != 12 {
 		t.Errorf("progress %d of %d, want 12 of 12 (5 turns on 2 models, the steered one twice)", c.Done, c.Total)
 	}
-	for _, f := range []*figures{c.Active, c.Candidate} {
+	for _, f := range []*models.CompareFigures{c.Active, c.Candidate} {
 		if f.Turns != 5 || f.KeystrokesTyped != typed || f.SteeredTurns != 1 || f.TurnMS <= 0 || f.ReplyTokens <= 0 {
 			t.Errorf("%s: %+v (want 5 turns, %d characters typed, 1 steered)", f.Model, *f, typed)
 		}
