@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"time"
 )
 
 // GreedyToken is one token of a greedy continuation: the token chosen (the
@@ -27,29 +26,14 @@ func (e *Engine) Greedy(ctx context.Context, n, m int) ([]GreedyToken, error) {
 		return nil, errors.New("greedy: the prompt and the continuation need a token at least")
 	}
 	var out []GreedyToken
-	j := &job{ctx: ctx, queued: time.Now(), res: make(chan jobResult, 1), fn: func() (err error) {
-		out, err = e.greedy(ctx, n, m)
+	err := e.measure(ctx, n, n+m, "greedy: the prompt with its continuation", func(r *run, tokens []int) (err error) {
+		out, err = e.greedy(r, tokens, m)
 		return err
-	}}
-	if err := e.enqueue(j); err != nil {
-		return nil, err
-	}
-	r := <-j.res
-	return out, r.err
+	})
+	return out, err
 }
 
-func (e *Engine) greedy(ctx context.Context, n, m int) ([]GreedyToken, error) {
-	if n+m > e.budget() {
-		return nil, errors.New("greedy: the prompt and its continuation are longer than the prompt budget")
-	}
-	tokens, err := e.fillerTokens(n)
-	if err != nil {
-		return nil, err
-	}
-	r := &run{e: e, ctx: ctx, minThreads: e.opts.Threads}
-	defer r.release()
-	e.leaveCurrent()
-	defer e.leaveCurrent()
+func (e *Engine) greedy(r *run, tokens []int, m int) ([]GreedyToken, error) {
 	logits, err := e.evalPrompt(r, promptSeq, tokens, 0, true)
 	if err != nil {
 		return nil, err

@@ -20,32 +20,19 @@ import (
 func (e *Engine) StepTimes(ctx context.Context, seqs int, contexts []int, rounds int) ([][]time.Duration, error) {
 	seqs = min(max(seqs, 1), e.opts.MaxCandidates)
 	rounds = max(rounds, 1)
-	var out [][]time.Duration
-	j := &job{ctx: ctx, queued: time.Now(), res: make(chan jobResult, 1), fn: func() (err error) {
-		out, err = e.stepTimes(ctx, seqs, contexts, rounds)
-		return err
-	}}
-	if err := e.enqueue(j); err != nil {
-		return nil, err
+	if len(contexts) == 0 {
+		return nil, errors.New("no context to time a step after")
 	}
-	// The owner notices a cancelled ctx before its next decode.
-	r := <-j.res
-	return out, r.err
+	longest := slices.Max(contexts)
+	var out [][]time.Duration
+	err := e.measure(ctx, longest, longest+1, "a context", func(r *run, tokens []int) (err error) {
+		out, err = e.stepTimes(r, tokens, seqs, contexts, rounds)
+		return err
+	})
+	return out, err
 }
 
-func (e *Engine) stepTimes(ctx context.Context, seqs int, contexts []int, rounds int) ([][]time.Duration, error) {
-	longest := slices.Max(contexts)
-	if longest+1 > e.budget() {
-		return nil, errors.New("a context is longer than the prompt budget")
-	}
-	tokens, err := e.fillerTokens(longest)
-	if err != nil {
-		return nil, err
-	}
-	r := &run{e: e, ctx: ctx, minThreads: e.opts.Threads}
-	defer r.release()
-	e.leaveCurrent()
-	defer e.leaveCurrent()
+func (e *Engine) stepTimes(r *run, tokens []int, seqs int, contexts []int, rounds int) ([][]time.Duration, error) {
 	defer e.freeGen()
 	times := make([][]time.Duration, len(contexts))
 	evaluated := 0
@@ -87,6 +74,34 @@ func (e *Engine) stepTimes(ctx context.Context, seqs int, contexts []int, rounds
 		e.freeGen()
 	}
 	return times, nil
+}
+
+// measure runs fn on the owner goroutine, queued like a request, with the
+// first n tokens of the filler prompt and a run of the configured threads,
+// the dialog in the context left before fn and after it: how StepTimes and
+// Greedy measure. need is the most cells fn evaluates in one sequence: more
+// than the prompt budget is refused ("what is longer than the prompt
+// budget") before anything is queued.
+func (e *Engine) measure(ctx context.Context, n, need int, what string, fn func(r *run, tokens []int) error) error {
+	if need > e.budget() {
+		return errors.New(what + " is longer than the prompt budget")
+	}
+	j := &job{ctx: ctx, queued: time.Now(), res: make(chan jobResult, 1), fn: func() error {
+		tokens, err := e.fillerTokens(n)
+		if err != nil {
+			return err
+		}
+		r := &run{e: e, ctx: ctx, minThreads: e.opts.Threads}
+		defer r.release()
+		e.leaveCurrent()
+		defer e.leaveCurrent()
+		return fn(r, tokens)
+	}}
+	if err := e.enqueue(j); err != nil {
+		return err
+	}
+	// The owner notices a cancelled ctx before its next decode.
+	return (<-j.res).err
 }
 
 // fillerTokens is n tokens of an everyday sentence repeated: the prompt
