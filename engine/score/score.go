@@ -17,29 +17,33 @@ func Chars(s string) int { return utf8.RuneCountInString(s) }
 
 // EditDistance returns the Levenshtein distance between a and b in
 // characters: the fewest insertions, deletions and substitutions that turn
-// a into b. It uses O(len(b)) memory.
-func EditDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) < len(rb) {
-		ra, rb = rb, ra
+// a into b. It uses memory in proportion to the shorter one.
+func EditDistance(a, b string) int { return levenshtein([]rune(a), []rune(b)) }
+
+// levenshtein is the Levenshtein distance between the sequences a and b,
+// in O(min(len(a), len(b))) memory: the rows of the dynamic programme over
+// the longer one, each as long as the shorter one.
+func levenshtein[T comparable](a, b []T) int {
+	if len(a) < len(b) {
+		a, b = b, a
 	}
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
 	for j := range prev {
 		prev[j] = j
 	}
-	for i := 1; i <= len(ra); i++ {
+	for i := 1; i <= len(a); i++ {
 		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
+		for j := 1; j <= len(b); j++ {
 			cost := 1
-			if ra[i-1] == rb[j-1] {
+			if a[i-1] == b[j-1] {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
 		}
 		prev, cur = cur, prev
 	}
-	return prev[len(rb)]
+	return prev[len(b)]
 }
 
 // SpokenAsIs is the keystrokes saved by speaking a suggestion unchanged: its
@@ -116,26 +120,4 @@ func TokenF1(candidate, reference string) float64 {
 // words (Tokens: case and punctuation ignored): the fewest word
 // insertions, deletions and substitutions that turn a into b. "I'd like
 // tea" and "I'd like some tea" are 1 apart.
-func WordEditDistance(a, b string) int {
-	wa, wb := Tokens(a), Tokens(b)
-	if len(wa) < len(wb) {
-		wa, wb = wb, wa
-	}
-	prev := make([]int, len(wb)+1)
-	cur := make([]int, len(wb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(wa); i++ {
-		cur[0] = i
-		for j := 1; j <= len(wb); j++ {
-			cost := 1
-			if wa[i-1] == wb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(wb)]
-}
+func WordEditDistance(a, b string) int { return levenshtein(Tokens(a), Tokens(b)) }
