@@ -46,6 +46,22 @@ func mustAcquire(t *testing.T, s *Slot[*model], want *model) func() {
 	return release
 }
 
+// acquireUntil acquires and releases the slot's model until done says
+// what Acquire returned is what the test waits for (a switch in another
+// goroutine gets there), and returns that error.
+func acquireUntil(s *Slot[*model], done func(m *model, err error) bool) error {
+	for {
+		m, rel, err := s.Acquire()
+		if err == nil {
+			rel()
+		}
+		if done(m, err) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func checkClosed(t *testing.T, m *model, want int32) {
 	t.Helper()
 	if got := m.closed.Load(); got != want {
@@ -86,16 +102,8 @@ func TestBesideDrainsTheOldModel(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- s.Beside(opener(b)) }()
 	// Wait until b is current, while a is still held.
-	for {
-		m, rel, err := s.Acquire()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel()
-		if m == b {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if err := acquireUntil(&s, func(m *model, err error) bool { return err != nil || m == b }); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case err := <-done:
@@ -154,16 +162,8 @@ func TestSwapFreesFirst(t *testing.T) {
 	}()
 	// The swap has emptied the slot: requests are told to come back.
 	var sw *SwappingError
-	for {
-		_, rel, err := s.Acquire()
-		if errors.As(err, &sw) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel()
-		time.Sleep(time.Millisecond)
+	if err := acquireUntil(&s, func(_ *model, err error) bool { return err != nil }); !errors.As(err, &sw) {
+		t.Fatalf("Acquire during the swap: %v, want *SwappingError", err)
 	}
 	if sw.Until.Before(start.Add(time.Minute)) || sw.Until.After(time.Now().Add(time.Minute)) {
 		t.Fatalf("SwappingError.Until = %v, want about %v", sw.Until, start.Add(time.Minute))
