@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,33 +28,28 @@ func TestModelsActivateBrokenFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	const adminKey = "e2e-admin-key-broken-0123456789"
-	env, folder := modelsFolderEnv(t, adminKey)
-	env["REPLYD_MAX_WAIT_RATIO"] = "0"
-	writeCandidate(t, folder, 0xbad)
-	good, err := os.ReadFile(filepath.Join(folder, "candidate.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(folder, "truncated.gguf"), good[:len(good)*2/3], 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The same bytes with one tensor renamed (same length, so every size
-	// and offset stays valid): llama.cpp finds output_norm.weight missing.
 	const tensor, renamed = "output_norm.weight", "output_norm.wEIght"
-	if bytes.Count(good, []byte(tensor)) != 1 {
-		t.Fatalf("candidate.gguf names %s %d times, want once", tensor, bytes.Count(good, []byte(tensor)))
-	}
-	damaged := bytes.Replace(good, []byte(tensor), []byte(renamed), 1)
-	if err := os.WriteFile(filepath.Join(folder, "damaged.gguf"), damaged, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startReplyd(t, env)
-	admin := map[string]string{"X-ADMIN-KEY": adminKey}
-	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-broken", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startModelsBox(t, "broken", 0xbad, func(env map[string]string, folder string) {
+		env["REPLYD_MAX_WAIT_RATIO"] = "0"
+		good, err := os.ReadFile(filepath.Join(folder, "candidate.gguf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(folder, "truncated.gguf"), good[:len(good)*2/3], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The same bytes with one tensor renamed (same length, so every
+		// size and offset stays valid): llama.cpp finds output_norm.weight
+		// missing.
+		if n := bytes.Count(good, []byte(tensor)); n != 1 {
+			t.Fatalf("candidate.gguf names %s %d times, want once", tensor, n)
+		}
+		damaged := bytes.Replace(good, []byte(tensor), []byte(renamed), 1)
+		if err := os.WriteFile(filepath.Join(folder, "damaged.gguf"), damaged, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	admin, apiKey := p.admin, p.apiKey
 
 	// The listing: the truncated file is refused by its check, the
 	// damaged one passes it.
@@ -87,53 +80,11 @@ func TestModelsActivateBrokenFile(t *testing.T) {
 
 	// A client keeps asking throughout: every answer is a 200 or, while
 	// the swap has the old model unloaded, 503 loading with a Retry-After.
-	type answer struct {
-		status     int
-		code       string
-		retryAfter string
-	}
-	var mu sync.Mutex
-	var answers []answer
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r, err := p.Do(context.Background(), inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Shall we go out?"}]}`, nil))
-			if err != nil {
-				t.Errorf("infer: %v", err)
-				return
-			}
-			var body struct{ Error string }
-			_ = json.Unmarshal(r.Body, &body)
-			mu.Lock()
-			answers = append(answers, answer{r.Status, body.Error, r.Header.Get("Retry-After")})
-			mu.Unlock()
-			if r.Status == 503 {
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-	}()
-
-	// The client is answered before the switches start (a bound, not a
-	// timed assertion).
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := len(answers)
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client got no answer")
-		}
-	}
+	// It is answered before the switches start.
+	load := p.startLoad(t, 1, 0, func(int, int) (string, []byte) {
+		return `{"messages":[{"role":"speaker","content":"Shall we go out?"}]}`, nil
+	})
+	load.wait(t, 1)
 
 	type apiError struct{ Error, Message string }
 	activate := func(file, mode string) apiError {
@@ -157,16 +108,15 @@ func TestModelsActivateBrokenFile(t *testing.T) {
 	}
 	// The old model answers once the switches have failed.
 	p.Must(inferRequest(apiKey, `{"messages":[{"role":"speaker","content":"Tea?"}]}`, nil), 200)
-	close(stop)
-	wg.Wait()
+	answers := load.Stop()
 	ok := 0
 	for _, a := range answers {
 		switch {
-		case a.status == 200:
+		case a.Status == 200:
 			ok++
-		case a.status == 503 && a.code == "loading" && a.retryAfter != "":
+		case a.Status == 503 && a.Code == "loading" && a.RetryAfter != "":
 		default:
-			t.Errorf("a request during the failed switches got %d %s (Retry-After %q)", a.status, a.code, a.retryAfter)
+			t.Errorf("a request during the failed switches got %d %s (Retry-After %q)", a.Status, a.Code, a.RetryAfter)
 		}
 	}
 	t.Logf("%d answers during the failed switches, %d of them 200", len(answers), ok)
@@ -226,7 +176,7 @@ func TestModelsActivateBrokenFile(t *testing.T) {
 	// old model.
 	p.Must(replydproc.Request{Method: "POST", Path: "/v1/admin/models/llm/rollback", Header: admin}, 409)
 	p.Stop()
-	p = startReplyd(t, env)
+	p.Replyd = startReplyd(t, p.env)
 	if l := list(); l["llm-demo.gguf"] != "ok (active)" {
 		t.Errorf("listing after a restart: %v", l)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,15 +30,8 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	const adminKey = "e2e-admin-key-compare-0123456789"
-	env, folder := modelsFolderEnv(t, adminKey)
-	writeCandidate(t, folder, 0xc0e)
-	p := startReplyd(t, env)
-	admin := map[string]string{"X-ADMIN-KEY": adminKey}
-	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-compare", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startModelsBox(t, "compare", 0xc0e, nil)
+	admin, apiKey := p.admin, p.apiKey
 	infer := func(payload string) (id, first string) {
 		t.Helper()
 		r, err := p.Do(context.Background(), inferRequest(apiKey, payload, nil))
@@ -113,32 +105,9 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 	// A tablet keeps asking now and then while the comparison runs: it is
 	// answered every time (the replays give way), under the default
 	// overload rule (REPLYD_MAX_WAIT_RATIO is not relaxed here).
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(150 * time.Millisecond):
-			}
-			r, err := p.Do(context.Background(), inferRequest(apiKey, fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Meanwhile %d?"}]}`, i), nil))
-			if err != nil {
-				t.Errorf("tablet: %v", err)
-				return
-			}
-			mu.Lock()
-			statuses[r.Status]++
-			mu.Unlock()
-			if r.Status != 200 {
-				t.Errorf("tablet: %d %s", r.Status, r.Body)
-			}
-		}
-	}()
+	load := p.startLoad(t, 1, 150*time.Millisecond, func(_, i int) (string, []byte) {
+		return fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Meanwhile %d?"}]}`, i), nil
+	})
 	deadline := time.Now().Add(5 * time.Minute)
 	for c.State == "running" && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
@@ -151,12 +120,12 @@ func TestModelsCompareEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	answered := statuses(load.Stop())
 	t.Logf("comparison: %s", b)
-	mu.Lock()
-	t.Logf("tablet answers while comparing: %v", statuses)
-	mu.Unlock()
+	t.Logf("tablet answers while comparing: %v", answered)
+	if len(answered) > 1 || (len(answered) == 1 && answered[200] == 0) {
+		t.Errorf("tablet answers while comparing: %v, want 200s only", answered)
+	}
 	if c.State != "done" || c.Candidate == nil || c.Active == nil {
 		t.Fatalf("comparison did not finish: %s", b)
 	}

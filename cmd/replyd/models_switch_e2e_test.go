@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,79 +25,20 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	const adminKey = "e2e-admin-key-switch-0123456789"
-	env, folder := modelsFolderEnv(t, adminKey)
-	env["REPLYD_NODE_NAME"] = "box-e2e"
-	// Functional, not a speed test: only the queue bounds the wait.
-	env["REPLYD_MAX_WAIT_RATIO"] = "0"
-	// The candidates: a language model of the demo's shape with other
-	// random weights, and a second Whisper file.
-	writeCandidate(t, folder, 0xca4d)
-	if err := whisper.WriteDemoModel(filepath.Join(folder, "whisper-two.bin")); err != nil {
-		t.Fatal(err)
-	}
-	p := startReplyd(t, env)
-	admin := map[string]string{"X-ADMIN-KEY": adminKey}
-	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-switch", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	type answer struct {
-		status     int
-		code       string
-		retryAfter string
-		id         string
-	}
-	var mu sync.Mutex
-	var answers []answer
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(answers) }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				payload := fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Would you like some tea, %d %d?"}]}`, w, i)
-				r, err := p.Do(context.Background(), inferRequest(apiKey, payload, nil))
-				if err != nil {
-					t.Errorf("worker %d: %v", w, err)
-					return
-				}
-				var body struct {
-					Error       string `json:"error"`
-					InferenceID string `json:"inference_id"`
-				}
-				_ = json.Unmarshal(r.Body, &body)
-				id := body.InferenceID
-				mu.Lock()
-				answers = append(answers, answer{status: r.Status, code: body.Error, retryAfter: r.Header.Get("Retry-After"), id: id})
-				mu.Unlock()
-				if r.Status == 503 {
-					time.Sleep(200 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	// waitAnswers waits for n more answers (a bound, not a timed
-	// assertion: the test fails only if the server stops answering).
-	waitAnswers := func(n int) {
-		t.Helper()
-		want := count() + n
-		deadline := time.Now().Add(5 * time.Minute)
-		for count() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("no answers: %d of %d", count(), want)
-			}
-			time.Sleep(50 * time.Millisecond)
+	// Functional, not a speed test: only the queue bounds the wait. The
+	// candidates: a language model of the demo's shape with other random
+	// weights, and a second Whisper file.
+	p := startModelsBox(t, "switch", 0xca4d, func(env map[string]string, folder string) {
+		env["REPLYD_NODE_NAME"] = "box-e2e"
+		env["REPLYD_MAX_WAIT_RATIO"] = "0"
+		if err := whisper.WriteDemoModel(filepath.Join(folder, "whisper-two.bin")); err != nil {
+			t.Fatal(err)
 		}
-	}
+	})
+	admin, apiKey := p.admin, p.apiKey
+	load := p.startLoad(t, 2, 0, func(w, i int) (string, []byte) {
+		return fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Would you like some tea, %d %d?"}]}`, w, i), nil
+	})
 	type switched struct {
 		Kind, Model, Previous, Mode, Reason, Node string
 		LoadMS                                    int64 `json:"load_ms"`
@@ -115,21 +54,20 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 		return out
 	}
 
-	waitAnswers(3)
+	load.wait(t, 3)
 	if s := doSwitch("/v1/admin/models/candidate.gguf/activate", map[string]any{"mode": "beside"}); s.Mode != "beside" || s.Model != "candidate.gguf" || s.Previous != "llm-demo.gguf" || s.Node != "box-e2e" {
 		t.Errorf("switch beside: %+v", s)
 	}
-	waitAnswers(3)
+	load.wait(t, 3)
 	if s := doSwitch("/v1/admin/models/llm/rollback", map[string]any{"mode": "swap"}); s.Mode != "swap" || s.Model != "llm-demo.gguf" || s.Previous != "candidate.gguf" {
 		t.Errorf("roll back by swap: %+v", s)
 	}
-	waitAnswers(3)
+	load.wait(t, 3)
 	if s := doSwitch("/v1/admin/models/candidate.gguf/activate", nil); s.Model != "candidate.gguf" || s.Previous != "llm-demo.gguf" {
 		t.Errorf("switch again: %+v", s)
 	}
-	waitAnswers(3)
-	close(stop)
-	wg.Wait()
+	load.wait(t, 3)
+	answers := load.Stop()
 
 	if len(answers) > 1000 {
 		t.Fatalf("%d requests: more than one page of the log (1000) holds", len(answers))
@@ -138,19 +76,19 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 	ids := map[string]bool{}
 	for _, a := range answers {
 		switch {
-		case a.status == 200:
+		case a.Status == 200:
 			ok++
-			if a.id == "" || ids[a.id] {
-				t.Errorf("answer without an id or answered twice: %q", a.id)
+			if a.ID == "" || ids[a.ID] {
+				t.Errorf("answer without an id or answered twice: %q", a.ID)
 			}
-			ids[a.id] = true
-		case a.status == 503 && a.code == "loading":
+			ids[a.ID] = true
+		case a.Status == 503 && a.Code == "loading":
 			loading++
-			if a.retryAfter == "" {
+			if a.RetryAfter == "" {
 				t.Error("503 loading without Retry-After")
 			}
 		default:
-			t.Errorf("a request got %d %s", a.status, a.code)
+			t.Errorf("a request got %d %s", a.Status, a.Code)
 		}
 	}
 	t.Logf("%d answers, %d refused with 503 loading during the swap", ok, loading)
@@ -213,7 +151,7 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 
 	// A restart keeps the choice: REPLYD_*_MODEL was the first start's only.
 	p.Stop()
-	p = startReplyd(t, env)
+	p.Replyd = startReplyd(t, p.env)
 	var list struct {
 		Node   string
 		Switch bool

@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,59 +25,27 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test starts the real binary")
 	}
-	const adminKey = "e2e-admin-key-time-0123456789ab"
-	env, folder := modelsFolderEnv(t, adminKey)
-	env["REPLYD_MAX_WAIT_RATIO"] = "0"
-	writeCandidate(t, folder, 0x71e)
-	var out, errOut bytes.Buffer
-	if err := cmdModels([]string{"synth", "--shape", "tiny.en", "--type", "q4_0", "--dir", folder}, &out, &errOut); err != nil {
-		t.Fatalf("%v\n%s", err, errOut.String())
-	}
-	synthName := filepath.Base(strings.TrimSpace(out.String()))
-	p := startReplyd(t, env)
-	admin := map[string]string{"X-ADMIN-KEY": adminKey}
-	apiKey, err := p.CreateAPIKey(context.Background(), "tablet-time", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var synthName string
+	p := startModelsBox(t, "time", 0x71e, func(env map[string]string, folder string) {
+		env["REPLYD_MAX_WAIT_RATIO"] = "0"
+		var out, errOut bytes.Buffer
+		if err := cmdModels([]string{"synth", "--shape", "tiny.en", "--type", "q4_0", "--dir", folder}, &out, &errOut); err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		synthName = filepath.Base(strings.TrimSpace(out.String()))
+	})
+	admin := p.admin
 	wav := testWAV(t)
-
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// A few with audio: an idle transcription gives way to every
-				// one, so a worker sending audio back to back would hold the
-				// Whisper timing off for as long as it sends.
-				var audio []byte
-				if w == 1 && i < 3 {
-					audio = wav
-				}
-				payload := fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Shall we go out later, %d %d?"}]}`, w, i)
-				r, err := p.Do(context.Background(), inferRequest(apiKey, payload, audio))
-				if err != nil {
-					t.Errorf("worker %d: %v", w, err)
-					return
-				}
-				mu.Lock()
-				statuses[r.Status]++
-				mu.Unlock()
-				if r.Status != 200 {
-					t.Errorf("worker %d: %d %s", w, r.Status, r.Body)
-				}
-			}
-		}()
-	}
+	load := p.startLoad(t, 2, 0, func(w, i int) (string, []byte) {
+		// A few with audio: an idle transcription gives way to every
+		// one, so a worker sending audio back to back would hold the
+		// Whisper timing off for as long as it sends.
+		var audio []byte
+		if w == 1 && i < 3 {
+			audio = wav
+		}
+		return fmt.Sprintf(`{"messages":[{"role":"speaker","content":"Shall we go out later, %d %d?"}]}`, w, i), audio
+	})
 	type figures struct {
 		Model               string
 		PromptTokensPerS    float64 `json:"prompt_tokens_per_s"`
@@ -106,8 +72,7 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 	}
 	lt := timeIt("candidate.gguf")
 	wt := timeIt(synthName)
-	close(stop)
-	wg.Wait()
+	answered := statuses(load.Stop())
 
 	for _, f := range []figures{lt.Candidate, lt.Active} {
 		if f.PromptTokensPerS <= 0 || f.Candidates < 1 || f.StepMS <= 0 || f.HistoryBudgetTokens <= 0 || f.TurnMS <= 0 {
@@ -125,12 +90,10 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 	if wt.Kind != "whisper" || wt.Candidate.Model != synthName || wt.Active.Model != "whisper-demo.bin" {
 		t.Errorf("Whisper timing: %+v", wt)
 	}
-	mu.Lock()
-	t.Logf("answers while timing: %v", statuses)
-	if statuses[200] == 0 {
-		t.Error("no request was answered while timing")
+	t.Logf("answers while timing: %v", answered)
+	if answered[200] == 0 || len(answered) != 1 {
+		t.Errorf("answers while timing: %v, want 200s only", answered)
 	}
-	mu.Unlock()
 
 	// The timings are listed with their files; nothing was switched.
 	var list struct {
