@@ -122,16 +122,7 @@ func TestModelsActivateBrokenFile(t *testing.T) {
 	t.Logf("%d answers during the failed switches, %d of them 200", len(answers), ok)
 
 	// Every answer was the old model's.
-	var logs struct {
-		Items []struct {
-			Status int
-			Model  string
-		}
-	}
-	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/logs?stream=infer&limit=1000", Header: admin}, 200), &logs); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range logs.Items {
+	for _, e := range p.loggedInfers(t) {
 		if e.Status == 200 && e.Model != "llm-demo.gguf" {
 			t.Errorf("an answer was made by %q", e.Model)
 		}

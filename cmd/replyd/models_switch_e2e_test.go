@@ -94,18 +94,9 @@ func TestModelsSwitchEndToEnd(t *testing.T) {
 	t.Logf("%d answers, %d refused with 503 loading during the swap", ok, loading)
 
 	// Every answer is logged once, naming its model; both models answered.
-	var logs struct {
-		Items []struct {
-			Status int
-			Model  string
-		}
-	}
-	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/logs?stream=infer&limit=1000", Header: admin}, 200), &logs); err != nil {
-		t.Fatal(err)
-	}
 	byModel := map[string]int{}
 	logged200, logged503 := 0, 0
-	for _, e := range logs.Items {
+	for _, e := range p.loggedInfers(t) {
 		switch e.Status {
 		case 200:
 			logged200++

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -134,4 +135,22 @@ func statuses(answers []inferAnswer) map[int]int {
 		out[a.Status]++
 	}
 	return out
+}
+
+// loggedInfer is an entry of the infer log: its status and the model that
+// answered.
+type loggedInfer struct {
+	Status int
+	Model  string
+}
+
+// loggedInfers returns the box's latest 1000 infer log entries, newest
+// first.
+func (b *modelsBox) loggedInfers(t *testing.T) []loggedInfer {
+	t.Helper()
+	var logs struct{ Items []loggedInfer }
+	if err := json.Unmarshal(b.Must(replydproc.Request{Path: "/v1/admin/logs?stream=infer&limit=1000", Header: b.admin}, 200), &logs); err != nil {
+		t.Fatal(err)
+	}
+	return logs.Items
 }
