@@ -421,12 +421,7 @@ func deleteWhere(b *bolt.Bucket, dead func(k, v []byte) bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return 0, err
-		}
-	}
-	return len(keys), nil
+	return deleteKeys(b, keys)
 }
 
 // u64 encodes v big-endian so that byte order equals numeric order.

@@ -152,11 +152,7 @@ func eachUser(tx *bolt.Tx, fn func(subject string, u *userRecord, keys []string)
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketMemUsers).ForEach(func(k, v []byte) error {
-		var u userRecord
-		if err := json.Unmarshal(v, &u); err != nil {
-			return fmt.Errorf("store: decode memory user: %w", err)
-		}
+	return eachJSON(tx.Bucket(bucketMemUsers), nil, "memory user", func(k []byte, u userRecord) error {
 		return fn(string(k), &u, links[string(k)])
 	})
 }

@@ -1,9 +1,7 @@
 package bolt
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -52,20 +50,7 @@ func (db *DB) ModelChoices() ([]store.ModelChoice, error) {
 
 // modelChoices reads the choices in key order: by node, then kind.
 func modelChoices(tx *bolt.Tx) ([]store.ModelChoice, error) {
-	out := []store.ModelChoice{}
-	b := tx.Bucket(bucketModelChoices)
-	if b == nil {
-		return out, nil
-	}
-	err := b.ForEach(func(_, v []byte) error {
-		var c store.ModelChoice
-		if err := json.Unmarshal(v, &c); err != nil {
-			return fmt.Errorf("store: decode model choice: %w", err)
-		}
-		out = append(out, c)
-		return nil
-	})
-	return out, err
+	return listJSON[store.ModelChoice](tx.Bucket(bucketModelChoices), nil, "model choice")
 }
 
 func modelRecordPrefix(node string) []byte { return append([]byte(node), 0) }
@@ -111,20 +96,7 @@ func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
 // modelRecords reads the records whose keys start with prefix (nil: every
 // box's) in key order: by node, file, then what. The result is never nil.
 func modelRecords(tx *bolt.Tx, prefix []byte) ([]store.ModelRecord, error) {
-	out := []store.ModelRecord{}
-	b := tx.Bucket(bucketModelRecords)
-	if b == nil {
-		return out, nil
-	}
-	c := b.Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		var r store.ModelRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return nil, fmt.Errorf("store: decode model record: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return listJSON[store.ModelRecord](tx.Bucket(bucketModelRecords), prefix, "model record")
 }
 
 // DeleteModelRecords deletes a box's records of one file; see store.Store.

@@ -93,16 +93,8 @@ func pruneOTPGuards(tx *bolt.Tx, now time.Time) error {
 // otpGuards returns the guards of scopes other than "", by scope; nil when
 // there are none.
 func otpGuards(tx *bolt.Tx) (map[string]store.OTPGuard, error) {
-	b := tx.Bucket(bucketOTPGuards)
-	if b == nil {
-		return nil, nil
-	}
 	var out map[string]store.OTPGuard
-	err := b.ForEach(func(k, v []byte) error {
-		var g store.OTPGuard
-		if err := json.Unmarshal(v, &g); err != nil {
-			return fmt.Errorf("store: decode OTP guard: %w", err)
-		}
+	err := eachJSON(tx.Bucket(bucketOTPGuards), nil, "OTP guard", func(k []byte, g store.OTPGuard) error {
 		if out == nil {
 			out = map[string]store.OTPGuard{}
 		}

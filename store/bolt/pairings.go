@@ -187,12 +187,7 @@ func prunePairings(b *bolt.Bucket, now time.Time) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, k := range dead {
-		if err := b.Delete(k); err != nil {
-			return 0, err
-		}
-	}
-	return len(dead), nil
+	return deleteKeys(b, dead)
 }
 
 // expiredPairings returns copies of the keys of b's pairings that expired at
@@ -200,11 +195,7 @@ func prunePairings(b *bolt.Bucket, now time.Time) (int, error) {
 // their short life), so a full scan is cheap.
 func expiredPairings(b *bolt.Bucket, now time.Time) ([][]byte, error) {
 	var dead [][]byte
-	err := b.ForEach(func(k, v []byte) error {
-		var p store.Pairing
-		if err := json.Unmarshal(v, &p); err != nil {
-			return fmt.Errorf("store: decode pairing: %w", err)
-		}
+	err := eachJSON(b, nil, "pairing", func(k []byte, p store.Pairing) error {
 		if !now.Before(p.ExpiresAt) {
 			dead = append(dead, append([]byte(nil), k...))
 		}

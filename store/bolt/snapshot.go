@@ -21,18 +21,9 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 	return db.view(func(tx *bolt.Tx) error {
 		snap := store.Snapshot{Keys: []store.APIKey{}, Prompts: []store.PromptVersion{}, Sessions: []store.Session{}, Secrets: map[string][]byte{},
 			Outcomes: map[string]store.Outcome{}, Memory: []store.MemorySnapshot{}, Pairings: []store.Pairing{}}
-		if b := tx.Bucket(bucketPairings); b != nil {
-			err := b.ForEach(func(_, v []byte) error {
-				var p store.Pairing
-				if err := json.Unmarshal(v, &p); err != nil {
-					return fmt.Errorf("store: decode pairing: %w", err)
-				}
-				snap.Pairings = append(snap.Pairings, p)
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		var err error
+		if snap.Pairings, err = listJSON[store.Pairing](tx.Bucket(bucketPairings), nil, "pairing"); err != nil {
+			return err
 		}
 		snap.LiveOff = []string{}
 		if b := tx.Bucket(bucketLiveOff); b != nil {
@@ -44,7 +35,6 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 		if err := snapshotOutcomes(tx, &snap); err != nil {
 			return err
 		}
-		var err error
 		if snap.ModelChoices, err = modelChoices(tx); err != nil {
 			return err
 		}
@@ -72,18 +62,12 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 			return err
 		}
 		snap.OTPCodes = []store.OTPCode{}
-		if b := tx.Bucket(bucketOTP); b != nil {
-			err := b.ForEach(func(k, v []byte) error {
-				var rec otpRecord
-				if err := json.Unmarshal(v, &rec); err != nil {
-					return fmt.Errorf("store: decode OTP: %w", err)
-				}
-				snap.OTPCodes = append(snap.OTPCodes, store.OTPCode{Scope: string(k), Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt})
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		err = eachJSON(tx.Bucket(bucketOTP), nil, "OTP", func(k []byte, rec otpRecord) error {
+			snap.OTPCodes = append(snap.OTPCodes, store.OTPCode{Scope: string(k), Hash: rec.Hash, IssuedAt: rec.IssuedAt, ExpiresAt: rec.ExpiresAt})
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		// Keys in creation order, so that an importer that numbers them
 		// keeps ListKeys' order for keys created in the same nanosecond.
@@ -95,15 +79,7 @@ func (db *DB) Snapshot(fn func(store.Snapshot) error) error {
 			}
 			snap.Keys = append(snap.Keys, key)
 		}
-		err = tx.Bucket(bucketPrompts).ForEach(func(_, v []byte) error {
-			var p store.PromptVersion
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("store: decode prompt: %w", err)
-			}
-			snap.Prompts = append(snap.Prompts, p)
-			return nil
-		})
-		if err != nil {
+		if snap.Prompts, err = listJSON[store.PromptVersion](tx.Bucket(bucketPrompts), nil, "prompt"); err != nil {
 			return err
 		}
 		err = tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
