@@ -41,12 +41,18 @@ func pairingsRedeemOnce(t *testing.T, e Env) {
 	if keys, _ := s.ListKeys(0, false); len(keys) != 1 || keys[0].Hash != "key-1" {
 		t.Errorf("ListKeys after redeeming = %+v", keys)
 	}
-	_, err = s.RedeemPairing("code-a", "key-2", at)
-	wantErr(t, "second redemption", err, store.ErrUsed)
-	_, err = s.GetKey("key-2")
-	wantErr(t, "key of the second redemption", err, store.ErrNotFound)
-	_, err = s.RedeemPairing("no-such-code", "key-3", at)
-	wantErr(t, "unknown code", err, store.ErrNotFound)
+	wantRedeemRefused(t, s, "second redemption", "code-a", "key-2", at, store.ErrUsed)
+	wantRedeemRefused(t, s, "unknown code", "no-such-code", "key-3", at, store.ErrNotFound)
+}
+
+// wantRedeemRefused fails t unless redeeming code as key at at fails with
+// want and leaves no key of that hash.
+func wantRedeemRefused(t *testing.T, s store.Store, what, code, key string, at time.Time, want error) {
+	t.Helper()
+	_, err := s.RedeemPairing(code, key, at)
+	wantErr(t, what, err, want)
+	_, err = s.GetKey(key)
+	wantErr(t, "the key of a refused redemption ("+what+")", err, store.ErrNotFound)
 }
 
 func pairingsRevokedAndTakenHash(t *testing.T, e Env) {
@@ -72,13 +78,9 @@ func pairingsExpire(t *testing.T, e Env) {
 	Must(t, err)
 
 	expiry := T0.Add(10 * time.Minute)
-	_, err = s.RedeemPairing("old-unused", "key-a", expiry)
-	wantErr(t, "code at its expiry", err, store.ErrExpired)
-	_, err = s.GetKey("key-a")
-	wantErr(t, "key of an expired code", err, store.ErrNotFound)
+	wantRedeemRefused(t, s, "code at its expiry", "old-unused", "key-a", expiry, store.ErrExpired)
 	// The expired pairing is gone: now it is unknown.
-	_, err = s.RedeemPairing("old-unused", "key-a", expiry)
-	wantErr(t, "expired code tried again", err, store.ErrNotFound)
+	wantRedeemRefused(t, s, "expired code tried again", "old-unused", "key-a", expiry, store.ErrNotFound)
 
 	n, err := s.PrunePairings(expiry.Add(-time.Nanosecond))
 	Must(t, err)
@@ -90,8 +92,7 @@ func pairingsExpire(t *testing.T, e Env) {
 	if n != 1 {
 		t.Errorf("pruned %d at the expiry, want the used one", n)
 	}
-	_, err = s.RedeemPairing("old-used", "key-c", expiry)
-	wantErr(t, "used code after pruning", err, store.ErrNotFound)
+	wantRedeemRefused(t, s, "used code after pruning", "old-used", "key-c", expiry, store.ErrNotFound)
 	if _, err := s.GetKey("key-b"); err != nil {
 		t.Errorf("pruning the pairing removed its key: %v", err)
 	}
@@ -120,8 +121,7 @@ func pairingsBoundAndInvalid(t *testing.T, e Env) {
 
 	wantErr(t, "a pairing already expired", s.CreatePairing(store.Pairing{CodeHash: "x", ExpiresAt: T0}, 0, T0), store.ErrInvalid)
 	wantErr(t, "an empty code hash", s.CreatePairing(store.Pairing{ExpiresAt: T0.Add(time.Minute)}, 0, T0), store.ErrInvalid)
-	_, err = s.RedeemPairing("", "k", T0)
-	wantErr(t, "redeeming an empty hash", err, store.ErrInvalid)
+	wantRedeemRefused(t, s, "redeeming an empty hash", "", "k", T0, store.ErrInvalid)
 }
 
 // pairingsConcurrentRedeem: of eight redemptions of one code at once (on
