@@ -70,15 +70,9 @@ func (s *Store) ListKeys(limit int, includeRevoked bool) ([]store.APIKey, error)
 		lim = &limit
 	}
 	err := s.run("list keys", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, "SELECT "+keyCols+` FROM api_keys
+		var err error
+		out, err = queryAll(ctx, s.pool, asRow(scanKey), "SELECT "+keyCols+` FROM api_keys
 			WHERE $1 OR status <> 'revoked' ORDER BY created_ns DESC, seq DESC LIMIT $2`, includeRevoked, lim)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.APIKey, error) { return scanKey(r) })
-		if out == nil {
-			out = []store.APIKey{}
-		}
 		return err
 	})
 	return out, err

@@ -106,16 +106,10 @@ func (s *Store) Logs(q store.LogQuery) ([]store.LogEntry, error) {
 		lim = &q.Limit
 	}
 	err := s.run("read logs", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, `SELECT `+logCols+`
+		var err error
+		out, err = queryAll(ctx, s.pool, asRow(scanLog), `SELECT `+logCols+`
 			FROM logs WHERE ts_ns >= $1 AND ($2 = '' OR level = $2) AND ($3 = '' OR stream = $3)
 			ORDER BY ts_ns DESC, seq DESC LIMIT $4`, ns(q.Since), q.Level, q.Stream, lim)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogEntry, error) { return scanLog(r) })
-		if out == nil {
-			out = []store.LogEntry{}
-		}
 		return err
 	})
 	return out, err

@@ -46,21 +46,13 @@ type execer interface {
 }
 
 func modelChoices(ctx context.Context, q querier) ([]store.ModelChoice, error) {
-	rows, err := q.Query(ctx, "SELECT node, kind, model, previous, at_ns FROM model_choices ORDER BY node COLLATE \"C\", kind COLLATE \"C\"")
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ModelChoice, error) {
+	return queryAll(ctx, q, func(r pgx.CollectableRow) (store.ModelChoice, error) {
 		var c store.ModelChoice
 		var at int64
 		err := r.Scan(&c.Node, &c.Kind, &c.Model, &c.Previous, &at)
 		c.At = fromNS(at)
 		return c, err
-	})
-	if out == nil {
-		out = []store.ModelChoice{}
-	}
-	return out, err
+	}, "SELECT node, kind, model, previous, at_ns FROM model_choices ORDER BY node COLLATE \"C\", kind COLLATE \"C\"")
 }
 
 // PutModelRecord stores a box's timing or comparison in one statement; see
@@ -92,31 +84,20 @@ func (s *Store) ModelRecords(node string) ([]store.ModelRecord, error) {
 		out, err = modelRecords(ctx, s.pool, "WHERE node = $1", node)
 		return err
 	})
-	if out == nil {
-		out = []store.ModelRecord{}
-	}
 	return out, err
 }
 
 // modelRecords reads the records that where (with its args; "" for every
 // box's) selects, by node, file, then what. The result is never nil.
 func modelRecords(ctx context.Context, q querier, where string, args ...any) ([]store.ModelRecord, error) {
-	rows, err := q.Query(ctx, `SELECT node, file, what, bytes, mod_time_ns, at_ns, body FROM model_records `+where+`
-		ORDER BY node COLLATE "C", file COLLATE "C", what COLLATE "C"`, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ModelRecord, error) {
+	return queryAll(ctx, q, func(r pgx.CollectableRow) (store.ModelRecord, error) {
 		var m store.ModelRecord
 		var mt, at int64
 		err := r.Scan(&m.Node, &m.File, &m.What, &m.Bytes, &mt, &at, &m.Body)
 		m.ModTime, m.At = fromNS(mt), fromNS(at)
 		return m, err
-	})
-	if out == nil {
-		out = []store.ModelRecord{}
-	}
-	return out, err
+	}, `SELECT node, file, what, bytes, mod_time_ns, at_ns, body FROM model_records `+where+`
+		ORDER BY node COLLATE "C", file COLLATE "C", what COLLATE "C"`, args...)
 }
 
 // DeleteModelRecords deletes a box's records of one file; see store.Store.

@@ -60,14 +60,8 @@ func (s *Store) PromptHistory(limit int) ([]store.PromptVersion, error) {
 		lim = &limit
 	}
 	err := s.run("read prompt history", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, "SELECT prompt, version, created_ns FROM prompts ORDER BY seq DESC LIMIT $1", lim)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, scanPrompt)
-		if out == nil {
-			out = []store.PromptVersion{}
-		}
+		var err error
+		out, err = queryAll(ctx, s.pool, scanPrompt, "SELECT prompt, version, created_ns FROM prompts ORDER BY seq DESC LIMIT $1", lim)
 		return err
 	})
 	return out, err

@@ -61,14 +61,10 @@ func (s *Store) Snapshot(fn func(store.Snapshot) error) error {
 // readSnapshot reads everything but the logs.
 func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	snap := store.Snapshot{}
-	rows, err := tx.Query(ctx, "SELECT name, value FROM settings")
-	if err != nil {
-		return snap, err
-	}
-	settings, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+	settings, err := queryAll(ctx, tx, func(r pgx.CollectableRow) ([2]string, error) {
 		var kv [2]string
 		return kv, r.Scan(&kv[0], &kv[1])
-	})
+	}, "SELECT name, value FROM settings")
 	if err != nil {
 		return snap, err
 	}
@@ -84,32 +80,24 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 			snap.TOTPLastStep = n
 		}
 	}
-	if rows, err = tx.Query(ctx, "SELECT "+keyCols+" FROM api_keys ORDER BY seq"); err != nil {
+	if snap.Keys, err = queryAll(ctx, tx, asRow(scanKey), "SELECT "+keyCols+" FROM api_keys ORDER BY seq"); err != nil {
 		return snap, err
 	}
-	if snap.Keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.APIKey, error) { return scanKey(r) }); err != nil {
+	if snap.Prompts, err = queryAll(ctx, tx, scanPrompt, "SELECT prompt, version, created_ns FROM prompts ORDER BY seq"); err != nil {
 		return snap, err
 	}
-	if rows, err = tx.Query(ctx, "SELECT prompt, version, created_ns FROM prompts ORDER BY seq"); err != nil {
-		return snap, err
-	}
-	if snap.Prompts, err = pgx.CollectRows(rows, scanPrompt); err != nil {
-		return snap, err
-	}
-	if rows, err = tx.Query(ctx, "SELECT token_hash, expires_ns FROM sessions ORDER BY token_hash"); err != nil {
-		return snap, err
-	}
-	snap.Sessions, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Session, error) {
+	snap.Sessions, err = queryAll(ctx, tx, func(r pgx.CollectableRow) (store.Session, error) {
 		var ss store.Session
 		var exp int64
 		err := r.Scan(&ss.TokenHash, &exp)
 		ss.ExpiresAt = fromNS(exp)
 		return ss, err
-	})
+	}, "SELECT token_hash, expires_ns FROM sessions ORDER BY token_hash")
 	if err != nil {
 		return snap, err
 	}
-	if rows, err = tx.Query(ctx, "SELECT name, value FROM secrets"); err != nil {
+	rows, err := tx.Query(ctx, "SELECT name, value FROM secrets")
+	if err != nil {
 		return snap, err
 	}
 	snap.Secrets = map[string][]byte{}
@@ -121,21 +109,15 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	}); err != nil {
 		return snap, err
 	}
-	if rows, err = tx.Query(ctx, "SELECT scope, hash, issued_ns, expires_ns FROM otp_codes ORDER BY scope"); err != nil {
-		return snap, err
-	}
-	snap.OTPCodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.OTPCode, error) {
+	snap.OTPCodes, err = queryAll(ctx, tx, func(r pgx.CollectableRow) (store.OTPCode, error) {
 		var o store.OTPCode
 		var issued, expires int64
 		err := r.Scan(&o.Scope, &o.Hash, &issued, &expires)
 		o.IssuedAt, o.ExpiresAt = fromNS(issued), fromNS(expires)
 		return o, err
-	})
+	}, "SELECT scope, hash, issued_ns, expires_ns FROM otp_codes ORDER BY scope")
 	if err != nil {
 		return snap, err
-	}
-	if snap.OTPCodes == nil {
-		snap.OTPCodes = []store.OTPCode{}
 	}
 	if rows, err = tx.Query(ctx, "SELECT scope, fails, level, last_fail_ns, locked_until_ns, sources FROM otp_guards ORDER BY scope"); err != nil {
 		return snap, err
@@ -159,11 +141,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	if err := rows.Err(); err != nil {
 		return snap, err
 	}
-	if rows, err = tx.Query(ctx, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash, memory_subject
-		FROM pairings ORDER BY code_hash`); err != nil {
-		return snap, err
-	}
-	snap.Pairings, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Pairing, error) {
+	snap.Pairings, err = queryAll(ctx, tx, func(r pgx.CollectableRow) (store.Pairing, error) {
 		var p store.Pairing
 		var created, expires int64
 		var used *int64
@@ -174,21 +152,13 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 			p.KeyHash = *keyHash
 		}
 		return p, err
-	})
+	}, `SELECT code_hash, client_id, status, scopes, rate_limit_per_minute, created_ns, expires_ns, used_ns, key_hash, memory_subject
+		FROM pairings ORDER BY code_hash`)
 	if err != nil {
 		return snap, err
 	}
-	if snap.Pairings == nil {
-		snap.Pairings = []store.Pairing{}
-	}
-	if rows, err = tx.Query(ctx, "SELECT key_hash FROM live_off ORDER BY key_hash"); err != nil {
+	if snap.LiveOff, err = queryAll(ctx, tx, pgx.RowTo[string], "SELECT key_hash FROM live_off ORDER BY key_hash"); err != nil {
 		return snap, err
-	}
-	if snap.LiveOff, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return snap, err
-	}
-	if snap.LiveOff == nil {
-		snap.LiveOff = []string{}
 	}
 	if snap.ModelChoices, err = modelChoices(ctx, tx); err != nil {
 		return snap, err
@@ -198,15 +168,6 @@ func readSnapshot(ctx context.Context, tx pgx.Tx) (store.Snapshot, error) {
 	}
 	if err := readMemory(ctx, tx, &snap); err != nil {
 		return snap, err
-	}
-	if snap.Keys == nil {
-		snap.Keys = []store.APIKey{}
-	}
-	if snap.Prompts == nil {
-		snap.Prompts = []store.PromptVersion{}
-	}
-	if snap.Sessions == nil {
-		snap.Sessions = []store.Session{}
 	}
 	return snap, nil
 }
