@@ -52,19 +52,22 @@ func TestLoadTLSAutoKeepsTheCAInTheDataDirectory(t *testing.T) {
 	resp.Body.Close()
 }
 
+// TestLoadTLSErrors: loadTLS refuses to start on a CA it cannot use (which
+// CA files localca refuses, and how it says so, is localca's
+// TestLocalCAErrors) and on a configured certificate that is missing.
 func TestLoadTLSErrors(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
+	caDir := tlsDir(&Config{DataDir: dir})
+	if err := os.MkdirAll(caDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tls", localca.CACertFile), []byte("not a certificate"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(caDir, localca.CACertFile), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := loadTLS(&Config{DataDir: dir, TLS: "auto"}, testutil.Logger(&bytes.Buffer{}))
-	if err == nil || !strings.Contains(err.Error(), "ca.pem holds no certificate") || !strings.Contains(err.Error(), "install the new root") {
-		t.Errorf("damaged ca.pem: %v", err)
+	if _, err := loadTLS(&Config{DataDir: dir, TLS: "auto"}, testutil.Logger(&bytes.Buffer{})); err == nil {
+		t.Error("loadTLS started on an empty ca.pem")
 	}
-	_, err = loadTLS(&Config{TLS: "on", TLSCert: filepath.Join(dir, "missing.pem"), TLSKey: filepath.Join(dir, "k.pem")}, testutil.Logger(&bytes.Buffer{}))
+	_, err := loadTLS(&Config{TLS: "on", TLSCert: filepath.Join(dir, "missing.pem"), TLSKey: filepath.Join(dir, "k.pem")}, testutil.Logger(&bytes.Buffer{}))
 	if err == nil || !strings.Contains(err.Error(), "missing.pem") {
 		t.Errorf("missing configured certificate: %v", err)
 	}
