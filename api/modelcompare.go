@@ -39,8 +39,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	cm, ok := s.health.(models.Comparer)
-	if !ok {
+	if !s.models.CanCompare() {
 		return errorf(CodeNotSupported, "this server cannot compare models while it runs")
 	}
 	name, err := modelNameParam(c)
@@ -90,7 +89,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if e.Kind != "llm" {
 		return badRequest("%s is a %s model: a comparison replays language models (kind llm) only; the log holds no true transcript of the partner's speech to score a Whisper model against", name, e.Kind)
 	}
-	if sw, ok := s.health.(models.Switcher); ok && same(sw.ActiveModel(e.Kind), path) {
+	if same(s.models.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
 	}
 	st, err := os.Stat(path)
@@ -104,7 +103,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if len(ts) == 0 {
 		return errorf(CodeConflict, "there is no recorded turn to replay: a turn counts once its user, asked with remember: true, reported what they spoke (POST /v1/feedback)")
 	}
-	run, err := cm.BeginCompare(e.Kind, path)
+	run, err := s.models.BeginCompare(e.Kind, path)
 	if err != nil {
 		ae := toAPIError(compareError(err))
 		s.adminLog(c, store.LevelWarn, name, "model comparison refused: %s %s: %s", e.Kind, name, ae.Message)

@@ -27,6 +27,7 @@ import (
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/score"
+	"github.com/replyd/replyd/engine/steer"
 )
 
 // builtinDialogs are a few dozen everyday exchanges written for replyd's
@@ -105,11 +106,11 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	if fs.NArg() > 0 {
 		return fmt.Errorf("eval: unexpected argument %q", fs.Arg(0))
 	}
-	var sim steerSim
+	var sim steer.Sim
 	if *steerFlag != "" {
 		var err error
-		if sim, err = parseSteerSim(*steerFlag); err != nil {
-			return err
+		if sim, err = steer.ParseSim(*steerFlag); err != nil {
+			return fmt.Errorf("eval: --steer %w", err)
 		}
 	}
 	max := api.DefaultLimits().MaxCandidates
@@ -157,7 +158,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	defer lm.Close()
 	pipe := &engine.Pipeline{LLM: lm}
 
-	if sim.make != nil {
+	if sim.Make != nil {
 		bar := newProgress(stderr, 2*len(ds))
 		scores, err := evalSteer(ctx, pipe, ds, sim, prompts[0].text, *n, *temperature, uint32(*seed), bar)
 		bar.done()
@@ -169,7 +170,7 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	bar := newProgress(stderr, len(ds)*len(prompts))
 	for i := range prompts {
 		p := &prompts[i]
-		var sum dialogScore
+		var sum score.Ranking
 		for k, d := range ds {
 			req := d.req
 			req.SystemPrompt, req.MaxCandidates, req.Temperature, req.Seed = p.text, *n, *temperature, uint32(*seed)+uint32(k)
@@ -182,60 +183,19 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 			for j, c := range res.Candidates {
 				cands[j] = c.Text
 			}
-			sum.add(scoreDialog(cands, d.reply))
+			sum.Add(score.Rank(cands, d.reply))
 			bar.step(p.Name)
 		}
-		p.Result = sum.result(p.Name, len(ds))
+		p.Result = result(p.Name, sum, len(ds))
 	}
 	bar.done()
 	return printEval(stdout, prompts, *n, *model, isDemoModel(*model), name, skipped, *asJSON)
 }
 
-// dialogScore is how one dialog's candidates fared, or (summed) a prompt's.
-type dialogScore struct {
-	top1, topN   int
-	bestF1       float64
-	saved, typed int
-}
-
-// scoreDialog scores the candidates (best first) against the reply: exact
-// match after Normalize at rank 1 and at any rank, the best token F1, and
-// the keystrokes the best candidate would have saved had the user taken it
-// and edited it into the reply (issue 12's rule, score.Edited).
-func scoreDialog(cands []string, reply string) dialogScore {
-	s := dialogScore{typed: score.Chars(reply)}
-	want := score.Normalize(reply)
-	for i, c := range cands {
-		if score.Normalize(c) == want {
-			if i == 0 {
-				s.top1 = 1
-			}
-			s.topN = 1
-		}
-		s.bestF1 = max(s.bestF1, score.TokenF1(c, reply))
-		s.saved = max(s.saved, score.Edited(c, reply))
-	}
-	return s
-}
-
-func (s *dialogScore) add(d dialogScore) {
-	s.top1 += d.top1
-	s.topN += d.topN
-	s.bestF1 += d.bestF1
-	s.saved += d.saved
-	s.typed += d.typed
-}
-
-func (s dialogScore) result(prompt string, dialogs int) evalScore {
-	r := evalScore{Prompt: prompt, Dialogs: dialogs, KeystrokesSaved: s.saved, KeystrokesTyped: s.typed}
-	if dialogs > 0 {
-		r.Top1Exact = float64(s.top1) / float64(dialogs)
-		r.TopNExact = float64(s.topN) / float64(dialogs)
-		r.MeanBestTokenF1 = s.bestF1 / float64(dialogs)
-	}
-	if s.typed > 0 {
-		r.KeystrokeSaving = float64(s.saved) / float64(s.typed)
-	}
+// result is a prompt's figures from its dialogs' summed ranking.
+func result(prompt string, sum score.Ranking, dialogs int) evalScore {
+	r := evalScore{Prompt: prompt, Dialogs: dialogs, KeystrokesSaved: sum.Saved, KeystrokesTyped: sum.Typed}
+	r.Top1Exact, r.TopNExact, r.MeanBestTokenF1, r.KeystrokeSaving = sum.Rates(dialogs)
 	return r
 }
 

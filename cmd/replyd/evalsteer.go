@@ -8,102 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/engine/steer"
 )
-
-// steerSim is a simulated user's way of steering: the constraint it types
-// for a reply, and the keys that cost.
-type steerSim struct {
-	name string
-	// make returns the constraint for reply and the keys pressed, ok false
-	// when the reply does not lend itself (no word, shorter than N).
-	make func(reply string) (s engine.Steer, keys int, ok bool)
-}
-
-// parseSteerSim parses --steer: initials, words, prefix:N or replace.
-func parseSteerSim(v string) (steerSim, error) {
-	lower := func(w string) string { return strings.ToLower(w) }
-	switch {
-	case v == "initials":
-		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
-			ws := steer.Words(steer.Clean(reply))
-			if len(ws) == 0 || len(ws) > steer.MaxWords {
-				return engine.Steer{}, 0, false
-			}
-			e := make([]string, len(ws))
-			for i, w := range ws {
-				r, _ := utf8.DecodeRuneInString(w.Text)
-				e[i] = lower(string(r))
-			}
-			return engine.Steer{Mode: engine.SteerWords, Words: e}, len(e), true
-		}}, nil
-	case v == "words":
-		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
-			ws := steer.Words(steer.Clean(reply))
-			if len(ws) == 0 || len(ws) > steer.MaxWords {
-				return engine.Steer{}, 0, false
-			}
-			longest := 0
-			for i, w := range ws {
-				if utf8.RuneCountInString(w.Text) > utf8.RuneCountInString(ws[longest].Text) {
-					longest = i
-				}
-			}
-			e := make([]string, len(ws))
-			keys := 0
-			for i, w := range ws {
-				r, _ := utf8.DecodeRuneInString(w.Text)
-				e[i] = lower(string(r))
-				if i == longest && utf8.RuneCountInString(w.Text) <= steer.MaxEntryChars {
-					// Spelled whole: its letters, and one key to switch
-					// the chip to spelling.
-					e[i] = lower(w.Text)
-					keys += 1
-				}
-				keys += utf8.RuneCountInString(e[i])
-			}
-			return engine.Steer{Mode: engine.SteerWords, Words: e}, keys, true
-		}}, nil
-	case strings.HasPrefix(v, "prefix:"):
-		n, err := strconv.Atoi(strings.TrimPrefix(v, "prefix:"))
-		if err != nil || n < 1 || n > steer.MaxTextChars {
-			return steerSim{}, fmt.Errorf("eval: --steer prefix:N needs N from 1 to %d", steer.MaxTextChars)
-		}
-		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
-			rs := []rune(steer.Clean(reply))
-			if len(rs) <= n {
-				return engine.Steer{}, 0, false
-			}
-			return engine.Steer{Mode: engine.SteerPrefix, Prefix: string(rs[:n])}, n, true
-		}}, nil
-	case v == "replace":
-		return steerSim{v, func(reply string) (engine.Steer, int, bool) {
-			text := steer.Clean(reply)
-			ws := steer.Words(text)
-			if len(ws) == 0 || utf8.RuneCountInString(text) > steer.MaxTextChars {
-				return engine.Steer{}, 0, false
-			}
-			// A near miss: the longest word wrong (same initial, letters
-			// no English word has); the user taps it for alternatives.
-			k := 0
-			for i, w := range ws {
-				if utf8.RuneCountInString(w.Text) > utf8.RuneCountInString(ws[k].Text) {
-					k = i
-				}
-			}
-			r, _ := utf8.DecodeRuneInString(ws[k].Text)
-			miss := text[:ws[k].Start] + string(r) + "qxj" + text[ws[k].End:]
-			return engine.Steer{Mode: engine.SteerReplace, Text: miss, Word: k}, 1, true
-		}}, nil
-	}
-	return steerSim{}, fmt.Errorf("eval: --steer must be initials, words, prefix:N or replace, not %q", v)
-}
 
 // steerScore are the figures of one steering mode, with or without the
 // dialog's context.
@@ -125,14 +34,14 @@ type steerScore struct {
 // user picks the reply when it is among the candidates (its keys and one
 // selection), else types it whole after the keys spent: KSR = (characters
 // - actions) / characters over all dialogs.
-func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim steerSim, prompt string, n int, temperature float64, seed uint32, bar *progress) ([]steerScore, error) {
+func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim steer.Sim, prompt string, n int, temperature float64, seed uint32, bar *progress) ([]steerScore, error) {
 	var out []steerScore
 	for _, withContext := range []bool{true, false} {
-		sc := steerScore{Steer: sim.name, Context: withContext}
+		sc := steerScore{Steer: sim.Name, Context: withContext}
 		var top1, topN, exhausted int
 		for k, d := range ds {
-			bar.step(fmt.Sprintf("%s, context %v", sim.name, withContext))
-			s, keys, ok := sim.make(d.reply)
+			bar.step(fmt.Sprintf("%s, context %v", sim.Name, withContext))
+			s, keys, ok := sim.Make(d.reply)
 			if !ok {
 				sc.Skipped++
 				continue
