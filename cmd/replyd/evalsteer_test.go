@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replyd/replyd/eval"
 )
 
 // TestEvalSteer runs `replyd eval --steer` on the built-in dialogs with the
@@ -21,7 +23,7 @@ func TestEvalSteer(t *testing.T) {
 	code := run(context.Background(), []string{"eval", "--llm-model", filepath.Join(dir, "llm-demo.gguf"), "--threads", "1", "-n", "2", "--steer", "initials", "--json"},
 		func(string) string { return "" }, &out, &errOut)
 	var js struct {
-		Results []steerScore `json:"results"`
+		Results []eval.SteerScore `json:"results"`
 	}
 	if code != 0 || json.Unmarshal(out.Bytes(), &js) != nil || len(js.Results) != 2 {
 		t.Fatalf("eval --steer: exit %d\n%s\n%s", code, out.String(), errOut.String())

@@ -1,4 +1,4 @@
-package main
+package eval
 
 // replyd eval --steer: simulate an AAC user who steers the model towards the
 // reply they really said (issue 22), and score the steered candidates.
@@ -14,9 +14,9 @@ import (
 	"github.com/replyd/replyd/engine/steer"
 )
 
-// steerScore are the figures of one steering mode, with or without the
+// SteerScore are the figures of one steering mode, with or without the
 // dialog's context.
-type steerScore struct {
+type SteerScore struct {
 	Steer     string  `json:"steer"`
 	Context   bool    `json:"context"`
 	Dialogs   int     `json:"dialogs"`
@@ -29,15 +29,18 @@ type steerScore struct {
 	KSR       float64 `json:"ksr"`
 }
 
-// evalSteer replays each dialog twice, with its context and with none (one
+// Steer replays each dialog twice, with its context and with none (one
 // empty partner turn), steered as sim types the true reply. The simulated
 // user picks the reply when it is among the candidates (its keys and one
 // selection), else types it whole after the keys spent: KSR = (characters
 // - actions) / characters over all dialogs.
-func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim steer.Sim, prompt string, n int, temperature float64, seed uint32, bar *progress) ([]steerScore, error) {
-	var out []steerScore
+func Steer(ctx context.Context, pipe *engine.Pipeline, ds []Dialog, sim steer.Sim, prompt string, set Settings, stderr io.Writer) ([]SteerScore, error) {
+	n, temperature, seed := set.N, set.Temperature, set.Seed
+	bar := newProgress(stderr, 2*len(ds))
+	defer bar.done()
+	var out []SteerScore
 	for _, withContext := range []bool{true, false} {
-		sc := steerScore{Steer: sim.Name, Context: withContext}
+		sc := SteerScore{Steer: sim.Name, Context: withContext}
 		var top1, topN, exhausted int
 		for k, d := range ds {
 			bar.step(fmt.Sprintf("%s, context %v", sim.Name, withContext))
@@ -89,7 +92,10 @@ func evalSteer(ctx context.Context, pipe *engine.Pipeline, ds []dialog, sim stee
 	return out, nil
 }
 
-func printSteerEval(w io.Writer, scores []steerScore, n, seqs int, model string, demo bool, dialogs string, asJSON bool) error {
+// PrintSteer writes a steered run's figures as a table (or JSON): n
+// candidates shown of n*seqs decoded, the model (demo: random weights) and
+// the dialogs' name.
+func PrintSteer(w io.Writer, scores []SteerScore, n, seqs int, model string, demo bool, dialogs string, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -99,7 +105,7 @@ func printSteerEval(w io.Writer, scores []steerScore, n, seqs int, model string,
 			SeqFactor  int          `json:"steer_seqs"`
 			Model      string       `json:"model"`
 			Demo       bool         `json:"demo_model"`
-			Results    []steerScore `json:"results"`
+			Results    []SteerScore `json:"results"`
 		}{dialogs, n, seqs, model, demo, scores})
 	}
 	fmt.Fprintf(w, "replyd eval --steer %s: dialogs from %s, %d candidates each (%d sequences decoded), model %s\n", scores[0].Steer, dialogs, n, n*seqs, model)
