@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
 

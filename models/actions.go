@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/models/modelfile"
 )
 
 // CanSwitch is whether this box can switch models while it runs

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/engine/slot"
+	"github.com/replyd/replyd/models/modelfile"
 )
 
 // model is a loaded model of a test: the file it came from.

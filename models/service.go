@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/internal/disk"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
