@@ -206,8 +206,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLiveMessage$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminModels$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./engine/audio/
-	$(GO) test -run '^$$' -fuzz '^FuzzCheckGGUF$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
-	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./engine/modelfile/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckGGUF$$' -fuzztime $(FUZZTIME) ./models/modelfile/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckWhisper$$' -fuzztime $(FUZZTIME) ./models/modelfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzDamagedFile$$' -fuzztime $(FUZZTIME) ./store/bolt/
 
 loadtest: build demo-models

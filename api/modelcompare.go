@@ -39,8 +39,7 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	cm, ok := s.health.(models.Comparer)
-	if !ok {
+	if !s.models.CanCompare() {
 		return errorf(CodeNotSupported, "this server cannot compare models while it runs")
 	}
 	name, err := modelNameParam(c)
@@ -90,21 +89,21 @@ func (s *Server) handleCompareModel(c echo.Context) error {
 	if e.Kind != "llm" {
 		return badRequest("%s is a %s model: a comparison replays language models (kind llm) only; the log holds no true transcript of the partner's speech to score a Whisper model against", name, e.Kind)
 	}
-	if sw, ok := s.health.(models.Switcher); ok && same(sw.ActiveModel(e.Kind), path) {
+	if same(s.models.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: compare another file with it", name, e.Kind)
 	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
-	ts, err := s.recordedTurns(turns, temp)
+	ts, err := models.RecordedTurns(s.store, turns, temp, store.PromptVersion{Version: DefaultPromptVersion, Prompt: DefaultSystemPrompt}, s.now().Add(time.Second))
 	if err != nil {
 		return err
 	}
 	if len(ts) == 0 {
 		return errorf(CodeConflict, "there is no recorded turn to replay: a turn counts once its user, asked with remember: true, reported what they spoke (POST /v1/feedback)")
 	}
-	run, err := cm.BeginCompare(e.Kind, path)
+	run, err := s.models.BeginCompare(e.Kind, path)
 	if err != nil {
 		ae := toAPIError(compareError(err))
 		s.adminLog(c, store.LevelWarn, name, "model comparison refused: %s %s: %s", e.Kind, name, ae.Message)
@@ -177,52 +176,4 @@ func (s *Server) handleGetComparison(c echo.Context) error {
 		return c.JSON(http.StatusOK, cmp)
 	}
 	return errorf(CodeNotFound, "no comparison of %s on this box", name)
-}
-
-// recordedTurns reads the latest n recorded turns that can be replayed: an
-// outcome was reported and the remembered pair (the partner's turn and
-// what the user spoke) is still kept. Outcomes without text (users without
-// remember: true, none_fit without a reply) cannot be replayed and are
-// skipped. Oldest first.
-func (s *Server) recordedTurns(n int, temp float64) ([]models.CompareTurn, error) {
-	prompts := map[string]string{DefaultPromptVersion: DefaultSystemPrompt}
-	hist, err := s.store.PromptHistory(0)
-	if err != nil {
-		return nil, err
-	}
-	// Newest first: an older duplicate of a version does not overwrite.
-	for i := len(hist) - 1; i >= 0; i-- {
-		if hist[i].Prompt != "" {
-			prompts[hist[i].Version] = hist[i].Prompt
-		}
-	}
-	current := DefaultSystemPrompt
-	if p, ok, err := s.store.CurrentPrompt(); err != nil {
-		return nil, err
-	} else if ok && p.Prompt != "" {
-		current = p.Prompt
-	}
-	ring := make([]models.CompareTurn, 0, n)
-	next := 0
-	err = s.store.Outcomes(time.Time{}, s.now().Add(time.Second), func(r store.OutcomeRecord) error {
-		if r.Pair == nil || r.Pair.Reply == "" || r.Pair.Partner == "" || r.Inference.Outcome == nil {
-			return nil
-		}
-		t := models.CompareTurn{Partner: r.Pair.Partner, Reply: r.Pair.Reply, SystemPrompt: current,
-			Candidates: max(len(r.Inference.CandidateChars), 1), Temperature: temp, SteerMode: r.Inference.Outcome.SteerMode}
-		if p, ok := prompts[r.Inference.PromptVersion]; ok {
-			t.SystemPrompt = p
-		}
-		if len(ring) < n {
-			ring = append(ring, t)
-		} else {
-			ring[next] = t
-			next = (next + 1) % n
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return append(ring[next:], ring[:next]...), nil
 }

@@ -1,67 +1,27 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replyd/replyd/models"
 )
 
-// fakeComparer is a fakeSwitcher that also compares models: what the api
-// does around a comparison (checks, the turns it reads, the job, the error
-// mapping, the admin log) without engines. A run waits for release.
-type fakeComparer struct {
-	*fakeSwitcher
-	cmu     sync.Mutex
-	err     error // returned by the next BeginCompare
-	turns   []models.CompareTurn
-	release chan struct{}
-}
-
-func (f *fakeComparer) BeginCompare(kind, path string) (models.CompareRun, error) {
-	f.cmu.Lock()
-	defer f.cmu.Unlock()
-	if err := f.err; err != nil {
-		f.err = nil
-		return nil, err
-	}
-	return func(ctx context.Context, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
-		f.cmu.Lock()
-		f.turns = turns
-		f.cmu.Unlock()
-		progress(1, 2*len(turns))
-		select {
-		case <-f.release:
-		case <-ctx.Done():
-			return models.CompareResult{}, ctx.Err()
-		}
-		progress(2*len(turns), 2*len(turns))
-		return models.CompareResult{Reason: "fits", Preempted: 1,
-			Candidate: models.CompareFigures{Model: path, Turns: len(turns), ExactRate: 0.5, NearRate: 0.5, KeystrokeSaving: 0.25, TurnMS: 120},
-			Active:    models.CompareFigures{Model: f.ActiveModel(kind), Turns: len(turns), ExactRate: 1, NearRate: 1, KeystrokeSaving: 0.5, TurnMS: 80}}, nil
-	}, nil
-}
-
-// timerComparer is a fakeTimer that compares nothing: every comparison
-// that gets as far as the engines finds them busy (FuzzAdminModels).
-type timerComparer struct{ *fakeTimer }
-
-func (timerComparer) BeginCompare(string, string) (models.CompareRun, error) {
-	return nil, models.ErrBusy
-}
-
 func TestAdminModelCompare(t *testing.T) {
 	dir := modelsFolder(t, "a.gguf", "b.gguf")
-	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
-		release: make(chan struct{})}
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })
+	a := filepath.Join(dir, "a.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	// The active model speaks both recorded replies, the candidate only the
+	// first: exact 1 and 0.5. The candidate answers once release is
+	// closed; the active one's first replay is stopped for a request.
+	release := make(chan struct{})
+	lms := &fakeLMs{act: &fakeLM{path: a, cands: []string{"reply 2", "SECRET-TYPED"}, took: 80 * time.Millisecond, preempt: true},
+		cand: &fakeLM{cands: []string{"reply 2"}, took: 120 * time.Millisecond, block: release}}
+	e := newEnv(t, withModels(dir, sw, lms))
 	e.addKey("valid", 60)
 
 	const path = "/v1/admin/models/b.gguf/compare"
@@ -113,22 +73,24 @@ func TestAdminModelCompare(t *testing.T) {
 	// Recorded turns: two remembered and reported, one reported without
 	// remember (no text kept), one remembered without an outcome.
 	const secret1, secret2 = "SECRET-PARTNER-ONE", "SECRET-PARTNER-TWO"
-	a := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"`+secret1+`"}],"options":{"max_candidates":2}}`)
-	b := e.infer("valid", `{"remember":true,"user_id":"kim","messages":[{"role":"speaker","content":"`+secret2+`"}]}`)
-	c := e.infer("valid", `{"user_id":"lou","messages":[{"role":"speaker","content":"Walk?"}]}`)
+	ia := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"`+secret1+`"}],"options":{"max_candidates":2}}`)
+	ib := e.infer("valid", `{"remember":true,"user_id":"kim","messages":[{"role":"speaker","content":"`+secret2+`"}]}`)
+	ic := e.infer("valid", `{"user_id":"lou","messages":[{"role":"speaker","content":"Walk?"}]}`)
 	e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"No answer yet"}]}`)
-	for _, fb := range []string{`{"inference_id":"` + a + `","chosen_rank":2}`, `{"inference_id":"` + b + `","spoken_text":"SECRET-TYPED"}`,
-		`{"inference_id":"` + c + `","spoken_text":"not kept"}`} {
+	for _, fb := range []string{`{"inference_id":"` + ia + `","chosen_rank":2}`, `{"inference_id":"` + ib + `","spoken_text":"SECRET-TYPED"}`,
+		`{"inference_id":"` + ic + `","spoken_text":"not kept"}`} {
 		if rec := e.do(feedbackReq("valid", fb)); rec.Code != 200 {
 			t.Fatalf("feedback %s: %d %s", fb, rec.Code, rec.Body)
 		}
 	}
 
 	// A switch or timing in progress, or no room: 409, nothing started.
-	cm.err = models.ErrBusy
-	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "another model switch is in progress; retry when it has finished"))
-	cm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", models.ErrCompareNoRoom)
-	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "the model cannot be compared: it does not fit in memory beside the active one: it needs about 900 MiB but only 10 MiB are available; a comparison never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and compare the other way round"))
+	sw.setStarting(true)
+	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "another model switch is in progress: the llm model is still loading; retry when it has finished"))
+	sw.setStarting(false)
+	sw.setMem(10 << 20)
+	wantJSON(t, e.do(adminReq("POST", path, "")), 409, errJSON(CodeConflict, "the model cannot be compared: it does not fit in memory beside the active one: it needs about 64 MiB but only 10 MiB are available; a comparison never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and compare the other way round"))
+	sw.setMem(0)
 
 	rec := e.do(adminReq("POST", path, `{"turns":5}`))
 	wantJSON(t, rec, 202, `{"kind":"llm","node":"box-test","model":"b.gguf","state":"running","turns":5,"turns_found":2,"temperature":0.7,"done":0,"total":0,"started_at":"2026-01-02T03:04:05Z","preempted":0}`)
@@ -155,33 +117,31 @@ func TestAdminModelCompare(t *testing.T) {
 	if m := get(); m.State != "running" || m.Done != 1 || m.Total != 4 || m.Candidate != nil {
 		t.Errorf("while running: %+v", m)
 	}
-	close(cm.release)
+	close(release)
 	m := get()
 	for ; m.State == "running"; m = get() {
 		time.Sleep(time.Millisecond)
 	}
-	if m.State != "done" || m.Done != 4 || m.Preempted != 1 || m.Reason != "fits" || m.FinishedAt == "" || m.Error != nil ||
+	if m.State != "done" || m.Done != 4 || m.Preempted != 1 || m.Reason != "the model needs about 64 MiB and 1000 MiB are available: it was compared beside the active one" || m.FinishedAt == "" || m.Error != nil ||
 		m.Candidate == nil || m.Candidate.Model != "b.gguf" || m.Candidate.ExactRate != 0.5 ||
 		m.Active == nil || m.Active.Model != "a.gguf" || m.Active.ExactRate != 1 {
 		t.Errorf("done: %+v %+v %+v", m, m.Candidate, m.Active)
 	}
 	// The turns replayed: the remembered and reported ones, oldest first,
-	// with what the user spoke, the live turn's candidate count and prompt.
-	cm.cmu.Lock()
-	got := cm.turns
-	cm.cmu.Unlock()
-	want := []models.CompareTurn{
-		{Partner: secret1, Reply: "reply 2", SystemPrompt: DefaultSystemPrompt, Candidates: 2, Temperature: 0.7},
-		{Partner: secret2, Reply: "SECRET-TYPED", SystemPrompt: DefaultSystemPrompt, Candidates: 3, Temperature: 0.7},
-	}
+	// with the live turn's candidate count and prompt (what the user spoke
+	// is what the exact rates above were scored against).
+	got := lms.cand.requests()
+	want := []struct {
+		partner string
+		n       int
+	}{{secret1, 2}, {secret2, 3}}
 	if len(got) != len(want) {
 		t.Fatalf("%d turns, want %d", len(got), len(want))
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			g, w := got[i], want[i]
-			g.SystemPrompt, w.SystemPrompt = fmt.Sprint(len(g.SystemPrompt)), fmt.Sprint(len(w.SystemPrompt))
-			t.Errorf("turn %d: got %+v, want %+v (prompt lengths)", i, g, w)
+	for i, w := range want {
+		g := got[i]
+		if len(g.Messages) != 1 || g.Messages[0].Content != w.partner || g.N != w.n || g.Temperature != 0.7 || g.SystemPrompt != DefaultSystemPrompt {
+			t.Errorf("turn %d: %d messages, n %d, temperature %v, prompt of %d bytes; want %s, n %d", i, len(g.Messages), g.N, g.Temperature, len(g.SystemPrompt), w.partner, w.n)
 		}
 	}
 	// turns bounds them to the latest.
@@ -192,16 +152,14 @@ func TestAdminModelCompare(t *testing.T) {
 	for m = get(); m.State == "running"; m = get() {
 		time.Sleep(time.Millisecond)
 	}
-	cm.cmu.Lock()
-	got = cm.turns
-	cm.cmu.Unlock()
-	if len(got) != 1 || got[0].Partner != secret2 || got[0].Temperature != 0 {
+	got = lms.cand.requests()[len(want):]
+	if len(got) != 1 || got[0].Messages[0].Content != secret2 || got[0].Temperature != 0 {
 		t.Errorf("turns 1: %+v", got)
 	}
 
 	logs := e.do(adminReq("GET", "/v1/admin/logs?stream=admin", "")).Body.String()
 	for _, w := range []string{"model comparison started: llm b.gguf on the latest 2 recorded turns",
-		"model compared: llm b.gguf on 2 turns: spoken reply among the candidates 50% (active a.gguf: 100%), keystrokes saved 25% (active 50%), 120 ms a turn (active 80 ms)",
+		"model compared: llm b.gguf on 2 turns: spoken reply among the candidates 50% (active a.gguf: 100%), keystrokes saved ", ", 120 ms a turn (active 80 ms)",
 		"model comparison refused: llm b.gguf: another model switch is in progress"} {
 		if !strings.Contains(logs, w) {
 			t.Errorf("admin log lacks %q", w)
@@ -233,12 +191,13 @@ func TestAdminModelCompare(t *testing.T) {
 // failed, canceled.
 func TestAdminModelCompareStops(t *testing.T) {
 	dir := modelsFolder(t, "a.gguf", "b.gguf")
-	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
-		release: make(chan struct{})}
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = cm })
+	a := filepath.Join(dir, "a.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	lms := &fakeLMs{act: &fakeLM{path: a, cands: []string{"x"}}, cand: &fakeLM{cands: []string{"x"}, block: make(chan struct{})}}
+	e := newEnv(t, withModels(dir, sw, lms))
 	e.addKey("valid", 60)
-	a := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"Tea?"}]}`)
-	if rec := e.do(feedbackReq("valid", `{"inference_id":"`+a+`","chosen_rank":1}`)); rec.Code != 200 {
+	id := e.infer("valid", `{"remember":true,"user_id":"sam","messages":[{"role":"speaker","content":"Tea?"}]}`)
+	if rec := e.do(feedbackReq("valid", `{"inference_id":"`+id+`","chosen_rank":1}`)); rec.Code != 200 {
 		t.Fatalf("feedback: %d %s", rec.Code, rec.Body)
 	}
 	if rec := e.do(adminReq("POST", "/v1/admin/models/b.gguf/compare", "")); rec.Code != 202 {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -36,14 +35,14 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cm := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}},
-		release: make(chan struct{})}
-	close(cm.release)
-	opts := func(o *Options) {
-		o.ModelsDir = dir
-		o.Health = comparingTimer{cm, &fakeTimer{fakeSwitcher: cm.fakeSwitcher}}
+	a := filepath.Join(dir, "a.gguf")
+	// Both models speak the one recorded reply.
+	lms := timingLMs(a)
+	lms.cand.cands, lms.act.cands = []string{"reply 1"}, []string{"reply 1"}
+	opts := func() func(*Options) {
+		return withModels(dir, &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}, lms)
 	}
-	e := newEnv(t, opts)
+	e := newEnv(t, opts())
 	if _, err := os.Stat(filepath.Join(legacy, "c.gguf.json")); !os.IsNotExist(err) {
 		t.Errorf("the migrated timing file is still there: %v", err)
 	}
@@ -90,8 +89,7 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 	}
 
 	// The restart: a new server on the same store and folder.
-	cm2 := &fakeComparer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}}}
-	e2 := newEnv(t, func(o *Options) { opts(o); o.Health = cm2; o.Store = e.st })
+	e2 := newEnv(t, func(o *Options) { o.Store = e.st }, opts())
 	after := list(e2)
 	if fmt.Sprint(after.Timings) != fmt.Sprint(before.Timings) {
 		t.Errorf("timings after the restart %s, before %s", after.Timings, before.Timings)
@@ -102,7 +100,7 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 	rec := e2.do(adminReq("GET", "/v1/admin/models/b.gguf/compare", ""))
 	var got models.Comparison
 	decode(t, rec, &got)
-	if rec.Code != 200 || got.State != "done" || got.Candidate == nil || got.Candidate.ExactRate != 0.5 {
+	if rec.Code != 200 || got.State != "done" || got.Candidate == nil || got.Candidate.ExactRate != 1 {
 		t.Errorf("GET compare after the restart: %d %s", rec.Code, rec.Body)
 	}
 	// A file replaced since its timing and comparison has neither.
@@ -121,16 +119,6 @@ func TestModelRecordsKeptOverRestart(t *testing.T) {
 	if recs, err := e.st.ModelRecords("box-test"); err != nil || len(recs) != 2 || recs[0].File != "b.gguf" {
 		t.Errorf("records after removing c.gguf: %+v, %v", recs, err)
 	}
-}
-
-// comparingTimer is a fakeComparer that also times models.
-type comparingTimer struct {
-	*fakeComparer
-	tm *fakeTimer
-}
-
-func (c comparingTimer) TimeModel(ctx context.Context, kind, path string) (models.Timing, error) {
-	return c.tm.TimeModel(ctx, kind, path)
 }
 
 func jsonOf(t *testing.T, v any) string {

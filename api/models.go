@@ -8,14 +8,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
-
-// DefaultMaxModelBytes bounds a model upload when Options.MaxModelBytes is
-// 0 (models.DefaultMaxBytes).
-const DefaultMaxModelBytes = models.DefaultMaxBytes
 
 // modelList is the body of GET /v1/admin/models.
 type modelList struct {
@@ -45,7 +41,7 @@ type modelList struct {
 }
 
 func (s *Server) modelsConfigured() error {
-	if s.models.Dir() == "" {
+	if s.models == nil || s.models.Dir() == "" {
 		return errorf(CodeNotSupported, "this server has no models folder")
 	}
 	return nil
@@ -96,9 +92,7 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if out.Boxes, err = s.modelChoices(); err != nil {
 		return err
 	}
-	_, out.Switch = s.health.(models.Switcher)
-	_, out.Time = s.health.(models.Timer)
-	_, out.Compare = s.health.(models.Comparer)
+	out.Switch, out.Time, out.Compare = s.models.CanSwitch(), s.models.CanTime(), s.models.CanCompare()
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -188,6 +182,8 @@ func modelError(err error) *Error {
 		return &Error{Code: CodeNotFound, Message: err.Error(), Err: err}
 	case errors.Is(err, modelfile.ErrBadName):
 		return &Error{Code: CodeInvalidRequest, Message: err.Error(), Err: err}
+	case errors.Is(err, models.ErrNotSupported):
+		return &Error{Code: CodeNotSupported, Message: err.Error(), Err: err}
 	case switchError(err) != nil:
 		return switchError(err)
 	case errors.Is(err, modelfile.ErrShort):

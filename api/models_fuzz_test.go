@@ -43,8 +43,8 @@ func FuzzAdminModels(f *testing.F) {
 	}
 	files := map[string][]byte{"a.gguf": tinyGGUF("a.gguf"), "b.gguf": tinyGGUF("b.gguf"), "cut.gguf": tinyGGUF("cut")[:100]}
 	a := filepath.Join(dir, "a.gguf")
-	tm := &fakeTimer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}}
-	e := newEnv(f, func(o *Options) { o.ModelsDir = dir; o.Health = timerComparer{tm} })
+	tm := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	e := newEnv(f, withModels(dir, tm, timingLMs(a)))
 	f.Fuzz(func(t *testing.T, name string, body []byte, route uint8) {
 		// Each input starts from the same folder and active model.
 		for n, b := range files {

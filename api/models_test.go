@@ -16,6 +16,7 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/internal/testutil"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -85,7 +86,9 @@ func uploadReq(name string, body []byte) *http.Request {
 
 func TestAdminModels(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.MaxModelBytes = 1 << 20 })
+	e := newEnv(t, func(o *Options) {
+		o.Models = models.NewService(models.ServiceOptions{Dir: dir, MaxBytes: 1 << 20, Node: o.Node, Store: o.Store, Now: o.Now})
+	})
 	free := int64(1 << 30)
 	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
 	good, other := tinyGGUF("tiny"), tinyGGUF("other")
@@ -188,7 +191,7 @@ func TestAdminModels(t *testing.T) {
 // connection) leaves no file behind, and the same upload sent again works.
 func TestAdminModelsDroppedUpload(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
+	e := newEnv(t, withModels(dir, nil, nil))
 	e.srv.models.FreeSpace = func(string) (int64, error) { return 1 << 30, nil }
 	good := tinyGGUF("tiny")
 	req := uploadReq("tiny.gguf", nil)
@@ -237,7 +240,7 @@ func (f *failingBody) Close() error { return nil }
 // Content-Length.
 func TestAdminModelsDiskFills(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
+	e := newEnv(t, withModels(dir, nil, nil))
 	free := int64(1 << 30)
 	e.srv.models.FreeSpace = func(string) (int64, error) { return free, nil }
 	e.srv.models.WrapWrite = func(w io.Writer) io.Writer { return testutil.FillingDisk(w, 40) }

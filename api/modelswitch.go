@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
@@ -21,14 +21,15 @@ type switchBody struct {
 	Mode string `json:"mode"`
 }
 
-func (s *Server) switcher() (models.Switcher, error) {
+// canSwitch is nil when this box can switch models while it runs.
+func (s *Server) canSwitch() error {
 	if err := s.modelsConfigured(); err != nil {
-		return nil, err
+		return err
 	}
-	if sw, ok := s.health.(models.Switcher); ok {
-		return sw, nil
+	if !s.models.CanSwitch() {
+		return errorf(CodeNotSupported, "this server cannot switch models while it runs")
 	}
-	return nil, errorf(CodeNotSupported, "this server cannot switch models while it runs")
+	return nil
 }
 
 func (s *Server) readSwitchBody(c echo.Context) (switchBody, error) {
@@ -48,8 +49,7 @@ func (s *Server) readSwitchBody(c echo.Context) (switchBody, error) {
 // {name} (its kind: llm or whisper) to it, and stores the choice for this
 // box.
 func (s *Server) handleActivateModel(c echo.Context) error {
-	sw, err := s.switcher()
-	if err != nil {
+	if err := s.canSwitch(); err != nil {
 		return err
 	}
 	name, err := modelNameParam(c)
@@ -76,17 +76,16 @@ func (s *Server) handleActivateModel(c echo.Context) error {
 	if body.Kind != "" && body.Kind != e.Kind {
 		return badRequest("%s is a %s model, not %s", name, e.Kind, body.Kind)
 	}
-	if same(sw.ActiveModel(e.Kind), path) {
+	if same(s.models.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is already the active %s model", name, e.Kind)
 	}
-	return s.switchTo(c, sw, e.Kind, path, body.Mode, "model switched")
+	return s.switchTo(c, e.Kind, path, body.Mode, "model switched")
 }
 
 // handleRollbackModel switches the engine of kind {kind} (llm or whisper)
 // back to the model this box used before its last switch.
 func (s *Server) handleRollbackModel(c echo.Context) error {
-	sw, err := s.switcher()
-	if err != nil {
+	if err := s.canSwitch(); err != nil {
 		return err
 	}
 	body, err := s.readSwitchBody(c)
@@ -124,14 +123,14 @@ func (s *Server) handleRollbackModel(c echo.Context) error {
 	if _, err := os.Stat(prev); err != nil {
 		return errorf(CodeNotFound, "the earlier %s model %s is no longer on this box", body.Kind, filepath.Base(prev))
 	}
-	return s.switchTo(c, sw, body.Kind, prev, body.Mode, "model rolled back")
+	return s.switchTo(c, body.Kind, prev, body.Mode, "model rolled back")
 }
 
 // switchTo runs one switch, stores the choice and logs it.
-func (s *Server) switchTo(c echo.Context, sw models.Switcher, kind, path, mode, what string) error {
+func (s *Server) switchTo(c echo.Context, kind, path, mode, what string) error {
 	name := filepath.Base(path)
 	s.adminLog(c, store.LevelInfo, name, "model switch started: %s %s (mode %s)", kind, name, orAuto(mode))
-	res, err := sw.SwitchModel(c.Request().Context(), models.SwitchRequest{Kind: kind, Path: path, Mode: mode})
+	res, err := s.models.Switch(c.Request().Context(), models.SwitchRequest{Kind: kind, Path: path, Mode: mode})
 	if err != nil {
 		ae := toAPIError(err)
 		s.adminLog(c, store.LevelWarn, name, "model switch failed: %s %s: %s", kind, name, ae.Message)
@@ -211,7 +210,8 @@ func (s *Server) modelChoices() ([]boxModels, error) {
 	return out, nil
 }
 
-// switchError maps the models.Switcher's errors; nil for others.
+// switchError maps the errors of the models package's switch and timing;
+// nil for others.
 func switchError(err error) *Error {
 	msg := err.Error()
 	switch {

@@ -1,55 +1,17 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
-
-// fakeSwitcher is a HealthSource that switches models by name: what the
-// api does around a switch (checks, the stored choice, the admin log, the
-// error mapping) without engines.
-type fakeSwitcher struct {
-	*fakeHealth
-	mu     sync.Mutex
-	active map[string]string
-	err    error // returned by the next SwitchModel
-	calls  []models.SwitchRequest
-	// loading, when set, is called by SwitchModel before it switches, as
-	// an engine loading the file: the hook a test holds the switch in.
-	loading func(req models.SwitchRequest)
-}
-
-func (f *fakeSwitcher) ActiveModel(kind string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.active[kind]
-}
-
-func (f *fakeSwitcher) SwitchModel(_ context.Context, req models.SwitchRequest) (models.Switch, error) {
-	if f.loading != nil {
-		f.loading(req)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, req)
-	if err := f.err; err != nil {
-		f.err = nil
-		return models.Switch{}, err
-	}
-	prev := f.active[req.Kind]
-	f.active[req.Kind] = req.Path
-	return models.Switch{Kind: req.Kind, Model: req.Path, Previous: prev, Mode: "beside", Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 7}, nil
-}
 
 func TestAdminModelSwitch(t *testing.T) {
 	dir := modelsFolder(t, "a.gguf", "b.gguf")
@@ -58,9 +20,16 @@ func TestAdminModelSwitch(t *testing.T) {
 	}
 	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
 	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = sw })
+	e := newEnv(t, withModels(dir, sw, nil))
+	// The plan is the models package's: the file, a quarter more and the
+	// headroom, against the 1000 MiB the fake reports; the clock is fixed.
 	switched := func(model, prev string) string {
-		return fmt.Sprintf(`{"kind":"llm","model":"%s","previous":"%s","mode":"beside","reason":"fits","bytes_needed":100,"bytes_available":1000,"load_ms":7,"node":"box-test"}`, model, prev)
+		st, err := os.Stat(filepath.Join(dir, model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf(`{"kind":"llm","model":"%s","previous":"%s","mode":"beside","reason":"the new model needs about 64 MiB and 1000 MiB are available: it loads beside the old one",`+
+			`"bytes_needed":%d,"bytes_available":%d,"load_ms":0,"node":"box-test"}`, model, prev, st.Size()+st.Size()/4+models.SwitchHeadroom, 1000<<20)
 	}
 	for _, c := range []struct {
 		name   string
@@ -80,10 +49,12 @@ func TestAdminModelSwitch(t *testing.T) {
 		{"bad mode", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"fast"}`, nil, 400, errJSON(CodeInvalidRequest, "mode must be auto, beside or swap")},
 		{"busy", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.err = fmt.Errorf("%w: x", models.ErrBusy) }, 409,
 			errJSON(CodeConflict, "another model switch is in progress: x; retry when it has finished")},
-		{"no room beside", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"beside"}`, func() {
-			sw.err = fmt.Errorf("%w: the new model needs about 900 MiB but only 10 MiB are available", models.ErrNoRoom)
-		}, 409, errJSON(CodeConflict, "the new model does not fit in memory beside the old one: the new model needs about 900 MiB but only 10 MiB are available; switch with mode swap (requests get 503 loading meanwhile) or free memory")},
+		{"no room beside", "POST", "/v1/admin/models/b.gguf/activate", `{"mode":"beside"}`, func() { sw.setMem(10 << 20) },
+			409, errJSON(CodeConflict, "the new model does not fit in memory beside the old one: the new model needs about 64 MiB but only 10 MiB are available: the old model is unloaded first; switch with mode swap (requests get 503 loading meanwhile) or free memory")},
+		{"engines loading", "POST", "/v1/admin/models/b.gguf/activate", "", func() { sw.setMem(0); sw.setStarting(true) }, 409,
+			errJSON(CodeConflict, "another model switch is in progress: the llm model is still loading; retry when it has finished")},
 		{"fails to load", "POST", "/v1/admin/models/b.gguf/activate", "", func() {
+			sw.setStarting(false)
 			sw.err = fmt.Errorf("%w: cannot load language model b.gguf: bad tensor", models.ErrUnusable)
 		}, 422, errJSON(CodeInvalidModel, "cannot load language model b.gguf: bad tensor")},
 		{"switch", "POST", "/v1/admin/models/b.gguf/activate", "", nil, 200, switched("b.gguf", "a.gguf")},
@@ -132,10 +103,11 @@ func TestAdminModelSwitch(t *testing.T) {
 		"model switch refused: cut.gguf: ",
 		"model switch started: llm b.gguf (mode auto)", "model switch failed: llm b.gguf: another model switch is in progress: x; retry when it has finished",
 		"model switch started: llm b.gguf (mode beside)", "model switch failed: llm b.gguf: ",
+		"model switch started: llm b.gguf (mode auto)", "model switch failed: llm b.gguf: another model switch is in progress: the llm model is still loading",
 		"model switch started: llm b.gguf (mode auto)", "model switch failed: llm b.gguf: cannot load language model b.gguf: bad tensor",
-		"model switch started: llm b.gguf (mode auto)", "model switched: llm b.gguf (was a.gguf; beside, 7 ms)",
-		"model switch started: llm a.gguf (mode auto)", "model rolled back: llm a.gguf (was b.gguf; beside, 7 ms)",
-		"model switch started: llm b.gguf (mode auto)", "model rolled back: llm b.gguf (was a.gguf; beside, 7 ms)",
+		"model switch started: llm b.gguf (mode auto)", "model switched: llm b.gguf (was a.gguf; beside, 0 ms)",
+		"model switch started: llm a.gguf (mode auto)", "model rolled back: llm a.gguf (was b.gguf; beside, 0 ms)",
+		"model switch started: llm b.gguf (mode auto)", "model rolled back: llm b.gguf (was a.gguf; beside, 0 ms)",
 	}
 	if len(msgs) != len(want) {
 		t.Fatalf("admin log:\n%q\nwant\n%q", msgs, want)
@@ -147,11 +119,11 @@ func TestAdminModelSwitch(t *testing.T) {
 	}
 }
 
-// TestModelSwitchWithoutSwitcher: a HealthSource that cannot switch makes
+// TestModelSwitchWithoutSwitcher: a models.Service without engines makes
 // activate and rollback 501.
 func TestModelSwitchWithoutSwitcher(t *testing.T) {
 	dir := t.TempDir()
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir })
+	e := newEnv(t, withModels(dir, nil, nil))
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/a.gguf/activate", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
 	wantJSON(t, e.do(adminReq("POST", "/v1/admin/models/llm/rollback", "")), 501, errJSON(CodeNotSupported, "this server cannot switch models while it runs"))
 }
@@ -171,7 +143,7 @@ func TestModelRemoveDuringActivation(t *testing.T) {
 		loading <- struct{}{}
 		<-proceed
 	}
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = &fakeTimer{fakeSwitcher: sw} })
+	e := newEnv(t, withModels(dir, sw, timingLMs(a)))
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- e.do(adminReq("POST", "/v1/admin/models/b.gguf/activate", "")) }()
 	<-loading

@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
@@ -19,8 +18,7 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
 	}
-	tm, ok := s.health.(models.Timer)
-	if !ok {
+	if !s.models.CanTime() {
 		return errorf(CodeNotSupported, "this server cannot time models while it runs")
 	}
 	name, err := modelNameParam(c)
@@ -39,7 +37,7 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 	if e.Check != "ok" {
 		return errorf(CodeInvalidModel, "the model file was refused: %s", e.Check)
 	}
-	if sw, ok := s.health.(models.Switcher); ok && same(sw.ActiveModel(e.Kind), path) {
+	if same(s.models.ActiveModel(e.Kind), path) {
 		return errorf(CodeConflict, "%s is the active %s model: its own figures are shown beside every timing", name, e.Kind)
 	}
 	st, err := os.Stat(path)
@@ -47,7 +45,7 @@ func (s *Server) handleTimeModel(c echo.Context) error {
 		return errorf(CodeNotFound, "no model file %s in the models folder", name)
 	}
 	s.adminLog(c, store.LevelInfo, name, "model timing started: %s %s", e.Kind, name)
-	t, err := tm.TimeModel(c.Request().Context(), e.Kind, path)
+	t, err := s.models.Time(c.Request().Context(), e.Kind, path)
 	if err != nil {
 		ae := toAPIError(err)
 		s.adminLog(c, store.LevelWarn, name, "model timing failed: %s %s: %s", e.Kind, name, ae.Message)

@@ -1,45 +1,25 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replyd/replyd/models"
 )
 
-// fakeTimer is a fakeSwitcher that also times models: what the api does
-// around a timing (checks, the stored figures, the error mapping) without
-// engines.
-type fakeTimer struct {
-	*fakeSwitcher
-	tmu sync.Mutex
-	err error // returned by the next TimeModel
-}
-
-func (f *fakeTimer) TimeModel(_ context.Context, kind, path string) (models.Timing, error) {
-	f.tmu.Lock()
-	defer f.tmu.Unlock()
-	if err := f.err; err != nil {
-		f.err = nil
-		return models.Timing{}, err
-	}
-	return models.Timing{Reason: "fits", BytesNeeded: 100, BytesAvailable: 1000, LoadMS: 5,
-		Candidate: models.Figures{Model: path, PromptTokensPerS: 100, Candidates: 4, StepMS: 10, HistoryBudgetTokens: 400, MaxReplyTokens: 20},
-		Active:    models.Figures{Model: f.ActiveModel(kind), PromptTokensPerS: 200, Candidates: 4, StepMS: 5, HistoryBudgetTokens: 800, MaxReplyTokens: 20}}, nil
-}
-
 func TestAdminModelTime(t *testing.T) {
 	dir := modelsFolder(t, "a.gguf", "b.gguf")
-	tm := &fakeTimer{fakeSwitcher: &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": filepath.Join(dir, "a.gguf")}}}
-	e := newEnv(t, func(o *Options) { o.ModelsDir = dir; o.Health = tm })
+	a := filepath.Join(dir, "a.gguf")
+	sw := &fakeSwitcher{fakeHealth: &fakeHealth{}, active: map[string]string{"llm": a}}
+	e := newEnv(t, withModels(dir, sw, timingLMs(a)))
 	// TurnMS: 200 tokens at 100/s plus 20 steps of 10 ms = 2200; the
-	// active: 1000 + 100.
-	want := `{"kind":"llm","node":"box-test","at":"2026-01-02T03:04:05Z","reason":"fits","bytes_needed":100,"bytes_available":1000,"load_ms":5,` +
+	// active: 1000 + 100. The plan is the models package's, against the
+	// 1000 MiB the fake reports; the clock is fixed.
+	want := `{"kind":"llm","node":"box-test","at":"2026-01-02T03:04:05Z","reason":"the model needs about 64 MiB and 1000 MiB are available: it was timed beside the active one",` +
+		`"bytes_needed":%d,"bytes_available":1048576000,"load_ms":0,` +
 		`"candidate":{"model":"b.gguf","prompt_tokens_per_s":100,"candidates":4,"step_ms":10,"history_budget_tokens":400,"max_reply_tokens":20,"turn_ms":2200},` +
 		`"active":{"model":"a.gguf","prompt_tokens_per_s":200,"candidates":4,"step_ms":5,"history_budget_tokens":800,"max_reply_tokens":20,"turn_ms":1100},"bytes":%d}`
 	st, err := os.Stat(filepath.Join(dir, "b.gguf"))
@@ -56,12 +36,11 @@ func TestAdminModelTime(t *testing.T) {
 		{"active", "/v1/admin/models/a.gguf/time", nil, 409, errJSON(CodeConflict, "a.gguf is the active llm model: its own figures are shown beside every timing")},
 		{"missing", "/v1/admin/models/nope.gguf/time", nil, 404, errJSON(CodeNotFound, "no model file nope.gguf in the models folder")},
 		{"bad name", "/v1/admin/models/..%2Fx.gguf/time", nil, 400, ""},
-		{"no room", "/v1/admin/models/b.gguf/time", func() {
-			tm.err = fmt.Errorf("%w: it needs about 900 MiB but only 10 MiB are available", models.ErrTimeNoRoom)
-		}, 409, errJSON(CodeConflict, "the model cannot be timed: it does not fit in memory beside the active one: it needs about 900 MiB but only 10 MiB are available; timing never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and read its figures")},
-		{"busy", "/v1/admin/models/b.gguf/time", func() { tm.err = models.ErrBusy }, 409,
-			errJSON(CodeConflict, "another model switch is in progress; retry when it has finished")},
-		{"timed", "/v1/admin/models/b.gguf/time", nil, 200, fmt.Sprintf(want, st.Size())},
+		{"no room", "/v1/admin/models/b.gguf/time", func() { sw.setMem(10 << 20) },
+			409, errJSON(CodeConflict, "the model cannot be timed: it does not fit in memory beside the active one: it needs about 64 MiB but only 10 MiB are available; timing never unloads the active model: free memory, or switch to it (requests get 503 loading meanwhile) and read its figures")},
+		{"busy", "/v1/admin/models/b.gguf/time", func() { sw.setMem(0); sw.setStarting(true) }, 409,
+			errJSON(CodeConflict, "another model switch is in progress: the llm model is still loading; retry when it has finished")},
+		{"timed", "/v1/admin/models/b.gguf/time", func() { sw.setStarting(false) }, 200, fmt.Sprintf(want, st.Size()+st.Size()/4+models.SwitchHeadroom, st.Size())},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.before != nil {
@@ -84,7 +63,7 @@ func TestAdminModelTime(t *testing.T) {
 		}
 		decode(t, e.do(adminReq("GET", "/v1/admin/models", "")), &list)
 		if !list.Time {
-			t.Error("time is false with a models.Timer")
+			t.Error("time is false with engines that time")
 		}
 		return list.Timings
 	}

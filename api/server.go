@@ -86,12 +86,12 @@ type Options struct {
 	Turn    engine.TurnConfig
 	LiveOff bool
 	Sched   *engine.Scheduler
-	// ModelsDir is the data directory's models folder, where
-	// /v1/admin/models lists, takes and removes model files (models.go);
-	// empty answers those routes 501 not_supported. MaxModelBytes bounds an
-	// upload; 0 means DefaultMaxModelBytes.
-	ModelsDir     string
-	MaxModelBytes int64
+	// Models is the models feature (models.go): the models folder, where
+	// /v1/admin/models lists, takes and removes model files, and the
+	// switch, timing and comparison of the engines' models (each answers
+	// 501 not_supported when the Service cannot run it). Nil, or a Service
+	// without a folder, answers those routes 501 not_supported.
+	Models *models.Service
 	// Platform is the engines' kernels and the CPU budget for the Status
 	// view; nil leaves them out of /v1/admin/status.
 	Platform *Platform
@@ -212,7 +212,7 @@ func New(o Options) *Server {
 	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
 	s.live = newLiveSessions()
 	s.rights = newGrants()
-	s.models = models.NewService(models.ServiceOptions{Dir: o.ModelsDir, MaxBytes: o.MaxModelBytes, Node: s.node, Store: s.store, Log: s.log})
+	s.models = o.Models
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies
@@ -258,7 +258,9 @@ func (s *Server) Close() {
 	}
 	s.failMu.Unlock()
 	s.writeFailSummaries(s.failures.flush(s.now(), true))
-	s.models.StopCompares()
+	if s.models != nil {
+		s.models.StopCompares()
+	}
 }
 
 // routes registers every route. The OpenAPI test walks e.Routes() and checks

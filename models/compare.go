@@ -11,24 +11,9 @@ const (
 	MaxCompareTurns     = 200
 )
 
-// Comparer replays the clinic's recorded turns through a candidate
-// language model loaded beside the active one, and through the active one,
-// at idle priority. A HealthSource that implements it (cmd/replyd's
-// engines) makes POST /v1/admin/models/{name}/compare work; without it it
-// answers 501.
-type Comparer interface {
-	// BeginCompare checks, without loading anything, that the file path
-	// of kind can be compared now: no other model action runs (it holds
-	// the engines' model lock from now until the returned run returns) and
-	// the file fits in memory beside the active model. Errors wrap
-	// ErrBusy, ErrCompareNoRoom or ErrUnusable.
-	// The caller must call the run exactly once.
-	BeginCompare(kind, path string) (CompareRun, error)
-}
-
 // CompareRun loads the candidate, replays turns through it and through
 // the active model, calls progress(done, total) after every replay, frees
-// the candidate and releases the model lock. Errors wrap
+// the candidate and releases the Service's model action. Errors wrap
 // ErrUnusable (the candidate failed to load) or are ctx's.
 type CompareRun func(ctx context.Context, turns []CompareTurn, progress func(done, total int)) (CompareResult, error)
 

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/replyd/replyd/engine/modelfile"
+	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/internal/disk"
+	"github.com/replyd/replyd/models/modelfile"
 	"github.com/replyd/replyd/store"
 )
 
@@ -39,15 +40,32 @@ type ServiceOptions struct {
 	// Node is this box: its records are its own.
 	Node  string
 	Store RecordStore
-	// Log receives the warnings of the timings' migration; nil discards.
+	// Log receives the warnings of the timings' migration and the model
+	// actions' lines; nil discards.
 	Log *slog.Logger
+	// Engines switch the running engines' models: nil, this box cannot
+	// switch, time or compare models while it runs (ErrNotSupported). LLM
+	// and STT open candidates and lend the active models for a timing (both
+	// needed) and a comparison (LLM), at the idle priority of CPU, the
+	// engines' scheduler.
+	Engines Engines
+	LLM     LanguageModels
+	STT     SpeechModels
+	CPU     *engine.Scheduler
+	// MemAvailable reads the memory available for a model beside the
+	// active one; nil means the package's MemAvailable (/proc/meminfo).
+	MemAvailable func() (int64, error)
+	// Now is the clock the actions are timed with; nil means time.Now.
+	Now func() time.Time
 }
 
 // Service is the models folder of one box and the model actions on its
 // files, under one lock: the listing's cache of checks, the hold each
 // action (an activation, a timing, a comparison) has on its file, which a
-// removal respects, the one upload at a time, the comparisons of this run,
-// and the timings and comparisons kept in the store.
+// removal respects, the one model action on the engines at a time (a
+// switch, a timing or a comparison), the one upload at a time, the
+// comparisons of this run, and the timings and comparisons kept in the
+// store.
 type Service struct {
 	dir      string
 	maxBytes int64
@@ -56,16 +74,24 @@ type Service struct {
 	log      *slog.Logger
 	upload   chan struct{} // one upload at a time
 
+	engines      Engines
+	llm          LanguageModels
+	stt          SpeechModels
+	cpu          *engine.Scheduler
+	memAvailable func() (int64, error)
+	now          func() time.Time
+
 	// FreeSpace reports the free bytes of the folder's disk; nil means
 	// disk.Free. WrapWrite, when set, wraps an upload's writes. Tests
 	// set them (a disk that fills) before the first request.
 	FreeSpace func(dir string) (int64, error)
 	WrapWrite func(io.Writer) io.Writer
 
-	mu    sync.Mutex // the one lock: cache, holds, the comparisons
-	cache map[string]cachedEntry
-	holds map[string]string
-	jobs  compareJobs
+	mu     sync.Mutex // the one lock: cache, holds, the action, the comparisons
+	cache  map[string]cachedEntry
+	holds  map[string]string
+	acting bool // a switch, a timing or a comparison runs (beginAction)
+	jobs   compareJobs
 }
 
 type cachedEntry struct {
@@ -93,8 +119,15 @@ func NewService(o ServiceOptions) *Service {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.MemAvailable == nil {
+		o.MemAvailable = MemAvailable
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	s := &Service{dir: o.Dir, maxBytes: o.MaxBytes, node: o.Node, store: o.Store, log: o.Log,
-		upload: make(chan struct{}, 1), cache: map[string]cachedEntry{}, holds: map[string]string{}}
+		upload: make(chan struct{}, 1), cache: map[string]cachedEntry{}, holds: map[string]string{},
+		engines: o.Engines, llm: o.LLM, stt: o.STT, cpu: o.CPU, memAvailable: o.MemAvailable, now: o.Now}
 	if s.dir != "" {
 		modelfile.Sweep(s.dir) // uploads a crash interrupted
 		s.migrateTimings()

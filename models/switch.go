@@ -1,29 +1,8 @@
 package models
 
-import (
-	"context"
-	"errors"
-)
+import "errors"
 
-// Switcher switches the model an engine uses while the server runs.
-// A HealthSource that implements it (cmd/replyd's engines) makes
-// POST /v1/admin/models/{name}/activate and /v1/admin/models/{kind}/rollback
-// work;
-// without it they answer 501 not_supported.
-type Switcher interface {
-	// SwitchModel loads the model file req.Path for engine req.Kind ("llm"
-	// or "whisper") and makes it the one new requests use; requests already
-	// running finish on the old one, which is freed after them. It returns
-	// once the new model serves (or failed to load: then the old one still
-	// serves). Errors wrap ErrBusy, ErrNoRoom or
-	// ErrUnusable; anything else is internal.
-	SwitchModel(ctx context.Context, req SwitchRequest) (Switch, error)
-	// ActiveModel returns the path of kind's model now ("" for an unknown
-	// kind).
-	ActiveModel(kind string) string
-}
-
-// SwitchRequest asks a Switcher for a switch.
+// SwitchRequest asks Service.Switch for a switch.
 type SwitchRequest struct {
 	Kind string // "llm" or "whisper"
 	Path string // the model file
@@ -56,7 +35,7 @@ type Switch struct {
 	Node string `json:"node"`
 }
 
-// Errors a Switcher returns (wrapped), mapped by modelError.
+// Errors of the model actions (wrapped), mapped by api's modelError.
 var (
 	// ErrBusy: another switch is running, or the engine is still
 	// loading at start: 409 conflict.

@@ -1,21 +1,9 @@
 package models
 
 import (
-	"context"
 	"errors"
 	"time"
 )
-
-// Timer times a candidate model file on this box beside the active
-// model of its kind, at idle priority, without switching. A HealthSource
-// that implements it (cmd/replyd's engines) makes
-// POST /v1/admin/models/{name}/time work; without it it answers 501.
-type Timer interface {
-	// TimeModel loads the file path of kind ("llm" or "whisper") beside
-	// the active model, times it and the active one, and frees it. Errors
-	// wrap ErrBusy, ErrTimeNoRoom or ErrUnusable.
-	TimeModel(ctx context.Context, kind, path string) (Timing, error)
-}
 
 // ErrTimeNoRoom: the candidate does not fit in memory beside the
 // active model; timing never unloads the active one: 409.

@@ -20,12 +20,13 @@ import (
 // engines holds the two models while they load and after. It implements
 // engine.Transcriber and engine.Generator for the pipeline (answering
 // KindNotReady until the model is loaded, KindLoading while a switch has
-// unloaded it), api.HealthSource for /healthz and models.Switcher
-// (switch.go) for the admin page.
+// unloaded it), api.HealthSource for /healthz, and models.Engines
+// (switch.go) and the candidates' models (candidates.go) for the models
+// package's switch, timing and comparison.
 type engines struct {
 	// stt and llm hold each engine's current model and the requests using
-	// it; a switch (switch.go) replaces it there, beside the old one or
-	// after draining it.
+	// it; a switch (models.SwitchSlot) replaces it there, beside the old
+	// one or after draining it.
 	stt slot.Slot[*whisper.Model]
 	llm slot.Slot[*llm.Engine]
 
@@ -36,10 +37,9 @@ type engines struct {
 	// loadTook is how long each engine's model took to load last.
 	loadTook map[string]time.Duration
 	// cfg, cpu and log are what load was given; a switch opens with them.
-	cfg      *Config
-	cpu      *engine.Scheduler
-	log      *slog.Logger
-	switchMu sync.Mutex // one switch at a time
+	cfg *Config
+	cpu *engine.Scheduler
+	log *slog.Logger
 }
 
 // loadVAD loads Silero VAD from path for the pipeline. A missing or

@@ -1,71 +1,31 @@
 package main
 
-// replyd eval: replay conversations offline through the real pipeline and
-// score the candidates against what the AAC user really said.
+// replyd eval: its flags; the replay and the scoring are package eval's.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	_ "embed"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/mattn/go-isatty"
-
 	"github.com/replyd/replyd/api"
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
-	"github.com/replyd/replyd/engine/score"
+	"github.com/replyd/replyd/engine/steer"
+	"github.com/replyd/replyd/eval"
 )
-
-// builtinDialogs are a few dozen everyday exchanges written for replyd's
-// tests, so that `replyd eval` runs out of the box.
-//
-//go:embed evaldata/dialogs.jsonl
-var builtinDialogs []byte
 
 // multiFlag collects a repeated string flag.
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-// dialog is one line of a dialogs file.
-type dialog struct {
-	line  int
-	req   engine.Request
-	reply string
-}
-
-// evalPrompt is one system prompt under test and its figures.
-type evalPrompt struct {
-	Name   string
-	text   string
-	Result evalScore
-}
-
-// evalScore are the figures of one prompt over the dialogs.
-type evalScore struct {
-	Prompt          string  `json:"prompt"`
-	Dialogs         int     `json:"dialogs"`
-	Top1Exact       float64 `json:"top1_exact"`
-	TopNExact       float64 `json:"topn_exact"`
-	MeanBestTokenF1 float64 `json:"mean_best_token_f1"`
-	KeystrokesSaved int     `json:"keystrokes_saved"`
-	KeystrokesTyped int     `json:"keystrokes_typed"`
-	KeystrokeSaving float64 `json:"keystroke_saving"`
-}
 
 func cmdEval(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
@@ -105,11 +65,11 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	if fs.NArg() > 0 {
 		return fmt.Errorf("eval: unexpected argument %q", fs.Arg(0))
 	}
-	var sim steerSim
+	var sim steer.Sim
 	if *steerFlag != "" {
 		var err error
-		if sim, err = parseSteerSim(*steerFlag); err != nil {
-			return err
+		if sim, err = steer.ParseSim(*steerFlag); err != nil {
+			return fmt.Errorf("eval: --steer %w", err)
 		}
 	}
 	max := api.DefaultLimits().MaxCandidates
@@ -120,23 +80,19 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("eval: -n must be between 1 and %d", max)
 	}
 
-	src, name := builtinDialogs, "built-in dialogs"
-	if *dialogs != "" {
-		b, err := os.ReadFile(*dialogs)
-		if err != nil {
-			return fmt.Errorf("eval: %w", err)
-		}
-		src, name = b, *dialogs
-	}
-	ds, skipped, err := parseDialogs(src, name)
+	ds, name, skipped, err := eval.Dialogs(*dialogs)
 	if err != nil {
 		return err
 	}
-	if len(ds) == 0 {
-		return fmt.Errorf("eval: %s holds no dialog with a reply", name)
-	}
 
-	prompts, err := evalPrompts(ctx, promptFiles, promptVersions, *server, *adminKey, *caFile)
+	// The prompt history is read over the CLI's transport, which trusts
+	// --tls-ca (a running replyd's own certificate).
+	tcfg := &Config{TLS: "off"}
+	if *caFile != "" {
+		tcfg.TLS, tcfg.TLSCert = "on", *caFile
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: localTransport(tcfg)}
+	prompts, err := eval.Prompts(ctx, promptFiles, promptVersions, *server, *adminKey, client)
 	if err != nil {
 		return err
 	}
@@ -157,302 +113,16 @@ func cmdEval(ctx context.Context, args []string, getenv func(string) string, std
 	defer lm.Close()
 	pipe := &engine.Pipeline{LLM: lm}
 
-	if sim.make != nil {
-		bar := newProgress(stderr, 2*len(ds))
-		scores, err := evalSteer(ctx, pipe, ds, sim, prompts[0].text, *n, *temperature, uint32(*seed), bar)
-		bar.done()
+	set := eval.Settings{N: *n, Temperature: *temperature, Seed: uint32(*seed)}
+	if sim.Make != nil {
+		scores, err := eval.Steer(ctx, pipe, ds, sim, prompts[0].Text(), set, stderr)
 		if err != nil {
 			return err
 		}
-		return printSteerEval(stdout, scores, *n, *steerSeqs, *model, isDemoModel(*model), name, *asJSON)
+		return eval.PrintSteer(stdout, scores, *n, *steerSeqs, *model, isDemoModel(*model), name, *asJSON)
 	}
-	bar := newProgress(stderr, len(ds)*len(prompts))
-	for i := range prompts {
-		p := &prompts[i]
-		var sum dialogScore
-		for k, d := range ds {
-			req := d.req
-			req.SystemPrompt, req.MaxCandidates, req.Temperature, req.Seed = p.text, *n, *temperature, uint32(*seed)+uint32(k)
-			res, err := pipe.Infer(ctx, req)
-			if err != nil {
-				bar.done()
-				return fmt.Errorf("eval: %s line %d: %w", name, d.line, err)
-			}
-			cands := make([]string, len(res.Candidates))
-			for j, c := range res.Candidates {
-				cands[j] = c.Text
-			}
-			sum.add(scoreDialog(cands, d.reply))
-			bar.step(p.Name)
-		}
-		p.Result = sum.result(p.Name, len(ds))
+	if err := eval.Score(ctx, pipe, ds, prompts, set, name, stderr); err != nil {
+		return err
 	}
-	bar.done()
-	return printEval(stdout, prompts, *n, *model, isDemoModel(*model), name, skipped, *asJSON)
-}
-
-// dialogScore is how one dialog's candidates fared, or (summed) a prompt's.
-type dialogScore struct {
-	top1, topN   int
-	bestF1       float64
-	saved, typed int
-}
-
-// scoreDialog scores the candidates (best first) against the reply: exact
-// match after Normalize at rank 1 and at any rank, the best token F1, and
-// the keystrokes the best candidate would have saved had the user taken it
-// and edited it into the reply (issue 12's rule, score.Edited).
-func scoreDialog(cands []string, reply string) dialogScore {
-	s := dialogScore{typed: score.Chars(reply)}
-	want := score.Normalize(reply)
-	for i, c := range cands {
-		if score.Normalize(c) == want {
-			if i == 0 {
-				s.top1 = 1
-			}
-			s.topN = 1
-		}
-		s.bestF1 = max(s.bestF1, score.TokenF1(c, reply))
-		s.saved = max(s.saved, score.Edited(c, reply))
-	}
-	return s
-}
-
-func (s *dialogScore) add(d dialogScore) {
-	s.top1 += d.top1
-	s.topN += d.topN
-	s.bestF1 += d.bestF1
-	s.saved += d.saved
-	s.typed += d.typed
-}
-
-func (s dialogScore) result(prompt string, dialogs int) evalScore {
-	r := evalScore{Prompt: prompt, Dialogs: dialogs, KeystrokesSaved: s.saved, KeystrokesTyped: s.typed}
-	if dialogs > 0 {
-		r.Top1Exact = float64(s.top1) / float64(dialogs)
-		r.TopNExact = float64(s.topN) / float64(dialogs)
-		r.MeanBestTokenF1 = s.bestF1 / float64(dialogs)
-	}
-	if s.typed > 0 {
-		r.KeystrokeSaving = float64(s.saved) / float64(s.typed)
-	}
-	return r
-}
-
-// parseDialogs reads JSON Lines of dialogs. Blank lines are skipped, and so
-// are lines of the outcome export that carry no text (users without
-// remember: true); their number is returned. Any other line must be an
-// InferPayload with a reply; the error names the line and the field.
-func parseDialogs(src []byte, name string) ([]dialog, int, error) {
-	var out []dialog
-	skipped := 0
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for line := 1; sc.Scan(); line++ {
-		raw := bytes.TrimSpace(sc.Bytes())
-		if len(raw) == 0 {
-			continue
-		}
-		fail := func(format string, args ...any) error {
-			return fmt.Errorf("eval: %s line %d: %s", name, line, fmt.Sprintf(format, args...))
-		}
-		var head struct {
-			Messages    json.RawMessage `json:"messages"`
-			Reply       json.RawMessage `json:"reply"`
-			InferenceID string          `json:"inference_id"`
-		}
-		if err := json.Unmarshal(raw, &head); err != nil {
-			return nil, skipped, fail("not a JSON object (%s)", jsonProblem(err))
-		}
-		if head.Messages == nil && head.Reply == nil && head.InferenceID != "" {
-			skipped++
-			continue
-		}
-		req, err := api.ParseDialog(raw, api.DefaultLimits())
-		if err != nil {
-			var ae *api.Error
-			if errors.As(err, &ae) {
-				return nil, skipped, fail("%s", ae.Message)
-			}
-			return nil, skipped, fail("%v", err)
-		}
-		if head.Reply == nil {
-			return nil, skipped, fail("reply is required: what the user really said next")
-		}
-		var reply string
-		if err := json.Unmarshal(head.Reply, &reply); err != nil {
-			return nil, skipped, fail("reply has the wrong type: expected a string")
-		}
-		if strings.TrimSpace(reply) == "" {
-			return nil, skipped, fail("reply must not be empty")
-		}
-		out = append(out, dialog{line: line, req: req, reply: reply})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, skipped, fmt.Errorf("eval: %s: %w", name, err)
-	}
-	return out, skipped, nil
-}
-
-// jsonProblem describes a JSON syntax error without quoting the line.
-func jsonProblem(err error) string {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Sprintf("syntax error at byte %d", se.Offset)
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field == "" {
-			return "expected an object"
-		}
-		return te.Field + " has the wrong type"
-	}
-	return "unexpected end"
-}
-
-// evalPrompts collects the prompts to score: files, versions from a server,
-// or the built-in default prompt.
-func evalPrompts(ctx context.Context, files, versions []string, server, adminKey, caFile string) ([]evalPrompt, error) {
-	var out []evalPrompt
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("eval: --prompt-file: %w", err)
-		}
-		if strings.TrimSpace(string(b)) == "" {
-			return nil, fmt.Errorf("eval: --prompt-file %s is empty", f)
-		}
-		out = append(out, evalPrompt{Name: "file " + filepath.Base(f), text: string(b)})
-	}
-	if len(versions) > 0 {
-		if server == "" {
-			return nil, errors.New("eval: --prompt-version needs --server URL (and the admin key, REPLYD_ADMIN_KEY)")
-		}
-		history, err := fetchPromptHistory(ctx, server, adminKey, caFile)
-		if err != nil {
-			return nil, err
-		}
-		for _, v := range versions {
-			text, ok := history[v]
-			if !ok {
-				return nil, fmt.Errorf("eval: %s has no system-prompt version %q", server, v)
-			}
-			out = append(out, evalPrompt{Name: "version " + v, text: text})
-		}
-	}
-	if len(out) == 0 {
-		out = append(out, evalPrompt{Name: "built-in", text: api.DefaultSystemPrompt})
-	}
-	return out, nil
-}
-
-// fetchPromptHistory reads every saved version from a running replyd's
-// admin API: version -> text.
-func fetchPromptHistory(ctx context.Context, server, adminKey, caFile string) (map[string]string, error) {
-	if adminKey == "" {
-		return nil, errors.New("eval: --server needs the admin key (--admin-key or REPLYD_ADMIN_KEY)")
-	}
-	u, err := url.Parse(strings.TrimRight(server, "/") + "/v1/admin/system-prompt/history?limit=1000")
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("eval: --server %q is not an http(s) URL", server)
-	}
-	cfg := &Config{TLS: "off"}
-	if caFile != "" {
-		cfg.TLS, cfg.TLSCert = "on", caFile
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-ADMIN-KEY", adminKey)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: localTransport(cfg)}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("eval: reading the prompt history from %s: %w", server, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("eval: %s answered %s: %s", server, resp.Status, bytes.TrimSpace(body))
-	}
-	var h struct {
-		Items []struct {
-			Prompt  string `json:"prompt"`
-			Version string `json:"version"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(body, &h); err != nil {
-		return nil, fmt.Errorf("eval: %s: the prompt history is not JSON: %w", server, err)
-	}
-	out := make(map[string]string, len(h.Items))
-	for _, it := range h.Items {
-		out[it.Version] = it.Prompt
-	}
-	return out, nil
-}
-
-// printEval writes the table (or JSON).
-func printEval(w io.Writer, prompts []evalPrompt, n int, model string, demo bool, dialogs string, skipped int, asJSON bool) error {
-	if asJSON {
-		out := struct {
-			Dialogs    string      `json:"dialogs"`
-			Candidates int         `json:"candidates"`
-			Model      string      `json:"model"`
-			Demo       bool        `json:"demo_model"`
-			Skipped    int         `json:"skipped_lines"`
-			Prompts    []evalScore `json:"prompts"`
-		}{Dialogs: dialogs, Candidates: n, Model: model, Demo: demo, Skipped: skipped}
-		for _, p := range prompts {
-			out.Prompts = append(out.Prompts, p.Result)
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
-	fmt.Fprintf(w, "replyd eval: %d dialogs from %s, %d candidates each, model %s\n", prompts[0].Result.Dialogs, dialogs, n, model)
-	if skipped > 0 {
-		fmt.Fprintf(w, "(%d outcome lines without text skipped: their users did not opt in with remember)\n", skipped)
-	}
-	if demo {
-		fmt.Fprintln(w, "(a demo model with random weights: it scores near zero; use a real model for real figures)")
-	}
-	width := len("prompt")
-	for _, p := range prompts {
-		width = max(width, len(p.Name))
-	}
-	fmt.Fprintf(w, "\n%-*s  %7s  %7s  %9s  %s\n", width, "prompt", "top-1", fmt.Sprintf("top-%d", n), "token F1", "keystrokes saved")
-	for _, p := range prompts {
-		r := p.Result
-		fmt.Fprintf(w, "%-*s  %6.1f%%  %6.1f%%  %9.3f  %d of %d (%.1f%%)\n", width, p.Name, 100*r.Top1Exact, 100*r.TopNExact,
-			r.MeanBestTokenF1, r.KeystrokesSaved, r.KeystrokesTyped, 100*r.KeystrokeSaving)
-	}
-	return nil
-}
-
-// progress draws a bar on a terminal; elsewhere it writes nothing.
-type progress struct {
-	w      io.Writer
-	on     bool
-	n, max int
-}
-
-func newProgress(w io.Writer, max int) *progress {
-	f, ok := w.(*os.File)
-	return &progress{w: w, max: max, on: ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))}
-}
-
-func (p *progress) step(label string) {
-	p.n++
-	if !p.on {
-		return
-	}
-	const width = 30
-	fill := width * p.n / max(p.max, 1)
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %s\033[K", strings.Repeat("#", fill), strings.Repeat(".", width-fill), p.n, p.max, label)
-}
-
-func (p *progress) done() {
-	if p.on && p.n > 0 {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
+	return eval.Print(stdout, prompts, *n, *model, isDemoModel(*model), name, skipped, *asJSON)
 }

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/models"
+	"github.com/replyd/replyd/models/modelfile"
 )
 
 // modelsDir is the data directory's models folder, where `replyd models

@@ -21,6 +21,7 @@ import (
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/disk"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
@@ -129,6 +130,10 @@ func (s *Server) Run(ctx context.Context) error {
 	s.eng.mu.Lock()
 	s.eng.vad = vadStatus
 	s.eng.mu.Unlock()
+	// The models feature: the folder, and the switch, timing and
+	// comparison of the engines' models, one action at a time.
+	mods := models.NewService(models.ServiceOptions{Dir: modelsDir(cfg.DataDir), Node: cfg.NodeName, Store: db, Log: s.log,
+		Engines: s.eng, LLM: languageModels{s.eng}, STT: speechModels{s.eng}, CPU: cpu})
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
@@ -152,7 +157,7 @@ func (s *Server) Run(ctx context.Context) error {
 		TrustedProxies: cfg.TrustedNets,
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
 		DiskFree:       func() (int64, error) { return disk.Free(cfg.DataDir) },
-		ModelsDir:      modelsDir(cfg.DataDir),
+		Models:         mods,
 		PublicURL:      cfg.PublicURL,
 		CORSOrigins:    corsOrigins,
 		Certs:          certs,

@@ -6,150 +6,88 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/llm"
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/engine/slot"
 	"github.com/replyd/replyd/engine/whisper"
 	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/store"
 )
 
-// engineName is the engines' name (EngineStatus.Name) of a model kind of
-// the models folder ("llm", "whisper").
-func engineName(kind string) (string, error) {
+// kindName is the engines' name (EngineStatus.Name) of a model kind of
+// the models folder ("llm", "whisper"); "" for another.
+func kindName(kind string) string {
 	switch kind {
 	case "llm":
-		return "llm", nil
+		return "llm"
 	case "whisper":
-		return "stt", nil
+		return "stt"
 	}
-	return "", fmt.Errorf("%w: kind %q: want llm or whisper", models.ErrUnusable, kind)
+	return ""
 }
 
-// ActiveModel implements models.Switcher: the path of kind's model now,
-// or of the one being loaded.
-func (e *engines) ActiveModel(kind string) string {
-	name, err := engineName(kind)
-	if err != nil {
-		return ""
-	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var path string
-	if name == "llm" && e.llm.Peek(func(m *llm.Engine) { path = m.Status().Model }) ||
-		name == "stt" && e.stt.Peek(func(m *whisper.Model) { path = m.Status().Model }) {
-		return path
-	}
-	return e.pend[name].Model
-}
-
-// modelAction is where a model action (a switch, a timing, a comparison)
-// starts from: the engine it concerns, the file's size, whether the engine
-// is on a GPU, its last load time and the memory available now.
-type modelAction struct {
-	name     string // "llm" or "stt"
-	size     int64
-	gpu      bool
-	took     time.Duration
-	avail    int64
-	availErr error
-}
-
-// plan is models.PlanSwitch's decision for this action in mode.
-func (a modelAction) plan(mode string) (models.Switch, error) {
-	return models.PlanSwitch(mode, a.size, models.HeadroomFor(a.name), a.avail, a.availErr, a.gpu)
-}
-
-// beginModelAction starts a model action on kind's engine with the file
-// path: it takes the engines' model lock (one switch, timing or comparison
-// at a time: models.ErrBusy), checks that the engine has loaded
-// (models.ErrBusy too) and that the file is there (modelfile.ErrNotFound:
-// 404; unreadable: models.ErrUnusable), and reads the memory available. On success the
-// caller holds the lock and calls release when the action ends.
-func (e *engines) beginModelAction(kind, path string) (a modelAction, release func(), err error) {
-	if a.name, err = engineName(kind); err != nil {
-		return a, nil, err
-	}
-	if !e.switchMu.TryLock() {
-		return a, nil, models.ErrBusy
+// State implements models.Engines: kind's engine now, its model's path
+// that of the one being loaded while it has none.
+func (e *engines) State(kind string) models.EngineState {
+	var st models.EngineState
+	name := kindName(kind)
+	if name == "" {
+		return st
 	}
 	e.mu.RLock()
 	ready := e.cpu != nil && e.log != nil
-	a.took = e.loadTook[a.name]
+	st.LoadTook = e.loadTook[name]
+	pend := e.pend[name].Model
 	e.mu.RUnlock()
-	if a.name == "llm" {
+	var loaded bool
+	if name == "llm" {
 		// The language model's backend: its memory is the GPU's unless "cpu".
-		ready = e.llm.Peek(func(m *llm.Engine) { a.gpu = m.Status().Backend != "cpu" }) && ready
+		loaded = e.llm.Peek(func(m *llm.Engine) { st.Model, st.GPU = m.Status().Model, m.Status().Backend != "cpu" })
 	} else {
-		ready = e.stt.Peek(func(*whisper.Model) {}) && ready
+		loaded = e.stt.Peek(func(m *whisper.Model) { st.Model = m.Status().Model })
 	}
-	if !ready {
-		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: the %s model is still loading", models.ErrBusy, kind)
+	if !loaded {
+		st.Model = pend
 	}
-	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: %s", modelfile.ErrNotFound, filepath.Base(path))
-	}
-	if err != nil {
-		e.switchMu.Unlock()
-		return a, nil, fmt.Errorf("%w: %s: %v", models.ErrUnusable, filepath.Base(path), err)
-	}
-	a.size = st.Size()
-	a.avail, a.availErr = models.MemAvailable()
-	return a, e.switchMu.Unlock, nil
+	st.Ready = loaded && ready
+	return st
 }
 
-// SwitchModel implements models.Switcher. With room for both, the new
-// model loads (and warms up) beside the old one while the old one serves;
-// then new requests go to the new one, the requests still running on the
-// old one finish there, and the old one is freed. Without room, new
-// requests get KindLoading (503 loading, Retry-After the expected load
-// time) from the moment the switch starts; the requests running on the old
-// model finish, it is freed, and the new one loads. A new model that fails
-// to load leaves the old one in use (reloaded, in the second case).
-func (e *engines) SwitchModel(ctx context.Context, req models.SwitchRequest) (models.Switch, error) {
-	a, release, err := e.beginModelAction(req.Kind, req.Path)
-	if err != nil {
-		return models.Switch{}, err
+// Switch implements models.Engines: models.SwitchSlot on kind's slot.
+func (e *engines) Switch(kind, mode, path, old string, expect time.Duration) error {
+	name := kindName(kind)
+	st := slotStatus{e, name}
+	switch name {
+	case "llm":
+		return models.SwitchSlot(&e.llm, e.openLM, st, e.log, name, mode, path, old, expect)
+	case "stt":
+		return models.SwitchSlot(&e.stt, e.openSTT, st, e.log, name, mode, path, old, expect)
 	}
-	defer release()
-	name, took := a.name, a.took
-	old := e.ActiveModel(req.Kind)
-	if abs, err := filepath.Abs(old); err == nil {
-		old = abs
-	}
-	out := models.Switch{Kind: req.Kind, Model: req.Path, Previous: old}
-	plan, err := a.plan(req.Mode)
-	out.Mode, out.Reason, out.BytesNeeded, out.BytesAvailable = plan.Mode, plan.Reason, plan.BytesNeeded, plan.BytesAvailable
-	if err != nil {
-		return out, err
-	}
+	return fmt.Errorf("%w: kind %q: want llm or whisper", models.ErrUnusable, kind)
+}
 
-	// The expected load time: the last load of this engine, scaled by the
-	// files' sizes.
-	expect := took
-	if ost, err := os.Stat(old); err == nil && ost.Size() > 0 && a.size > ost.Size() {
-		expect = time.Duration(float64(took) * float64(a.size) / float64(ost.Size()))
+// slotStatus is engine name's status while a switch empties its slot
+// (models.SlotStatus): what /healthz shows.
+type slotStatus struct {
+	e    *engines
+	name string
+}
+
+func (s slotStatus) Loading(path string) {
+	s.e.setPending(engine.EngineStatus{Name: s.name, Model: path, Demo: isDemoModel(path)})
+}
+
+func (s slotStatus) Down(err error) { s.e.setError(s.name, err) }
+
+func (s slotStatus) Loaded(took time.Duration) {
+	s.e.mu.Lock()
+	delete(s.e.pend, s.name)
+	if took > 0 {
+		s.e.loadTook[s.name] = took
 	}
-	t0 := time.Now()
-	if name == "llm" {
-		err = switchSlot(e, name, &e.llm, e.openLM, out.Mode, req.Path, old, expect)
-	} else {
-		err = switchSlot(e, name, &e.stt, e.openSTT, out.Mode, req.Path, old, expect)
-	}
-	out.LoadMS = time.Since(t0).Milliseconds()
-	if err != nil {
-		return out, err
-	}
-	e.log.Info("model switched", "engine", name, "model", req.Path, "previous", old, "mode", out.Mode, "ms", out.LoadMS,
-		"bytes_needed", out.BytesNeeded, "bytes_available", out.BytesAvailable)
-	return out, nil
+	s.e.mu.Unlock()
 }
 
 // openLM loads the language model at path, warm.
@@ -167,72 +105,11 @@ func (e *engines) openSTT(path string) (*whisper.Model, error) {
 	return stt, err
 }
 
-// switchSlot switches engine name's slot s to the model file path with open
-// (warm): mode "beside" loads it while the old one serves; "swap" frees the
-// old one (old, its path) first, requests meanwhile getting KindLoading
-// with the expected load time (expect), and loads the old one again when
-// the new one fails, so that the box keeps answering. Only when that fails
-// too is the engine down: its status then says why.
-func switchSlot[M slot.Model](e *engines, name string, s *slot.Slot[M], open func(string) (M, error), mode, path, old string, expect time.Duration) error {
-	// took is the load time of the model that serves after, if one
-	// loaded; failed the error of the new model.
-	var took time.Duration
-	var failed error
-	timed := func(p string) (M, error) {
-		t0 := time.Now()
-		m, err := open(p)
-		if err == nil {
-			took = time.Since(t0)
-		} else if failed == nil {
-			failed = err
-		}
-		return m, err
-	}
-	var err error
-	if mode == "beside" {
-		err = s.Beside(func() (M, error) { return timed(path) })
-	} else {
-		// Shown while the slot is empty.
-		e.setPending(engine.EngineStatus{Name: name, Model: path, Demo: isDemoModel(path)})
-		err = s.Swap(expect, func() (M, error) { return timed(path) }, func() (M, error) {
-			e.log.Warn("the new model failed to load: reloading the old one", "engine", name, "model", path, "error", failed.Error(), "old", old)
-			e.setPending(engine.EngineStatus{Name: name, Model: old, Demo: isDemoModel(old)})
-			return timed(old)
-		})
-	}
-	var se *slot.Error
-	if errors.As(err, &se) && se.Old != nil {
-		e.setError(name, se.Old)
-		e.log.Error("the old model failed to load again: the engine is down", "engine", name, "model", old, "error", se.Old.Error())
-		return errors.Join(loadError(name, se.New), fmt.Errorf("reloading %s: %w", filepath.Base(old), se.Old))
-	}
-	if err != nil && se == nil {
-		return err
-	}
-	// The new model, the old one again, or (Beside failed) the old one
-	// untouched serves.
-	e.mu.Lock()
-	delete(e.pend, name)
-	if took > 0 {
-		e.loadTook[name] = took
-	}
-	e.mu.Unlock()
-	if se != nil {
-		return loadError(name, se.New)
-	}
-	return nil
-}
-
 // setPending sets the status shown for an engine while it has no model.
 func (e *engines) setPending(st engine.EngineStatus) {
 	e.mu.Lock()
 	e.pend[st.Name] = st
 	e.mu.Unlock()
-}
-
-// loadError marks a model that failed to load as the admin's mistake.
-func loadError(name string, err error) error {
-	return fmt.Errorf("%w: %v", models.ErrUnusable, err)
 }
 
 // unloaded is the engine error of a request that found engine name's slot

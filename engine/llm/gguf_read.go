@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/replyd/replyd/engine/modelfile"
+import "github.com/replyd/replyd/models/modelfile"
 
 // readGGUFInfo reads what Open needs of a GGUF file before llama.cpp loads
 // it with the models folder's own parser (modelfile.ReadGGUF, which checks

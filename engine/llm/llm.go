@@ -26,8 +26,8 @@ import (
 	"github.com/ollama/ollama/llama"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/modelfile"
 	"github.com/replyd/replyd/internal/cpubudget"
+	"github.com/replyd/replyd/models/modelfile"
 )
 
 // DefaultThreads is Options.Threads when zero: the cores the process may

@@ -97,3 +97,25 @@ func TestWordEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestRank: exact after Normalize at rank 1 and any rank, the best F1, the
+// keystrokes by Edited, summed and turned into rates.
+func TestRank(t *testing.T) {
+	const reply = "I'd like some tea, please."
+	var sum Ranking
+	for _, cs := range [][]string{{"No thanks.", "i'd like some tea please"}, {"No thanks.", "I'd like tea please"}, {"I'd like some tea please!"}} {
+		sum.Add(Rank(cs, reply))
+	}
+	// 26 characters a reply; the best candidates are 3, 7 and 2 edits
+	// away: 22 + 18 + 23 saved.
+	if sum.Top1 != 1 || sum.TopN != 2 || sum.Saved != 63 || sum.Typed != 78 {
+		t.Errorf("ranking %+v", sum)
+	}
+	top1, topN, f1, saving := sum.Rates(3)
+	if top1 != 1.0/3 || topN != 2.0/3 || f1 <= 0 || f1 > 1 || saving != 63.0/78 {
+		t.Errorf("rates %v %v %v %v", top1, topN, f1, saving)
+	}
+	if a, b, c, d := (Ranking{}).Rates(0); a != 0 || b != 0 || c != 0 || d != 0 {
+		t.Error("no turns has rates")
+	}
+}

@@ -8,7 +8,7 @@ import (
 
 // FillingDisk returns a writer that passes room bytes to w, then fails as a
 // full disk does: write(2) answering ENOSPC, which os.File wraps in a
-// *PathError. The model upload tests (api, engine/modelfile) use it.
+// *PathError. The model upload tests (api, models/modelfile) use it.
 func FillingDisk(w io.Writer, room int) io.Writer { return &fillingDisk{w: w, room: room} }
 
 type fillingDisk struct {

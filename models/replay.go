@@ -1,4 +1,4 @@
-package main
+package models
 
 import (
 	"context"
@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/engine/score"
 	"github.com/replyd/replyd/engine/steer"
-	"github.com/replyd/replyd/models"
 )
 
 // How a comparison gives way: a replay stopped for a request waits
@@ -29,73 +27,74 @@ const compareSeed = 1
 
 // compareSteerSims are the simulated users that replay a steered turn,
 // by its logged steering mode: the constraint the user typed is not
-// logged, only the mode (replyd eval --steer's rules).
+// logged, only the mode (replyd eval --steer's rules, steer.ParseSim).
 var compareSteerSims = map[string]string{
 	string(engine.SteerWords):   "words",
 	string(engine.SteerPrefix):  "prefix:3",
 	string(engine.SteerReplace): "replace",
 }
 
-// BeginCompare implements models.Comparer: it takes the engines' model
-// lock (one switch, timing or comparison at a time) and checks that the
-// language model file path fits beside the active one (models.PlanSwitch's rule,
-// as a timing); the run loads it with the active model's settings, replays
-// the turns and frees it.
-func (e *engines) BeginCompare(kind, path string) (models.CompareRun, error) {
-	if kind != "llm" {
-		return nil, fmt.Errorf("%w: kind %q: a comparison replays language models only", models.ErrUnusable, kind)
+// BeginCompare checks, without loading anything, that the language model
+// file path of kind can be compared now: it takes the Service's one model
+// action (one switch, timing or comparison at a time) from now until the
+// returned run returns, and checks that the file fits beside the active
+// model (PlanSwitch's rule, as a timing). Errors wrap ErrBusy,
+// ErrCompareNoRoom, ErrUnusable or ErrNotSupported. The caller must call
+// the run exactly once: it loads the candidate with the active model's
+// settings, replays the turns and frees it.
+func (s *Service) BeginCompare(kind, path string) (CompareRun, error) {
+	if !s.CanCompare() {
+		return nil, ErrNotSupported
 	}
-	a, release, err := e.beginModelAction(kind, path)
+	if kind != "llm" {
+		return nil, fmt.Errorf("%w: kind %q: a comparison replays language models only", ErrUnusable, kind)
+	}
+	a, release, err := s.beginAction(kind, path)
 	if err != nil {
 		return nil, err
 	}
 	plan, err := a.plan("beside")
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("%w: %s", models.ErrCompareNoRoom, models.TimeRoomReason(plan, a.availErr, a.gpu))
+		return nil, fmt.Errorf("%w: %s", ErrCompareNoRoom, TimeRoomReason(plan, a.availErr, a.state.GPU))
 	}
 	reason := fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was compared beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
-	return func(ctx context.Context, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
+	return func(ctx context.Context, turns []CompareTurn, progress func(done, total int)) (CompareResult, error) {
 		defer release()
-		res, err := e.compareLLM(ctx, path, turns, progress)
+		res, err := s.compareLLM(ctx, path, turns, progress)
 		res.Reason = reason
 		return res, err
 	}, nil
 }
 
-// compareLLM opens the candidate with the active model's options (Open's
-// own timings at idle priority) and replays every turn through both,
+// compareLLM opens the candidate with the active model's options (its own
+// timings at idle priority) and replays every turn through both,
 // alternating, at PrioritySpeculative.
-func (e *engines) compareLLM(ctx context.Context, path string, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
-	log := e.log.With("comparing", filepath.Base(path))
-	opts, err := llmOptions(e.cfg, path, e.cpu, log)
+func (s *Service) compareLLM(ctx context.Context, path string, turns []CompareTurn, progress func(done, total int)) (CompareResult, error) {
+	log := s.log.With("comparing", filepath.Base(path))
+	cand, err := s.llm.OpenIdle(path)
 	if err != nil {
-		return models.CompareResult{}, err
-	}
-	opts.Idle = true
-	cand, err := llm.Open(opts)
-	if err != nil {
-		return models.CompareResult{}, loadError("llm", err)
+		return CompareResult{}, loadError(err)
 	}
 	defer cand.Close()
-	act, release, err := e.llm.Acquire()
+	act, release, err := s.llm.Active()
 	if err != nil {
-		return models.CompareResult{}, errors.New("the active language model is unloaded")
+		return CompareResult{}, errors.New("the active language model is unloaded")
 	}
 	defer release()
-	t0 := time.Now()
-	res, err := replayTurns(ctx, e.cpu, []engine.Generator{act, cand}, turns, progress)
+	t0 := s.now()
+	res, err := replayTurns(ctx, s.cpu, []engine.Generator{act, cand}, turns, progress)
 	if err != nil {
 		return res, err
 	}
 	res.Active.Model, res.Candidate.Model = act.Status().Model, path
-	log.Info("model compared", "turns", len(turns), "ms", time.Since(t0).Milliseconds(), "preempted", res.Preempted)
+	log.Info("model compared", "turns", len(turns), "ms", s.now().Sub(t0).Milliseconds(), "preempted", res.Preempted)
 	return res, nil
 }
 
 // compareTally sums one model's replays.
 type compareTally struct {
-	dialogScore
+	score.Ranking
 	turns, near       int
 	steered, hits     int
 	sChars, sActions  int
@@ -106,10 +105,9 @@ type compareTally struct {
 // replayTurns replays turns through gens (the active model and the
 // candidate), one turn on both before the next, the first of the two in
 // turn (the active one on even turns), so that both meet the same load and
-// neither always follows the other, and scores them. The end-to-end test
-// drives it through the program.
-func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []models.CompareTurn, progress func(done, total int)) (models.CompareResult, error) {
-	var res models.CompareResult
+// neither always follows the other, and scores them.
+func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Generator, turns []CompareTurn, progress func(done, total int)) (CompareResult, error) {
+	var res CompareResult
 	total := 0
 	for _, t := range turns {
 		total += len(gens)
@@ -129,7 +127,7 @@ func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gener
 				return res, err
 			}
 			tl := &tallies[i]
-			tl.add(scoreDialog(texts(gen.Candidates), t.Reply))
+			tl.Add(score.Rank(texts(gen.Candidates), t.Reply))
 			tl.turns++
 			if nearHit(gen.Candidates, t.Reply) {
 				tl.near++
@@ -144,17 +142,17 @@ func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gener
 		if !steered {
 			continue
 		}
-		sim, err := parseSteerSim(mode)
+		sim, err := steer.ParseSim(mode)
 		if err != nil {
 			return res, err
 		}
-		s, keys, ok := sim.make(t.Reply)
+		st, keys, ok := sim.Make(t.Reply)
 		for j := range gens {
 			i := (j + k) % len(gens)
 			tl := &tallies[i]
 			if ok {
 				sreq := req
-				sreq.Steer = &s
+				sreq.Steer = &st
 				gen, _, err := idleGenerate(ctx, cpu, gens[i], sreq, &res.Preempted)
 				if err != nil {
 					return res, err
@@ -171,7 +169,7 @@ func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gener
 			progress(done, total)
 		}
 	}
-	figs := make([]models.CompareFigures, len(gens))
+	figs := make([]CompareFigures, len(gens))
 	for i, tl := range tallies {
 		figs[i] = tl.figures()
 	}
@@ -180,10 +178,10 @@ func replayTurns(ctx context.Context, cpu *engine.Scheduler, gens []engine.Gener
 }
 
 // figures turns a tally into the API's figures.
-func (tl compareTally) figures() models.CompareFigures {
-	r := tl.result("", tl.turns)
-	f := models.CompareFigures{Turns: tl.turns, ExactRate: r.TopNExact, Top1Rate: r.Top1Exact,
-		KeystrokesSaved: r.KeystrokesSaved, KeystrokesTyped: r.KeystrokesTyped, KeystrokeSaving: round3(r.KeystrokeSaving),
+func (tl compareTally) figures() CompareFigures {
+	top1, topN, _, saving := tl.Rates(tl.turns)
+	f := CompareFigures{Turns: tl.turns, ExactRate: topN, Top1Rate: top1,
+		KeystrokesSaved: tl.Saved, KeystrokesTyped: tl.Typed, KeystrokeSaving: round3(saving),
 		SteeredTurns: tl.steered, SteeredHits: tl.hits}
 	if tl.turns > 0 {
 		f.NearRate = float64(tl.near) / float64(tl.turns)

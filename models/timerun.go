@@ -1,4 +1,4 @@
-package main
+package models
 
 import (
 	"context"
@@ -10,41 +10,42 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
-	"github.com/replyd/replyd/engine/llm"
-	"github.com/replyd/replyd/engine/whisper"
-	"github.com/replyd/replyd/models"
 )
 
 // timingAudioSeconds is the length of the fixed audio a Whisper model is
 // timed on.
 const timingAudioSeconds = 4
 
-// TimeModel implements models.Timer: it loads the file path of kind
-// beside the active model, only when both fit in memory (models.PlanSwitch's
-// rule), times it and the active model at PrioritySpeculative, so that any
-// request goes first, and frees it. One model action (a switch or a
-// timing) runs at a time.
-func (e *engines) TimeModel(ctx context.Context, kind, path string) (models.Timing, error) {
-	a, release, err := e.beginModelAction(kind, path)
+// Time times the model file path of kind ("llm" or "whisper") on this box
+// beside the active model of its kind, without switching: it loads it,
+// only when both fit in memory (PlanSwitch's rule), times it and the
+// active model at PrioritySpeculative, so that any request goes first, and
+// frees it. One model action (a switch, a timing or a comparison) runs at
+// a time. Errors wrap ErrBusy, ErrTimeNoRoom, ErrUnusable or
+// ErrNotSupported.
+func (s *Service) Time(ctx context.Context, kind, path string) (Timing, error) {
+	if !s.CanTime() {
+		return Timing{}, ErrNotSupported
+	}
+	a, release, err := s.beginAction(kind, path)
 	if err != nil {
-		return models.Timing{}, err
+		return Timing{}, err
 	}
 	defer release()
-	name := a.name
 	plan, err := a.plan("beside")
-	out := models.Timing{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
+	out := Timing{BytesNeeded: plan.BytesNeeded, BytesAvailable: plan.BytesAvailable}
 	if err != nil {
-		return out, fmt.Errorf("%w: %s", models.ErrTimeNoRoom, models.TimeRoomReason(plan, a.availErr, a.gpu))
+		return out, fmt.Errorf("%w: %s", ErrTimeNoRoom, TimeRoomReason(plan, a.availErr, a.state.GPU))
 	}
 	out.Reason = fmt.Sprintf("the model needs about %d MiB and %d MiB are available: it was timed beside the active one", plan.BytesNeeded>>20, plan.BytesAvailable>>20)
-	log := e.log.With("timing", filepath.Base(path))
-	t0 := time.Now()
-	if name == "llm" {
-		err = e.timeLLM(path, &out)
+	log := s.log.With("timing", filepath.Base(path))
+	t0 := s.now()
+	if a.name == "llm" {
+		err = s.timeLLM(path, &out)
 	} else {
-		err = e.timeWhisper(ctx, path, &out)
+		err = s.timeWhisper(ctx, path, &out)
 	}
-	out.LoadMS = time.Since(t0).Milliseconds()
+	out.LoadMS = s.now().Sub(t0).Milliseconds()
 	if err != nil {
 		return out, err
 	}
@@ -53,22 +54,17 @@ func (e *engines) TimeModel(ctx context.Context, kind, path string) (models.Timi
 }
 
 // timeLLM opens the candidate language model with the active one's
-// settings and Options.Idle: Open's own timings (the decode steps for the
-// configured candidates, the prompt speed and with it the history budget)
-// run at PrioritySpeculative. The active model's figures are those its
-// Open measured.
-func (e *engines) timeLLM(path string, out *models.Timing) error {
-	opts, err := llmOptions(e.cfg, path, e.cpu, e.log.With("timing", filepath.Base(path)))
+// settings at idle priority (LanguageModels.OpenIdle: its own timings, the
+// decode steps for the configured candidates, the prompt speed and with it
+// the history budget, run at PrioritySpeculative). The active model's
+// figures are those its opening measured.
+func (s *Service) timeLLM(path string, out *Timing) error {
+	cand, err := s.llm.OpenIdle(path)
 	if err != nil {
-		return err
-	}
-	opts.Idle = true
-	cand, err := llm.Open(opts)
-	if err != nil {
-		return loadError("llm", err)
+		return loadError(err)
 	}
 	defer cand.Close()
-	act, release, err := e.llm.Acquire()
+	act, release, err := s.llm.Active()
 	if err != nil {
 		return errors.New("the active language model is unloaded")
 	}
@@ -79,31 +75,31 @@ func (e *engines) timeLLM(path string, out *models.Timing) error {
 	return nil
 }
 
-func llmFigures(f llm.Figures) models.Figures {
-	return models.Figures{PromptTokensPerS: math.Round(f.PromptTokensPerS*10) / 10, Candidates: f.Candidates,
+func llmFigures(f LLMFigures) Figures {
+	return Figures{PromptTokensPerS: math.Round(f.PromptTokensPerS*10) / 10, Candidates: f.Candidates,
 		StepMS: math.Round(float64(f.Step.Microseconds())/10) / 100, HistoryBudgetTokens: f.HistoryBudget, MaxReplyTokens: f.MaxReplyTokens}
 }
 
 // timeWhisper loads the candidate Whisper model and transcribes the fixed
 // audio with it and with the active model, each at idle priority.
-func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timing) error {
-	cand, err := openWhisper(e.cfg, path, e.log.With("timing", filepath.Base(path)))
+func (s *Service) timeWhisper(ctx context.Context, path string, out *Timing) error {
+	cand, err := s.stt.Open(path)
 	if err != nil {
-		return loadError("stt", err)
+		return loadError(err)
 	}
 	defer cand.Close()
 	pcm := timingAudio()
-	d, err := e.timeTranscription(ctx, cand, pcm)
+	d, err := s.timeTranscription(ctx, cand, pcm)
 	if err != nil {
 		return err
 	}
 	out.Candidate = sttFigures(d)
-	act, release, err := e.stt.Acquire()
+	act, release, err := s.stt.Active()
 	if err != nil {
 		return errors.New("the active speech-to-text model is unloaded")
 	}
 	defer release()
-	if d, err = e.timeTranscription(ctx, act, pcm); err != nil {
+	if d, err = s.timeTranscription(ctx, act, pcm); err != nil {
 		return err
 	}
 	out.Active = sttFigures(d)
@@ -111,19 +107,19 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timi
 	return nil
 }
 
-func sttFigures(d time.Duration) models.Figures {
+func sttFigures(d time.Duration) Figures {
 	ms := float64(d.Microseconds()) / 1000
-	return models.Figures{AudioSeconds: timingAudioSeconds, TranscribeMS: math.Round(ms*10) / 10,
+	return Figures{AudioSeconds: timingAudioSeconds, TranscribeMS: math.Round(ms*10) / 10,
 		RealTimeFactor: math.Round(ms/(timingAudioSeconds*1000)*1000) / 1000}
 }
 
 // timeTranscription transcribes pcm twice with m at idle priority (the
 // first warms its weights) and returns the second's time.
-func (e *engines) timeTranscription(ctx context.Context, m *whisper.Model, pcm []float32) (time.Duration, error) {
+func (s *Service) timeTranscription(ctx context.Context, m engine.Transcriber, pcm []float32) (time.Duration, error) {
 	var d time.Duration
 	for range 2 {
 		var err error
-		if d, err = e.idleTranscription(ctx, m, pcm); err != nil {
+		if d, err = s.idleTranscription(ctx, m, pcm); err != nil {
 			return 0, err
 		}
 	}
@@ -138,8 +134,8 @@ func (e *engines) timeTranscription(ctx context.Context, m *whisper.Model, pcm [
 // timing would start again forever; a transcription that comes meanwhile
 // waits for the speech engine's turn at most this pass of
 // timingAudioSeconds of audio.
-func (e *engines) idleTranscription(ctx context.Context, m *whisper.Model, pcm []float32) (time.Duration, error) {
-	threads, grow, end, err := e.cpu.BeginSpeculativeTranscription(ctx, func() {})
+func (s *Service) idleTranscription(ctx context.Context, m engine.Transcriber, pcm []float32) (time.Duration, error) {
+	threads, grow, end, err := s.cpu.BeginSpeculativeTranscription(ctx, func() {})
 	if err != nil {
 		return 0, err
 	}
