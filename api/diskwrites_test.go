@@ -87,10 +87,13 @@ func TestDiskWritesPerRequest(t *testing.T) {
 		mu.Unlock()
 	}
 	// Batching depends on the clients being concurrent: on a box busy with
-	// other work they may not be, so the feedback is measured up to three
-	// times, on fresh inferences, and the best round counts.
+	// other work they may not be, so the feedback is measured up to five
+	// times, on fresh inferences, and the best round counts: the one whose
+	// larger figure (wchar or the disk's) is the least. (Where the data
+	// folder is on tmpfs the disk's figure is always 0, so it alone cannot
+	// choose the round.)
 	var inferW, fbW, fbDisk float64
-	for round := range 3 {
+	for round := range 5 {
 		ids := make([][]string, clients)
 		for c := range ids {
 			ids[c] = make([]string, perClient)
@@ -120,7 +123,7 @@ func TestDiskWritesPerRequest(t *testing.T) {
 		if len(failed) > 0 {
 			t.Fatalf("%d feedbacks failed: %s", len(failed), failed[0])
 		}
-		if round == 0 || fd < fbDisk {
+		if round == 0 || max(fw, fd) < max(fbW, fbDisk) {
 			inferW, fbW, fbDisk = w, fw, fd
 		}
 		if fbW <= maxBytesPerFeedback && fbDisk <= maxBytesPerFeedback {
