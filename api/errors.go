@@ -46,6 +46,10 @@ const (
 	// CodeLoading: the model the request needs is being switched and could
 	// not stay loaded meanwhile; 503 with Retry-After.
 	CodeLoading = "loading"
+	// CodeModelUnavailable: a model the request needs failed to load and
+	// none is loading (engine.KindModelUnavailable); 503 without
+	// Retry-After: an administrator must activate a working model.
+	CodeModelUnavailable = "model_unavailable"
 )
 
 // storeRetryAfter is the Retry-After sent with store_unavailable: about the
@@ -84,6 +88,7 @@ var codeStatus = map[string]int{
 	CodeSuperseded:           http.StatusConflict,
 	CodeInvalidModel:         http.StatusUnprocessableEntity,
 	CodeLoading:              http.StatusServiceUnavailable,
+	CodeModelUnavailable:     http.StatusServiceUnavailable,
 }
 
 // internalMessage is the only text a client ever sees for an unexpected error.

@@ -463,6 +463,8 @@ func (s *Server) inferError(reqCtx context.Context, err error) error {
 		return &Error{Code: CodeOverloaded, Message: "the inference queue is full; retry shortly", RetryAfter: s.limits.OverloadedRetryAfter, Err: err}
 	case engine.KindNotReady:
 		return &Error{Code: CodeNotReady, Message: "models are loading; retry shortly", RetryAfter: s.limits.NotReadyRetryAfter, Err: err}
+	case engine.KindModelUnavailable:
+		return &Error{Code: CodeModelUnavailable, Message: or("a model failed to load; an administrator must activate a working model"), Err: err}
 	case engine.KindLoading:
 		retry := s.limits.NotReadyRetryAfter
 		if ee != nil && ee.RetryAfter > 0 {

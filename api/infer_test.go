@@ -233,6 +233,8 @@ func TestInferEngineErrors(t *testing.T) {
 		{"loading, the engine's estimate", &engine.Error{Kind: engine.KindLoading, Message: "the language model is being switched; retry in 13 s", RetryAfter: 12300 * time.Millisecond}, 503,
 			errJSON("loading", "the language model is being switched; retry in 13 s"), "13", "error"},
 		{"loading, no estimate", &engine.Error{Kind: engine.KindLoading}, 503, errJSON("loading", "a model is being switched; retry shortly"), "5", "error"},
+		{"model unavailable", &engine.Error{Kind: engine.KindModelUnavailable, Message: "the language model failed to load and none is loaded; an administrator must activate a working model (the admin page's Models view)"}, 503,
+			errJSON("model_unavailable", "the language model failed to load and none is loaded; an administrator must activate a working model (the admin page's Models view)"), "", "error"},
 		{"deadline", context.DeadlineExceeded, 503, errJSON("timeout", "the inference did not finish within 30s"), "2", "error"},
 		{"unknown", fmt.Errorf("secret internal detail"), 500, errJSON("internal", "Internal error."), "", "error"},
 	}

@@ -30,6 +30,12 @@ const (
 	// loading, with Error.RetryAfter when the engine can tell how long the
 	// load takes. Retrying after that time succeeds.
 	KindLoading
+	// KindModelUnavailable: the engine has no model and none is loading:
+	// its model failed to load, at start or when a failed switch could not
+	// reload the old one. 503 model_unavailable, without Retry-After:
+	// retrying changes nothing until an administrator activates a model
+	// that loads.
+	KindModelUnavailable
 )
 
 // Error is the typed error the pipeline and the engines return.

@@ -188,7 +188,7 @@ func (e *engines) setError(name string, err error) {
 func (e *engines) Transcribe(ctx context.Context, pcm []float32, opts engine.TranscribeOptions) (engine.Transcript, error) {
 	stt, release, err := e.stt.Acquire()
 	if err != nil {
-		return engine.Transcript{}, unloaded("stt", err)
+		return engine.Transcript{}, e.unloaded("stt", err)
 	}
 	defer release()
 	tr, err := stt.Transcribe(ctx, pcm, opts)
@@ -210,7 +210,7 @@ func (e *engines) Prefill(ctx context.Context, req engine.GenerateRequest) {
 func (e *engines) Generate(ctx context.Context, req engine.GenerateRequest) (engine.Generation, error) {
 	lm, release, err := e.llm.Acquire()
 	if err != nil {
-		return engine.Generation{}, unloaded("llm", err)
+		return engine.Generation{}, e.unloaded("llm", err)
 	}
 	defer release()
 	gen, err := lm.Generate(ctx, req)

@@ -114,20 +114,29 @@ func (e *engines) setPending(st engine.EngineStatus) {
 
 // unloaded is the engine error of a request that found engine name's slot
 // without a model (err, from slot.Acquire): KindLoading while a switch has
-// unloaded it, KindNotReady otherwise (loading at start, or down after a
-// failed switch).
-func unloaded(name string, err error) error {
+// unloaded it, KindModelUnavailable once its model failed to load (at start,
+// or a failed switch that could not reload the old one: retrying will not
+// help until an administrator activates a model that loads), KindNotReady
+// while it is still loading at start.
+func (e *engines) unloaded(name string, err error) error {
 	what := "language model"
 	if name == "stt" {
 		what = "speech-to-text model"
 	}
 	var sw *slot.SwappingError
-	if !errors.As(err, &sw) {
-		return &engine.Error{Kind: engine.KindNotReady, Message: "the " + what + " is still loading; retry shortly"}
+	if errors.As(err, &sw) {
+		retry := max(time.Until(sw.Until), time.Second)
+		return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
+			Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
 	}
-	retry := max(time.Until(sw.Until), time.Second)
-	return &engine.Error{Kind: engine.KindLoading, RetryAfter: retry,
-		Message: fmt.Sprintf("the %s is being switched; retry in %d s", what, int64((retry+time.Second-1)/time.Second))}
+	e.mu.RLock()
+	failed := e.pend[name].Error
+	e.mu.RUnlock()
+	if failed != "" {
+		return &engine.Error{Kind: engine.KindModelUnavailable, Err: errors.New(failed),
+			Message: "the " + what + " failed to load and none is loaded; an administrator must activate a working model (the admin page's Models view)"}
+	}
+	return &engine.Error{Kind: engine.KindNotReady, Message: "the " + what + " is still loading; retry shortly"}
 }
 
 // chosenModels makes the models this box chose on the admin page (stored
