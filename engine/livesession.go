@@ -665,6 +665,9 @@ func (s *LiveSession) commit(ctx context.Context, t *liveTurn, pcm, probs []floa
 		// transcript, as the pipeline would have sent them, and recorded
 		// with the speculative pass's request (its prompt made them).
 		req.OnTranscript(req.Heard.Heard)
+		for _, c := range ahead.Candidates {
+			fwd.push(c)
+		}
 		return &spec.req, *ahead, nil
 	}
 	res, err := s.cfg.Inferer.Infer(ctx, req)
