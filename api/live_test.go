@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,14 @@ type liveInferer struct {
 	holdAhead bool
 	started   chan struct{} // receives when an Infer starts (if not nil)
 	canceled  chan error    // receives the context error of a blocked Infer
+	// stream: the replies are given to OnCandidate as the pipeline does;
+	// a blockFirst Infer gives sendFirst of them before it waits, and
+	// lateAfterCancel one more once its context ended (a reply the engine
+	// completed as the turn was superseded).
+	stream          bool
+	sendFirst       int
+	lateAfterCancel bool
+	causes          []error // the causes of the blockFirst Infers' ends
 }
 
 func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Result, error) {
@@ -113,12 +122,31 @@ func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Res
 	if req.OnTranscript != nil {
 		req.OnTranscript(engine.Heard{Transcript: res.Transcript, Language: res.TranscriptLanguage})
 	}
+	f.mu.Lock()
+	stream, sendFirst, late := f.stream && req.OnCandidate != nil, f.sendFirst, f.lateAfterCancel
+	f.mu.Unlock()
+	reply := func(i int) engine.Candidate {
+		c := engine.Candidate{Text: "reply " + strconv.Itoa(i+1), Rank: i + 1, Length: 1, Language: "en"}
+		if stream {
+			req.OnCandidate(c)
+		}
+		return c
+	}
 	if generating {
+		for i := 0; i < sendFirst; i++ {
+			reply(i)
+		}
 		<-ctx.Done()
+		if late {
+			reply(sendFirst)
+		}
+		f.mu.Lock()
+		f.causes = append(f.causes, context.Cause(ctx))
+		f.mu.Unlock()
 		return engine.Result{}, &engine.Error{Kind: engine.KindCanceled, Message: "canceled", Err: ctx.Err()}
 	}
 	for i := 0; i < req.MaxCandidates; i++ {
-		res.Candidates = append(res.Candidates, engine.Candidate{Text: "reply", Rank: i + 1, Length: 1, Language: "en"})
+		res.Candidates = append(res.Candidates, reply(i))
 	}
 	res.PartnerTurn = res.Transcript
 	return res, nil
@@ -309,6 +337,47 @@ func events(t *testing.T, c *websocket.Conn, n int) ([]string, []gotEvent) {
 		ev := next(t, c)
 		names = append(names, ev.Event)
 		evs = append(evs, ev)
+	}
+	return names, evs
+}
+
+// answerEvents reads events until n that are not candidate events came and
+// returns their names, those events, and the candidate events in between;
+// it fails when the candidates do not equal, in order, the replies of a
+// candidates event among them (issue 42: each reply streamed as it is
+// complete, then the answer).
+func answerEvents(t *testing.T, c *websocket.Conn, n int) ([]string, []gotEvent) {
+	t.Helper()
+	var names []string
+	var evs []gotEvent
+	var sent []candidateEvent
+	for len(evs) < n {
+		ev := next(t, c)
+		if ev.Event == "candidate" {
+			var ce candidateEvent
+			if err := json.Unmarshal(ev.Data, &ce); err != nil {
+				t.Fatal(err)
+			}
+			sent = append(sent, ce)
+			continue
+		}
+		names = append(names, ev.Event)
+		evs = append(evs, ev)
+		if ev.Event != "candidates" {
+			continue
+		}
+		var out inferResponse
+		if err := json.Unmarshal(ev.Data, &out); err != nil {
+			t.Fatal(err)
+		}
+		var want []candidateEvent
+		for _, a := range out.Candidates {
+			want = append(want, candidateEvent{InferenceID: out.InferenceID, Rank: a.Rank, Text: a.Text, Language: a.Language})
+		}
+		if len(sent) > 0 && !slices.Equal(sent, want) {
+			t.Errorf("candidate events %+v, the answer's %+v", sent, want)
+		}
+		sent = nil
 	}
 	return names, evs
 }

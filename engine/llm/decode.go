@@ -196,9 +196,29 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			m = DecodeBatched
 		}
 	}
+	// The candidates are sent (req.OnCandidate) as they complete, the
+	// first ranked 1; those completing in the same decode step go best
+	// mean log-probability first, and dedup keeps the first sent. A
+	// steered request that decodes more sequences than it shows (best-of-k,
+	// Options.SteerSeqFactor) holds its first round's back until all of
+	// them ended: which n are the best is known only then, so its first
+	// reply is sent when the round's slowest ends, the best one first.
 	seen := map[string]bool{}
 	var out []scored
+	send := func(done []scored) {
+		rankCandidates(done)
+		for _, c := range uniqueCandidates(done, seen) {
+			if len(out) == n {
+				return
+			}
+			out = append(out, c)
+			if req.OnCandidate != nil {
+				req.OnCandidate(c.candidate(len(out)))
+			}
+		}
+	}
 	var last []*cand // the last round's candidates
+	firstAlone := false
 	for round := 0; round <= extraRounds && len(out) < n; round++ {
 		if round > 0 {
 			e.freeGen()
@@ -216,24 +236,47 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			}
 			cands = append(cands, e.newCand(e.genSeqs[i], newSampler(t, seed, uint64(idx)), sr))
 		}
+		var held []scored
+		finished := func(done []*cand) {
+			var sc []scored
+			for _, c := range done {
+				if !c.failed {
+					sc = append(sc, c.scored())
+				}
+			}
+			if round == 0 && k > n {
+				held = append(held, sc...)
+				return
+			}
+			send(sc)
+		}
 		var err error
-		switch m {
-		case DecodeBatched:
-			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands)
-		case DecodeSequential:
+		switch {
+		case m == DecodeBatched && round == 0 && sr == nil && len(cands) > 1 && e.firstAlone(len(cands)):
+			// The first candidate (the greedy one at temperature 0, the
+			// most likely reply) alone, then the others batched: it is
+			// shown a whole batch's steps sooner, the last about when a
+			// batch of all of them would have ended (chooseDecoding).
+			firstAlone = true
+			if err = e.sampleCands(r, promptSeq, len(tokens), logits, cands[:1], finished); err == nil {
+				err = e.sampleCands(r, promptSeq, len(tokens), logits, cands[1:], finished)
+			}
+		case m == DecodeBatched:
+			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands, finished)
+		case m == DecodeSequential:
 			// Each keeps its cells: the pool has room for every candidate.
 			for _, c := range cands {
-				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}); err != nil {
+				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}, finished); err != nil {
 					break
 				}
 			}
-		case decodeNaive:
+		case m == decodeNaive:
 			for _, c := range cands {
 				var l []float32
 				if l, err = e.evalPrompt(r, c.seq, tokens, 0, true); err != nil {
 					break
 				}
-				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}); err != nil {
+				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}, finished); err != nil {
 					break
 				}
 				e.freeGen()
@@ -243,16 +286,11 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			e.freeGen()
 			return gen, err
 		}
+		send(held)
 		last = cands
-		var done []scored
 		for _, c := range cands {
 			gen.GenTokens += c.sampled
-			if c.failed {
-				continue
-			}
-			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.replyTokens(), whole: !c.cut})
 		}
-		out = append(out, uniqueCandidates(done, seen)...)
 	}
 	if m != decodeNaive {
 		e.park(req.DialogID, len(tokens), last)
@@ -260,16 +298,10 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		e.freeGen()
 	}
 	gen.Generation = time.Since(start)
-	rankCandidates(out)
-	if len(out) > n {
-		out = out[:n]
-	}
 	gen.SteerExhausted = sr != nil && len(out) < n
 	e.offerReplies(req.DialogID, out, sr != nil)
 	for i, c := range out {
-		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
-		})
+		gen.Candidates = append(gen.Candidates, c.candidate(i+1))
 	}
 	var maskMs int64 // steering: the time spent on masks, and how many
 	masks := 0
@@ -277,7 +309,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		maskMs, masks = sr.maskTime.Milliseconds(), len(sr.masks)
 	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
-		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(),
+		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(), "first_alone", firstAlone,
 		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds(),
 		"prompt_decode_ms", promptDecode.Milliseconds(), "gen_decode_ms", (r.inDecode - promptDecode).Milliseconds(),
 		"gen_mean_threads", meanThreads(r.threadSteps-promptThreadSteps, r.steps-promptSteps), "prompt_mean_threads", meanThreads(promptThreadSteps, promptSteps),
@@ -677,8 +709,10 @@ func (c *cand) step(e *Engine, logits []float32) {
 // sampleCands shares the cells of sequence from (the prompt) with each
 // candidate's sequence and samples them all, one batched decode per step, starting from
 // the logits after the prompt. The logits slice may be llama.cpp's own
-// buffer: the first tokens are sampled before any decode.
-func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cands []*cand) error {
+// buffer: the first tokens are sampled before any decode. After each
+// step, finished gets the candidates that step ended, in cands' order.
+func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cands []*cand, finished func([]*cand)) error {
+	var ended []*cand
 	for _, c := range cands {
 		if c.seq != from {
 			// Unified KV cache: the copy tags the prompt's cells.
@@ -686,6 +720,12 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 		}
 		e.genLen[c.seq-1] = promptLen
 		c.step(e, logits)
+		if c.done {
+			ended = append(ended, c)
+		}
+	}
+	if len(ended) > 0 {
+		finished(ended)
 	}
 	for pos := promptLen; ; pos++ {
 		e.batch.Clear()
@@ -707,8 +747,15 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 		if err := r.decode(); err != nil {
 			return err
 		}
+		ended = ended[:0]
 		for i, c := range active {
 			c.step(e, e.lctx.logits(i))
+			if c.done {
+				ended = append(ended, c)
+			}
+		}
+		if len(ended) > 0 {
+			finished(ended)
 		}
 	}
 }
@@ -753,7 +800,8 @@ func (e *Engine) chooseDecoding() {
 		return
 	}
 	e.stepCost = cost
-	var batchedFor, seqFor []int
+	e.aloneFirst = make([]bool, n+1)
+	var batchedFor, seqFor, aloneFor []int
 	steps := make([]int64, 0, n)
 	for k := 1; k <= n; k++ {
 		e.batched[k] = cost[k] < time.Duration(k)*cost[1]
@@ -762,11 +810,37 @@ func (e *Engine) chooseDecoding() {
 		} else {
 			seqFor = append(seqFor, k)
 		}
+		if k > 1 && e.batched[k] && firstAloneCheaper(cost, k) {
+			e.aloneFirst[k] = true
+			aloneFor = append(aloneFor, k)
+		}
 		steps = append(steps, cost[k].Microseconds())
 	}
-	e.log.Info("decoding chosen", "batched_for_n", batchedFor, "sequential_for_n", seqFor,
+	e.log.Info("decoding chosen", "batched_for_n", batchedFor, "sequential_for_n", seqFor, "first_alone_for_n", aloneFor,
 		"step_us_by_seqs", steps, "threads", e.opts.Threads, "timing_ms", time.Since(t0).Milliseconds())
 }
+
+// firstAloneSlack is how much later than one batch of all the candidates
+// the last of them may end when the first is decoded alone before the
+// others (issue 42's bound: 1.05x).
+const firstAloneSlack = 1.05
+
+// firstAloneCheaper reports whether, by the measured step costs, decoding
+// the first of k candidates alone and then the other k-1 batched ends the
+// last within firstAloneSlack of one batch of k: a step of one plus a step
+// of k-1 against a step of k, the replies being about as long. When it
+// holds, the first reply comes a whole reply's steps sooner at (nearly) no
+// cost to the last; when a batch step of k costs much less than a single
+// step plus a step of k-1 (a step bound by reading the weights), one batch
+// is kept, and its replies are sent as they end, most likely first among
+// those ending together.
+func firstAloneCheaper(cost []time.Duration, k int) bool {
+	return float64(cost[1]+cost[k-1]) <= firstAloneSlack*float64(cost[k])
+}
+
+// firstAlone reports whether a batched round of k candidates decodes the
+// first alone (chooseDecoding).
+func (e *Engine) firstAlone(k int) bool { return k < len(e.aloneFirst) && e.aloneFirst[k] }
 
 // timeSteps returns the cost of a decode step of k sequences for k in
 // 1..MaxCandidates (index k), over a prompt of about 200 tokens: the least
