@@ -42,7 +42,7 @@ func (f *fakeInferer) count() int {
 }
 
 // echoInferer returns one candidate per requested candidate, built from the
-// request's shape (never its text), and transcribes any audio as
+// request's shape (never its text), each sent to OnCandidate, and transcribes any audio as
 // "transcript of N bytes" like a pipeline would, filling the marked message.
 func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error) {
 	var res engine.Result
@@ -57,12 +57,16 @@ func echoInferer(ctx context.Context, req engine.Request) (engine.Result, error)
 		}
 	}
 	for i := 0; i < req.MaxCandidates; i++ {
-		res.Candidates = append(res.Candidates, engine.Candidate{
+		c := engine.Candidate{
 			Text:     "reply " + strconv.Itoa(i+1),
 			Rank:     i + 1,
 			Length:   2,
 			Language: "en",
-		})
+		}
+		res.Candidates = append(res.Candidates, c)
+		if req.OnCandidate != nil {
+			req.OnCandidate(c) // as each completes, as the pipeline does
+		}
 	}
 	res.PartnerTurn = engine.PartnerTurn(req.Messages)
 	res.Timings.Prompt = 5 * time.Millisecond

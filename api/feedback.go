@@ -85,6 +85,8 @@ func (s *Server) handleFeedback(c echo.Context) error {
 	}
 	id := *req.InferenceID
 	now := s.now()
+	// A reply shown before the others were complete: they are not needed.
+	s.recent.choose(id, key.Hash)
 	recent, err := s.recent.get(c.Request().Context(), id, now)
 	if err != nil {
 		return &Error{Code: CodeCanceled, Message: "the client closed the request", Err: err}

@@ -32,6 +32,11 @@ type inferState struct {
 	// version, candidate lengths and, for remember: true, its texts (which
 	// the store keeps only encrypted).
 	inference *store.InferenceInfo
+	// inferenceID is a streamed request's id, registered at its start
+	// (recentInferences.begin); partial: it ended in an error after some
+	// of its replies were sent, and inference is their record.
+	inferenceID string
+	partial     bool
 	// steered: a steered request (steer.go), logged to the steer stream
 	// and counted as the turn it refines.
 	steered bool
@@ -99,7 +104,7 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 			errCode = code
 		}
 		var inf *store.InferenceInfo
-		if status < 300 {
+		if status < 300 || st.partial {
 			inf = st.inference
 		}
 		entry := store.LogEntry{
@@ -123,6 +128,8 @@ func (s *Server) inferLog(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if st.inference != nil {
 			s.recent.markWritten(st.inference.ID)
+		} else if st.inferenceID != "" {
+			s.recent.markWritten(st.inferenceID) // ended with no reply sent
 		}
 		if st.steered {
 			s.metrics.steer.requests.WithLabelValues(code).Inc()
@@ -302,9 +309,13 @@ type inferResponse struct {
 //
 // When the Accept header prefers text/event-stream, the answer is a stream
 // of Server-Sent Events: "transcript" ({"transcript"}) as soon as the
-// recording is transcribed, then "candidates" (the InferResponse), then the
-// stream ends. Errors before the first event are ordinary JSON answers; an
-// error after it is an "error" event with the {"error","message"} body.
+// recording is transcribed, a "candidate" for each reply as soon as it is
+// complete (rank 1 first, with the inference id), then "candidates" (the
+// InferResponse, the same replies in the same order), then the stream ends.
+// Errors before the first event are ordinary JSON answers; an error after
+// it is an "error" event with the {"error","message"} body, and the record
+// holds the replies sent before it. Feedback on a streamed reply before
+// the end stops the rest and answers with the replies sent.
 func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	req, audioIdx, err := parsePayload(f.payload, s.limits)
 	if err != nil {
@@ -345,16 +356,33 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		return err
 	}
 
+	// The id names the turn from its start: the replies streamed as they
+	// come carry it, and feedback on one of them works at once.
+	id, err := newInferenceID(s.rand)
+	if err != nil {
+		return err
+	}
 	var events *eventStream
+	var queue *eventQueue
+	sent := &sentReplies{}
 	if wantsEventStream(c.Request().Header.Get(echo.HeaderAccept)) {
 		events = &eventStream{c: c}
-		req.OnTranscript = func(h engine.Heard) {
-			if rightEndedCause(c.Request().Context()) != nil {
-				return // the key's end: nothing more is sent
-			}
-			if err := events.send("transcript", newTranscriptEvent(h)); err == nil {
-				st.streamed = true
-			}
+		// A transcript and at most max_candidates candidates are pushed.
+		queue = newEventQueue(s.limits.MaxCandidates + 2)
+		push := func(event string, v any) {
+			queue.push(func() {
+				if rightEndedCause(c.Request().Context()) != nil {
+					return // the key's end: nothing more is sent
+				}
+				if err := events.send(event, v); err == nil {
+					st.streamed = true
+				}
+			})
+		}
+		req.OnTranscript = func(h engine.Heard) { push("transcript", newTranscriptEvent(h)) }
+		req.OnCandidate = func(cand engine.Candidate) {
+			sent.add(cand)
+			push("candidate", newCandidateEvent(id, cand))
 		}
 	}
 	c.Response().Header().Add(echo.HeaderVary, echo.HeaderAccept)
@@ -367,13 +395,38 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 	defer supersede(nil)
 	defer s.flights.start(st.keyHash, req.DialogID, supersede)()
 	ctx = engine.WithRequestID(ctx, c.Response().Header().Get(echo.HeaderXRequestID))
+	if events != nil {
+		// Feedback on a reply streamed early stops the rest (errChosen)
+		// and waits for the record.
+		s.recent.begin(id, st.keyHash, s.now(), supersede)
+		st.inferenceID = id
+	}
 	res, err := s.inferer.Infer(ctx, req)
+	if queue != nil {
+		queue.close() // every event pushed is written: nothing comes after what follows
+	}
 	st.audioSeconds = res.AudioSeconds
+	early := sent.list()
+	if err != nil && engine.KindOf(err) == engine.KindCanceled && reqCtx.Err() == nil && errors.Is(context.Cause(ctx), errChosen) {
+		// The user took a reply shown early: the answer is the replies
+		// sent, the rest were not needed.
+		res.Candidates, err = early, nil
+	}
 	if err != nil {
 		if engine.KindOf(err) == engine.KindCanceled && reqCtx.Err() == nil && superseded(ctx) {
 			err = &Error{Code: CodeSuperseded, Message: "a newer request for the same dialog_id replaced this one; do not retry it", Err: err}
 		} else {
 			err = s.inferError(reqCtx, err)
+		}
+		if len(early) > 0 {
+			// Cut short after some replies were shown: the record holds
+			// them, and feedback on them works.
+			res.Candidates = early
+			_, st.inference = newAnswer(id, req, res, s.now().Sub(st.start), turn)
+			st.partial, st.candidates = true, len(early)
+		}
+		if events != nil {
+			s.recent.answered(id, candidateTexts(early))
 		}
 		if events != nil && events.started {
 			st.streamed = true
@@ -396,18 +449,16 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		log.Debug("remembered replies in the prompt", "examples", res.Examples, "example_tokens", res.ExampleTokens, "prompt_tokens", res.PromptTokens)
 	}
 
-	// The id is made once the answer is (issue 42 makes it before the
-	// inference, to name the replies streamed as they come).
-	id, err := newInferenceID(s.rand)
-	if err != nil {
-		return err
-	}
 	out, inf := newAnswer(id, req, res, s.now().Sub(st.start), turn)
 	st.candidates = len(out.Response)
 	st.inference = inf
 	// Feedback may arrive before the log entry is written: until it is, it
 	// waits for it through recent.
-	s.recent.add(id, st.keyHash, s.now(), out.Response)
+	if events != nil {
+		s.recent.answered(id, out.Response)
+	} else {
+		s.recent.add(id, st.keyHash, s.now(), out.Response)
+	}
 	if e := rightEndedCause(reqCtx); e != nil {
 		// The key ended while the answer was made: not sent.
 		if events != nil && events.started {
@@ -526,6 +577,15 @@ func newAnswer(id string, req engine.Request, res engine.Result, total time.Dura
 		inf.UserTag = req.UserTag
 	}
 	return out, inf
+}
+
+// candidateTexts are the texts of cands.
+func candidateTexts(cands []engine.Candidate) []string {
+	out := make([]string, len(cands))
+	for i, c := range cands {
+		out[i] = c.Text
+	}
+	return out
 }
 
 // newInferResponse is the part of newAnswer that res alone decides: the

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,6 +189,8 @@ type liveSession struct {
 	turns   *engine.LiveSession
 	started time.Time
 	samples int64
+	// turnCount numbers the admitted turns: the "turn" of their events.
+	turnCount int
 
 	// lastRead is when the last message arrived (Unix nanoseconds).
 	lastRead atomic.Int64
@@ -405,11 +408,38 @@ func (sess *liveSession) send(event string, data any) error {
 
 // sendError sends an error event with the {error, message} body.
 func (sess *liveSession) sendError(err error) {
+	_ = sess.send("error", sess.errorData(err))
+}
+
+// errorData is the error event's data for err, logged when internal.
+func (sess *liveSession) errorData(err error) errorBody {
 	ae := toAPIError(err)
 	if ae.Code == CodeInternal {
 		sess.log.Error("live turn failed", "error", err.Error())
 	}
-	_ = sess.send("error", errorBody{Error: ae.Code, Message: ae.Message})
+	return errorBody{Error: ae.Code, Message: ae.Message}
+}
+
+// withTurn is a turn's event data with the turn's number added as the
+// field "turn" (the data is a JSON object).
+type withTurn struct {
+	turn int
+	data any
+}
+
+func (w withTurn) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(w.data)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("a live event's data is not a JSON object: %.20s", b)
+	}
+	head := `{"turn":` + strconv.Itoa(w.turn)
+	if len(b) == 2 {
+		return []byte(head + "}"), nil
+	}
+	return append([]byte(head+","), b[1:]...), nil
 }
 
 // fail sends err as an error event and closes the session with code.

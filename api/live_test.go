@@ -79,6 +79,14 @@ type liveInferer struct {
 	holdAhead bool
 	started   chan struct{} // receives when an Infer starts (if not nil)
 	canceled  chan error    // receives the context error of a blocked Infer
+	// stream: the replies are given to OnCandidate as the pipeline does;
+	// a blockFirst Infer gives sendFirst of them before it waits, and
+	// lateAfterCancel one more once its context ended (a reply the engine
+	// completed as the turn was superseded).
+	stream          bool
+	sendFirst       int
+	lateAfterCancel bool
+	causes          []error // the causes of the blockFirst Infers' ends
 }
 
 func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Result, error) {
@@ -113,12 +121,31 @@ func (f *liveInferer) Infer(ctx context.Context, req engine.Request) (engine.Res
 	if req.OnTranscript != nil {
 		req.OnTranscript(engine.Heard{Transcript: res.Transcript, Language: res.TranscriptLanguage})
 	}
+	f.mu.Lock()
+	stream, sendFirst, late := f.stream && req.OnCandidate != nil, f.sendFirst, f.lateAfterCancel
+	f.mu.Unlock()
+	reply := func(i int) engine.Candidate {
+		c := engine.Candidate{Text: "reply " + strconv.Itoa(i+1), Rank: i + 1, Length: 1, Language: "en"}
+		if stream {
+			req.OnCandidate(c)
+		}
+		return c
+	}
 	if generating {
+		for i := 0; i < sendFirst; i++ {
+			reply(i)
+		}
 		<-ctx.Done()
+		if late {
+			reply(sendFirst)
+		}
+		f.mu.Lock()
+		f.causes = append(f.causes, context.Cause(ctx))
+		f.mu.Unlock()
 		return engine.Result{}, &engine.Error{Kind: engine.KindCanceled, Message: "canceled", Err: ctx.Err()}
 	}
 	for i := 0; i < req.MaxCandidates; i++ {
-		res.Candidates = append(res.Candidates, engine.Candidate{Text: "reply", Rank: i + 1, Length: 1, Language: "en"})
+		res.Candidates = append(res.Candidates, reply(i))
 	}
 	res.PartnerTurn = res.Transcript
 	return res, nil

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/replyd/replyd/engine"
@@ -42,10 +43,18 @@ func (sess *liveSession) admitTurn() (*liveTurn, error) {
 		release()
 		return nil, err
 	}
-	return &liveTurn{sess: sess, done: func(err *error) {
+	t := &liveTurn{sess: sess, done: func(err *error) {
 		s.refundIfShed(sess.key.Hash, err)
 		release()
-	}}, nil
+	}}
+	// The turn's id names it from its start (its replies carry it).
+	if _, err := t.inferenceID(); err != nil {
+		t.done(&err)
+		return nil, err
+	}
+	sess.turnCount++
+	t.turn = sess.turnCount
+	return t, nil
 }
 
 // Request builds the engine request of a pass over a turn from payload:
@@ -90,16 +99,23 @@ func (k keyDialogs) Claim(dialogID string, order uint64, cancel context.CancelCa
 type liveTurn struct {
 	sess *liveSession
 	done func(*error) // frees the key's in-progress slot, refunds a shed turn
-	// id is the turn's inference id once made (inferenceID).
-	id string
+	// id is the turn's inference id, made when it is admitted
+	// (inferenceID), and turn its number in the session (1 first).
+	id   string
+	turn int
 	// rightGone: the committed pass found the key's right gone; the
 	// session is closing and nothing more is sent.
 	rightGone bool
+	// sent are the replies sent (LiveCandidate); begun: the turn is
+	// registered in recent (with its first reply), so that feedback on
+	// it stops the rest; chosen: that happened.
+	sent   sentReplies
+	begun  bool
+	chosen atomic.Bool
 }
 
-// inferenceID returns the turn's inference id, made on first use. (It is
-// made when the answer is; issue 42's events per reply make it at the
-// turn's start, in Admit, to name the turn from its first reply.)
+// inferenceID returns the turn's inference id, made on first use (when
+// the turn is admitted).
 func (t *liveTurn) inferenceID() (string, error) {
 	if t.id == "" {
 		id, err := newInferenceID(t.sess.s.rand)
@@ -121,18 +137,37 @@ func (t *liveTurn) Request(payload []byte) (engine.Request, error) {
 	return t.sess.Request(payload)
 }
 
+// send sends one of the turn's events, naming the turn.
+func (t *liveTurn) send(event string, data any) error {
+	return t.sess.send(event, withTurn{turn: t.turn, data: data})
+}
+
 // Event sends what happened in the turn.
 func (t *liveTurn) Event(ev engine.LiveEvent) {
-	sess := t.sess
 	switch ev.Kind {
 	case engine.LiveSpeechStart:
-		_ = sess.send("speech_start", struct{}{})
+		_ = t.send("speech_start", struct{}{})
 	case engine.LiveCaption:
-		_ = sess.send("caption", captionEvent{Text: ev.Text, AudioMS: ev.Audio.Milliseconds()})
+		_ = t.send("caption", captionEvent{Text: ev.Text, AudioMS: ev.Audio.Milliseconds()})
 	case engine.LiveEndOfTurn:
-		_ = sess.send("end_of_turn", endOfTurnEvent{AudioMS: ev.Audio.Milliseconds()})
+		_ = t.send("end_of_turn", endOfTurnEvent{AudioMS: ev.Audio.Milliseconds()})
 	case engine.LiveTranscript:
-		_ = sess.send("transcript", newTranscriptEvent(ev.Heard))
+		_ = t.send("transcript", newTranscriptEvent(ev.Heard))
+	case engine.LiveCandidate:
+		if !t.begun {
+			// Before the first reply is out: feedback on it may come
+			// at once, and stops the rest.
+			t.begun = true
+			stop := ev.Stop
+			t.sess.s.recent.begin(t.id, t.sess.key.Hash, t.sess.s.now(), func(cause error) {
+				t.chosen.Store(true)
+				if stop != nil {
+					stop(cause)
+				}
+			})
+		}
+		t.sent.add(ev.Candidate)
+		_ = t.send("candidate", newCandidateEvent(t.id, ev.Candidate))
 	}
 }
 
@@ -143,22 +178,36 @@ func (t *liveTurn) Drop() {
 }
 
 // End answers the turn: the candidates event, or the error event, then
-// the log entry.
+// the log entry. A turn whose replies were partly sent when it failed (or
+// was superseded) keeps them in its record; one whose reply was taken
+// (feedback stopped the rest) is answered with the replies sent.
 func (t *liveTurn) End(o engine.LiveOutcome) {
 	sess, s := t.sess, t.sess.s
 	err := o.Err
 	var res engine.Result
 	var out inferResponse
 	var inf *store.InferenceInfo
+	sent := t.sent.list()
 	defer func() {
 		t.done(&err)
-		sess.logTurn(o.Start, res, len(out.Response), inf, err)
+		if t.begun {
+			s.recent.answered(t.id, candidateTexts(sent))
+		}
+		sess.logTurn(o.Start, res, len(sent), inf, err)
+		if t.begun {
+			s.recent.markWritten(t.id)
+		}
 	}()
+	if err != nil && o.Request != nil && t.chosen.Load() && engine.KindOf(err) == engine.KindCanceled && sess.ctx.Err() == nil {
+		// The user took a reply shown early: the answer is the replies
+		// sent.
+		o.Result.Candidates, err = sent, nil
+	}
 	switch {
 	case err != nil && t.rightGone:
 		return // the key's end: the session is closing
 	case err != nil && o.Request == nil:
-		sess.sendError(err) // the payload or the store
+		t.sendError(err) // the payload or the store
 		return
 	case err != nil:
 		if o.Superseded {
@@ -166,22 +215,33 @@ func (t *liveTurn) End(o engine.LiveOutcome) {
 		} else {
 			err = s.inferError(sess.ctx, err)
 		}
-		sess.sendError(err)
+		if len(sent) > 0 {
+			res = o.Result
+			res.Candidates = sent
+			_, inf = newAnswer(t.id, *o.Request, res, s.now().Sub(o.Start), "")
+		}
+		t.sendError(err)
 		return
 	}
 	res = o.Result
+	sent = res.Candidates
 	s.metrics.observeInference(res)
-	id, err := t.inferenceID()
-	if err != nil {
-		sess.sendError(err)
-		return
+	out, inf = newAnswer(t.id, *o.Request, res, s.now().Sub(o.Start), "")
+	if !t.begun {
+		s.recent.add(t.id, sess.key.Hash, s.now(), out.Response)
 	}
-	out, inf = newAnswer(id, *o.Request, res, s.now().Sub(o.Start), "")
-	s.recent.add(id, sess.key.Hash, s.now(), out.Response)
-	if werr := sess.send("candidates", out); werr != nil {
+	if werr := t.send("candidates", out); werr != nil {
 		// The client went away with the answer computed: not a success.
 		err = &Error{Code: CodeCanceled, Message: "the client closed the live session", Err: werr}
+		if len(out.Response) == 0 || !t.begun {
+			inf = nil
+		}
 	}
+}
+
+// sendError sends the turn's error event.
+func (t *liveTurn) sendError(err error) {
+	_ = t.send("error", t.sess.errorData(err))
 }
 
 // logTurn appends the turn's log entry, as inferLog does for /v1/infer:
@@ -200,7 +260,7 @@ func (sess *liveSession) logTurn(start time.Time, res engine.Result, candidates 
 		if status >= 500 {
 			level = store.LevelError
 		}
-		inf = nil
+		// inf, when not nil, holds the replies sent before the failure.
 	}
 	entry := store.LogEntry{
 		Timestamp: s.now(), Level: level, Message: msg,

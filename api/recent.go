@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -17,7 +18,11 @@ const recentMax = 10000
 // tablet may report right after the answer, before the entry (written once
 // the answer is flushed) is on disk; and an edited suggestion's keystrokes
 // saved need the suggestion's text, which the store keeps only for users
-// with remember: true. It holds at most recentMax inferences, oldest
+// with remember: true. A turn whose replies are streamed as they come
+// (issue 42) is registered at its start (begin) with the way to stop its
+// generation: a report on it while it runs (the user took a reply shown
+// early) stops the rest at once (choose), then waits, as any report does,
+// for the entry, which holds the replies sent. It holds at most recentMax inferences, oldest
 // dropped first; after a restart it is empty, and an edit of an older
 // inference of a user without remember counts 0 keystrokes saved.
 type recentInferences struct {
@@ -31,9 +36,17 @@ type recentInferences struct {
 type recentInference struct {
 	keyHash    string
 	at         time.Time
-	candidates []string
+	candidates []string      // set before written is closed
 	written    chan struct{} // closed once the log entry is written (or failed)
+	// stop ends the turn's generation (nil once the answer is made);
+	// guarded by recentInferences.mu.
+	stop context.CancelCauseFunc
 }
+
+// errChosen is the cause a streamed turn's generation is stopped with when
+// feedback on it arrives first: the user took a reply, the rest are not
+// needed.
+var errChosen = errors.New("a reply of the turn was chosen before the others were complete")
 
 func newRecentInferences(max int) *recentInferences {
 	return &recentInferences{max: max, byID: map[string]*recentInference{}}
@@ -41,6 +54,13 @@ func newRecentInferences(max int) *recentInferences {
 
 // add records an inference about to be answered.
 func (r *recentInferences) add(id, keyHash string, at time.Time, candidates []string) {
+	r.begin(id, keyHash, at, nil)
+	r.answered(id, candidates)
+}
+
+// begin records a turn whose generation runs: stop (when not nil) ends it.
+// answered gives its candidates, markWritten says its entry is written.
+func (r *recentInferences) begin(id, keyHash string, at time.Time, stop context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.order) < r.max {
@@ -50,7 +70,32 @@ func (r *recentInferences) add(id, keyHash string, at time.Time, candidates []st
 		r.order[r.head] = id
 		r.head = (r.head + 1) % r.max
 	}
-	r.byID[id] = &recentInference{keyHash: keyHash, at: at, candidates: candidates, written: make(chan struct{})}
+	r.byID[id] = &recentInference{keyHash: keyHash, at: at, written: make(chan struct{}), stop: stop}
+}
+
+// answered sets the candidates a begun turn sent, once its generation is
+// over (before markWritten).
+func (r *recentInferences) answered(id string, candidates []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ri := r.byID[id]; ri != nil {
+		ri.candidates, ri.stop = candidates, nil
+	}
+}
+
+// choose stops the generation of turn id when it still runs and keyHash
+// made it (errChosen).
+func (r *recentInferences) choose(id, keyHash string) {
+	r.mu.Lock()
+	ri := r.byID[id]
+	var stop context.CancelCauseFunc
+	if ri != nil && ri.keyHash == keyHash {
+		stop = ri.stop
+	}
+	r.mu.Unlock()
+	if stop != nil {
+		stop(errChosen)
+	}
 }
 
 // written marks the inference's log entry as written (or as failed).

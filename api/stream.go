@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -97,4 +99,68 @@ type transcriptEvent struct {
 // newTranscriptEvent is the "transcript" event for what speech-to-text heard.
 func newTranscriptEvent(h engine.Heard) transcriptEvent {
 	return transcriptEvent{Transcript: h.Transcript, TranscriptLanguage: h.Language, TranscriptWarning: h.Warning}
+}
+
+// candidateEvent is the data of a "candidate" event: one reply as soon as
+// it is complete, rank 1 for the first sent, with the turn's inference id
+// (feedback on it works at once) and, on the live session, the turn.
+type candidateEvent struct {
+	InferenceID string `json:"inference_id"`
+	Rank        int    `json:"rank"`
+	Text        string `json:"text"`
+	Language    string `json:"language"`
+}
+
+func newCandidateEvent(id string, c engine.Candidate) candidateEvent {
+	return candidateEvent{InferenceID: id, Rank: c.Rank, Text: c.Text, Language: c.Language}
+}
+
+// eventQueue writes a request's events on a goroutine of its own, in the
+// order they were pushed: the candidates are pushed by the language
+// model's goroutine (engine.Request.OnCandidate), which must never wait for
+// a slow client. push never blocks while fewer than the queue's size are
+// pending.
+type eventQueue struct {
+	ch   chan func()
+	done chan struct{}
+}
+
+// newEventQueue starts a queue with room for size pending events.
+func newEventQueue(size int) *eventQueue {
+	q := &eventQueue{ch: make(chan func(), size), done: make(chan struct{})}
+	go func() {
+		defer close(q.done)
+		for f := range q.ch {
+			f()
+		}
+	}()
+	return q
+}
+
+func (q *eventQueue) push(f func()) { q.ch <- f }
+
+// close waits for the pushed events to be written. Nothing may be pushed
+// after it.
+func (q *eventQueue) close() {
+	close(q.ch)
+	<-q.done
+}
+
+// sentReplies are the candidates a turn sent so far, for its record when
+// it ends before its answer. Safe for concurrent use.
+type sentReplies struct {
+	mu    sync.Mutex
+	cands []engine.Candidate
+}
+
+func (r *sentReplies) add(c engine.Candidate) {
+	r.mu.Lock()
+	r.cands = append(r.cands, c)
+	r.mu.Unlock()
+}
+
+func (r *sentReplies) list() []engine.Candidate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cands)
 }

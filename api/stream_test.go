@@ -143,8 +143,14 @@ func TestInferStreamWithoutAudio(t *testing.T) {
 	e.addKey("valid", 60)
 	rec := e.do(streamReq(t, "valid", payloadPart(simplePayload)))
 	evs := readEvents(t, rec.Body.String())
-	if rec.Code != 200 || len(evs) != 1 || evs[0].name != "candidates" || evs[0].data != compact(t, okTextOnly) {
+	if rec.Code != 200 || len(evs) != 4 || evs[3].name != "candidates" || evs[3].data != compact(t, okTextOnly) {
 		t.Fatalf("status %d, events %+v", rec.Code, evs)
+	}
+	for i, ev := range evs[:3] {
+		want := fmt.Sprintf(`{"inference_id":"inf_AAAAAAAAAAAAAAAAAAAAAQ","rank":%d,"text":"reply %d","language":"en"}`, i+1, i+1)
+		if ev.name != "candidate" || ev.data != want {
+			t.Errorf("event %d = %+v, want candidate %s", i, ev, want)
+		}
 	}
 	if logs := e.st.logsCopy(); len(logs) != 1 || logs[0].Level != store.LevelInfo || logs[0].Status != 200 {
 		t.Errorf("logs = %+v", logs)

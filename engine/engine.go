@@ -112,6 +112,14 @@ type Request struct {
 	// reports. It is not called for requests without audio, for a
 	// recording without speech, or when speech-to-text fails.
 	OnTranscript func(Heard)
+	// OnCandidate, when set, is called with each candidate as soon as it
+	// is complete, in the order of the final Result.Candidates and with
+	// the same Rank, Text and Language (see GenerateRequest.OnCandidate),
+	// before Infer returns. A request that ends early (canceled, its
+	// deadline) may have had some called. It is called on the language
+	// model's goroutine, between its decode steps: it must return at once
+	// (hand the candidate to another goroutine, never wait for a client).
+	OnCandidate func(Candidate)
 }
 
 // Heard is what speech-to-text made of a recording, for Request.OnTranscript.
@@ -132,13 +140,17 @@ const LanguageUnknown = "und"
 // Candidate is one suggested reply: the spec's AnswerCandidate plus the score
 // it was ranked by.
 type Candidate struct {
-	Text   string
-	Rank   int // 1 = best
+	Text string
+	// Rank is the order the candidate was sent in (1 = first): the order
+	// in which the candidates completed, those completing in the same
+	// decode step by MeanLogProb, best first.
+	Rank   int
 	Length int // tokens generated
 	// Language is the language the reply was asked in; the pipeline sets
 	// it (see Pipeline.Infer), engines leave it empty.
 	Language string
-	// MeanLogProb is the mean token log-probability the ranking used.
+	// MeanLogProb is the mean token log-probability: the order among
+	// candidates that completed together.
 	MeanLogProb float64
 }
 
@@ -292,6 +304,14 @@ type GenerateRequest struct {
 	Seed        uint32
 	// Steer, when set, constrains every candidate: none breaks it.
 	Steer *Steer
+	// OnCandidate, when set, is called with each candidate as soon as it
+	// is complete and kept (not empty, no duplicate of one sent before),
+	// at most N times: Rank 1 for the first call, 2 for the next, and so
+	// on, the Generation's Candidates being the same candidates in the
+	// same order. Candidates that complete in the same decode step are
+	// sent best mean log-probability first. It is called on the owner
+	// goroutine of the engine and must return at once.
+	OnCandidate func(Candidate)
 
 	// TranscriptReserve is how many prompt tokens the partner's current turn
 	// may take when its text comes from a recording: the prompt is fitted to

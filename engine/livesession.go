@@ -89,8 +89,8 @@ type LiveEventKind int
 
 // The events of a live turn, in order: LiveSpeechStart, any number of
 // LiveCaption, LiveEndOfTurn, then at most one LiveTranscript from the
-// committed pass, then the turn's End. (Issue 42 adds an event per
-// candidate here, between LiveTranscript and End.)
+// committed pass, a LiveCandidate for each reply as it is complete (issue
+// 42), then the turn's End.
 const (
 	// LiveSpeechStart: the turn started and was admitted.
 	LiveSpeechStart LiveEventKind = iota
@@ -103,6 +103,13 @@ const (
 	// LiveTranscript: Heard is the committed pass's transcript, sent
 	// before its replies.
 	LiveTranscript
+	// LiveCandidate: Candidate is one reply of the committed pass, the
+	// moment it is complete, rank 1 first (Request.OnCandidate); none is
+	// sent once the turn was superseded or its pass ended, and End's
+	// Result lists the same replies in the same order. Stop ends the
+	// committed pass's generation with a cause (the user took a reply and
+	// the rest are not needed); End then gets the canceled error.
+	LiveCandidate
 )
 
 // LiveEvent is one event of a live turn.
@@ -115,6 +122,9 @@ type LiveEvent struct {
 	Text string
 	// Heard is the committed pass's transcript (LiveTranscript).
 	Heard Heard
+	// Candidate and Stop: see LiveCandidate.
+	Candidate Candidate
+	Stop      context.CancelCauseFunc
 }
 
 // LiveOutcome is what became of a turn's committed pass
@@ -573,7 +583,9 @@ func (s *LiveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *specPas
 		}
 	}
 	out := LiveOutcome{Start: s.cfg.Now()}
-	out.Request, out.Result, out.Err = s.commit(ctx, t, pcm, probs, spec, payload, voiceEnd, claim)
+	fwd := newCandidateForwarder(ctx, t.host, supersede)
+	out.Request, out.Result, out.Err = s.commit(ctx, t, pcm, probs, spec, payload, voiceEnd, claim, fwd)
+	fwd.close()
 	if out.Err != nil {
 		out.Superseded = KindOf(out.Err) == KindCanceled && s.ctx.Err() == nil && errors.Is(context.Cause(ctx), ErrSuperseded)
 	}
@@ -595,11 +607,13 @@ func (s *LiveSession) finalPass(t *liveTurn, pcm, probs []float32, spec *specPas
 // work whose transcript the turn uses is reported (workStarted). It
 // returns the request whose result answers the turn.
 func (s *LiveSession) commit(ctx context.Context, t *liveTurn, pcm, probs []float32, spec *specPass, payload []byte,
-	voiceEnd time.Time, claim func(dialogID string)) (*Request, Result, error) {
+	voiceEnd time.Time, claim func(dialogID string), fwd *candidateForwarder) (*Request, Result, error) {
 	req, err := t.host.Request(payload)
 	if err != nil {
 		return nil, Result{}, err
 	}
+	fwd.open(req.MaxCandidates)
+	req.OnCandidate = fwd.push
 	req.PCM, req.VoiceProbs = pcm, probs
 	// Speech by the turn's own probabilities (what the speech stage keeps)
 	// is known now: such a turn takes the dialog at once, so that the
@@ -655,6 +669,53 @@ func (s *LiveSession) commit(ctx context.Context, t *liveTurn, pcm, probs []floa
 	}
 	res, err := s.cfg.Inferer.Infer(ctx, req)
 	return &req, res, err
+}
+
+// candidateForwarder sends a committed pass's replies to the host as the
+// language model completes them (Request.OnCandidate is called on the
+// model's goroutine, which must not wait for the socket), on a goroutine
+// of its own, in order, and drops those that come once the pass's context
+// ended: a superseded turn sends no more replies.
+type candidateForwarder struct {
+	ctx  context.Context
+	host LiveTurnHost
+	stop context.CancelCauseFunc
+	ch   chan Candidate
+	done chan struct{}
+}
+
+func newCandidateForwarder(ctx context.Context, host LiveTurnHost, stop context.CancelCauseFunc) *candidateForwarder {
+	return &candidateForwarder{ctx: ctx, host: host, stop: stop}
+}
+
+// open starts the forwarding of at most n replies (the engine sends no
+// more than the request's MaxCandidates).
+func (f *candidateForwarder) open(n int) {
+	f.ch, f.done = make(chan Candidate, max(n, 1)), make(chan struct{})
+	go func() {
+		defer close(f.done)
+		for c := range f.ch {
+			if f.ctx.Err() == nil {
+				f.host.Event(LiveEvent{Kind: LiveCandidate, Candidate: c, Stop: f.stop})
+			}
+		}
+	}()
+}
+
+// push queues c; it never blocks for the replies open allowed.
+func (f *candidateForwarder) push(c Candidate) {
+	select {
+	case f.ch <- c:
+	default: // more than announced: never sent by the engine
+	}
+}
+
+// close waits until every reply pushed was sent (or dropped).
+func (f *candidateForwarder) close() {
+	if f.ch != nil {
+		close(f.ch)
+		<-f.done
+	}
 }
 
 // replyAhead waits for the replies generated from spec's transcript and

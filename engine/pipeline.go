@@ -200,7 +200,14 @@ func (p *Pipeline) reply(ctx context.Context, req Request, msgs []Message, reser
 	if PriorityOf(ctx, PriorityCommitted) != PrioritySpeculative {
 		p.sched().StopSpeculative()
 	}
-	gen, err := p.LLM.Generate(ctx, p.generateRequest(req, lang, msgs, examples, reserve))
+	greq := p.generateRequest(req, lang, msgs, examples, reserve)
+	if on := req.OnCandidate; on != nil {
+		greq.OnCandidate = func(c Candidate) {
+			c.Language = lang
+			on(c)
+		}
+	}
+	gen, err := p.LLM.Generate(ctx, greq)
 	done(gen.Prompt + gen.Generation)
 	res.PromptTokens, res.CachedTokens, res.GenTokens = gen.PromptTokens, gen.CachedTokens, gen.GenTokens
 	res.Examples, res.ExampleTokens = gen.Examples, gen.ExampleTokens

@@ -196,8 +196,27 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			m = DecodeBatched
 		}
 	}
+	// The candidates are sent (req.OnCandidate) as they complete, the
+	// first ranked 1; those completing in the same decode step go best
+	// mean log-probability first, and dedup keeps the first sent. A
+	// steered request that decodes more sequences than it shows (best-of-k,
+	// Options.SteerSeqFactor) holds its first round's back until all of
+	// them ended: which n are the best is known only then, so its first
+	// reply is sent when the round's slowest ends, the best one first.
 	seen := map[string]bool{}
 	var out []scored
+	send := func(done []scored) {
+		rankCandidates(done)
+		for _, c := range uniqueCandidates(done, seen) {
+			if len(out) == n {
+				return
+			}
+			out = append(out, c)
+			if req.OnCandidate != nil {
+				req.OnCandidate(c.candidate(len(out)))
+			}
+		}
+	}
 	var last []*cand // the last round's candidates
 	for round := 0; round <= extraRounds && len(out) < n; round++ {
 		if round > 0 {
@@ -216,14 +235,28 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			}
 			cands = append(cands, e.newCand(e.genSeqs[i], newSampler(t, seed, uint64(idx)), sr))
 		}
+		var held []scored
+		finished := func(done []*cand) {
+			var sc []scored
+			for _, c := range done {
+				if !c.failed {
+					sc = append(sc, c.scored())
+				}
+			}
+			if round == 0 && k > n {
+				held = append(held, sc...)
+				return
+			}
+			send(sc)
+		}
 		var err error
 		switch m {
 		case DecodeBatched:
-			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands)
+			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands, finished)
 		case DecodeSequential:
 			// Each keeps its cells: the pool has room for every candidate.
 			for _, c := range cands {
-				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}); err != nil {
+				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}, finished); err != nil {
 					break
 				}
 			}
@@ -233,7 +266,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 				if l, err = e.evalPrompt(r, c.seq, tokens, 0, true); err != nil {
 					break
 				}
-				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}); err != nil {
+				if err = e.sampleCands(r, c.seq, len(tokens), l, []*cand{c}, finished); err != nil {
 					break
 				}
 				e.freeGen()
@@ -243,16 +276,11 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			e.freeGen()
 			return gen, err
 		}
+		send(held)
 		last = cands
-		var done []scored
 		for _, c := range cands {
 			gen.GenTokens += c.sampled
-			if c.failed {
-				continue
-			}
-			done = append(done, scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.replyTokens(), whole: !c.cut})
 		}
-		out = append(out, uniqueCandidates(done, seen)...)
 	}
 	if m != decodeNaive {
 		e.park(req.DialogID, len(tokens), last)
@@ -260,16 +288,10 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		e.freeGen()
 	}
 	gen.Generation = time.Since(start)
-	rankCandidates(out)
-	if len(out) > n {
-		out = out[:n]
-	}
 	gen.SteerExhausted = sr != nil && len(out) < n
 	e.offerReplies(req.DialogID, out, sr != nil)
 	for i, c := range out {
-		gen.Candidates = append(gen.Candidates, engine.Candidate{
-			Text: c.text, Rank: i + 1, Length: c.tokens, MeanLogProb: c.mean(),
-		})
+		gen.Candidates = append(gen.Candidates, c.candidate(i+1))
 	}
 	var maskMs int64 // steering: the time spent on masks, and how many
 	masks := 0
@@ -677,8 +699,10 @@ func (c *cand) step(e *Engine, logits []float32) {
 // sampleCands shares the cells of sequence from (the prompt) with each
 // candidate's sequence and samples them all, one batched decode per step, starting from
 // the logits after the prompt. The logits slice may be llama.cpp's own
-// buffer: the first tokens are sampled before any decode.
-func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cands []*cand) error {
+// buffer: the first tokens are sampled before any decode. After each
+// step, finished gets the candidates that step ended, in cands' order.
+func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cands []*cand, finished func([]*cand)) error {
+	var ended []*cand
 	for _, c := range cands {
 		if c.seq != from {
 			// Unified KV cache: the copy tags the prompt's cells.
@@ -686,6 +710,12 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 		}
 		e.genLen[c.seq-1] = promptLen
 		c.step(e, logits)
+		if c.done {
+			ended = append(ended, c)
+		}
+	}
+	if len(ended) > 0 {
+		finished(ended)
 	}
 	for pos := promptLen; ; pos++ {
 		e.batch.Clear()
@@ -707,8 +737,15 @@ func (e *Engine) sampleCands(r *run, from, promptLen int, logits []float32, cand
 		if err := r.decode(); err != nil {
 			return err
 		}
+		ended = ended[:0]
 		for i, c := range active {
 			c.step(e, e.lctx.logits(i))
+			if c.done {
+				ended = append(ended, c)
+			}
+		}
+		if len(ended) > 0 {
+			finished(ended)
 		}
 	}
 }

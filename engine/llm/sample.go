@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unsafe"
 
+	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/engine/steer"
 )
 
@@ -158,8 +159,19 @@ func uniqueCandidates(cands []scored, seen map[string]bool) []scored {
 	return out
 }
 
-// rankCandidates sorts by mean token log-probability, best first; ties keep
-// their sampling order.
+// candidate is c as the engine reports it, at rank.
+func (c scored) candidate(rank int) engine.Candidate {
+	return engine.Candidate{Text: c.text, Rank: rank, Length: c.tokens, MeanLogProb: c.mean()}
+}
+
+// scored is c's reply once it ended.
+func (c *cand) scored() scored {
+	return scored{text: cleanReply(c.text), tokens: len(c.tokens), logprob: c.logprob, sampled: c.replyTokens(), whole: !c.cut}
+}
+
+// rankCandidates sorts candidates that ended together (in the same decode
+// step, or a steered round whose best are chosen) by mean token
+// log-probability, best first; ties keep their sampling order.
 func rankCandidates(cands []scored) {
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].mean() > cands[j].mean() })
 }
