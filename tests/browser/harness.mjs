@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { createRequire } from 'node:module';
 
 /** The start of a script's run: bin and Chromium must exist, artifacts is
  * emptied, a temp dir made and replyd's demo models written into it (llm,
@@ -192,4 +193,31 @@ export async function startReplyd(bin, env, logFile) {
       clearTimeout(t);
     },
   };
+}
+
+/** Makes an API key on the replyd at base (the admin's key adminKey) for
+ * clientId, with a rate limit that a test's turns do not reach; returns it. */
+export async function apiKeyFor(base, adminKey, clientId) {
+  const kr = await fetch(`${base}/v1/admin/keys`, {
+    method: 'POST',
+    headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ client_id: clientId, rate_limit_per_minute: 1000 }),
+  });
+  check(kr.status === 201 || kr.status === 200, `creating the API key: status ${kr.status}`);
+  return (await kr.json()).api_key;
+}
+
+let axeSource = null;
+
+/** axe-core on page p as it is: no violation of any rule (the error names
+ * each rule and up to four of its elements, and where: what the page was
+ * doing). */
+export async function axeClean(p, where) {
+  if (!axeSource) axeSource = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  if (!(await p.evaluate(() => typeof window.axe !== 'undefined'))) await p.evaluate(axeSource);
+  const violations = await p.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => `${v.id} (${v.impact}): ${v.help}\n        ${v.nodes.slice(0, 4).map((n) => n.target.join(' ')).join('\n        ')}`);
+  });
+  check(violations.length === 0, `axe found violations ${where}:\n      ${violations.join('\n      ')}`);
 }

@@ -48,7 +48,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { check, chromiumArgs, exitWith, freePort, poll, startReplyd } from './harness.mjs';
+import { apiKeyFor, check, chromiumArgs, exitWith, freePort, poll, startReplyd } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -331,13 +331,7 @@ async function main() {
     const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
-    const kr = await fetch(`${base}/v1/admin/keys`, {
-      method: 'POST',
-      headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ client_id: 'livelatency', rate_limit_per_minute: 1000 }),
-    });
-    check(kr.status === 201 || kr.status === 200, `creating the API key: status ${kr.status}`);
-    const apiKey = (await kr.json()).api_key;
+    const apiKey = await apiKeyFor(base, adminKey, 'livelatency');
 
     const browser = await chromium.launch({
       executablePath: chromiumPath,

@@ -22,19 +22,17 @@
 // /usr/bin/chromium).
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { begin, check, chromiumArgs, equal, exitWith, freePort, poll, startReplyd, Steps } from './harness.mjs';
+import { apiKeyFor, axeClean, begin, check, chromiumArgs, equal, exitWith, freePort, poll, startReplyd, Steps } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
 const bin = path.resolve(process.env.REPLYD_BIN || path.join(root, 'bin/replyd'));
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 const artifacts = path.join(here, 'artifacts', 'slots');
-const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 const TABLET = { width: 820, height: 1180 };
 const PHONE = { width: 390, height: 844 };
 const SETTINGS = 'replyd.app.settings';
@@ -49,14 +47,7 @@ async function shot(name, p = page) {
   if (p) await p.screenshot({ path: path.join(artifacts, `${name}.png`) });
 }
 
-async function axe(where, p = page) {
-  if (!(await p.evaluate(() => typeof window.axe !== 'undefined'))) await p.evaluate(axeSource);
-  const violations = await p.evaluate(async () => {
-    const r = await window.axe.run(document, { resultTypes: ['violations'] });
-    return r.violations.map((v) => `${v.id} (${v.impact}): ${v.help}\n        ${v.nodes.slice(0, 4).map((n) => n.target.join(' ')).join('\n        ')}`);
-  });
-  check(violations.length === 0, `axe found violations ${where}:\n      ${violations.join('\n      ')}`);
-}
+const axe = (where, p = page) => axeClean(p, where);
 
 /** Run in every page before its scripts: speech is recorded, not spoken
  * (window.__spoken); with window.__scripted set, POST /v1/infer answers a
@@ -232,13 +223,7 @@ async function main() {
     }, path.join(artifacts, 'replyd.log'));
     cleanups.push(replyd.stop);
     const base = replyd.base;
-    const kr = await fetch(`${base}/v1/admin/keys`, {
-      method: 'POST',
-      headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ client_id: 'slots-tablet', rate_limit_per_minute: 1000 }),
-    });
-    check(kr.status === 201 || kr.status === 200, `creating the API key: status ${kr.status}`);
-    const apiKey = (await kr.json()).api_key;
+    const apiKey = await apiKeyFor(base, adminKey, 'slots-tablet');
 
     const problems = [];
     const launch = async (lang) => {
