@@ -158,8 +158,9 @@ export function freePort() {
 
 /** Starts `bin serve` with env (and none of this process's REPLYD_*
  * variables), output to logFile, and waits until /healthz answers 200
- * {"status":"ok"}. */
-export async function startReplyd(bin, env, logFile) {
+ * {"status":"ok"} (at most readyMs: a benchmark's real-sized models load
+ * and time their decoding for longer on a loaded box). */
+export async function startReplyd(bin, env, logFile, readyMs = 120000) {
   const out = fs.openSync(logFile, 'w');
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
   const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
@@ -168,7 +169,7 @@ export async function startReplyd(bin, env, logFile) {
   child.on('exit', (code, signal) => { exited = { code, signal }; });
   const base = `http://${env.REPLYD_ADDR}`;
   const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-  const end = Date.now() + 120000;
+  const end = Date.now() + readyMs;
   for (;;) {
     if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
     try {
@@ -177,7 +178,7 @@ export async function startReplyd(bin, env, logFile) {
     } catch { /* not listening yet */ }
     if (Date.now() > end) {
       child.kill('SIGKILL');
-      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
+      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within ${readyMs / 1000} s:\n${tail()}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }

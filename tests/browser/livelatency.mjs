@@ -328,7 +328,9 @@ async function main() {
     for (const k of ['REPLYD_WHISPER_FALLBACK', 'REPLYD_WHISPER_WINDOW', 'REPLYD_WHISPER_MAX_TOKENS', 'REPLYD_MAX_REPLY_TOKENS', 'OPENBLAS_CORETYPE']) {
       if (process.env[k]) env[k] = process.env[k];
     }
-    const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'));
+    // Qwen2.5-0.5B's shape times its decoding at start-up: minutes on a
+    // loaded 2-core box.
+    const replyd = await startReplyd(bin, env, path.join(artifacts, 'replyd.log'), 600000);
     cleanups.push(replyd.stop);
     const base = replyd.base;
     const apiKey = await apiKeyFor(base, adminKey, 'livelatency');
