@@ -369,6 +369,7 @@ func (s *Server) runInfer(c echo.Context, st *inferState, f inferForm) error {
 		events = &eventStream{c: c}
 		// A transcript and at most max_candidates candidates are pushed.
 		queue = newEventQueue(s.limits.MaxCandidates + 2)
+		defer queue.close() // also when the inference panics
 		push := func(event string, v any) {
 			queue.push(func() {
 				if rightEndedCause(c.Request().Context()) != nil {

@@ -121,8 +121,9 @@ func newCandidateEvent(id string, c engine.Candidate) candidateEvent {
 // a slow client. push never blocks while fewer than the queue's size are
 // pending.
 type eventQueue struct {
-	ch   chan func()
-	done chan struct{}
+	ch    chan func()
+	done  chan struct{}
+	close func() // waits for the pushed events to be written; idempotent
 }
 
 // newEventQueue starts a queue with room for size pending events.
@@ -134,17 +135,15 @@ func newEventQueue(size int) *eventQueue {
 			f()
 		}
 	}()
+	q.close = sync.OnceFunc(func() {
+		close(q.ch)
+		<-q.done
+	})
 	return q
 }
 
+// push queues f. Nothing may be pushed after close.
 func (q *eventQueue) push(f func()) { q.ch <- f }
-
-// close waits for the pushed events to be written. Nothing may be pushed
-// after it.
-func (q *eventQueue) close() {
-	close(q.ch)
-	<-q.done
-}
 
 // sentReplies are the candidates a turn sent so far, for its record when
 // it ends before its answer. Safe for concurrent use.

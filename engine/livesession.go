@@ -71,8 +71,9 @@ type LiveTurnHost interface {
 	Request(payload []byte) (Request, error)
 	// Event reports what happened in the turn as it happens, for the
 	// client (LiveEvent). Caption events may come from a caption pass's
-	// goroutine, the others from the goroutine of the session or of the
-	// committed pass; never two at once for one turn.
+	// goroutine, candidate events from one the committed pass starts,
+	// the others from the goroutine of the session or of the committed
+	// pass; never two at once for one turn.
 	Event(LiveEvent)
 	// End is called once the committed pass is done, with its outcome:
 	// the host answers the turn (its record, the candidates) or reports
@@ -665,6 +666,9 @@ func (s *LiveSession) commit(ctx context.Context, t *liveTurn, pcm, probs []floa
 		// transcript, as the pipeline would have sent them, and recorded
 		// with the speculative pass's request (its prompt made them).
 		req.OnTranscript(req.Heard.Heard)
+		for _, c := range ahead.Candidates {
+			fwd.push(c)
+		}
 		return &spec.req, *ahead, nil
 	}
 	res, err := s.cfg.Inferer.Infer(ctx, req)

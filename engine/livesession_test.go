@@ -115,7 +115,11 @@ func (g *heldLLM) Generate(ctx context.Context, req GenerateRequest) (Generation
 	}
 	var cands []Candidate
 	for i := range req.N {
-		cands = append(cands, Candidate{Text: "reply to " + PartnerTurn(req.Messages), Rank: i + 1})
+		c := Candidate{Text: "reply to " + PartnerTurn(req.Messages), Rank: i + 1}
+		cands = append(cands, c)
+		if req.OnCandidate != nil {
+			req.OnCandidate(c) // as engine/llm does, each as it completes
+		}
 	}
 	return Generation{Candidates: cands, Model: "tiny.gguf"}, nil
 }
@@ -201,7 +205,7 @@ func (t *recTurn) Drop() {
 func (t *recTurn) kinds() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names := map[LiveEventKind]string{LiveSpeechStart: "speech_start", LiveCaption: "caption", LiveEndOfTurn: "end_of_turn", LiveTranscript: "transcript"}
+	names := map[LiveEventKind]string{LiveSpeechStart: "speech_start", LiveCaption: "caption", LiveEndOfTurn: "end_of_turn", LiveTranscript: "transcript", LiveCandidate: "candidate"}
 	var out []string
 	for _, ev := range t.events {
 		out = append(out, names[ev.Kind])
@@ -340,8 +344,21 @@ func TestLiveSessionTurn(t *testing.T) {
 	if o.Err != nil || o.Request == nil {
 		t.Fatalf("outcome %+v", o)
 	}
-	if got := turn.kinds(); got != "speech_start,end_of_turn,transcript" {
+	if got := turn.kinds(); got != "speech_start,end_of_turn,transcript,candidate,candidate" {
 		t.Errorf("events %s", got)
+	}
+	// The candidate events are the answer's replies, in order, with
+	// their language (the pipeline's).
+	turn.mu.Lock()
+	var sent []Candidate
+	for _, ev := range turn.events {
+		if ev.Kind == LiveCandidate {
+			sent = append(sent, ev.Candidate)
+		}
+	}
+	turn.mu.Unlock()
+	if !slices.Equal(sent, o.Result.Candidates) {
+		t.Errorf("candidate events %+v, answer %+v", sent, o.Result.Candidates)
 	}
 	if tr := r.stt.transcripts(); len(tr) != 1 {
 		t.Errorf("transcriptions %v, want the speculative pass's alone", tr)

@@ -16,11 +16,13 @@ import (
 )
 
 // turnTimes is what one turn took, in milliseconds: the server's stage
-// timings (timings_ms) and, seen from the client, the time until the
-// transcript event and until the candidates.
+// timings (timings_ms) and, seen from the client (from the moment the
+// request, recording included, was sent), the time until the transcript
+// event, the first and the last candidate event (each reply as it is
+// complete), and the candidates.
 type turnTimes struct {
 	Decode, STT, Prompt, Generation, Queue, Server float64
-	ToTranscript, Wall                             float64
+	ToTranscript, FirstReply, LastReply, Wall      float64
 	// gen is the server's "generated" debug line of the turn.
 	gen generated
 }
@@ -36,6 +38,8 @@ var fields = []struct {
 	{"prompt", func(t *turnTimes) *float64 { return &t.Prompt }},
 	{"generation", func(t *turnTimes) *float64 { return &t.Generation }},
 	{"queue", func(t *turnTimes) *float64 { return &t.Queue }},
+	{"first reply at", func(t *turnTimes) *float64 { return &t.FirstReply }},
+	{"last reply at", func(t *turnTimes) *float64 { return &t.LastReply }},
 	{"total (server)", func(t *turnTimes) *float64 { return &t.Server }},
 	{"total (client)", func(t *turnTimes) *float64 { return &t.Wall }},
 }
@@ -148,6 +152,11 @@ func (d *dialog) turn(ctx context.Context) (turnTimes, error) {
 		switch name {
 		case "transcript":
 			tt.ToTranscript = ms
+		case "candidate":
+			if tt.FirstReply == 0 {
+				tt.FirstReply = ms
+			}
+			tt.LastReply = ms
 		case "candidates":
 			tt.Wall = ms
 			if err := json.Unmarshal([]byte(data), &answer); err != nil {

@@ -22,7 +22,10 @@
 // -step-rounds), and each turn's generation time is divided by the sum, over
 // the decodes it ran (the server's "generated" debug line counts them by
 // their number of sequences), of those step times. A ratio of 1 means that
-// generating costs nothing beyond the decodes themselves.
+// generating costs nothing beyond the decodes themselves. The step times of
+// 1, 3 and 4 sequences are printed too, and each turn's first and last
+// candidate event ("first reply at", "last reply at": each reply is
+// streamed as it is complete).
 //
 // With -live (the default; not with -text) it then times the turn from the end of the
 // partner's speech, on the server with today's defaults: an upload dialog,
@@ -280,6 +283,7 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 	for _, s := range servers {
 		_ = s.stop()
 	}
+	printStepTimes(stdout, refs, cfg.candidates)
 	fmt.Fprintf(stdout, "going-on generation / its decodes at reference step times (replyd models steps after each round of turns, median of %d; host %s):\n", cfg.stepRounds, hostLoad())
 	for i, ts := range goingOn {
 		var ratios, gens, refMS []float64
@@ -305,6 +309,35 @@ func benchShape(ctx context.Context, cfg config, shape, whisperPath, llmPath str
 			variants[i].name, median(ratios), len(ratios), strings.Join(each, " "), median(gens), median(refMS), float64(rounds)/float64(len(ratios)))
 	}
 	return nil
+}
+
+// printStepTimes prints the decode step of 1, 3 and 4 sequences (those of
+// them up to candidates) measured during the run: `replyd models steps`
+// after each round of turns, at those turns' prompt lengths, the median over
+// the rounds and lengths, to compare with the start-up figures of
+// "decoding chosen" (a quiet box) and to read the order of the decoding by
+// (a first candidate alone then the others, against one batch).
+func printStepTimes(w io.Writer, refs []stepTable, candidates int) {
+	var parts []string
+	for _, k := range []int{1, 3, 4} {
+		if k > candidates {
+			continue
+		}
+		var ms []float64
+		for _, t := range refs {
+			for _, row := range t.StepUS {
+				if k < len(row) && row[k] > 0 {
+					ms = append(ms, float64(row[k])/1000)
+				}
+			}
+		}
+		if len(ms) > 0 {
+			parts = append(parts, fmt.Sprintf("%d: %.1f ms", k, median(ms)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "decode step by sequences during the run (median over the rounds' prompt lengths): %s\n", strings.Join(parts, ", "))
+	}
 }
 
 func median(v []float64) float64 {

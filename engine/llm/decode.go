@@ -218,6 +218,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		}
 	}
 	var last []*cand // the last round's candidates
+	firstAlone := false
 	for round := 0; round <= extraRounds && len(out) < n; round++ {
 		if round > 0 {
 			e.freeGen()
@@ -250,17 +251,26 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 			send(sc)
 		}
 		var err error
-		switch m {
-		case DecodeBatched:
+		switch {
+		case m == DecodeBatched && round == 0 && sr == nil && len(cands) > 1 && e.firstAlone(len(cands)):
+			// The first candidate (the greedy one at temperature 0, the
+			// most likely reply) alone, then the others batched: it is
+			// shown a whole batch's steps sooner, the last about when a
+			// batch of all of them would have ended (chooseDecoding).
+			firstAlone = true
+			if err = e.sampleCands(r, promptSeq, len(tokens), logits, cands[:1], finished); err == nil {
+				err = e.sampleCands(r, promptSeq, len(tokens), logits, cands[1:], finished)
+			}
+		case m == DecodeBatched:
 			err = e.sampleCands(r, promptSeq, len(tokens), logits, cands, finished)
-		case DecodeSequential:
+		case m == DecodeSequential:
 			// Each keeps its cells: the pool has room for every candidate.
 			for _, c := range cands {
 				if err = e.sampleCands(r, promptSeq, len(tokens), logits, []*cand{c}, finished); err != nil {
 					break
 				}
 			}
-		case decodeNaive:
+		case m == decodeNaive:
 			for _, c := range cands {
 				var l []float32
 				if l, err = e.evalPrompt(r, c.seq, tokens, 0, true); err != nil {
@@ -299,7 +309,7 @@ func (e *Engine) serve(j *job) (gen engine.Generation, err error) {
 		maskMs, masks = sr.maskTime.Milliseconds(), len(sr.masks)
 	}
 	e.log.Debug("generated", "request_id", reqID, "decode_steps", r.steps, "dialog_cached_tokens", gen.CachedTokens, "prompt_tokens", gen.PromptTokens,
-		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(),
+		"examples", gen.Examples, "example_tokens", gen.ExampleTokens, "gen_tokens", gen.GenTokens, "gen_steps_by_seqs", r.genSteps, "candidates", len(gen.Candidates), "decoding", m.String(), "first_alone", firstAlone,
 		"prompt_ms", gen.Prompt.Milliseconds(), "generation_ms", gen.Generation.Milliseconds(),
 		"prompt_decode_ms", promptDecode.Milliseconds(), "gen_decode_ms", (r.inDecode - promptDecode).Milliseconds(),
 		"gen_mean_threads", meanThreads(r.threadSteps-promptThreadSteps, r.steps-promptSteps), "prompt_mean_threads", meanThreads(promptThreadSteps, promptSteps),
@@ -790,7 +800,8 @@ func (e *Engine) chooseDecoding() {
 		return
 	}
 	e.stepCost = cost
-	var batchedFor, seqFor []int
+	e.aloneFirst = make([]bool, n+1)
+	var batchedFor, seqFor, aloneFor []int
 	steps := make([]int64, 0, n)
 	for k := 1; k <= n; k++ {
 		e.batched[k] = cost[k] < time.Duration(k)*cost[1]
@@ -799,11 +810,37 @@ func (e *Engine) chooseDecoding() {
 		} else {
 			seqFor = append(seqFor, k)
 		}
+		if k > 1 && e.batched[k] && firstAloneCheaper(cost, k) {
+			e.aloneFirst[k] = true
+			aloneFor = append(aloneFor, k)
+		}
 		steps = append(steps, cost[k].Microseconds())
 	}
-	e.log.Info("decoding chosen", "batched_for_n", batchedFor, "sequential_for_n", seqFor,
+	e.log.Info("decoding chosen", "batched_for_n", batchedFor, "sequential_for_n", seqFor, "first_alone_for_n", aloneFor,
 		"step_us_by_seqs", steps, "threads", e.opts.Threads, "timing_ms", time.Since(t0).Milliseconds())
 }
+
+// firstAloneSlack is how much later than one batch of all the candidates
+// the last of them may end when the first is decoded alone before the
+// others (issue 42's bound: 1.05x).
+const firstAloneSlack = 1.05
+
+// firstAloneCheaper reports whether, by the measured step costs, decoding
+// the first of k candidates alone and then the other k-1 batched ends the
+// last within firstAloneSlack of one batch of k: a step of one plus a step
+// of k-1 against a step of k, the replies being about as long. When it
+// holds, the first reply comes a whole reply's steps sooner at (nearly) no
+// cost to the last; when a batch step of k costs much less than a single
+// step plus a step of k-1 (a step bound by reading the weights), one batch
+// is kept, and its replies are sent as they end, most likely first among
+// those ending together.
+func firstAloneCheaper(cost []time.Duration, k int) bool {
+	return float64(cost[1]+cost[k-1]) <= firstAloneSlack*float64(cost[k])
+}
+
+// firstAlone reports whether a batched round of k candidates decodes the
+// first alone (chooseDecoding).
+func (e *Engine) firstAlone(k int) bool { return k < len(e.aloneFirst) && e.aloneFirst[k] }
 
 // timeSteps returns the cost of a decode step of k sequences for k in
 // 1..MaxCandidates (index k), over a prompt of about 200 tokens: the least

@@ -186,6 +186,9 @@ type Engine struct {
 	// of n sequences (0 when not measured).
 	batched  []bool
 	stepCost []time.Duration
+	// aloneFirst[n]: a batched request of n candidates decodes the first
+	// alone, then the others batched (chooseDecoding, firstAloneCheaper).
+	aloneFirst []bool
 	// promptRate is Options.PromptRate or the prompt speed Open measured,
 	// in tokens a second (0 without a ColdPromptTarget).
 	promptRate float64

@@ -2,7 +2,9 @@ package llm
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -116,5 +118,34 @@ func TestOnCandidateSteered(t *testing.T) {
 		req.Steer = &engine.Steer{Mode: engine.SteerWords, Words: []string{"t", "w"}}
 		g, sent := generateSent(t, e, req, DecodeAuto)
 		checkSent(t, "steered", g, sent, 3)
+	}
+}
+
+// TestFirstAlone: with the first candidate decoded alone before the others
+// (chosen where the step costs make it cheap, firstAloneCheaper), the
+// greedy candidate of a temperature-0 request is sent first, rank 1, the
+// candidates are those of one batch.
+func TestFirstAlone(t *testing.T) {
+	e := openDemo(t, Options{MaxReplyTokens: 8, MaxCandidates: 4})
+	req := request(4, 3)
+	req.Temperature = 0
+	one := req
+	one.N = 1
+	want := mustGenerate(t, e, one).Candidates[0].Text
+	batch, _ := generateSent(t, e, req, DecodeBatched)
+	e.aloneFirst = []bool{false, false, true, true, true}
+	g, sent := generateSent(t, e, req, DecodeBatched)
+	checkSent(t, "first alone", g, sent, 4)
+	if len(sent) == 0 || sent[0].Text != want {
+		t.Errorf("first sent %q, want the greedy reply %q", texts(g), want)
+	}
+	a, b := texts(batch), texts(g)
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) {
+		t.Errorf("first alone gave %q, one batch %q", b, a)
+	}
+	if !firstAloneCheaper([]time.Duration{0, 10, 19, 28, 37}, 4) || firstAloneCheaper([]time.Duration{0, 23, 46, 54, 60}, 4) {
+		t.Error("firstAloneCheaper: 10+28 <= 1.05*37 holds, 23+54 <= 1.05*60 does not")
 	}
 }
