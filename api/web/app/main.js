@@ -296,12 +296,18 @@ function said(text) {
   $('#cands-said').textContent = text;
 }
 
-/** The user answered the turn (spoke, typed, none fit, or a new turn): the
- * replies still to come are not wanted. An upload in flight is cancelled
- * (replyd frees the cores and keeps the replies it sent); a live turn's
- * later replies are ignored. */
+/** The user answered the turn (spoke, typed, none fit, opened the Spell
+ * board, or a new turn began): the replies still to come are not wanted,
+ * and are not drawn. The upload in flight is let go, not cancelled: the
+ * feedback on a reply shown early (or the steered request that refines
+ * the turn) stops the rest at replyd, which answers with the replies it
+ * sent (a cancelled request would be logged as one). A live turn's later
+ * replies are ignored. */
 function stopArriving() {
-  if (slots.open && state.request) abortRequest('answered');
+  if (slots.open && state.request) {
+    state.request = null; // its answer, when it comes, is not the page's
+    progress(null);
+  }
   slots.open = false;
   live.answered = true;
 }
