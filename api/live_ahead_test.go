@@ -60,12 +60,31 @@ func newReplyAheadEnv(t *testing.T, mod ...func(*Options)) (*liveEnv, *replyAhea
 
 // TestLiveRepliesAheadReused: the replies generated from the speculative
 // pass's transcript, while the end of the turn was awaited, are the turn's
-// candidates at its end: no generation is started afresh, and nothing is
-// sent before end_of_turn.
+// candidates at its end, each sent as a candidate event after the
+// transcript: no generation is started afresh, and nothing is sent before
+// end_of_turn.
 func TestLiveRepliesAheadReused(t *testing.T) {
 	le, ra := newReplyAheadEnv(t)
 	close(ra.release)
-	_, out := liveOneTurn(t, le)
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
+	// Each reply generated ahead is a candidate event after the
+	// transcript, equal to the answer's.
+	names, evs := events(t, c, 7)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidate,candidate,candidate,candidates" {
+		t.Fatalf("events %v", names)
+	}
+	var out inferResponse
+	if err := json.Unmarshal(evs[6].Data, &out); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs[3:6] {
+		var ce candidateEvent
+		_ = json.Unmarshal(ev.Data, &ce)
+		if i >= len(out.Candidates) || ce.Rank != i+1 || ce.Text != out.Candidates[i].Text || ce.InferenceID != out.InferenceID {
+			t.Errorf("candidate event %s, answer %s", ev.Data, evs[6].Data)
+		}
+	}
 	if out.Transcript == nil || len(out.Candidates) != 3 || out.Candidates[0].Text != "ahead reply to "+*out.Transcript || out.InferenceID == "" {
 		t.Errorf("candidates event %+v: want the replies generated ahead", out)
 	}
@@ -88,7 +107,7 @@ func TestLiveRepliesAheadCanceledByResumedSpeech(t *testing.T) {
 	waitFor(t, func() bool { ctxs, _ := ra.replies(); return len(ctxs) == 1 && ctxs[0].Err() != nil })
 	close(ra.release)
 	sendAudio(t, c, pcm(1, false))
-	names, evs := events(t, c, 3)
+	names, evs := answerEvents(t, c, 3)
 	if strings.Join(names, ",") != "end_of_turn,transcript,candidates" {
 		t.Fatalf("events %v: the half sentence's replies must not be shown", names)
 	}
@@ -139,7 +158,8 @@ func TestLiveRepliesAheadTranscriptFirst(t *testing.T) {
 		t.Fatalf("replies ahead: %d, want one still running", len(ctxs))
 	}
 	close(ra.release)
-	ev := next(t, c)
+	_, evs := answerEvents(t, c, 1)
+	ev := evs[0]
 	var out inferResponse
 	_ = json.Unmarshal(ev.Data, &out)
 	if ev.Event != "candidates" || len(out.Candidates) != 3 || !strings.HasPrefix(out.Candidates[0].Text, "ahead reply to ") {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
+
 	"github.com/replyd/replyd/store"
 )
 
@@ -20,6 +22,24 @@ func turnOf(t *testing.T, ev gotEvent) int {
 		t.Fatalf("event %s: %v", ev.Data, err)
 	}
 	return d.Turn
+}
+
+// firstReplyOfTurn opens a session on le, sends it a turn (speech then
+// silence, in seconds) and reads its events up to its first candidate,
+// which it returns with the socket.
+func firstReplyOfTurn(t *testing.T, le *liveEnv, speech, silence float64) (*websocket.Conn, candidateEvent) {
+	t.Helper()
+	c := le.open(t, livePayload)
+	sendAudio(t, c, append(pcm(speech, true), pcm(silence, false)...))
+	names, evs := events(t, c, 4)
+	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidate" {
+		t.Fatalf("events %v", names)
+	}
+	var ce candidateEvent
+	if err := json.Unmarshal(evs[3].Data, &ce); err != nil {
+		t.Fatal(err)
+	}
+	return c, ce
 }
 
 // TestLiveCandidateEvents: each reply of a turn is a candidate event
@@ -67,14 +87,7 @@ func TestLiveCandidateEvents(t *testing.T) {
 func TestLiveFeedbackOnAReplyShownEarly(t *testing.T) {
 	le := newLiveEnv(t)
 	le.inf.stream, le.inf.blockFirst, le.inf.sendFirst = true, 1, 1
-	c := le.open(t, livePayload)
-	sendAudio(t, c, append(pcm(1.0, true), pcm(1.0, false)...))
-	names, evs := events(t, c, 4)
-	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidate" {
-		t.Fatalf("events %v", names)
-	}
-	var ce candidateEvent
-	_ = json.Unmarshal(evs[3].Data, &ce)
+	c, ce := firstReplyOfTurn(t, le, 1.0, 1.0)
 	fb := le.do(feedbackReq(liveKey, `{"inference_id":"`+ce.InferenceID+`","chosen_rank":1}`))
 	wantJSON(t, fb, 200, fbOK(ce.InferenceID, "spoken", 6, false, false))
 	ev := next(t, c)
@@ -98,14 +111,7 @@ func TestLiveFeedbackOnAReplyShownEarly(t *testing.T) {
 func TestLiveSupersededTurnKeepsItsReplies(t *testing.T) {
 	le := newLiveEnv(t)
 	le.inf.stream, le.inf.blockFirst, le.inf.sendFirst, le.inf.lateAfterCancel = true, 1, 1, true
-	c := le.open(t, livePayload)
-	sendAudio(t, c, append(pcm(1.5, true), pcm(0.8, false)...))
-	names, evs := events(t, c, 4)
-	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidate" {
-		t.Fatalf("turn 1 events %v", names)
-	}
-	var first candidateEvent
-	_ = json.Unmarshal(evs[3].Data, &first)
+	c, first := firstReplyOfTurn(t, le, 1.5, 0.8)
 	sendAudio(t, c, append(pcm(1.5, true), pcm(0.8, false)...))
 	var got []string
 	for !slices.Contains(got, "candidates/2") || !slices.Contains(got, "error/1") {

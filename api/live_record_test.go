@@ -30,12 +30,12 @@ func (s *changingPromptStore) CurrentPrompt() (store.PromptVersion, bool, error)
 
 // liveOneTurn opens a session on le and sends it one turn (a second of
 // speech, a second of silence): it returns the socket and the turn's
-// answer, its four events checked.
+// answer, its four events checked (and its candidate events against it).
 func liveOneTurn(t *testing.T, le *liveEnv) (*websocket.Conn, inferResponse) {
 	t.Helper()
 	c := le.open(t, livePayload)
 	sendAudio(t, c, append(pcm(1, true), pcm(1, false)...))
-	names, evs := events(t, c, 4)
+	names, evs := answerEvents(t, c, 4)
 	if strings.Join(names, ",") != "speech_start,end_of_turn,transcript,candidates" {
 		t.Fatalf("events %v", names)
 	}

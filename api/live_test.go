@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,6 +337,47 @@ func events(t *testing.T, c *websocket.Conn, n int) ([]string, []gotEvent) {
 		ev := next(t, c)
 		names = append(names, ev.Event)
 		evs = append(evs, ev)
+	}
+	return names, evs
+}
+
+// answerEvents reads events until n that are not candidate events came and
+// returns their names, those events, and the candidate events in between;
+// it fails when the candidates do not equal, in order, the replies of a
+// candidates event among them (issue 42: each reply streamed as it is
+// complete, then the answer).
+func answerEvents(t *testing.T, c *websocket.Conn, n int) ([]string, []gotEvent) {
+	t.Helper()
+	var names []string
+	var evs []gotEvent
+	var sent []candidateEvent
+	for len(evs) < n {
+		ev := next(t, c)
+		if ev.Event == "candidate" {
+			var ce candidateEvent
+			if err := json.Unmarshal(ev.Data, &ce); err != nil {
+				t.Fatal(err)
+			}
+			sent = append(sent, ce)
+			continue
+		}
+		names = append(names, ev.Event)
+		evs = append(evs, ev)
+		if ev.Event != "candidates" {
+			continue
+		}
+		var out inferResponse
+		if err := json.Unmarshal(ev.Data, &out); err != nil {
+			t.Fatal(err)
+		}
+		var want []candidateEvent
+		for _, a := range out.Candidates {
+			want = append(want, candidateEvent{InferenceID: out.InferenceID, Rank: a.Rank, Text: a.Text, Language: a.Language})
+		}
+		if len(sent) > 0 && !slices.Equal(sent, want) {
+			t.Errorf("candidate events %+v, the answer's %+v", sent, want)
+		}
+		sent = nil
 	}
 	return names, evs
 }
