@@ -138,7 +138,7 @@ test-conformance:
 
 test-browser: build
 	@scripts/deps.sh test
-	@cd tests/browser && rc=0; node speech.mjs || rc=1; node run.mjs || rc=1; node app.mjs || rc=1; node lang.mjs || rc=1; exit $$rc
+	@cd tests/browser && rc=0; node speech.mjs || rc=1; node run.mjs || rc=1; node app.mjs || rc=1; node slots.mjs || rc=1; node lang.mjs || rc=1; exit $$rc
 
 bench: build qwen-tokenizer
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./engine/llm/ ./engine/whisper/ ./engine/audio/ ./engine/vad/

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { createRequire } from 'node:module';
 
 /** The start of a script's run: bin and Chromium must exist, artifacts is
  * emptied, a temp dir made and replyd's demo models written into it (llm,
@@ -157,8 +158,9 @@ export function freePort() {
 
 /** Starts `bin serve` with env (and none of this process's REPLYD_*
  * variables), output to logFile, and waits until /healthz answers 200
- * {"status":"ok"}. */
-export async function startReplyd(bin, env, logFile) {
+ * {"status":"ok"} (at most readyMs: a benchmark's real-sized models load
+ * and time their decoding for longer on a loaded box). */
+export async function startReplyd(bin, env, logFile, readyMs = 120000) {
   const out = fs.openSync(logFile, 'w');
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('REPLYD_')));
   const child = spawn(bin, ['serve'], { env: { ...clean, ...env }, stdio: ['ignore', out, out] });
@@ -167,7 +169,7 @@ export async function startReplyd(bin, env, logFile) {
   child.on('exit', (code, signal) => { exited = { code, signal }; });
   const base = `http://${env.REPLYD_ADDR}`;
   const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-  const end = Date.now() + 120000;
+  const end = Date.now() + readyMs;
   for (;;) {
     if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
     try {
@@ -176,7 +178,7 @@ export async function startReplyd(bin, env, logFile) {
     } catch { /* not listening yet */ }
     if (Date.now() > end) {
       child.kill('SIGKILL');
-      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
+      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within ${readyMs / 1000} s:\n${tail()}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -192,4 +194,31 @@ export async function startReplyd(bin, env, logFile) {
       clearTimeout(t);
     },
   };
+}
+
+/** Makes an API key on the replyd at base (the admin's key adminKey) for
+ * clientId, with a rate limit that a test's turns do not reach; returns it. */
+export async function apiKeyFor(base, adminKey, clientId) {
+  const kr = await fetch(`${base}/v1/admin/keys`, {
+    method: 'POST',
+    headers: { 'X-ADMIN-KEY': adminKey, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ client_id: clientId, rate_limit_per_minute: 1000 }),
+  });
+  check(kr.status === 201 || kr.status === 200, `creating the API key: status ${kr.status}`);
+  return (await kr.json()).api_key;
+}
+
+let axeSource = null;
+
+/** axe-core on page p as it is: no violation of any rule (the error names
+ * each rule and up to four of its elements, and where: what the page was
+ * doing). */
+export async function axeClean(p, where) {
+  if (!axeSource) axeSource = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  if (!(await p.evaluate(() => typeof window.axe !== 'undefined'))) await p.evaluate(axeSource);
+  const violations = await p.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => `${v.id} (${v.impact}): ${v.help}\n        ${v.nodes.slice(0, 4).map((n) => n.target.join(' ')).join('\n        ')}`);
+  });
+  check(violations.length === 0, `axe found violations ${where}:\n      ${violations.join('\n      ')}`);
 }

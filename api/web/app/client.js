@@ -103,10 +103,12 @@ export async function health(timeoutMs = 5000) {
 /**
  * Runs one inference. payload: the InferPayload; audio: {blob, filename} or
  * null; signal: aborts it (the partner spoke again, or Cancel); onTranscript
- * is called as soon as a streaming server sends the transcript. Resolves to
- * the InferResponse JSON; rejects with ReplydError, or AbortError.
+ * is called as soon as a streaming server sends the transcript, and
+ * onCandidate with each reply ({inference_id, rank, text, language}) as a
+ * streaming server sends it, before the whole answer. Resolves to the
+ * InferResponse JSON; rejects with ReplydError, or AbortError.
  */
-export async function infer({ payload, audio, signal, requestId, onTranscript }) {
+export async function infer({ payload, audio, signal, requestId, onTranscript, onCandidate }) {
   const key = pairing.key();
   if (!key) throw new ReplydError(401, 'unpaired', 'This tablet is not paired.');
   const fd = new FormData();
@@ -125,15 +127,16 @@ export async function infer({ payload, audio, signal, requestId, onTranscript })
   });
   if (!res.ok) throw await errorFrom(res);
   const type = res.headers.get('Content-Type') || '';
-  if (type.startsWith('text/event-stream')) return readStream(res, onTranscript);
+  if (type.startsWith('text/event-stream')) return readStream(res, onTranscript, onCandidate);
   const data = await res.json();
   if (onTranscript && typeof data.transcript === 'string') onTranscript(data.transcript, data);
   return data;
 }
 
-/** Reads a text/event-stream answer: transcript, then candidates (the
- * InferResponse), or error ({error, message}). */
-async function readStream(res, onTranscript) {
+/** Reads a text/event-stream answer: transcript, a candidate event for each
+ * reply as it is complete, then candidates (the InferResponse), or error
+ * ({error, message}). */
+async function readStream(res, onTranscript, onCandidate) {
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   let result = null;
@@ -144,6 +147,8 @@ async function readStream(res, onTranscript) {
     if (event === 'transcript') {
       transcript = json && typeof json === 'object' ? json.transcript : json;
       if (onTranscript) onTranscript(transcript ?? '', json);
+    } else if (event === 'candidate') {
+      if (onCandidate && json && typeof json === 'object') onCandidate(json);
     } else if (event === 'candidates') {
       result = json;
     } else if (event === 'error') {

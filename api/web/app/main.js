@@ -39,8 +39,11 @@ const AUTO_FIRE_MS = 600;
 
 // ------------------------------------------------------------ conversation
 
+/** Adds a turn to the conversation; returns its bubble and its entry in
+ * the history (what withdrawTurn takes back). */
 function addTurn(role, content) {
-  state.history.push({ role, content });
+  const entry = { role, content };
+  state.history.push(entry);
   const who = role === 'speaker' ? msg('app.partner') : (state.s.name || msg('app.you'));
   const li = document.createElement('li');
   li.className = `bubble ${role === 'speaker' ? 'partner' : 'user'}`;
@@ -57,29 +60,50 @@ function addTurn(role, content) {
   $('#log-empty').hidden = true;
   log.scrollTop = log.scrollHeight;
   liveDialogChanged();
+  return { li, entry };
+}
+
+/** Takes back a turn addTurn added (a partner's turn whose request was cut
+ * before any reply). */
+function withdrawTurn({ li, entry }) {
+  const i = state.history.indexOf(entry);
+  if (i >= 0) state.history.splice(i, 1);
+  li.remove();
+  $('#log-empty').hidden = state.history.length > 0;
+  liveDialogChanged();
 }
 
 function notice(text) {
   $('#notice').textContent = text;
 }
 
-/** Shows list as the reply buttons, best first; while the user spells,
- * each reply's words are chips that ask for other words. */
+/** The button of reply text, rank (1 = first): a touch speaks it. */
+function replyButton(text, rank) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'cand';
+  const span = document.createElement('span');
+  span.className = 'cand-text';
+  span.textContent = text;
+  b.append(span);
+  b.dataset.rank = String(rank);
+  b.setAttribute('data-scan', '');
+  b.setAttribute('data-dwell', '');
+  b.addEventListener('click', () => choose(text, rank));
+  return b;
+}
+
+/** Shows list as the reply buttons, best first (drawn anew: a steered
+ * answer, the board opening or closing); while the user spells, each
+ * reply's words are chips that ask for other words. */
 function showCandidates(list, inferenceId, language) {
   const ul = $('#cands');
+  endSlots();
   ul.replaceChildren();
   const chips = spelling();
   list.forEach((text, i) => {
     const li = document.createElement('li');
-    const b = document.createElement('button');
-    b.type = 'button';
-    b.className = 'cand';
-    b.textContent = text;
-    b.dataset.rank = String(i + 1);
-    b.setAttribute('data-scan', '');
-    b.setAttribute('data-dwell', '');
-    b.addEventListener('click', () => choose(text, i + 1));
-    li.append(b);
+    li.append(replyButton(text, i + 1));
     if (chips) {
       li.setAttribute('data-scan-group', '');
       li.append(wordChips(text, i));
@@ -115,9 +139,177 @@ function wordChips(text, i) {
 }
 
 function clearCandidates() {
+  endSlots();
   $('#cands').replaceChildren();
   $('#cands-wrap').hidden = true;
   $('#none-fit').disabled = true;
+  said('');
+}
+
+// ------------------------------------------------------------ reply slots
+
+// A turn's replies as they arrive (issue 42). From the moment the answer is
+// awaited, the list holds a quiet empty slot for each reply asked for
+// (options.max_candidates); each reply fills its rank's slot in place as it
+// comes (a candidate event, then the final answer), and nothing moves:
+// - a shown reply never changes place: the slots have a fixed size (three
+//   lines; a longer reply is drawn smaller, see app.css), and what sits
+//   above the list (the progress line, the listening state) keeps its space
+//   while the turn's replies are shown (hold: it turns invisible instead of
+//   going away);
+// - an empty slot is not a control: no focus, scanning or dwell lands on it;
+//   a reply filling in re-draws nothing else, so a dwell in progress goes on
+//   and the scanning highlight stays where it is; only the first reply takes
+//   the focus (and the scanning highlight), as the whole answer did before;
+// - a screen reader hears the first reply once (a polite live region), not
+//   each one;
+// - when fewer replies come than slots, the empty slots lose their outline
+//   but keep their space until the turn's replies go, so that nothing after
+//   them (the Spell button) moves either.
+const slots = {
+  on: false, // the slot layout is on screen
+  open: false, // replies may still come
+  base: null, // () => the payload steered requests repeat (at the first reply)
+  heard: null, // the partner's turn an upload's transcript added, until its first reply
+};
+
+const emptySlot = () => {
+  const li = document.createElement('li');
+  li.className = 'slot';
+  li.setAttribute('aria-hidden', 'true');
+  return li;
+};
+
+/** Shows n empty slots: a turn's answer is awaited. base() gives, at its
+ * first reply, the payload the turn's steered requests repeat. */
+function openSlots(n, base) {
+  endTurn();
+  endSlots();
+  const ul = $('#cands');
+  ul.replaceChildren();
+  for (let i = 0; i < n; i++) ul.append(emptySlot());
+  ul.classList.add('slotted');
+  slots.on = true;
+  slots.open = true;
+  slots.base = base;
+  slots.heard = null;
+  said('');
+  $('#spell-open').hidden = true;
+  $('#none-fit').disabled = true;
+  $('#cands-wrap').hidden = false;
+}
+
+/** Shows reply text, rank (1 = first), in its slot. The first reply of a
+ * turn starts the turn (what steered requests refine) and takes the focus. */
+function fillSlot(rank, text, inferenceId, language) {
+  if (!slots.open || !slots.on || typeof text !== 'string' || !text.trim() || !Number.isInteger(rank) || rank < 1) return;
+  const ul = $('#cands');
+  while (ul.children.length < rank) ul.append(emptySlot());
+  const li = ul.children[rank - 1];
+  const had = li.querySelector('.cand');
+  if (had && had.textContent === text) return;
+  const first = !state.answer;
+  if (first) {
+    // What changes above the list changes before the first reply is drawn
+    // (scanning starts again once, at the reply, below).
+    progress(null, true, false);
+    setReachable(true);
+  }
+  li.className = '';
+  li.removeAttribute('aria-hidden');
+  const b = replyButton(text, rank);
+  li.replaceChildren(b);
+  const span = b.firstChild;
+  if (span.scrollHeight > span.clientHeight + 1) span.classList.add('long');
+  const shown = [...ul.querySelectorAll('.cand')].map((c) => c.textContent);
+  if (first) {
+    slots.heard = null; // the partner's turn stays
+    state.answer = { inferenceId, shownAt: performance.now(), candidates: shown, language };
+    state.turn = {
+      parentId: inferenceId,
+      base: slots.base ? slots.base() : null,
+      startedAt: performance.now(),
+      keys: 0,
+      selections: 0,
+      noneFit: false,
+      first: shown,
+    };
+    $('#spell-open').hidden = !inferenceId;
+    $('#none-fit').disabled = false;
+    said(msg('app.firstReply', { text }));
+    if (access.scanning()) {
+      scanHere = b;
+      access.rescan();
+    } else {
+      b.focus();
+    }
+  } else {
+    state.answer.candidates = shown;
+    if (state.turn) state.turn.first = shown;
+  }
+}
+
+/** The turn's answer is complete: slots still empty lose their outline and
+ * keep their place. With no reply at all the list goes, and so does the
+ * partner's turn an upload's transcript added (the request was cut or
+ * failed: as before the streamed replies, a turn without its answer is not
+ * kept). */
+function closeSlots() {
+  if (!slots.open) return;
+  slots.open = false;
+  if (!state.answer) {
+    if (slots.heard) withdrawTurn(slots.heard);
+    slots.heard = null;
+    clearCandidates();
+    return;
+  }
+  for (const li of $('#cands').querySelectorAll('li.slot')) li.classList.add('gone');
+}
+
+/** The slot layout ends (the replies are drawn anew or go): what kept its
+ * space above them goes. */
+function endSlots() {
+  slots.on = false;
+  slots.open = false;
+  $('#cands').classList.remove('slotted');
+  for (const el of document.querySelectorAll('.held')) {
+    el.classList.remove('held');
+    el.hidden = true;
+  }
+}
+
+/** Shows el, or hides it; while a turn's replies are on screen a hidden
+ * element keeps its space (invisible), so that the replies stay put. */
+function showEl(el, on) {
+  if (on) {
+    el.classList.remove('held');
+    el.hidden = false;
+  } else if (slots.on && !el.hidden) {
+    el.classList.add('held');
+  } else if (!el.classList.contains('held')) {
+    el.hidden = true;
+  }
+}
+
+/** What a screen reader says politely: the first reply of a turn. */
+function said(text) {
+  $('#cands-said').textContent = text;
+}
+
+/** The user answered the turn (spoke, typed, none fit, opened the Spell
+ * board, or a new turn began): the replies still to come are not wanted,
+ * and are not drawn. The upload in flight is let go, not cancelled: the
+ * feedback on a reply shown early (or the steered request that refines
+ * the turn) stops the rest at replyd, which answers with the replies it
+ * sent (a cancelled request would be logged as one). A live turn's later
+ * replies are ignored. */
+function stopArriving() {
+  if (slots.open && state.request) {
+    state.request = null; // its answer, when it comes, is not the page's
+    progress(null);
+  }
+  slots.open = false;
+  live.answered = true;
 }
 
 /** Reports the turn's outcome (POST /v1/feedback) for the answer shown
@@ -146,6 +338,7 @@ function choose(text, rank) {
 
 /** The turn is over (the user spoke, or a new turn began). */
 function endTurn() {
+  stopArriving();
   steerAbort();
   state.answer = null;
   state.turn = null;
@@ -187,6 +380,7 @@ function languageName(tag) {
 /** None fit: reported at once (what the user then says replaces it, with
  * none_fit); the Spell board opens. */
 function noneFit() {
+  stopArriving();
   const a = state.answer;
   const t = state.turn;
   if (a && t && a.inferenceId === t.parentId) {
@@ -281,6 +475,7 @@ const spelling = () => !$('#spell').hidden;
 function openSpell() {
   const t = state.turn;
   if (!t) return;
+  stopArriving(); // the turn's first answer is what is shown
   t.keys += 1;
   board.setLayout(state.s.board);
   $('#spell').hidden = false;
@@ -504,7 +699,10 @@ async function finishRecording(why) {
 // It pauses while the tablet speaks the chosen reply (until the browser
 // says the speaking ended, or a timeout from the text's length) and while
 // the user spells or types.
-const live = { session: null, holds: new Set(), speakTimer: null, oneTurn: false, idleTimer: null };
+// turn: the newest turn the partner finished (its end_of_turn's turn
+// number); answered: the user answered the current turn (its later replies
+// are not shown).
+const live = { session: null, holds: new Set(), speakTimer: null, oneTurn: false, idleTimer: null, turn: undefined, answered: false };
 
 // A one-turn Listen that hears no speech for this long stops, as a
 // recording does.
@@ -514,7 +712,7 @@ function setLiveState(st, detail) {
   const on = Boolean(live.session);
   setListening(on);
   const el = $('#live-state');
-  el.hidden = !on;
+  showEl(el, on);
   el.dataset.state = st;
   const paused = live.holds.has('speaking') ? T.livePausedSpeaking : T.livePausedSpelling;
   el.textContent = { listening: T.liveOn, paused, reconnecting: T.liveReconnecting }[st] || T.liveOff;
@@ -532,6 +730,7 @@ async function startLive(oneTurn) {
   abortRequest('listen');
   clearCandidates();
   notice('');
+  live.turn = undefined;
   const session = new LiveSession({
     oneTurn,
     payload: () => payloadFor(false),
@@ -595,6 +794,15 @@ function showCaption(text) {
   el.hidden = !text;
 }
 
+/** Whether a live event belongs to a turn older than the newest one the
+ * partner finished (its turn field; a replyd without turn numbers sends
+ * none, and then every event is the current turn's). newer: an event of a
+ * turn not finished yet counts as stale too (replies, transcripts). */
+function staleTurn(data, newer) {
+  if (!Number.isInteger(data.turn) || !Number.isInteger(live.turn)) return false;
+  return newer ? data.turn !== live.turn : data.turn < live.turn;
+}
+
 function liveEvent(name, data) {
   switch (name) {
     case 'caption':
@@ -611,23 +819,36 @@ function liveEvent(name, data) {
       progress(T.liveHearing, false);
       break;
     case 'end_of_turn':
+      if (staleTurn(data, false)) break;
+      if (Number.isInteger(data.turn)) live.turn = data.turn;
       // One turn: the microphone closes as soon as the partner stopped.
       if (live.oneTurn && live.session) live.session.closeMic();
       progress(T.liveTranscribing, false);
+      // The turn's replies are awaited: their slots show.
+      openSlots(state.s.count, () => payloadFor(false));
+      live.answered = false;
       break;
     case 'transcript':
+      if (staleTurn(data, true)) break;
       showCaption('');
       if (data.transcript && data.transcript.trim()) addTurn('speaker', data.transcript.trim());
       break;
+    case 'candidate':
+      if (staleTurn(data, true) || live.answered) break;
+      fillSlot(data.rank, data.text, data.inference_id, data.language);
+      break;
     case 'candidates':
+      if (staleTurn(data, true)) break;
       progress(null);
       showCaption('');
       if (live.oneTurn && data.no_speech) notice(msg('app.nothingHeard'));
       liveAnswer(data);
       break;
     case 'error':
+      if (staleTurn(data, false)) break;
       progress(null);
       showCaption('');
+      closeSlots();
       if (data.error !== 'superseded') notice(data.message || '');
       if (live.oneTurn) stopLive();
       break;
@@ -635,31 +856,17 @@ function liveEvent(name, data) {
   }
 }
 
-/** Starts the turn an answer opens (what steered requests refine: base is
- * the payload they repeat) and shows its replies, focusing the first. */
-function startTurn(res, list, base) {
-  state.turn = {
-    parentId: res.inference_id,
-    base,
-    startedAt: performance.now(),
-    keys: 0,
-    selections: 0,
-    noneFit: false,
-    first: list,
-  };
-  showCandidates(list, res.inference_id, replyLanguage(res));
-  $('#spell-open').hidden = !res.inference_id;
-  const first = $('#cands button');
-  if (first && !access.scanning()) first.focus();
-}
-
-/** Shows a live turn's replies, as suggest does for an upload. */
+/** Shows a live turn's replies, as suggest does for an upload (those a
+ * candidate event showed stay where they are). */
 function liveAnswer(res) {
   const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
   if (live.oneTurn || !state.s.hands_free) stopLive();
-  if (res.no_speech || !list.length) return;
-  setReachable(true);
-  startTurn(res, list, payloadFor(false));
+  if (live.answered) return; // the user answered before all the replies came
+  if (!res.no_speech) {
+    const language = replyLanguage(res);
+    list.forEach((text, i) => fillSlot(i + 1, text, res.inference_id, language));
+  }
+  closeSlots();
 }
 
 /** Pauses live listening while the tablet speaks text; returns the function
@@ -699,13 +906,27 @@ function liveDialogChanged() {
 
 // ------------------------------------------------------------ inference
 
-function progress(text, cancellable = true) {
-  $('#progress').hidden = !text;
-  $('#progress-text').textContent = text || '';
-  $('#cancel').hidden = !cancellable;
-  access.rescan();
+/** Shows text as what the page is doing (null: nothing), with Cancel
+ * when cancellable. rescan: scanning starts again when Cancel came or went
+ * (not, say, when a turn's last reply came while the highlight is on an
+ * earlier one). */
+function progress(text, cancellable = true, rescan = true) {
+  const el = $('#progress');
+  const cancel = $('#cancel');
+  const could = !cancel.disabled && !cancel.hidden && !el.hidden;
+  showEl(el, Boolean(text));
+  // Kept invisible above a turn's replies, it keeps its last text and
+  // buttons, so that its height stays.
+  if (text || !el.classList.contains('held')) {
+    $('#progress-text').textContent = text || '';
+    cancel.hidden = !cancellable;
+  }
+  // Invisible, Cancel takes no highlight or dwell.
+  cancel.disabled = !text;
+  if (rescan && could !== (!cancel.disabled && !cancel.hidden && !el.hidden)) access.rescan();
 }
 
+/** Cancels the request in flight; the replies it already showed stay. */
 function abortRequest(reason) {
   const r = state.request;
   if (!r) return;
@@ -713,6 +934,7 @@ function abortRequest(reason) {
   clearTimeout(r.timer);
   r.controller.abort(reason);
   progress(null);
+  closeSlots();
 }
 
 function payloadFor(withAudio) {
@@ -746,10 +968,22 @@ async function suggest(audio) {
   const controller = new AbortController();
   const payload = payloadFor(Boolean(audio));
   const id = randomId(8);
+  notice('');
+  // The turn: steered requests repeat its messages (the transcript in
+  // place of the recording), dialog_id and step_id.
+  openSlots(state.s.count, () => ({ ...payload, messages: state.history.map((m) => ({ role: m.role, content: m.content })) }));
   const r = { controller, id, timer: setTimeout(() => controller.abort('timeout'), INFER_TIMEOUT_MS) };
   state.request = r;
   progress(audio ? msg('app.sending') : msg('app.suggesting'));
   const current = () => state.request === r;
+  // The partner's words become their turn as soon as they are known, so
+  // that the slots move (if at all) before any reply is drawn in them.
+  let heard = !audio;
+  const hear = (t) => {
+    if (heard) return;
+    heard = true;
+    slots.heard = addTurn('speaker', t);
+  };
   try {
     const res = await infer({
       payload,
@@ -758,7 +992,13 @@ async function suggest(audio) {
       requestId: id,
       onTranscript: (t, ev) => {
         if (!current() || !audio) return;
-        if (t && !(ev && ev.no_speech)) progress(msg('app.heardSuggesting', { text: t }));
+        const words = (t || '').trim();
+        if (!words || (ev && ev.no_speech)) return;
+        progress(msg('app.heardSuggesting', { text: words }));
+        hear(words);
+      },
+      onCandidate: (c) => {
+        if (current() && heard) fillSlot(c.rank, c.text, c.inference_id, c.language);
       },
     });
     if (!current()) return;
@@ -768,26 +1008,28 @@ async function suggest(audio) {
     if (audio) {
       const t = (res.transcript || '').trim();
       if (res.no_speech || !t) {
+        clearCandidates();
         notice(msg('app.notCaught'));
         return;
       }
-      addTurn('speaker', t);
+      hear(t);
     }
     const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
-    if (!list.length) {
+    if (!list.length && !state.answer) {
+      slots.heard = null; // answered, without replies: the partner's turn stays
+      clearCandidates();
       notice(msg('app.noReplies'));
       return;
     }
-    notice('');
-    setReachable(true);
-    // The turn: steered requests repeat its messages (the transcript in
-    // place of the recording), dialog_id and step_id.
-    startTurn(res, list, { ...payload, messages: state.history.map((m) => ({ role: m.role, content: m.content })) });
+    const language = replyLanguage(res);
+    list.forEach((text, i) => fillSlot(i + 1, text, res.inference_id, language));
+    closeSlots();
   } catch (err) {
     if (!current()) return; // replaced or cancelled on purpose
     state.request = null;
     clearTimeout(r.timer);
     progress(null);
+    closeSlots();
     if (controller.signal.aborted) {
       notice(controller.signal.reason === 'timeout' ? msg('app.tooSlow') : msg('app.cancelled'));
       return;
@@ -950,9 +1192,16 @@ async function unpair() {
 
 // While the user spells, scanning keeps to the conversation view (the
 // replies and the board) and starts again at the letter rows after a press.
+// A turn's first reply is where scanning goes when it shows (scanHere, once).
+let scanHere = null;
 const scan = scanner(() => $('#settings').open || !$('#type-form').hidden || !$('#partner-form').hidden, {
   root: () => (spelling() ? $('#view-talk') : document.body),
-  home: () => (spelling() ? $('#sp-keys') : null),
+  home: () => {
+    if (spelling()) return $('#sp-keys');
+    const h = scanHere;
+    scanHere = null;
+    return h && h.isConnected ? h : null;
+  },
 });
 const dwell = dweller();
 const access = {
@@ -980,6 +1229,12 @@ function secureContextNote() {
 
 function init() {
   i18n.translate();
+  // The first reply of a turn, said once by a screen reader (said()).
+  const sr = document.createElement('p');
+  sr.id = 'cands-said';
+  sr.className = 'sr-only';
+  sr.setAttribute('aria-live', 'polite');
+  $('#cands-wrap').before(sr);
   settings.apply(state.s);
   secureContextNote();
   $('#pair-form').addEventListener('submit', (ev) => {
