@@ -499,6 +499,32 @@ async function main() {
       await sock.stop();
     });
 
+    await step('live (hands-free): a newer turn that holds no speech (a breath) leaves the older turn\'s replies, drawn from its answer', async () => {
+      await settings({ count: 3, hands_free: true });
+      const sock = await liveSocket(page);
+      await page.click('#listen');
+      await until(() => sock.route && sock.sent.length > 0, 'the live socket\'s payload');
+      const turn1 = ['Yes, take a coat.', 'Turn one, reply two.', 'Turn one, reply three.'];
+      sock.send('speech_start', { turn: 1 });
+      sock.send('end_of_turn', { turn: 1, audio_ms: 1800 });
+      sock.send('transcript', { turn: 1, transcript: 'Is it raining?' });
+      sock.send('candidate', { turn: 1, inference_id: 'inf_live1AAAAAAAAAAAAAAAAA', rank: 1, text: turn1[0], language: 'en' });
+      await shown(1);
+      // A breath: a turn begins and ends, then proves to hold no speech; turn
+      // 1 was not superseded, so its answer still comes, and is drawn.
+      sock.send('speech_start', { turn: 2 });
+      sock.send('candidate', { turn: 1, inference_id: 'inf_live1AAAAAAAAAAAAAAAAA', rank: 2, text: turn1[1], language: 'en' });
+      sock.send('end_of_turn', { turn: 2, audio_ms: 400 });
+      sock.send('candidates', { turn: 2, ...answer([], { no_speech: true }) });
+      sock.send('candidate', { turn: 1, inference_id: 'inf_live1AAAAAAAAAAAAAAAAA', rank: 3, text: turn1[2], language: 'en' });
+      sock.send('candidates', { turn: 1, ...answer(turn1, { inference_id: 'inf_live1AAAAAAAAAAAAAAAAA', transcript: 'Is it raining?' }) });
+      await shown(3);
+      const s = await slotsNow();
+      equal(JSON.stringify(s.map((x) => x.text)), JSON.stringify(turn1), 'turn 1\'s replies after a breath');
+      await page.click('#listen'); // stops listening
+      await sock.stop();
+    });
+
     await step('Arabic (right to left): slots from the start, filled in place from the right, nothing moves; axe clean; keyboard, scanning and dwell', async () => {
       const ar = await launch('ar');
       const main = page;

@@ -183,7 +183,9 @@ const emptySlot = () => {
 /** Shows n empty slots: a turn's answer is awaited. base() gives, at its
  * first reply, the payload the turn's steered requests repeat. */
 function openSlots(n, base) {
+  const answered = live.answeredTurn; // awaiting an answer answers nothing
   endTurn();
+  live.answeredTurn = answered;
   endSlots();
   const ul = $('#cands');
   ul.replaceChildren();
@@ -266,6 +268,18 @@ function closeSlots() {
   for (const li of $('#cands').querySelectorAll('li.slot')) li.classList.add('gone');
 }
 
+/** Replies of the turn shown may come again (a newer turn proved to hold
+ * no speech after closing the slots): the empty slots take their outline
+ * back, in place. */
+function reopenSlots() {
+  if (!slots.on) {
+    openSlots(state.s.count, () => payloadFor(false));
+    return;
+  }
+  slots.open = true;
+  for (const li of $('#cands').querySelectorAll('li.slot.gone')) li.classList.remove('gone');
+}
+
 /** The slot layout ends (the replies are drawn anew or go): what kept its
  * space above them goes. */
 function endSlots() {
@@ -310,6 +324,7 @@ function stopArriving() {
   }
   slots.open = false;
   live.answered = true;
+  live.answeredTurn = Math.max(live.answeredTurn, live.shown || 0, live.turn || 0);
 }
 
 /** Reports the turn's outcome (POST /v1/feedback) for the answer shown
@@ -700,9 +715,13 @@ async function finishRecording(why) {
 // says the speaking ended, or a timeout from the text's length) and while
 // the user spells or types.
 // turn: the newest turn the partner finished (its end_of_turn's turn
-// number); answered: the user answered the current turn (its later replies
-// are not shown).
-const live = { session: null, holds: new Set(), speakTimer: null, oneTurn: false, idleTimer: null, turn: undefined, answered: false };
+// number); heard: the newest turn that began (its speech_start); shown: the
+// turn whose replies the slots hold; pending: the answer of a turn older
+// than heard, drawn if the newer turn proves to hold no speech (quiet: the
+// newest turn answered no_speech); answered: the user
+// answered the current turn (its later replies are not shown), answeredTurn
+// the newest turn they answered.
+const live = { session: null, holds: new Set(), speakTimer: null, oneTurn: false, idleTimer: null, turn: undefined, heard: undefined, quiet: undefined, shown: undefined, pending: null, answered: false, answeredTurn: 0 };
 
 // A one-turn Listen that hears no speech for this long stops, as a
 // recording does.
@@ -731,6 +750,11 @@ async function startLive(oneTurn) {
   clearCandidates();
   notice('');
   live.turn = undefined;
+  live.heard = undefined;
+  live.quiet = undefined;
+  live.shown = undefined;
+  live.pending = null;
+  live.answeredTurn = 0;
   const session = new LiveSession({
     oneTurn,
     payload: () => payloadFor(false),
@@ -794,6 +818,27 @@ function showCaption(text) {
   el.hidden = !text;
 }
 
+/** Whether the replies of live turn `turn` (a candidate event, or a
+ * candidates event with replies) are drawn (client.md, the live protocol):
+ * the page shows the newest turn that has replies, never an older one after
+ * a newer one's first reply, nor a turn the user answered. A replyd without
+ * turn numbers: as before, the current slots. */
+function admitReplies(turn) {
+  if (!Number.isInteger(turn)) return !live.answered;
+  if (turn <= live.answeredTurn) return false;
+  if (Number.isInteger(live.shown) && turn < live.shown) return false;
+  if (turn !== live.shown) {
+    // This turn's first reply: it replaces an older turn's replies.
+    if (state.answer || !slots.open) openSlots(state.s.count, () => payloadFor(false));
+    live.shown = turn;
+    if (live.pending && live.pending.turn < turn) live.pending = null;
+  } else if (!slots.open) {
+    // A newer turn without speech closed this turn's slots meanwhile.
+    reopenSlots();
+  }
+  return true;
+}
+
 /** Whether a live event belongs to a turn older than the newest one the
  * partner finished (its turn field; a replyd without turn numbers sends
  * none, and then every event is the current turn's). newer: an event of a
@@ -810,9 +855,12 @@ function liveEvent(name, data) {
       break;
     case 'speech_start':
       clearTimeout(live.idleTimer);
+      if (Number.isInteger(data.turn)) live.heard = data.turn;
       if (state.answer) {
         // The user had not chosen: the partner's new turn replaces the replies.
+        const answered = live.answeredTurn;
         endTurn();
+        live.answeredTurn = answered;
         clearCandidates();
         notice(T.liveNextTurn);
       }
@@ -834,14 +882,32 @@ function liveEvent(name, data) {
       if (data.transcript && data.transcript.trim()) addTurn('speaker', data.transcript.trim());
       break;
     case 'candidate':
-      if (staleTurn(data, true) || live.answered) break;
+      // An older turn's replies once the partner began a newer one are not
+      // drawn one by one (the newer turn cleared the screen): its whole
+      // answer is kept instead, in case the newer turn holds no speech.
+      if (olderThanHeard(data.turn) || !admitReplies(data.turn)) break;
       fillSlot(data.rank, data.text, data.inference_id, data.language);
       break;
     case 'candidates':
-      if (staleTurn(data, true)) break;
+      if (olderThanHeard(data.turn) || staleTurn(data, false)) {
+        // An older turn's answer, after the partner began a newer turn
+        // (which supersedes it at replyd only once it proves to hold
+        // speech): kept, and drawn if the newer turn is a breath or a
+        // cough (no_speech), never the newer turn's progress.
+        if (!data.no_speech && (!Number.isInteger(live.shown) || data.turn >= live.shown)) live.pending = data;
+        if (live.pending && live.quiet === live.heard) drawPending();
+        break;
+      }
       progress(null);
       showCaption('');
       if (live.oneTurn && data.no_speech) notice(msg('app.nothingHeard'));
+      if (data.no_speech && Number.isInteger(data.turn)) {
+        live.quiet = data.turn;
+        if (live.pending) {
+          drawPending();
+          break;
+        }
+      }
       liveAnswer(data);
       break;
     case 'error':
@@ -856,12 +922,32 @@ function liveEvent(name, data) {
   }
 }
 
+/** Whether live turn `turn` is older than the newest that began. */
+function olderThanHeard(turn) {
+  return Number.isInteger(turn) && Number.isInteger(live.heard) && turn < live.heard;
+}
+
+/** Draws the kept answer of an older turn: the newer turn held no speech,
+ * so the older turn's replies are still the ones to answer. */
+function drawPending() {
+  const d = live.pending;
+  live.pending = null;
+  if (d) liveAnswer(d, true);
+}
+
 /** Shows a live turn's replies, as suggest does for an upload (those a
- * candidate event showed stay where they are). */
-function liveAnswer(res) {
+ * candidate event showed stay where they are); older: the answer of a turn
+ * before the newest that ended. */
+function liveAnswer(res, older) {
   const list = Array.isArray(res.response) ? res.response.filter((x) => typeof x === 'string' && x.trim()) : [];
-  if (live.oneTurn || !state.s.hands_free) stopLive();
-  if (live.answered) return; // the user answered before all the replies came
+  if (!older && (live.oneTurn || !state.s.hands_free)) stopLive();
+  if (!list.length && Number.isInteger(res.turn) && Number.isInteger(live.shown) && res.turn !== live.shown) {
+    // A turn without replies (a breath, a cough) leaves an older turn's
+    // replies, shown or still coming, as they are.
+    return;
+  }
+  if (list.length && !admitReplies(res.turn)) return;
+  if (live.answered && !Number.isInteger(res.turn)) return; // the user answered before all the replies came
   if (!res.no_speech) {
     const language = replyLanguage(res);
     list.forEach((text, i) => fillSlot(i + 1, text, res.inference_id, language));
