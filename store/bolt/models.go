@@ -68,7 +68,7 @@ func modelChoices(tx *bolt.Tx) ([]store.ModelChoice, error) {
 	return out, err
 }
 
-// bucketModelRecords holds the boxes' timings and comparisons: node ‖ 0 ‖
+// bucketModelRecords holds the boxes' records of their model files: node ‖ 0 ‖
 // file ‖ 0 ‖ what -> JSON ModelRecord. It is created by the first write
 // (readers find it missing in older files).
 var bucketModelRecords = []byte("model_records")
@@ -79,10 +79,10 @@ func modelRecordKey(node, file, what string) []byte {
 	return append(append(append(modelRecordPrefix(node), file...), 0), what...)
 }
 
-// PutModelRecord stores a box's timing or comparison; see store.Store.
+// PutModelRecord stores a box's record of a model file; see store.Store.
 func (db *DB) PutModelRecord(r store.ModelRecord) error {
 	if !store.ValidModelRecord(r) {
-		return invalid("a model record needs a node, a file, a kind (timing or comparison) and a body")
+		return invalid("a model record needs a node, a file, a kind (timing, comparison or window) and a body")
 	}
 	if r.At.IsZero() {
 		r.At = db.now()
@@ -100,7 +100,7 @@ func (db *DB) PutModelRecord(r store.ModelRecord) error {
 	})
 }
 
-// ModelRecords returns a box's timings and comparisons; see store.Store.
+// ModelRecords returns a box's records of its model files; see store.Store.
 func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
 	out := []store.ModelRecord{}
 	err := db.view(func(tx *bolt.Tx) error {
@@ -122,15 +122,24 @@ func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
 	return out, err
 }
 
-// DeleteModelRecords deletes a box's records of one file; see store.Store.
+// DeleteModelRecords deletes a box's records of one file, of every kind;
+// see store.Store.
 func (db *DB) DeleteModelRecords(node, file string) error {
 	return db.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketModelRecords)
 		if b == nil {
 			return nil
 		}
-		for _, what := range []string{store.ModelTiming, store.ModelComparison} {
-			if err := b.Delete(modelRecordKey(node, file, what)); err != nil {
+		// node ‖ 0 ‖ file ‖ 0: names hold no NUL, so the prefix is this
+		// file's records only.
+		p := append(append(modelRecordPrefix(node), file...), 0)
+		var keys [][]byte
+		c := b.Cursor()
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
 				return err
 			}
 		}
