@@ -92,6 +92,9 @@ type Options struct {
 	// upload; 0 means DefaultMaxModelBytes.
 	ModelsDir     string
 	MaxModelBytes int64
+	// ShortWindowDefault is the window declaration of a Whisper file the
+	// admin declared nothing of (REPLYD_WHISPER_SHORT_WINDOW; modelwindow.go).
+	ShortWindowDefault bool
 	// Platform is the engines' kernels and the CPU budget for the Status
 	// view; nil leaves them out of /v1/admin/status.
 	Platform *Platform
@@ -212,7 +215,8 @@ func New(o Options) *Server {
 	s.voice, s.turnCfg, s.liveOff, s.sched = o.Voice, o.Turn.WithDefaults(), o.LiveOff, o.Sched
 	s.live = newLiveSessions()
 	s.rights = newGrants()
-	s.models = models.NewService(models.ServiceOptions{Dir: o.ModelsDir, MaxBytes: o.MaxModelBytes, Node: s.node, Store: s.store, Log: s.log})
+	s.models = models.NewService(models.ServiceOptions{Dir: o.ModelsDir, MaxBytes: o.MaxModelBytes, Node: s.node, Store: s.store, Log: s.log,
+		ShortWindowDefault: o.ShortWindowDefault})
 	s.failures = newAuthFailures(s.limits.AuthFailuresPerMinute)
 	s.kdfSlot = make(chan struct{}, 1)
 	s.trusted = o.TrustedProxies
@@ -322,6 +326,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST(a+"/models/:name/activate", s.handleActivateModel, s.adminAuth)
 	e.POST(a+"/models/:kind/rollback", s.handleRollbackModel, s.adminAuth)
 	e.POST(a+"/models/:name/time", s.handleTimeModel, s.adminAuth)
+	e.PUT(a+"/models/:name/window", s.handleDeclareWindow, s.adminAuth)
 	e.POST(a+"/models/:name/compare", s.handleCompareModel, s.adminAuth)
 	get(e, a+"/models/:name/compare", s.handleGetComparison, s.adminAuth)
 

@@ -21,6 +21,7 @@ import (
 	"github.com/replyd/replyd/engine/audio"
 	"github.com/replyd/replyd/engine/llm"
 	"github.com/replyd/replyd/internal/disk"
+	"github.com/replyd/replyd/models"
 	"github.com/replyd/replyd/notify"
 	"github.com/replyd/replyd/recall"
 	"github.com/replyd/replyd/store"
@@ -89,6 +90,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.eng = newEngines(cfg)
+	s.eng.windows = func(path string) (models.WindowDeclaration, error) {
+		return models.WindowOf(db, cfg.NodeName, modelsDir(cfg.DataDir), path, cfg.WhisperShortWindow == "on")
+	}
 
 	var tlsCfg *tls.Config
 	var certs api.CertSource
@@ -153,15 +157,17 @@ func (s *Server) Run(ctx context.Context) error {
 		TOTPOnly:       cfg.OTPChannel == api.ChannelTOTP,
 		DiskFree:       func() (int64, error) { return disk.Free(cfg.DataDir) },
 		ModelsDir:      modelsDir(cfg.DataDir),
-		PublicURL:      cfg.PublicURL,
-		CORSOrigins:    corsOrigins,
-		Certs:          certs,
-		M4A:            audio.M4AAvailable,
-		Voice:          voiceOf(det),
-		Turn:           engine.TurnConfig{EndSilence: cfg.LiveEndSilence, MaxTurn: cfg.MaxAudio},
-		LiveOff:        cfg.Live == "off",
-		Sched:          cpu,
-		Platform:       platformRef(cfg.CPUCores),
+		// A Whisper file the admin declared nothing of.
+		ShortWindowDefault: cfg.WhisperShortWindow == "on",
+		PublicURL:          cfg.PublicURL,
+		CORSOrigins:        corsOrigins,
+		Certs:              certs,
+		M4A:                audio.M4AAvailable,
+		Voice:              voiceOf(det),
+		Turn:               engine.TurnConfig{EndSilence: cfg.LiveEndSilence, MaxTurn: cfg.MaxAudio},
+		LiveOff:            cfg.Live == "off",
+		Sched:              cpu,
+		Platform:           platformRef(cfg.CPUCores),
 	})
 	s.api = srv
 

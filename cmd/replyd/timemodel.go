@@ -87,7 +87,7 @@ func llmFigures(f llm.Figures) models.Figures {
 // timeWhisper loads the candidate Whisper model and transcribes the fixed
 // audio with it and with the active model, each at idle priority.
 func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timing) error {
-	cand, err := openWhisper(e.cfg, path, e.log.With("timing", filepath.Base(path)))
+	cand, err := openWhisper(e.cfg, path, e.shortWindow(path), e.log.With("timing", filepath.Base(path)))
 	if err != nil {
 		return loadError("stt", err)
 	}
