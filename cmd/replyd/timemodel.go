@@ -98,6 +98,7 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timi
 		return err
 	}
 	out.Candidate = sttFigures(d)
+	out.Candidate.Window = cand.Status().Window
 	act, release, err := e.stt.Acquire()
 	if err != nil {
 		return errors.New("the active speech-to-text model is unloaded")
@@ -107,7 +108,7 @@ func (e *engines) timeWhisper(ctx context.Context, path string, out *models.Timi
 		return err
 	}
 	out.Active = sttFigures(d)
-	out.Active.Model = act.Status().Model
+	out.Active.Model, out.Active.Window = act.Status().Model, act.Status().Window
 	return nil
 }
 
