@@ -14,7 +14,9 @@
 #
 # Usage: scripts/bench-live-window.sh [OUT_DIR]
 # Environment: ROUNDS (default 3), LIVE_TURNS (default 2), MODES (default
-# "speech full"), NET_RUN (default 1: the fallback-on run; 0 skips it).
+# "speech full"), NET_RUN (default 1: the fallback-on run; 0 skips it),
+# PATHS and REPLYD_MAX_REPLY_TOKENS (passed to livelatency.mjs: on a box
+# loaded by other work, PATHS=listen measures only the Listen path).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +32,7 @@ run() { # mode fallback tag
 	local mode=$1 fb=$2 tag=$3
 	echo "== $tag: REPLYD_WHISPER_WINDOW=$mode REPLYD_WHISPER_FALLBACK=$fb, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	# One benchmark on the box at a time (the lock the other bench runs take).
-	if (cd "$root" && REPLYD_WHISPER_WINDOW=$mode REPLYD_WHISPER_FALLBACK=$fb flock /tmp/replyd-bench.lock make -s bench-live LIVE_TURNS="$turns") >"$out/$tag.log" 2>&1; then
+	if (cd "$root" && REPLYD_WHISPER_WINDOW=$mode REPLYD_WHISPER_FALLBACK=$fb flock /tmp/replyd-bench.lock make -s bench-live LIVE_TURNS="$turns" ${REPLYD_MAX_REPLY_TOKENS:+REAL_REPLY_ENV=REPLYD_MAX_REPLY_TOKENS=$REPLYD_MAX_REPLY_TOKENS}) >"$out/$tag.log" 2>&1; then
 		cp "$root/tests/browser/artifacts/livelatency/results.json" "$out/$tag.json"
 	else
 		echo "   failed: see $out/$tag.log"

@@ -167,7 +167,9 @@ export async function startReplyd(bin, env, logFile) {
   child.on('exit', (code, signal) => { exited = { code, signal }; });
   const base = `http://${env.REPLYD_ADDR}`;
   const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-  const end = Date.now() + 120000;
+  // REPLYD_READY_S: a box loaded by other work may need longer (default 120 s).
+  const readyS = Number(process.env.REPLYD_READY_S || 120);
+  const end = Date.now() + readyS * 1000;
   for (;;) {
     if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);
     try {
@@ -176,7 +178,7 @@ export async function startReplyd(bin, env, logFile) {
     } catch { /* not listening yet */ }
     if (Date.now() > end) {
       child.kill('SIGKILL');
-      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within 120 s:\n${tail()}`);
+      throw new Error(`replyd did not answer /healthz 200 {"status":"ok"} within ${readyS} s:\n${tail()}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }

@@ -38,7 +38,9 @@
 // REPLYD_MAX_REPLY_TOKENS (real lengths: `make bench-live` sets 15 and 12;
 // BENCH_MODE names the mode in the output), OPENBLAS_CORETYPE,
 // REPLYD_WHISPER_WINDOW (the encoder window's mode, issue 40: named in the
-// output; scripts/bench-live-window.sh alternates runs of two modes).
+// output; scripts/bench-live-window.sh alternates runs of two modes),
+// PATHS (the paths to take, comma-separated: server,listen,nocap,handsfree,
+// the default).
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -359,7 +361,8 @@ async function main() {
     console.log(`partner: "${QUESTION}" (espeak-ng), sound ${q.start.toFixed(2)}-${q.end.toFixed(2)} s of a ${q.length.toFixed(1)} s file (${LEAD_S} s of zeros before, ${TAIL_S} s after)`);
     console.log('ms after the end of speech; "sent" is the upload leaving the page, or the live end_of_turn event arriving; load = /proc/loadavg');
 
-    const KINDS = ['server', 'listen', 'nocap', 'handsfree'];
+    // PATHS (comma-separated) runs only some of them.
+    const KINDS = (process.env.PATHS || 'server,listen,nocap,handsfree').split(',').filter((k) => ['server', 'listen', 'nocap', 'handsfree'].includes(k));
     const results = Object.fromEntries(KINDS.map((k) => [k, []]));
     const failed = Object.fromEntries(KINDS.map((k) => [k, 0]));
     // The server alone: the words posted as a WAV that ends 0.3 s after
@@ -521,7 +524,7 @@ async function main() {
     check(problems.length === 0, `errors in the page: ${problems.join('; ')}`);
     check(KINDS.every((k) => results[k].length > 0), `no measured turn on a path: ${KINDS.map((k) => `${k} ${results[k].length}`).join(', ')}`);
 
-    const m = (kind, k) => median(results[kind].map((r) => r[k]));
+    const m = (kind, k) => median((results[kind] || []).map((r) => r[k]));
     console.log(`\nmedians of ${KINDS.map((k) => `${results[k].length} ${k}`).join(', ')} turns, ms after the end of speech (load now ${load()}); failed attempts: ${KINDS.map((k) => `${k} ${failed[k]}`).join(', ')}`);
     console.log(`${'stage'.padEnd(22)} ${KINDS.map((k) => k.padStart(10)).join(' ')}`);
     for (const [label, k] of [['end_of_turn arrives', 'sent'], ['work starts', 'workStart'], ['transcript shown', 'transcript'], ['candidates shown', 'candidates'],
