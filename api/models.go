@@ -38,6 +38,9 @@ type modelList struct {
 	// when there is none).
 	Compare     bool                          `json:"compare"`
 	Comparisons map[string]*models.Comparison `json:"comparisons,omitempty"`
+	// Windows is each checked Whisper file's window declaration
+	// (modelwindow.go), by file name; absent when there is none.
+	Windows map[string]*models.WindowDeclaration `json:"windows,omitempty"`
 }
 
 func (s *Server) modelsConfigured() error {
@@ -81,7 +84,8 @@ func (s *Server) handleListModels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := modelList{Models: l.Entries, FreeBytes: -1, MaxBytes: s.models.MaxBytes(), Timings: l.Timings, Comparisons: l.Comparisons}
+	out := modelList{Models: l.Entries, FreeBytes: -1, MaxBytes: s.models.MaxBytes(), Timings: l.Timings, Comparisons: l.Comparisons,
+		Windows: l.Windows}
 	for i := range out.Models {
 		out.Models[i].Active = s.activeModel(out.Models[i].File)
 	}
@@ -103,7 +107,9 @@ func (s *Server) handleListModels(c echo.Context) error {
 // space before a byte is read. A disk that fills while the body is copied,
 // chunked or not, is 507 insufficient_storage with the bytes written and
 // the bytes free. A dropped connection or a full disk leaves nothing behind;
-// a re-sent upload starts again from the first byte.
+// a re-sent upload starts again from the first byte. An optional
+// ?short_window= declares a Whisper file's window with the upload
+// (modelwindow.go).
 func (s *Server) handleUploadModel(c echo.Context) error {
 	if err := s.modelsConfigured(); err != nil {
 		return err
@@ -112,6 +118,12 @@ func (s *Server) handleUploadModel(c echo.Context) error {
 	if !modelfile.ValidName(name) {
 		return badRequest("?name= must be a model file name of letters, digits, '.', '_' and '-', ending in .gguf or .bin")
 	}
+	short, err := shortWindowParam(c, name)
+	if err != nil {
+		return err
+	}
+	_, statErr := os.Stat(filepath.Join(s.models.Dir(), name))
+	existed := statErr == nil
 	r := c.Request()
 	if max := s.models.MaxBytes(); r.ContentLength > max {
 		s.adminLog(c, store.LevelWarn, name, "model upload refused: %s is %d bytes, the limit is %d", name, r.ContentLength, max)
@@ -133,7 +145,31 @@ func (s *Server) handleUploadModel(c echo.Context) error {
 	}
 	e.Active = s.activeModel(name)
 	s.adminLog(c, store.LevelInfo, name, "model uploaded: %s (%s, %d bytes, sha256 %s, %s)", name, e.Kind, e.Bytes, e.SHA256, e.Manifest)
-	return c.JSON(http.StatusCreated, e)
+	out := uploaded{Entry: e}
+	if short != nil {
+		d, err := s.declareWindow(c, name, *short)
+		if errors.Is(err, models.ErrNotWhisper) {
+			// A window was asked for a file that has none: the request
+			// fails as a whole, so the file it added is not kept.
+			if !existed {
+				_ = s.models.Remove(name, s.activeModel)
+			}
+			s.adminLog(c, store.LevelWarn, name, "model upload refused: %s: it is a %s file and ?short_window= applies only to Whisper files", name, e.Kind)
+			return errorf(CodeInvalidModel, "the model file was refused: ?short_window= applies only to a Whisper model file and %s is a %s file", name, e.Kind)
+		}
+		if err != nil {
+			return err
+		}
+		out.Window = &d.WindowDeclaration
+	}
+	return c.JSON(http.StatusCreated, out)
+}
+
+// uploaded is the answer of an upload: the file's entry and, when the
+// upload declared it, its window.
+type uploaded struct {
+	modelfile.Entry
+	Window *models.WindowDeclaration `json:"window,omitempty"`
 }
 
 // modelNameParam is the route's {name}: a model file name the folder can
@@ -186,6 +222,8 @@ func modelError(err error) *Error {
 		return &Error{Code: CodeNotSupported, Message: err.Error(), Err: err}
 	case switchError(err) != nil:
 		return switchError(err)
+	case windowError(err) != nil:
+		return windowError(err)
 	case errors.Is(err, modelfile.ErrShort):
 		return &Error{Code: CodeInvalidRequest, Message: "the upload ended before the announced Content-Length; send the file again", Err: err}
 	}

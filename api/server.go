@@ -324,6 +324,7 @@ func (s *Server) routes(e *echo.Echo, metricsPublic bool) {
 	e.POST(a+"/models/:name/activate", s.handleActivateModel, s.adminAuth)
 	e.POST(a+"/models/:kind/rollback", s.handleRollbackModel, s.adminAuth)
 	e.POST(a+"/models/:name/time", s.handleTimeModel, s.adminAuth)
+	e.PUT(a+"/models/:name/window", s.handleDeclareWindow, s.adminAuth)
 	e.POST(a+"/models/:name/compare", s.handleCompareModel, s.adminAuth)
 	get(e, a+"/models/:name/compare", s.handleGetComparison, s.adminAuth)
 

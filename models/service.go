@@ -23,8 +23,8 @@ import (
 // room for a 7B model at q8_0 or Whisper large at f16.
 const DefaultMaxBytes = 16 << 30
 
-// RecordStore is what the Service keeps in the store: each box's timings
-// and comparisons of its files (store.Store has it).
+// RecordStore is what the Service keeps in the store: each box's timings,
+// comparisons and window declarations of its files (store.Store has it).
 type RecordStore interface {
 	PutModelRecord(r store.ModelRecord) error
 	ModelRecords(node string) ([]store.ModelRecord, error)
@@ -57,6 +57,9 @@ type ServiceOptions struct {
 	MemAvailable func() (int64, error)
 	// Now is the clock the actions are timed with; nil means time.Now.
 	Now func() time.Time
+	// ShortWindowDefault is the window declaration of a Whisper file the
+	// admin declared nothing of (REPLYD_WHISPER_SHORT_WINDOW; window.go).
+	ShortWindowDefault bool
 }
 
 // Service is the models folder of one box and the model actions on its
@@ -73,6 +76,8 @@ type Service struct {
 	store    RecordStore
 	log      *slog.Logger
 	upload   chan struct{} // one upload at a time
+	// shortDefault is ServiceOptions.ShortWindowDefault.
+	shortDefault bool
 
 	engines      Engines
 	llm          LanguageModels
@@ -127,7 +132,8 @@ func NewService(o ServiceOptions) *Service {
 	}
 	s := &Service{dir: o.Dir, maxBytes: o.MaxBytes, node: o.Node, store: o.Store, log: o.Log,
 		upload: make(chan struct{}, 1), cache: map[string]cachedEntry{}, holds: map[string]string{},
-		engines: o.Engines, llm: o.LLM, stt: o.STT, cpu: o.CPU, memAvailable: o.MemAvailable, now: o.Now}
+		engines: o.Engines, llm: o.LLM, stt: o.STT, cpu: o.CPU, memAvailable: o.MemAvailable, now: o.Now,
+		shortDefault: o.ShortWindowDefault}
 	if s.dir != "" {
 		modelfile.Sweep(s.dir) // uploads a crash interrupted
 		s.migrateTimings()
@@ -244,6 +250,9 @@ type Listing struct {
 	Entries     []modelfile.Entry // by name; Active not set
 	Timings     map[string]*Timing
 	Comparisons map[string]*Comparison // nil when none
+	// Windows is the window declaration of each checked Whisper file
+	// (window.go), stored or the default; nil when there is none.
+	Windows map[string]*WindowDeclaration
 }
 
 // List describes the folder's model files, each check and SHA-256 kept
@@ -305,6 +314,19 @@ func (s *Service) List() (Listing, error) {
 	out.Timings = recs.timings
 	if len(recs.comparisons) > 0 {
 		out.Comparisons = recs.comparisons
+	}
+	for _, e := range out.Entries {
+		if e.Kind != modelfile.KindWhisper {
+			continue
+		}
+		d, ok := recs.windows[e.File]
+		if !ok {
+			d = &WindowDeclaration{ShortWindow: s.shortDefault, Source: WindowDefault}
+		}
+		if out.Windows == nil {
+			out.Windows = map[string]*WindowDeclaration{}
+		}
+		out.Windows[e.File] = d
 	}
 	return out, nil
 }
@@ -392,18 +414,19 @@ func (s *Service) putComparison(name string, st os.FileInfo, c Comparison) error
 		Bytes: st.Size(), ModTime: st.ModTime(), Body: b})
 }
 
-// records are this box's stored timings and comparisons of the files
-// still as they were measured (same size and modification time), by file
-// name.
+// records are this box's stored timings, comparisons and window
+// declarations of the files still as they were measured (same size and
+// modification time), by file name.
 type records struct {
 	timings     map[string]*Timing
 	comparisons map[string]*Comparison
+	windows     map[string]*WindowDeclaration
 }
 
 // records reads this box's records; stat gives a file's state now (nil:
 // gone).
 func (s *Service) records(stat func(name string) os.FileInfo) (records, error) {
-	out := records{timings: map[string]*Timing{}, comparisons: map[string]*Comparison{}}
+	out := records{timings: map[string]*Timing{}, comparisons: map[string]*Comparison{}, windows: map[string]*WindowDeclaration{}}
 	recs, err := s.store.ModelRecords(s.node)
 	if err != nil {
 		return out, err
@@ -424,6 +447,10 @@ func (s *Service) records(stat func(name string) os.FileInfo) (records, error) {
 			var c Comparison
 			if json.Unmarshal(r.Body, &c) == nil {
 				out.comparisons[r.File] = &c
+			}
+		case store.ModelWindow:
+			if d, ok := windowRecord(r, st); ok {
+				out.windows[r.File] = &d
 			}
 		}
 	}

@@ -94,6 +94,7 @@ func (s *Service) timeWhisper(ctx context.Context, path string, out *Timing) err
 		return err
 	}
 	out.Candidate = sttFigures(d)
+	out.Candidate.Window = cand.Status().Window
 	act, release, err := s.stt.Active()
 	if err != nil {
 		return errors.New("the active speech-to-text model is unloaded")
@@ -103,7 +104,7 @@ func (s *Service) timeWhisper(ctx context.Context, path string, out *Timing) err
 		return err
 	}
 	out.Active = sttFigures(d)
-	out.Active.Model = act.Status().Model
+	out.Active.Model, out.Active.Window = act.Status().Model, act.Status().Window
 	return nil
 }
 

@@ -26,6 +26,11 @@ type Figures struct {
 	AudioSeconds   float64 `json:"audio_seconds,omitempty"`
 	TranscribeMS   float64 `json:"transcribe_ms,omitempty"`
 	RealTimeFactor float64 `json:"real_time_factor,omitempty"`
+	// Window is the encoder's window rule Whisper was timed with: what
+	// REPLYD_WHISPER_WINDOW resolved to for that file and its window
+	// declaration, in words (engine.EngineStatus.Window); "" in timings
+	// stored before it was recorded.
+	Window string `json:"window,omitempty"`
 	// TurnMS is the turn time to expect (Figures.Turn), 0 when unknown.
 	TurnMS int64 `json:"turn_ms"`
 }

@@ -29,7 +29,8 @@
 # file that is not a whisper.cpp ggml model with Whisper's 30 s window (the
 # magic and n_audio_ctx of its header), and records the SHA-256 it computed
 # in FILE.sha256 and SHA256SUMS (trust on first use: check other copies
-# against that line). Load one with REPLYD_WHISPER_SHORT_WINDOW=on
+# against that line). On the appliance add it in the admin page's Models
+# view with "made for a short window" ticked, or declare it there later
 # (docs/speech.md). --list shows them.
 #
 # The pins below must equal models/manifest.json: `go test ./models/` fails
@@ -269,9 +270,9 @@ fetch_unpinned() {
 	if [ "$dry_run" -eq 1 ]; then exit 0; fi
 	(cd "$dir" && find . -maxdepth 1 -type f \( -name '*.bin' -o -name '*.gguf' -o -name '*.onnx' \) -printf '%f\n' | sort | xargs -r sha256sum >SHA256SUMS)
 	cat <<EOF
-Fetched into $dir without a publisher's checksum (see above). On the appliance point REPLYD_WHISPER_MODEL at the
-file and set REPLYD_WHISPER_SHORT_WINDOW=on, so that the encoder's window follows the speech (docs/speech.md);
-'replyd models verify' lists it as "not in manifest".
+Fetched into $dir without a publisher's checksum (see above). On the appliance add the file in the admin page's
+Models view with "made for a short window" ticked (or declare it there later), so that the encoder's window
+follows the speech (docs/speech.md); 'replyd models verify' lists it as "not in manifest".
 EOF
 	exit 0
 }

@@ -29,20 +29,25 @@ func ValidModelChoice(c ModelChoice) bool {
 const (
 	ModelTiming     = "timing"     // POST /v1/admin/models/{name}/time
 	ModelComparison = "comparison" // POST /v1/admin/models/{name}/compare
+	// ModelWindow is the admin's declaration of what a Whisper file's
+	// weights were made for (PUT /v1/admin/models/{name}/window): whether
+	// the encoder's window may follow the speech.
+	ModelWindow = "window"
 )
 
-// ModelRecord is what a box measured of one of its model files: a timing or
-// a comparison (What), kept so that a restart keeps them. Model files live
+// ModelRecord is what a box measured or was told of one of its model files:
+// a timing, a comparison or a window declaration (What), kept so that a
+// restart keeps them. Model files live
 // on each box, so records are per box, like a ModelChoice. Body is the
 // models feature's own JSON; the store keeps it as it is.
 type ModelRecord struct {
 	Node string `json:"node"`
 	// File is the file's name in the box's models folder.
 	File string `json:"file"`
-	// What is ModelTiming or ModelComparison.
+	// What is ModelTiming, ModelComparison or ModelWindow.
 	What string `json:"what"`
-	// Bytes and ModTime identify the file measured: a file replaced since
-	// is another file.
+	// Bytes and ModTime identify the file measured or declared: a file
+	// replaced since is another file.
 	Bytes   int64     `json:"bytes"`
 	ModTime time.Time `json:"mod_time"`
 	// At is when the record was written.
@@ -52,5 +57,5 @@ type ModelRecord struct {
 
 // ValidModelRecord checks what both stores require of a ModelRecord.
 func ValidModelRecord(r ModelRecord) bool {
-	return r.Node != "" && r.File != "" && (r.What == ModelTiming || r.What == ModelComparison) && len(r.Body) > 0
+	return r.Node != "" && r.File != "" && (r.What == ModelTiming || r.What == ModelComparison || r.What == ModelWindow) && len(r.Body) > 0
 }

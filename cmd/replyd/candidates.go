@@ -50,7 +50,7 @@ func (m languageModel) Figures() models.LLMFigures {
 type speechModels struct{ e *engines }
 
 func (s speechModels) Open(path string) (models.SpeechModel, error) {
-	m, err := openWhisper(s.e.cfg, path, s.e.log.With("candidate", filepath.Base(path)))
+	m, err := openWhisper(s.e.cfg, path, s.e.shortWindow(path), s.e.log.With("candidate", filepath.Base(path)))
 	if err != nil {
 		return nil, err
 	}

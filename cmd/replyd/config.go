@@ -83,7 +83,9 @@ type Config struct {
 	// one transcription window decodes (0: the model's own cap).
 	WhisperMaxTokens int
 	// WhisperWindow sizes the encoder's window (whisper.ParseWindow);
-	// WhisperShortWindow declares weights made for a short window (on/off).
+	// WhisperShortWindow is the window declaration (on/off: weights made
+	// for a short window) of a Whisper file without one of its own
+	// (models/window.go: the admin declares a file's in the Models view).
 	WhisperWindow      string
 	WhisperShortWindow string
 
@@ -221,10 +223,10 @@ func options() []option {
 
 		strOpt("llm-model", "REPLYD_LLM_MODEL", DefaultLLMModel, "GGUF language model file", false, func(c *Config) *string { return &c.LLMModel }),
 		strOpt("whisper-model", "REPLYD_WHISPER_MODEL", DefaultWhisperModel, "ggml Whisper model file", false, func(c *Config) *string { return &c.WhisperModel }),
-		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0); off: greedy only, as whisper.cpp's -nf (a bad window costs one decoding, not six)", false, func(c *Config) *string { return &c.WhisperFallback }),
+		strOpt("whisper-fallback", "REPLYD_WHISPER_FALLBACK", "on", "on: whisper.cpp's temperature fallback (a window whose greedy text looks failed is decoded again at temperatures 0.2 to 1.0), and with it the shortened window's safety net (a shortened window that fails is decoded again at 30 s first); off: greedy only, as whisper.cpp's -nf, both off", false, func(c *Config) *string { return &c.WhisperFallback }),
 		intOpt("whisper-max-tokens", "REPLYD_WHISPER_MAX_TOKENS", "0", "most text tokens Whisper decodes for one 30 s window, as whisper.cpp's max_tokens (0: no cap but the model's own); benchmarks set it to a real transcript's length, as random-weight models decode to their caps", func(c *Config) *int { return &c.WhisperMaxTokens }),
 		strOpt("whisper-window", "REPLYD_WHISPER_WINDOW", "auto", "Whisper's encoder window for audio of one 30 s window (whisper.cpp's audio_ctx): auto (speech + 64 positions for weights made for a short window, else max(10 s, speech + 2 s)), speech (speech + 64 positions whatever the weights), full (30 s), or a floor in seconds", false, func(c *Config) *string { return &c.WhisperWindow }),
-		strOpt("whisper-short-window", "REPLYD_WHISPER_SHORT_WINDOW", "off", "on: the Whisper weights are made for a short window (FUTO's acft fine-tunes), so auto uses the speech's own window", false, func(c *Config) *string { return &c.WhisperShortWindow }),
+		strOpt("whisper-short-window", "REPLYD_WHISPER_SHORT_WINDOW", "off", "on: a Whisper file the admin declared nothing of in the Models view is taken as made for a short window (FUTO's acft fine-tunes), so auto uses the speech's own window", false, func(c *Config) *string { return &c.WhisperShortWindow }),
 		strOpt("vad-model", "REPLYD_VAD_MODEL", DefaultVADModel, "Silero VAD v5 ONNX file (voice activity detection); empty or missing: VAD off", false, func(c *Config) *string { return &c.VADModel }),
 		strOpt("whisper-backend", "REPLYD_WHISPER_BACKEND", "auto", "where speech-to-text computes: auto (on a GPU whenever the language model is: a GPU backend is loaded and gpu-layers is not 0; else cpu), cpu (replyd's own kernels and OpenBLAS, the faster on a CPU), gpu (ggml's GPU backend; start-up fails without one), ggml-cpu (the GPU's graphs on ggml's CPU backend, for comparison)", false, func(c *Config) *string { return &c.WhisperBackend }),
 		intOpt("gpu-layers", "REPLYD_GPU_LAYERS", "-1", "layers to offload to a GPU backend (-1 = all when one is present)", func(c *Config) *int { return &c.GPULayers }),

@@ -15,6 +15,7 @@ import (
 	"github.com/replyd/replyd/engine/slot"
 	"github.com/replyd/replyd/engine/vad"
 	"github.com/replyd/replyd/engine/whisper"
+	"github.com/replyd/replyd/models"
 )
 
 // engines holds the two models while they load and after. It implements
@@ -40,6 +41,10 @@ type engines struct {
 	cfg *Config
 	cpu *engine.Scheduler
 	log *slog.Logger
+	// windows is the window declaration of a Whisper file (stored with
+	// the file's records: models.WindowOf); nil: the configured default
+	// (REPLYD_WHISPER_SHORT_WINDOW) for every file.
+	windows func(path string) (models.WindowDeclaration, error)
 }
 
 // loadVAD loads Silero VAD from path for the pipeline. A missing or
@@ -84,7 +89,7 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	e.cpu, e.log = cpu, log
 	e.mu.Unlock()
 	t0 := time.Now()
-	stt, err := openWhisper(cfg, cfg.WhisperModel, log)
+	stt, err := openWhisper(cfg, cfg.WhisperModel, e.shortWindow(cfg.WhisperModel), log)
 	if err != nil {
 		e.setError("stt", err)
 		return fmt.Errorf("speech-to-text model: %w", err)
@@ -112,8 +117,56 @@ func (e *engines) load(cfg *Config, cpu *engine.Scheduler, log *slog.Logger) err
 	return nil
 }
 
-// openWhisper loads the Whisper model at path with cfg's settings.
-func openWhisper(cfg *Config, path string, log *slog.Logger) (*whisper.Model, error) {
+// shortWindow is the window declaration of the Whisper file at path (the
+// admin's, stored with the file's records, else the configured default),
+// logged: whether its weights are made for a short window.
+func (e *engines) shortWindow(path string) bool {
+	d := models.WindowDeclaration{ShortWindow: e.cfg.WhisperShortWindow == "on", Source: models.WindowDefault}
+	if e.windows != nil {
+		var err error
+		if d, err = e.windows(path); err != nil {
+			e.logger().Warn("the Whisper file's window declaration could not be read: using the configured default",
+				"model", path, "short_window", d.ShortWindow, "error", err.Error())
+		}
+	}
+	e.logger().Info("whisper window declaration", "model", path, "short_window", d.ShortWindow, "source", d.Source)
+	return d.ShortWindow
+}
+
+// logger is the engines' logger, the default one before load set it.
+func (e *engines) logger() *slog.Logger {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.log == nil {
+		return slog.Default()
+	}
+	return e.log
+}
+
+// SetShortWindow implements models.WindowSetter: the admin's new window
+// declaration of the Whisper file path applies at once when it is the
+// loaded model.
+func (e *engines) SetShortWindow(path string, short bool) bool {
+	applied := false
+	e.stt.Peek(func(m *whisper.Model) {
+		if sameFile(m.Status().Model, path) {
+			m.SetShortWindowWeights(short)
+			applied = true
+		}
+	})
+	return applied
+}
+
+// sameFile reports whether the paths a and b name one file.
+func sameFile(a, b string) bool {
+	sa, erra := os.Stat(a)
+	sb, errb := os.Stat(b)
+	return erra == nil && errb == nil && os.SameFile(sa, sb)
+}
+
+// openWhisper loads the Whisper model at path with cfg's settings; short
+// is its window declaration (engines.shortWindow).
+func openWhisper(cfg *Config, path string, short bool, log *slog.Logger) (*whisper.Model, error) {
 	compute, err := whisperCompute(cfg.WhisperBackend, cfg.GPULayers, whisper.GPUPresent)
 	if err != nil {
 		return nil, err
@@ -125,7 +178,7 @@ func openWhisper(cfg *Config, path string, log *slog.Logger) (*whisper.Model, er
 	}
 	return whisper.Load(path, whisper.Options{
 		Window:             window,
-		ShortWindowWeights: cfg.WhisperShortWindow == "on",
+		ShortWindowWeights: short,
 		Compute:            compute,
 		Threads:            cfg.SpeechThreadsMax(),
 		NoFallback:         cfg.WhisperFallback == "off",

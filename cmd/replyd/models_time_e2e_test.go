@@ -55,6 +55,7 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 		AudioSeconds        float64 `json:"audio_seconds"`
 		RealTimeFactor      float64 `json:"real_time_factor"`
 		TurnMS              int64   `json:"turn_ms"`
+		Window              string  `json:"window"`
 	}
 	type timing struct {
 		Kind, Node, Reason string
@@ -83,7 +84,8 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 		t.Errorf("language model timing: %+v", lt)
 	}
 	for _, f := range []figures{wt.Candidate, wt.Active} {
-		if f.AudioSeconds <= 0 || f.RealTimeFactor <= 0 || f.TurnMS <= 0 {
+		// The window rule it was timed with: stock weights, nothing declared.
+		if f.AudioSeconds <= 0 || f.RealTimeFactor <= 0 || f.TurnMS <= 0 || !strings.HasPrefix(f.Window, "auto: max(10 s, speech + 2 s)") {
 			t.Errorf("Whisper figures: %+v", f)
 		}
 	}
@@ -107,7 +109,8 @@ func TestModelsTimeEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(p.Must(replydproc.Request{Path: "/v1/admin/models", Header: admin}, 200), &list); err != nil {
 		t.Fatal(err)
 	}
-	if !list.Time || list.Timings["candidate.gguf"].Candidate.StepMS != lt.Candidate.StepMS || list.Timings[synthName].Candidate.RealTimeFactor != wt.Candidate.RealTimeFactor || len(list.Timings) != 2 {
+	if !list.Time || list.Timings["candidate.gguf"].Candidate.StepMS != lt.Candidate.StepMS || list.Timings[synthName].Candidate.RealTimeFactor != wt.Candidate.RealTimeFactor ||
+		list.Timings[synthName].Candidate.Window != wt.Candidate.Window || len(list.Timings) != 2 {
 		t.Errorf("listed timings: %+v", list.Timings)
 	}
 	for _, m := range list.Models {

@@ -90,6 +90,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.eng = newEngines(cfg)
+	s.eng.windows = func(path string) (models.WindowDeclaration, error) {
+		return models.WindowOf(db, cfg.NodeName, modelsDir(cfg.DataDir), path, cfg.WhisperShortWindow == "on")
+	}
 
 	var tlsCfg *tls.Config
 	var certs api.CertSource
@@ -133,7 +136,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// The models feature: the folder, and the switch, timing and
 	// comparison of the engines' models, one action at a time.
 	mods := models.NewService(models.ServiceOptions{Dir: modelsDir(cfg.DataDir), Node: cfg.NodeName, Store: db, Log: s.log,
-		Engines: s.eng, LLM: languageModels{s.eng}, STT: speechModels{s.eng}, CPU: cpu})
+		Engines: s.eng, LLM: languageModels{s.eng}, STT: speechModels{s.eng}, CPU: cpu,
+		// A Whisper file the admin declared nothing of.
+		ShortWindowDefault: cfg.WhisperShortWindow == "on"})
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio

@@ -98,7 +98,7 @@ func (e *engines) openLM(path string) (*llm.Engine, error) {
 // openSTT loads the Whisper model at path and warms it: the first
 // transcription touches every weight once.
 func (e *engines) openSTT(path string) (*whisper.Model, error) {
-	stt, err := openWhisper(e.cfg, path, e.log)
+	stt, err := openWhisper(e.cfg, path, e.shortWindow(path), e.log)
 	if err == nil {
 		_, _ = stt.Transcribe(context.Background(), make([]float32, 16000), engine.TranscribeOptions{})
 	}

@@ -198,8 +198,11 @@ type Model struct {
 	// netFired those of them the safety net decoded again at the full
 	// window (Status).
 	shortened, netFired atomic.Int64
-	mu                  sync.Mutex
-	closed              bool
+	// shortWeights is Options.ShortWindowWeights, which
+	// SetShortWindowWeights changes while the model serves.
+	shortWeights atomic.Bool
+	mu           sync.Mutex
+	closed       bool
 
 	// unplaced is why the graph path asked for could not be placed, when
 	// Options.CPUIfUnplaced put the model on the BLAS path instead.
@@ -256,6 +259,7 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 	m.threads, m.base = m.maxThreads, m.maxThreads
 	m.syncBLAS()
 	m.fallback = !opts.NoFallback
+	m.shortWeights.Store(opts.ShortWindowWeights)
 	m.maxTok = opts.MaxTokensPerWindow
 	if m.maxTok <= 0 {
 		m.maxTok = DefaultMaxTokensPerWindow
@@ -454,6 +458,11 @@ func (m *Model) dropHostWeights(kept map[string]bool) {
 }
 
 // Status reports the engine for /healthz and the admin page.
+// SetShortWindowWeights declares, while the model serves, whether its
+// weights are made for a short window (Options.ShortWindowWeights): the
+// transcriptions that start after it use the new rule.
+func (m *Model) SetShortWindowWeights(on bool) { m.shortWeights.Store(on) }
+
 func (m *Model) Status() engine.EngineStatus {
 	m.mu.Lock()
 	closed := m.closed

@@ -8,7 +8,7 @@ import (
 	"github.com/replyd/replyd/engine/whisper/ggmlfile"
 )
 
-// The file format's types, from the pure-Go parser that engine/modelfile
+// The file format's types, from the pure-Go parser that models/modelfile
 // shares (ggmlfile).
 type (
 	// ggmlType is a tensor element type, numbered as ggml numbers them.

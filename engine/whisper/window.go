@@ -21,7 +21,7 @@ import (
 // Window modes (Options.Window, REPLYD_WHISPER_WINDOW).
 const (
 	// WindowAuto chooses by the weights: WindowSpeech for weights made for
-	// a short window (Options.ShortWindowWeights), else the stock rule, a
+	// a short window (Options.ShortWindowWeights, SetShortWindowWeights), else the stock rule, a
 	// floor of StockFloor and a margin of StockMargin.
 	WindowAuto = "auto"
 	// WindowSpeech is the dictation apps' rule, whatever the weights: the
@@ -107,7 +107,7 @@ func (m *Model) audioCtx(n int, w Window) int {
 	mode := w.Mode
 	floor := w.Floor
 	if mode == "" || mode == WindowAuto {
-		if m.opts.ShortWindowWeights {
+		if m.shortWeights.Load() {
 			mode = WindowSpeech
 		} else {
 			mode, floor = WindowFloor, StockFloor
@@ -133,7 +133,7 @@ func (m *Model) describeWindow() string {
 	w := m.opts.Window
 	switch w.Mode {
 	case "", WindowAuto:
-		if m.opts.ShortWindowWeights {
+		if m.shortWeights.Load() {
 			return "auto: speech + 64 positions (weights made for a short window)"
 		}
 		return fmt.Sprintf("auto: max(%g s, speech + %g s) (stock weights)", StockFloor.Seconds(), StockMargin.Seconds())

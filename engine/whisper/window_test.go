@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,12 +56,17 @@ func TestAudioCtxRules(t *testing.T) {
 		{sec(31), Window{Mode: WindowSpeech}, false, 0}, // more than one window: never shortened
 		{1, Window{Mode: WindowSpeech}, false, 65},
 	} {
-		m.opts.ShortWindowWeights = c.short
+		m.shortWeights.Store(c.short)
 		if got := m.audioCtx(c.n, c.w); got != c.want {
 			t.Errorf("%d samples, %+v, short weights %v: audio_ctx %d, want %d", c.n, c.w, c.short, got, c.want)
 		}
 	}
-	m.opts.ShortWindowWeights = false
+	// A declaration made while the model serves changes auto's rule.
+	m.SetShortWindowWeights(true)
+	if got := m.audioCtx(sec(4.29), Window{}); got != 279 || !strings.Contains(m.describeWindow(), "weights made for a short window") {
+		t.Errorf("auto after SetShortWindowWeights(true): audio_ctx %d, %q", got, m.describeWindow())
+	}
+	m.SetShortWindowWeights(false)
 	if n, err := m.AudioCtxFor(sec(31), CallOptions{AudioCtx: 300}); !errors.Is(err, ErrWindowTooLong) || engine.KindOf(err) != engine.KindBadAudio {
 		t.Errorf("explicit audio_ctx on 31 s: %d, %v", n, err)
 	}

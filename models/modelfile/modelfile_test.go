@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replyd/replyd/internal/testutil"
 )
 
 // ggufFile builds a small GGUF file: a few metadata keys (mutated by kv)
@@ -105,32 +107,8 @@ func (g *ggufBuilder) build() []byte {
 func validGGUF() []byte { return (&ggufBuilder{}).build() }
 
 // whisperFile builds a small whisper.cpp ggml file with the tensors the
-// checker requires (shapes are not the real model's: tiny and f32).
-func whisperFile(mut func(hp []int32)) []byte {
-	var b bytes.Buffer
-	w := func(v ...int32) { binary.Write(&b, binary.LittleEndian, v) }
-	hp := []int32{51864, 1500, 4, 1, 1, 4, 4, 1, 1, 2, 0}
-	if mut != nil {
-		mut(hp)
-	}
-	w(ggmlMagic)
-	w(hp...)
-	w(2, 201)
-	b.Write(make([]byte, 2*201*4))
-	w(2)
-	w(1)
-	b.WriteString("!")
-	w(1)
-	b.WriteString(" ")
-	names := append([]string{}, whisperTensors...)
-	names = append(names, "encoder.blocks.0.attn.query.weight", "decoder.blocks.0.cross_attn.query.weight")
-	for _, n := range names {
-		w(2, int32(len(n)), 0, 4, 4)
-		b.WriteString(n)
-		b.Write(make([]byte, 4*4*4))
-	}
-	return b.Bytes()
-}
+// checker requires (testutil.WhisperFile).
+func whisperFile(mut func(hp []int32)) []byte { return testutil.WhisperFile(mut) }
 
 func check(b []byte) (Info, error) { return Check(bytes.NewReader(b), int64(len(b))) }
 

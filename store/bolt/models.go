@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"encoding/json"
 
 	bolt "go.etcd.io/bbolt"
@@ -59,10 +60,10 @@ func modelRecordKey(node, file, what string) []byte {
 	return append(append(append(modelRecordPrefix(node), file...), 0), what...)
 }
 
-// PutModelRecord stores a box's timing or comparison; see store.Store.
+// PutModelRecord stores a box's record of a model file; see store.Store.
 func (db *DB) PutModelRecord(r store.ModelRecord) error {
 	if !store.ValidModelRecord(r) {
-		return invalid("a model record needs a node, a file, a kind (timing or comparison) and a body")
+		return invalid("a model record needs a node, a file, a kind (timing, comparison or window) and a body")
 	}
 	if r.At.IsZero() {
 		r.At = db.now()
@@ -82,7 +83,7 @@ func putModelRecord(tx *bolt.Tx, r store.ModelRecord) error {
 	return b.Put(modelRecordKey(r.Node, r.File, r.What), v)
 }
 
-// ModelRecords returns a box's timings and comparisons; see store.Store.
+// ModelRecords returns a box's records of its model files; see store.Store.
 func (db *DB) ModelRecords(node string) ([]store.ModelRecord, error) {
 	var out []store.ModelRecord
 	err := db.view(func(tx *bolt.Tx) error {
@@ -99,18 +100,23 @@ func modelRecords(tx *bolt.Tx, prefix []byte) ([]store.ModelRecord, error) {
 	return listJSON[store.ModelRecord](tx.Bucket(bucketModelRecords), prefix, "model record")
 }
 
-// DeleteModelRecords deletes a box's records of one file; see store.Store.
+// DeleteModelRecords deletes a box's records of one file, of every kind;
+// see store.Store.
 func (db *DB) DeleteModelRecords(node, file string) error {
 	return db.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketModelRecords)
 		if b == nil {
 			return nil
 		}
-		for _, what := range []string{store.ModelTiming, store.ModelComparison} {
-			if err := b.Delete(modelRecordKey(node, file, what)); err != nil {
-				return err
-			}
+		// node ‖ 0 ‖ file ‖ 0: names hold no NUL, so the prefix is this
+		// file's records only.
+		p := append(append(modelRecordPrefix(node), file...), 0)
+		var keys [][]byte
+		c := b.Cursor()
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
 		}
-		return nil
+		_, err := deleteKeys(b, keys)
+		return err
 	})
 }

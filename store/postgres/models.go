@@ -55,11 +55,11 @@ func modelChoices(ctx context.Context, q querier) ([]store.ModelChoice, error) {
 	}, "SELECT node, kind, model, previous, at_ns FROM model_choices ORDER BY node COLLATE \"C\", kind COLLATE \"C\"")
 }
 
-// PutModelRecord stores a box's timing or comparison in one statement; see
+// PutModelRecord stores a box's timing, comparison or window declaration in one statement; see
 // store.Store.
 func (s *Store) PutModelRecord(r store.ModelRecord) error {
 	if !store.ValidModelRecord(r) {
-		return invalid("a model record needs a node, a file, a kind (timing or comparison) and a body")
+		return invalid("a model record needs a node, a file, a kind (timing, comparison or window) and a body")
 	}
 	if r.At.IsZero() {
 		r.At = s.now()
@@ -76,7 +76,7 @@ func putModelRecord(ctx context.Context, q execer, r store.ModelRecord) error {
 	return err
 }
 
-// ModelRecords returns a box's timings and comparisons; see store.Store.
+// ModelRecords returns a box's records of its model files; see store.Store.
 func (s *Store) ModelRecords(node string) ([]store.ModelRecord, error) {
 	var out []store.ModelRecord
 	err := s.run("read model records", func(ctx context.Context) error {

@@ -44,10 +44,10 @@ func modelChoicesPerBox(t *testing.T, e Env) {
 	}
 }
 
-// modelRecordsPerBox: a box's timing and comparison of each file are kept
-// apart from other boxes' and replace only the same record; they come back
-// by file then kind, bodies byte for byte; deleting a file's records leaves
-// the others; an incomplete record is ErrInvalid and stores nothing.
+// modelRecordsPerBox: a box's timing, comparison and window declaration of
+// each file are kept apart from other boxes' and replace only the same
+// record; they come back by file then kind, bodies byte for byte; deleting
+// a file's records deletes every kind of them and leaves the others; an incomplete record is ErrInvalid and stores nothing.
 func modelRecordsPerBox(t *testing.T, e Env) {
 	s := e.S
 	if got, err := s.ModelRecords("box-a"); err != nil || got == nil || len(got) != 0 {
@@ -59,6 +59,8 @@ func modelRecordsPerBox(t *testing.T, e Env) {
 	}
 	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelTiming, `{"t":1}`, T0)))
 	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelComparison, `{"c":1}`, T0)))
+	Must(t, s.PutModelRecord(rec("box-a", "b.gguf", store.ModelWindow, `{"short_window":true}`, T0)))
+	Must(t, s.PutModelRecord(rec("box-a", "a.gguf", store.ModelWindow, `{"short_window":false}`, T0)))
 	Must(t, s.PutModelRecord(rec("box-a", "a.gguf", store.ModelTiming, `{"t":2}`, T0)))
 	Must(t, s.PutModelRecord(rec("box-b", "b.gguf", store.ModelTiming, `{"other box":true}`, T0)))
 	e.Clock.Add(time.Minute)
@@ -79,8 +81,10 @@ func modelRecordsPerBox(t *testing.T, e Env) {
 	Must(t, err)
 	want := []store.ModelRecord{
 		rec("box-a", "a.gguf", store.ModelTiming, `{"t":2}`, T0),
+		rec("box-a", "a.gguf", store.ModelWindow, `{"short_window":false}`, T0),
 		rec("box-a", "b.gguf", store.ModelComparison, `{"c":1}`, T0),
 		rec("box-a", "b.gguf", store.ModelTiming, `{"t":3}`, T0.Add(time.Minute)),
+		rec("box-a", "b.gguf", store.ModelWindow, `{"short_window":true}`, T0),
 	}
 	if d := cmp.Diff(want, got, eq); d != "" {
 		t.Errorf("ModelRecords(box-a) (-want +got):\n%s", d)
@@ -89,8 +93,8 @@ func modelRecordsPerBox(t *testing.T, e Env) {
 	Must(t, s.DeleteModelRecords("box-a", "never.gguf"))
 	got, err = s.ModelRecords("box-a")
 	Must(t, err)
-	if d := cmp.Diff(want[:1], got, eq); d != "" {
-		t.Errorf("after deleting b.gguf's (-want +got):\n%s", d)
+	if d := cmp.Diff(want[:2], got, eq); d != "" {
+		t.Errorf("after deleting b.gguf's, every kind (-want +got):\n%s", d)
 	}
 	got, err = s.ModelRecords("box-b")
 	Must(t, err)

@@ -169,6 +169,8 @@ export async function startReplyd(bin, env, logFile, readyMs = 120000) {
   child.on('exit', (code, signal) => { exited = { code, signal }; });
   const base = `http://${env.REPLYD_ADDR}`;
   const tail = () => fs.readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
+  // REPLYD_READY_S: a box loaded by other work may need longer.
+  if (process.env.REPLYD_READY_S) readyMs = Number(process.env.REPLYD_READY_S) * 1000;
   const end = Date.now() + readyMs;
   for (;;) {
     if (exited) throw new Error(`replyd exited (${exited.code ?? exited.signal}) before it was ready:\n${tail()}`);

@@ -40,7 +40,11 @@
 // set: with the fallback off, random-weight Whisper decodes about the same
 // tokens for the same speech on both paths), REPLYD_WHISPER_MAX_TOKENS and
 // REPLYD_MAX_REPLY_TOKENS (real lengths: `make bench-live` sets 15 and 12;
-// BENCH_MODE names the mode in the output), OPENBLAS_CORETYPE.
+// BENCH_MODE names the mode in the output), OPENBLAS_CORETYPE,
+// REPLYD_WHISPER_WINDOW (the encoder window's mode, issue 40: named in the
+// output; scripts/bench-live-window.sh alternates runs of two modes),
+// PATHS (the paths to take, comma-separated: server,listen,nocap,handsfree,
+// the default).
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -217,7 +221,10 @@ function instruments(code) {
       super(...a);
       this.addEventListener('message', (m) => {
         if (typeof m.data !== 'string') return;
-        try { T.ws.push({ event: JSON.parse(m.data).event, at: performance.now() }); } catch { /* not an event */ }
+        try {
+          const d = JSON.parse(m.data);
+          T.ws.push({ event: d.event, at: performance.now(), audio: d.data && d.data.audio_ms });
+        } catch { /* not an event */ }
       });
     }
   };
@@ -355,11 +362,12 @@ async function main() {
     await poll(() => page.isVisible('#view-talk'), 'the conversation view', 20000, 50);
 
     console.log(`livelatency: Whisper ${WHISPER_SHAPE} and ${LLM_SHAPE} (synthetic, ${synthDir}), ${TURNS} turns a path after one warm-up each, alternating`);
-    console.log(`mode: ${process.env.REPLYD_WHISPER_MAX_TOKENS || process.env.REPLYD_MAX_REPLY_TOKENS ? 'real lengths' : 'caps'} (Whisper max_tokens ${process.env.REPLYD_WHISPER_MAX_TOKENS || 'off'}, reply cap ${process.env.REPLYD_MAX_REPLY_TOKENS || 'default'}); OPENBLAS_CORETYPE ${process.env.OPENBLAS_CORETYPE || 'unset'}; CPU ${os.cpus()[0]?.model || '?'}`);
+    console.log(`mode: ${process.env.REPLYD_WHISPER_MAX_TOKENS || process.env.REPLYD_MAX_REPLY_TOKENS ? 'real lengths' : 'caps'} (Whisper max_tokens ${process.env.REPLYD_WHISPER_MAX_TOKENS || 'off'}, reply cap ${process.env.REPLYD_MAX_REPLY_TOKENS || 'default'}); OPENBLAS_CORETYPE ${process.env.OPENBLAS_CORETYPE || 'unset'}; Whisper window ${process.env.REPLYD_WHISPER_WINDOW || 'auto'}, fallback ${process.env.REPLYD_WHISPER_FALLBACK || 'on'}; CPU ${os.cpus()[0]?.model || '?'}`);
     console.log(`partner: "${QUESTION}" (espeak-ng), sound ${q.start.toFixed(2)}-${q.end.toFixed(2)} s of a ${q.length.toFixed(1)} s file (${LEAD_S} s of zeros before, ${TAIL_S} s after)`);
     console.log('ms after the end of speech; "sent" is the upload leaving the page, or the live end_of_turn event arriving; load = /proc/loadavg');
 
-    const KINDS = ['server', 'listen', 'nocap', 'handsfree'];
+    // PATHS (comma-separated) runs only some of them.
+    const KINDS = (process.env.PATHS || 'server,listen,nocap,handsfree').split(',').filter((k) => ['server', 'listen', 'nocap', 'handsfree'].includes(k));
     const results = Object.fromEntries(KINDS.map((k) => [k, []]));
     const failed = Object.fromEntries(KINDS.map((k) => [k, 0]));
     // The server alone: the words posted as a WAV that ends 0.3 s after
@@ -442,6 +450,9 @@ async function main() {
         const cp = T.ws.find((e) => e.event === 'caption');
         r.caption = cp ? cp.at - speechStart : NaN;
         r.captions = T.ws.filter((e) => e.event === 'caption').length;
+        // The first caption over at least the first second of the turn's audio.
+        const cp1 = T.ws.find((e) => e.event === 'caption' && e.audio >= 1000);
+        r.caption1s = cp1 ? cp1.at - speechStart : NaN;
         // One turn: a box so loaded that the answer took longer than the
         // file's silence hears the partner again (the file loops).
         const turns = T.ws.filter((e) => e.event === 'end_of_turn').length;
@@ -524,20 +535,20 @@ async function main() {
     check(problems.length === 0, `errors in the page: ${problems.join('; ')}`);
     check(KINDS.every((k) => results[k].length > 0), `no measured turn on a path: ${KINDS.map((k) => `${k} ${results[k].length}`).join(', ')}`);
 
-    for (const kind of KINDS) for (const r of results[kind]) r.spread = r.candidates - r.first;
-    const m = (kind, k) => median(results[kind].map((r) => r[k]));
+    for (const kind of KINDS) for (const r of results[kind] || []) r.spread = r.candidates - r.first;
+    const m = (kind, k) => median((results[kind] || []).map((r) => r[k]));
     console.log(`\nmedians of ${KINDS.map((k) => `${results[k].length} ${k}`).join(', ')} turns, ms after the end of speech (load now ${load()}); failed attempts: ${KINDS.map((k) => `${k} ${failed[k]}`).join(', ')}`);
     console.log(`${'stage'.padEnd(22)} ${KINDS.map((k) => k.padStart(10)).join(' ')}`);
     for (const [label, k] of [['end_of_turn arrives', 'sent'], ['work starts', 'workStart'], ['transcript shown', 'transcript'], ['first reply shown', 'first'], ['all replies shown', 'candidates'],
       ['all - first reply', 'spread'], ['candidate events', 'each'],
-      ['first caption (start)', 'caption'], ['Whisper (ms)', 'whisper'], ['tokens decoded', 'decoded'], ['reply tokens', 'replyTokens']]) {
+      ['first caption (start)', 'caption'], ['caption >= 1 s (start)', 'caption1s'], ['Whisper (ms)', 'whisper'], ['tokens decoded', 'decoded'], ['reply tokens', 'replyTokens']]) {
       console.log(`${label.padEnd(22)} ${KINDS.map((kind) => ms(m(kind, k)).padStart(10)).join(' ')}`);
     }
     const mr = await fetch(`${base}/metrics`, { headers: { Authorization: `Bearer ${adminKey}` } });
     const mt = await mr.text();
     const h = histogramMedian(mt, 'replyd_live_work_start_seconds');
     console.log(`replyd_live_work_start_seconds: ${h.count} observations (warm-up included), median about ${ms(h.median * 1000)} ms, mean ${ms(h.mean * 1000)} ms`);
-    console.log(mt.split('\n').filter((l) => /^replyd_live_(replies_ahead|speculative)_total/.test(l)).join('\n'));
+    console.log(mt.split('\n').filter((l) => /^replyd_(live_(replies_ahead|speculative)|whisper_windows)_total/.test(l)).join('\n'));
     const tr = m('listen', 'transcript');
     const ca = m('listen', 'candidates');
     const fi = m('listen', 'first');

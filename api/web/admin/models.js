@@ -1,8 +1,10 @@
 // Models view: the model files in the data directory's models folder, each
 // checked (kind, size, SHA-256, manifest status, in use), with an upload
 // (streamed by the browser as the raw body), removal of a file not in use,
-// a switch to a checked file without a restart, and, per box, the models it
-// chose with a roll back to the one before.
+// a switch to a checked file without a restart, each Whisper file's window
+// declaration (made for a short window, or stock) with a button that
+// changes it, and, per box, the models it chose with a roll back to the one
+// before.
 import { api, ApiError } from './api.js';
 import { $, h, showError, fmtBytes, timeEl } from './util.js';
 import { t } from '../app/i18n/i18n.js';
@@ -12,6 +14,7 @@ let ctx;
 let node = '';
 let canSwitch = false;
 let canTime = false;
+let windows = {};
 
 // A failed listing shows its error; a successful one leaves the error of
 // the upload or removal that preceded it in view.
@@ -22,6 +25,7 @@ async function load() {
     node = r.node || '';
     canSwitch = !!r.switch;
     canTime = !!r.time;
+    windows = r.windows || {};
     setCanCompare(r.compare);
     render(r.models || []);
     renderTimings(r.timings || {});
@@ -36,7 +40,7 @@ function render(items) {
   $('#models-empty').hidden = items.length > 0;
   $('#models-table tbody').replaceChildren(...items.map((m) => h('tr', { 'data-file': m.file },
     h('th', { scope: 'row', class: 'mono', text: m.file, title: `sha256 ${m.sha256}` }),
-    h('td', { 'data-label': t('admin.kind'), text: m.kind || '–' }),
+    h('td', { 'data-label': t('admin.kind') }, m.kind || '–', windowNote(m)),
     h('td', { 'data-label': t('admin.size'), class: 'num', text: fmtBytes(m.bytes) }),
     h('td', { 'data-label': t('admin.check'), class: m.check === 'ok' ? '' : 'error', text: m.check === 'ok' ? t('admin.checkOk') : m.check }),
     h('td', { 'data-label': t('admin.manifest'), text: m.manifest }),
@@ -46,15 +50,51 @@ function render(items) {
         'aria-label': t('admin.useModelNamed', { file: m.file }), text: t('admin.use'), onclick: () => use(m) }) : '',
       canTime && m.check === 'ok' && m.kind ? h('button', { type: 'button', class: 'small', 'data-action': 'time',
         'aria-label': t('admin.timeModelNamed', { file: m.file }), text: t('admin.timeIt'), onclick: () => timeModel(m) }) : '',
+      windowButton(m),
       compareButton(m),
       h('button', { type: 'button', class: 'danger small',
         'aria-label': t('admin.removeModelNamed', { file: m.file }), text: t('admin.remove'), onclick: () => remove(m) })]),
   )));
 }
 
+/** A Whisper file's window declaration in words, under its kind. */
+function windowNote(m) {
+  const w = windows[m.file];
+  if (!w) return '';
+  const what = t(w.short_window ? 'admin.windowShort' : 'admin.windowStock');
+  return [h('br'), h('small', { class: 'note', 'data-window': w.short_window ? 'short' : 'stock',
+    text: w.source === 'default' ? t('admin.windowDefault', { what }) : what })];
+}
+
+/** The button that declares a Whisper file the other way. */
+function windowButton(m) {
+  const w = windows[m.file];
+  if (!w) return '';
+  const short = !w.short_window;
+  return h('button', { type: 'button', class: 'small', 'data-action': 'window',
+    'aria-label': t(short ? 'admin.declareShortNamed' : 'admin.declareStockNamed', { file: m.file }),
+    text: t(short ? 'admin.declareShort' : 'admin.declareStock'), onclick: () => declareWindow(m, short) });
+}
+
+async function declareWindow(m, short) {
+  showError($('#models-error'), null);
+  try {
+    const r = await api('PUT', `/v1/admin/models/${encodeURIComponent(m.file)}/window`, { json: { short_window: short } });
+    const what = t(r.short_window ? 'admin.windowShort' : 'admin.windowStock');
+    $('#models-msg').textContent = t(r.active ? 'admin.windowDeclaredNow' : 'admin.windowDeclaredLater', { file: m.file, what });
+  } catch (err) {
+    showError($('#models-error'), err);
+  }
+  await load();
+}
+
 /** One model's figures in words: a language model's speeds and budget, Whisper's real-time factor. */
 function figures(f) {
-  if (f.real_time_factor) return t('admin.whisperFigures', { rtf: f.real_time_factor, s: f.audio_seconds });
+  if (f.real_time_factor) {
+    const w = t('admin.whisperFigures', { rtf: f.real_time_factor, s: f.audio_seconds });
+    // The window rule it was timed with, in the server's words (as the Status view shows it).
+    return f.window ? [w, '; ', t('admin.timedWindow'), ' ', h('span', { lang: 'en', 'data-window': '', text: f.window })] : w;
+  }
   return t('admin.llmFigures', { tps: f.prompt_tokens_per_s || '–', n: f.candidates || '–', step: f.step_ms || '–', budget: f.history_budget_tokens || '–' });
 }
 
@@ -62,7 +102,7 @@ function figures(f) {
 function turnCell(label, f, withName) {
   return h('td', { 'data-label': label },
     h('span', { class: 'num', text: f.turn_ms ? `${f.turn_ms} ms` : '–' }),
-    h('br'), h('small', { class: 'note', text: (withName ? `${f.model}: ` : '') + figures(f) }));
+    h('br'), h('small', { class: 'note' }, withName ? `${f.model}: ` : '', figures(f)));
 }
 
 /** The stored timings, each beside the active model's own figures. */
@@ -150,9 +190,12 @@ async function upload(ev) {
   showError($('#models-error'), null);
   $('#models-msg').textContent = t('admin.uploadingFile', { file: file.name });
   try {
-    await api('POST', '/v1/admin/models', { query: { name: file.name }, file });
+    // The declaration goes with a Whisper file only (a .gguf with it is 400).
+    const short = $('#models-short-window').checked && file.name.endsWith('.bin');
+    await api('POST', '/v1/admin/models', { query: { name: file.name, short_window: short ? 'true' : '' }, file });
     $('#models-msg').textContent = t('admin.modelAdded', { file: file.name });
     $('#models-file').value = '';
+    $('#models-short-window').checked = false;
   } catch (err) {
     $('#models-msg').textContent = '';
     showError($('#models-error'), err);

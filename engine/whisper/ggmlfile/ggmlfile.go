@@ -1,7 +1,7 @@
 // Package ggmlfile reads the header of whisper.cpp's ggml model files: the
 // magic, the hyperparameters, the mel filter bank, the vocabulary and each
 // tensor's header, checking every length against the bytes the file still
-// has. It is pure Go (no cgo), so that engine/modelfile can check a file
+// has. It is pure Go (no cgo), so that models/modelfile can check a file
 // without compiling engine/whisper, which reads the tensors' data through
 // the same parser.
 //
