@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"net/http"
-	"path/filepath"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -85,11 +84,7 @@ func (s *Server) declareWindow(c echo.Context, name string, short bool) (declare
 		return declaredWindow{}, err
 	}
 	out := declaredWindow{File: name, WindowDeclaration: d}
-	if ws, ok := s.health.(models.WindowSetter); ok {
-		if path, err := filepath.Abs(filepath.Join(s.models.Dir(), name)); err == nil {
-			out.Active = ws.SetShortWindow(path, short)
-		}
-	}
+	out.Active = s.models.ApplyWindow(name, short)
 	what := "stock weights (auto keeps the stock window rule)"
 	if short {
 		what = "weights made for a short window (auto sizes the window to the speech)"

@@ -14,10 +14,9 @@ import (
 	"github.com/replyd/replyd/store"
 )
 
-// fakeWindowSetter is a fakeHealth whose loaded Whisper model is active:
-// what SetShortWindow was given for it.
+// fakeWindowSetter is engines whose loaded Whisper model is active: what
+// SetShortWindow was given for it.
 type fakeWindowSetter struct {
-	*fakeHealth
 	mu     sync.Mutex
 	active string
 	got    []bool
@@ -45,10 +44,10 @@ func TestAdminModelWindow(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "v.bin"), whisper, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ws := &fakeWindowSetter{fakeHealth: &fakeHealth{}, active: filepath.Join(dir, "v.bin")}
+	ws := &fakeWindowSetter{active: filepath.Join(dir, "v.bin")}
 	e := newEnv(t, func(o *Options) {
-		o.Health = ws
-		o.Models = models.NewService(models.ServiceOptions{Dir: dir, Node: o.Node, Store: o.Store, Log: o.Logger, Now: o.Now, ShortWindowDefault: true})
+		o.Models = models.NewService(models.ServiceOptions{Dir: dir, Node: o.Node, Store: o.Store, Log: o.Logger, Now: o.Now,
+			ShortWindowDefault: true, Windows: ws})
 	})
 	e.srv.models.FreeSpace = func(string) (int64, error) { return 1 << 30, nil }
 	at := e.clock.Now().UTC().Format(time.RFC3339)

@@ -60,6 +60,9 @@ type ServiceOptions struct {
 	// ShortWindowDefault is the window declaration of a Whisper file the
 	// admin declared nothing of (REPLYD_WHISPER_SHORT_WINDOW; window.go).
 	ShortWindowDefault bool
+	// Windows applies a declaration to the Whisper model loaded now
+	// (cmd/replyd's engines); nil: a declaration applies at the next load.
+	Windows WindowSetter
 }
 
 // Service is the models folder of one box and the model actions on its
@@ -78,6 +81,7 @@ type Service struct {
 	upload   chan struct{} // one upload at a time
 	// shortDefault is ServiceOptions.ShortWindowDefault.
 	shortDefault bool
+	windows      WindowSetter
 
 	engines      Engines
 	llm          LanguageModels
@@ -133,7 +137,7 @@ func NewService(o ServiceOptions) *Service {
 	s := &Service{dir: o.Dir, maxBytes: o.MaxBytes, node: o.Node, store: o.Store, log: o.Log,
 		upload: make(chan struct{}, 1), cache: map[string]cachedEntry{}, holds: map[string]string{},
 		engines: o.Engines, llm: o.LLM, stt: o.STT, cpu: o.CPU, memAvailable: o.MemAvailable, now: o.Now,
-		shortDefault: o.ShortWindowDefault}
+		shortDefault: o.ShortWindowDefault, windows: o.Windows}
 	if s.dir != "" {
 		modelfile.Sweep(s.dir) // uploads a crash interrupted
 		s.migrateTimings()

@@ -58,13 +58,27 @@ type windowBody struct {
 // ErrNotWhisper: a window is declared only for a checked Whisper file: 400.
 var ErrNotWhisper = errors.New("only a Whisper model file has an encoder window to declare")
 
-// WindowSetter is implemented by a HealthSource whose engines can take a
-// new declaration for the model they have loaded now (cmd/replyd's
-// engines); without it a declaration applies at the next load or switch.
+// WindowSetter is what can take a new declaration for the Whisper model
+// loaded now (cmd/replyd's engines: ServiceOptions.Windows); without it a
+// declaration applies at the next load or switch.
 type WindowSetter interface {
 	// SetShortWindow applies short to the loaded Whisper model when it is
 	// the file path, and reports whether it was.
 	SetShortWindow(path string, short bool) bool
+}
+
+// ApplyWindow gives the declaration of the folder's file name to the
+// Whisper model loaded now when it is that file (ServiceOptions.Windows),
+// and reports whether it was.
+func (s *Service) ApplyWindow(name string, short bool) bool {
+	if s.windows == nil {
+		return false
+	}
+	path, err := filepath.Abs(filepath.Join(s.dir, name))
+	if err != nil {
+		return false
+	}
+	return s.windows.SetShortWindow(path, short)
 }
 
 // DeclareWindow stores the admin's declaration of the folder's file name

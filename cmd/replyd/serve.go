@@ -138,7 +138,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mods := models.NewService(models.ServiceOptions{Dir: modelsDir(cfg.DataDir), Node: cfg.NodeName, Store: db, Log: s.log,
 		Engines: s.eng, LLM: languageModels{s.eng}, STT: speechModels{s.eng}, CPU: cpu,
 		// A Whisper file the admin declared nothing of.
-		ShortWindowDefault: cfg.WhisperShortWindow == "on"})
+		ShortWindowDefault: cfg.WhisperShortWindow == "on", Windows: s.eng})
 	limits := api.DefaultLimits()
 	limits.MaxBodyBytes = int64(cfg.MaxBodyMiB) << 20
 	limits.MaxAudio = cfg.MaxAudio
