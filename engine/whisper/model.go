@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/engine"
+	"github.com/replyd/replyd/engine/whisper/ggmlfile"
 	"github.com/replyd/replyd/internal/cpubudget"
 )
 
@@ -402,19 +403,10 @@ func newModel(g *ggmlFile, opts Options) (_ *Model, err error) {
 }
 
 // modelType names the model size the way whisper.cpp does, by encoder
-// layer count.
+// layer count ("unknown" for another count).
 func modelType(layers int) string {
-	switch layers {
-	case 4:
-		return "tiny"
-	case 6:
-		return "base"
-	case 12:
-		return "small"
-	case 24:
-		return "medium"
-	case 32:
-		return "large"
+	if n := ggmlfile.SizeName(layers); n != "" {
+		return n
 	}
 	return "unknown"
 }

@@ -78,17 +78,8 @@ func whisperInvalid(err error) error {
 
 // whisperSize names the model by its encoder layers, as engine/whisper does.
 func whisperSize(layers int) string {
-	switch layers {
-	case 4:
-		return "tiny"
-	case 6:
-		return "base"
-	case 12:
-		return "small"
-	case 24:
-		return "medium"
-	case 32:
-		return "large"
+	if n := ggmlfile.SizeName(layers); n != "" {
+		return n
 	}
 	return fmt.Sprintf("%d layers", layers)
 }

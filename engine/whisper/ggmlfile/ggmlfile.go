@@ -405,3 +405,22 @@ func (r *Reader) Skip() error {
 	}
 	return r.err
 }
+
+// SizeName names a Whisper model's size by its encoder layer count, as
+// whisper.cpp does (whisper.cpp's e_model from n_audio_layer: 4 tiny, 6
+// base, 12 small, 24 medium, 32 large); "" for another count.
+func SizeName(layers int) string {
+	switch layers {
+	case 4:
+		return "tiny"
+	case 6:
+		return "base"
+	case 12:
+		return "small"
+	case 24:
+		return "medium"
+	case 32:
+		return "large"
+	}
+	return ""
+}
