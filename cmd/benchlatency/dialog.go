@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/replyd/replyd/internal/replydproc"
+	"github.com/replyd/replyd/internal/sse"
 )
 
 // turnTimes is what one turn took, in milliseconds: the server's stage
@@ -228,19 +229,8 @@ func (d *dialog) record(words string, transcript *string, response []string) {
 
 // readEvent reads one Server-Sent Event.
 func readEvent(r *bufio.Reader) (name, data string, err error) {
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return "", "", fmt.Errorf("the event stream ended early: %w", err)
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "" && name != "":
-			return name, data, nil
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data = strings.TrimPrefix(line, "data: ")
-		}
+	if name, data, err = sse.Next(r); err != nil {
+		return "", "", fmt.Errorf("the event stream ended early: %w", err)
 	}
+	return name, data, nil
 }

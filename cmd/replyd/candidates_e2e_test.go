@@ -15,6 +15,7 @@ import (
 
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
+	"github.com/replyd/replyd/internal/sse"
 	"github.com/replyd/replyd/internal/testaudio"
 )
 
@@ -57,23 +58,7 @@ func checkCandidates(t *testing.T, name string, sent []e2eCandidate, ans e2eAnsw
 // sseReader reads /v1/infer's event stream.
 type sseReader struct{ r *bufio.Reader }
 
-func (s sseReader) next() (name, data string, err error) {
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return name, data, err
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "" && name != "":
-			return name, data, nil
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data = strings.TrimPrefix(line, "data: ")
-		}
-	}
-}
+func (s sseReader) next() (name, data string, err error) { return sse.Next(s.r) }
 
 // streamInfer posts a streamed /v1/infer to addr.
 func streamInfer(t *testing.T, addr, key, payload string, wav []byte) (*http.Response, sseReader) {
