@@ -192,29 +192,9 @@ func TestLiveCandidateEventsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-live-cand-0123456789ab"
-	_, env := demoEnv(t, adminKey)
-	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
-	question := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.3, 1.5, 0)
-	p := startReplyd(t, env)
-	key := p.CreateKey("tablet-live-cand")
-	ctx, c := openLiveSession(t, p, key.APIKey, "live-cand-e2e")
-	type event struct {
-		Event string          `json:"event"`
-		Data  json.RawMessage `json:"data"`
-	}
-	events := make(chan event, 64)
-	go func() {
-		defer close(events)
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			var ev event
-			_ = json.Unmarshal(b, &ev)
-			events <- ev
-		}
-	}()
+	question := spokenQuestion(t)
+	lr := startLive(t, adminKey, "tablet-live-cand", "live-cand-e2e")
+	p, ctx, c, events := lr.p, lr.ctx, lr.c, lr.events
 	control := func(typ string) {
 		if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"`+typ+`"}`)); err != nil {
 			t.Fatal(err)
@@ -244,6 +224,9 @@ wait:
 	for ev := range events {
 		if ev.Event == "caption" {
 			continue
+		}
+		if ev.Closed {
+			break
 		}
 		names = append(names, ev.Event)
 		switch ev.Event {

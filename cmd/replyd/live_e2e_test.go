@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/replyd/replyd/internal/replydproc"
 	"github.com/replyd/replyd/internal/shareddata"
-	"github.com/replyd/replyd/internal/testutil"
 )
 
 // TestLiveEndToEnd runs the real program (Silero VAD, Whisper and the
@@ -29,26 +26,9 @@ func TestLiveEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-live-0123456789abcdef"
-	_, env := demoEnv(t, adminKey)
-	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
-	question := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.3, 1.5, 0)
-	p := startReplyd(t, env)
-	key := p.CreateKey("tablet-live")
-
-	ctx, c := openLiveSession(t, p, key.APIKey, "live-e2e")
-	events := make(chan string, 16)
-	go func() {
-		defer close(events)
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			var ev struct{ Event string }
-			_ = json.Unmarshal(b, &ev)
-			events <- ev.Event
-		}
-	}()
+	question := spokenQuestion(t)
+	lr := startLive(t, adminKey, "tablet-live", "live-e2e")
+	p, ctx, c := lr.p, lr.ctx, lr.c
 
 	// Noise (broadband, hum) and silence, 4 s, at about real time.
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -63,19 +43,22 @@ func TestLiveEndToEnd(t *testing.T) {
 	}
 	stream(ctx, t, c, noise)
 	select {
-	case ev := <-events:
-		t.Fatalf("noise and silence brought the event %q", ev)
+	case ev := <-lr.events:
+		t.Fatalf("noise and silence brought the event %q", ev.Event)
 	case <-time.After(300 * time.Millisecond):
 	}
 
 	stream(ctx, t, c, question)
 	var got []string
-	for ev := range events {
-		if ev == "caption" { // the partner's words so far: any number, while they speak
+	for ev := range lr.events {
+		if ev.Event == "caption" { // the partner's words so far: any number, while they speak
 			continue
 		}
-		got = append(got, ev)
-		if ev == "candidates" || ev == "error" {
+		if ev.Closed {
+			break
+		}
+		got = append(got, ev.Event)
+		if ev.Event == "candidates" || ev.Event == "error" {
 			break
 		}
 	}
@@ -103,9 +86,9 @@ func TestLiveEndToEnd(t *testing.T) {
 					n++
 					// Its answer names both models that made it, the
 					// transcript heard ahead included.
-					if m["model"] != filepath.Base(env["REPLYD_LLM_MODEL"]) || m["speech_model"] != filepath.Base(env["REPLYD_WHISPER_MODEL"]) {
+					if m["model"] != filepath.Base(lr.env["REPLYD_LLM_MODEL"]) || m["speech_model"] != filepath.Base(lr.env["REPLYD_WHISPER_MODEL"]) {
 						t.Errorf("the live turn's entry names models %v and %v, want %s and %s", m["model"], m["speech_model"],
-							filepath.Base(env["REPLYD_LLM_MODEL"]), filepath.Base(env["REPLYD_WHISPER_MODEL"]))
+							filepath.Base(lr.env["REPLYD_LLM_MODEL"]), filepath.Base(lr.env["REPLYD_WHISPER_MODEL"]))
 					}
 				}
 			}
@@ -114,48 +97,6 @@ func TestLiveEndToEnd(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d live turns logged, want 1: %v", n, items)
 	}
-}
-
-// stream sends pcm as 16-bit frames of 100 ms, at about 1.5 times real
-// time (replyd refuses more than twice).
-func stream(ctx context.Context, t *testing.T, c *websocket.Conn, pcm []float32) {
-	t.Helper()
-	for len(pcm) > 0 {
-		n := min(1600, len(pcm))
-		b := make([]byte, 2*n)
-		for i, v := range pcm[:n] {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(int16(max(-1, min(1, v))*32767)))
-		}
-		if err := c.Write(ctx, websocket.MessageBinary, b); err != nil {
-			t.Fatal(err)
-		}
-		pcm = pcm[n:]
-		time.Sleep(66 * time.Millisecond)
-	}
-}
-
-// openLiveSession takes a ticket for apiKey, opens p's live session with it
-// and sends the session's payload (dialog dialogID, two candidates); the
-// context bounds the session to 5 minutes, and both end with the test.
-func openLiveSession(t *testing.T, p *testutil.Replyd, apiKey, dialogID string) (context.Context, *websocket.Conn) {
-	t.Helper()
-	r := p.Call(replydproc.Request{Method: "POST", Path: "/v1/live/ticket", Header: map[string]string{"X-API-KEY": apiKey}})
-	var tk struct{ URL string }
-	if err := json.Unmarshal(r.Body, &tk); r.Status != 201 || tk.URL == "" || err != nil {
-		t.Fatalf("ticket: %d %s", r.Status, r.Body)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	c, _, err := websocket.Dial(ctx, "ws://"+p.Addr+tk.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CloseNow() })
-	payload := `{"messages":[{"role":"disabled_person","content":"Hello."}],"dialog_id":"` + dialogID + `","options":{"max_candidates":2}}`
-	if err := c.Write(ctx, websocket.MessageText, []byte(payload)); err != nil {
-		t.Fatal(err)
-	}
-	return ctx, c
 }
 
 // TestLivePausedSentenceAnswered runs the real program on jfk.wav's first
@@ -169,29 +110,9 @@ func TestLivePausedSentenceAnswered(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-live-pause-0123456789ab"
-	_, env := demoEnv(t, adminKey)
-	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
 	jfk := shareddata.JFK(t)
-	p := startReplyd(t, env)
-	key := p.CreateKey("tablet-live-pause")
-	ctx, c := openLiveSession(t, p, key.APIKey, "live-e2e-pause")
-	type event struct {
-		Event string
-		Data  json.RawMessage
-	}
-	events := make(chan event, 32)
-	go func() {
-		defer close(events)
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			var ev event
-			_ = json.Unmarshal(b, &ev)
-			events <- ev
-		}
-	}()
+	lr := startLive(t, adminKey, "tablet-live-pause", "live-e2e-pause")
+	p, ctx, c := lr.p, lr.ctx, lr.c
 	stream(ctx, t, c, append(jfk[:5*16000:5*16000], make([]float32, 3*16000)...))
 
 	var got []string
@@ -203,9 +124,9 @@ func TestLivePausedSentenceAnswered(t *testing.T) {
 	timeout := time.After(3 * time.Minute)
 	for turns < 2 || answers < turns {
 		select {
-		case ev, ok := <-events:
-			if !ok {
-				t.Fatalf("the session ended; events %v\n%s", got, p.Output())
+		case ev := <-lr.events:
+			if ev.Closed {
+				t.Fatalf("the session ended (%d); events %v\n%s", ev.Code, got, p.Output())
 			}
 			got = append(got, ev.Event)
 			switch ev.Event {

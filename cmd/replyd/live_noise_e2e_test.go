@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/replyd/replyd/engine"
 	"github.com/replyd/replyd/internal/replydproc"
-	"github.com/replyd/replyd/internal/shareddata"
 	"github.com/replyd/replyd/internal/testutil"
 )
 
@@ -42,23 +40,13 @@ func TestLiveNoiseFilesCostNoWork(t *testing.T) {
 	files := noiseFiles(t, dir, sox, espeak)
 
 	const adminKey = "e2e-admin-key-live-noise-0123456789"
-	_, env := demoEnv(t, adminKey)
-	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
-	p := startReplyd(t, env)
-	key := p.CreateKey("tablet-noise")
+	lr := startLive(t, adminKey, "tablet-noise", "live-noise")
+	p, ctx, c := lr.p, lr.ctx, lr.c
 	admin := map[string]string{"X-ADMIN-KEY": adminKey}
-
-	ctx, c := openLiveSession(t, p, key.APIKey, "live-noise")
 	var mu sync.Mutex
 	events := map[string]int{}
 	go func() {
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			var ev struct{ Event string }
-			_ = json.Unmarshal(b, &ev)
+		for ev := range lr.events {
 			mu.Lock()
 			events[ev.Event]++
 			mu.Unlock()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/replyd/replyd/internal/replydproc"
-	"github.com/replyd/replyd/internal/shareddata"
 )
 
 // TestLiveRevokedKeyEndToEnd runs the real program (Silero VAD, Whisper and
@@ -24,39 +22,17 @@ func TestLiveRevokedKeyEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test starts the real binary")
 	}
 	const adminKey = "e2e-admin-key-revoke-0123456789abcd"
-	_, env := demoEnv(t, adminKey)
-	env["REPLYD_VAD_MODEL"] = shareddata.VADModel(t)
-	question := shareddata.Speak(t, "Would you like a cup of tea with your lunch today?", "en-us", 0.3, 1.5, 0)
-	p := startReplyd(t, env)
-	key := p.CreateKey("tablet-lost")
-
-	ctx, c := openLiveSession(t, p, key.APIKey, "revoke-e2e")
-	type msg struct {
-		event string
-		code  websocket.StatusCode // the close code, on the last one
-	}
-	msgs := make(chan msg, 16)
-	go func() {
-		defer close(msgs)
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				msgs <- msg{code: websocket.CloseStatus(err)}
-				return
-			}
-			var ev struct{ Event string }
-			_ = json.Unmarshal(b, &ev)
-			msgs <- msg{event: ev.Event}
-		}
-	}()
+	question := spokenQuestion(t)
+	lr := startLive(t, adminKey, "tablet-lost", "revoke-e2e")
+	p, ctx, c, key := lr.p, lr.ctx, lr.c, lr.key
 	stream(ctx, t, c, question)
 	var got []string
-	for m := range msgs {
-		if m.event == "caption" { // the partner's words so far: any number, while they speak
+	for ev := range lr.events {
+		if ev.Event == "caption" { // the partner's words so far: any number, while they speak
 			continue
 		}
-		got = append(got, m.event)
-		if m.event == "candidates" || m.event == "error" || m.event == "" {
+		got = append(got, ev.Event)
+		if ev.Event == "candidates" || ev.Event == "error" || ev.Closed {
 			break
 		}
 	}
@@ -75,12 +51,12 @@ func TestLiveRevokedKeyEndToEnd(t *testing.T) {
 	}
 	var after []string
 	var code websocket.StatusCode
-	for m := range msgs {
-		if m.event == "" {
-			code = m.code
+	for ev := range lr.events {
+		if ev.Closed {
+			code = ev.Code
 			break
 		}
-		after = append(after, m.event)
+		after = append(after, ev.Event)
 	}
 	if code != 4401 || len(after) != 0 {
 		t.Errorf("after the revocation: events %v, close %d; want none and 4401\n%s", after, code, p.Output())
@@ -102,14 +78,4 @@ func TestLiveRevokedKeyEndToEnd(t *testing.T) {
 	if ok != 1 {
 		t.Errorf("%d answered live turns logged, want the one before the revocation: %v", ok, items)
 	}
-}
-
-// pcmBytes is pcm as 16-bit little-endian samples.
-func pcmBytes(pcm []float32) []byte {
-	b := make([]byte, 2*len(pcm))
-	for i, v := range pcm {
-		s := int16(max(-1, min(1, v)) * 32767)
-		b[2*i], b[2*i+1] = byte(s), byte(uint16(s)>>8)
-	}
-	return b
 }
